@@ -1,0 +1,155 @@
+"""Load and validate the TOML line-pattern catalogs in `parsers/`, and compile them to polars expressions.
+
+Inputs: `parsers/envelopes.toml` (line prefixes → rank/level/time/host/pid + message) and every other
+`parsers/*.toml` (message patterns → typed rows of the `events` table). Output: a `Catalog` holding the
+validated patterns, the composed envelope regex and the literal anchors used by the prefilter.
+
+Limits: patterns are single-line; multi-line constructs (tracebacks, torchrun failure blocks) are stitched
+in `multiline.py`. Regexes use polars' Rust dialect (no look-around, no back-references): the loader says
+so explicitly instead of letting polars fail later with a less helpful message.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from ncclpm.resources import data_dir
+from ncclpm.schema import DTYPE_NAMES, EVENT_FIELDS
+
+_UNSUPPORTED = re.compile(r"\(\?<?[=!]|\\[1-9]")
+ENVELOPE_FILE = "envelopes.toml"
+SEVERITIES = ("info", "warn", "error")
+
+
+class CatalogError(ValueError):
+    """A catalog file is malformed; the message names the file and the pattern."""
+
+
+@dataclass(frozen=True)
+class Example:
+    line: str
+    expect: dict[str, object]
+
+
+@dataclass(frozen=True)
+class Pattern:
+    id: str
+    kind: str
+    anchors: tuple[str, ...]
+    regex: str
+    fields: dict[str, str]
+    severity: str
+    origin: str
+    examples: tuple[Example, ...] = ()
+    counterexamples: tuple[str, ...] = ()
+    notes: str = ""
+
+
+@dataclass(frozen=True)
+class Envelope:
+    id: str
+    slot: str
+    regex: str
+    origin: str
+    examples: tuple[Example, ...] = ()
+
+
+@dataclass(frozen=True)
+class Catalog:
+    patterns: tuple[Pattern, ...]
+    envelopes: tuple[Envelope, ...]
+    keep_anchors: tuple[str, ...] = field(default=())
+
+    @property
+    def anchors(self) -> list[str]:
+        """Every literal that makes a line worth parsing (prefilter input), deduplicated, sorted."""
+        found = {a for p in self.patterns for a in p.anchors} | set(self.keep_anchors)
+        return sorted(found)
+
+    def envelope_regex(self) -> str:
+        """One regex: every slot optional, in file order, then the rest of the line as `message`."""
+        slots: dict[str, list[str]] = {}
+        for env in self.envelopes:
+            slots.setdefault(env.slot, []).append(env.regex)
+        parts = "".join(f"(?:{'|'.join(alts)})?" for alts in slots.values())
+        return f"^{parts}(?<message>.*)$"
+
+
+def _check_regex(rx: str, where: str) -> None:
+    if _UNSUPPORTED.search(rx):
+        raise CatalogError(
+            f"{where}: look-around and back-references are not supported by polars' Rust regex dialect "
+            "(see https://docs.rs/regex/latest/regex/#syntax)"
+        )
+    try:
+        pl.select(pl.lit("").str.extract_groups(rx))
+    except Exception as exc:  # polars raises ComputeError subclasses; report them all the same way
+        raise CatalogError(f"{where}: regex does not compile in polars: {exc}") from exc
+
+
+def _examples(raw: dict, key: str) -> tuple[Example, ...]:
+    return tuple(Example(e["line"], dict(e.get("expect", {}))) for e in raw.get(key, []))
+
+
+def _pattern(raw: dict, origin: str) -> Pattern:
+    where = f"{origin}: pattern {raw.get('id', '?')!r}"
+    for key in ("id", "kind", "anchor", "regex"):
+        if key not in raw:
+            raise CatalogError(f"{where}: missing key {key!r}")
+    anchors = (raw["anchor"],) if isinstance(raw["anchor"], str) else tuple(raw["anchor"])
+    fields = dict(raw.get("fields", {}))
+    for name, dtype in fields.items():
+        if name not in EVENT_FIELDS:
+            raise CatalogError(f"{where}: field {name!r} is not an events column (see schema.EVENT_FIELDS)")
+        if dtype not in DTYPE_NAMES:
+            raise CatalogError(f"{where}: unknown dtype {dtype!r} (known: {sorted(DTYPE_NAMES)})")
+    _check_regex(raw["regex"], where)
+    groups = set(re.findall(r"\(\?P?<([A-Za-z_]\w*)>", raw["regex"]))
+    if groups != set(fields):
+        raise CatalogError(f"{where}: named groups {sorted(groups)} differ from fields {sorted(fields)}")
+    severity = raw.get("severity", "info")
+    if severity not in SEVERITIES:
+        raise CatalogError(f"{where}: severity must be one of {SEVERITIES}")
+    examples = _examples(raw, "example")
+    if not examples:
+        raise CatalogError(f"{where}: at least one [[pattern.example]] is required")
+    for ex in examples:
+        if not any(a in ex.line for a in anchors):
+            raise CatalogError(f"{where}: example does not contain any anchor: {ex.line!r}")
+    return Pattern(
+        id=raw["id"], kind=raw["kind"], anchors=anchors, regex=raw["regex"], fields=fields,
+        severity=severity, origin=origin, examples=examples,
+        counterexamples=tuple(c["line"] for c in raw.get("counterexample", [])), notes=raw.get("notes", ""),
+    )
+
+
+def _envelope(raw: dict, origin: str) -> Envelope:
+    where = f"{origin}: envelope {raw.get('id', '?')!r}"
+    _check_regex(raw["regex"], where)
+    return Envelope(raw["id"], raw["slot"], raw["regex"], origin, _examples(raw, "example"))
+
+
+def load_catalog(extra_dirs: tuple[Path, ...] = ()) -> Catalog:
+    """Load the shipped catalogs plus any user directories (`--patterns DIR`), validated."""
+    patterns: list[Pattern] = []
+    envelopes: list[Envelope] = []
+    keep: list[str] = []
+    for directory in (data_dir("parsers"), *extra_dirs):
+        for path in sorted(Path(directory).glob("*.toml")):
+            try:
+                doc = tomllib.loads(path.read_text(encoding="utf-8"))
+            except tomllib.TOMLDecodeError as exc:
+                raise CatalogError(f"{path.name}: invalid TOML: {exc}") from exc
+            envelopes += [_envelope(e, path.name) for e in doc.get("envelope", [])]
+            patterns += [_pattern(p, path.name) for p in doc.get("pattern", [])]
+            keep += doc.get("prefilter", {}).get("keep", [])
+    ids = [p.id for p in patterns] + [e.id for e in envelopes]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise CatalogError(f"duplicate pattern ids: {dupes}")
+    return Catalog(tuple(patterns), tuple(envelopes), tuple(keep))

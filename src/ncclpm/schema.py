@@ -1,0 +1,159 @@
+"""Declared schemas of the tables ncclpm builds, and the closed vocabularies they use.
+
+Every table a rule can read is listed in `TABLES` with its polars schema, so an empty table still has
+the right columns and a rule never has to guess a dtype.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import polars as pl
+
+
+class Category(StrEnum):
+    """Root-cause categories (stable ids used in the JSON output)."""
+
+    SLOW_RANK_WORK = "slow_rank_work"
+    DATALOADER_HANG = "dataloader_hang"
+    NVML_DRIVER_FAILURE = "nvml_driver_failure"
+    MISMATCHED_COLLECTIVES = "mismatched_collectives"
+    RANK_CRASH = "rank_crash"
+    CUDA_OOM = "cuda_oom"
+    TIMEOUT_TOO_SHORT = "timeout_too_short"
+    NETWORK_TRANSPORT = "network_transport"
+    SHM_P2P_TOPOLOGY = "shm_p2p_topology"
+    INIT_RENDEZVOUS = "init_rendezvous"
+    CONFIG_VERSION = "config_version"
+    SYMPTOM = "symptom"
+    UNKNOWN = "unknown"
+
+
+LEVELS = ["F", "E", "W", "I", "V", "C"]
+
+# Fields a catalog pattern may extract into the `events` table, with their dtype. A catalog that names a
+# field not listed here fails the catalog lint.
+EVENT_FIELDS: dict[str, pl.DataType] = {
+    "pg": pl.String(),
+    "pg_desc": pl.String(),
+    "seq": pl.Int64(),
+    "op": pl.String(),
+    "numel_in": pl.Int64(),
+    "numel_out": pl.Int64(),
+    "timeout_ms": pl.Int64(),
+    "ran_ms": pl.Int64(),
+    "last_enqueued": pl.Int64(),
+    "last_completed": pl.Int64(),
+    "exit_code": pl.Int64(),
+    "signal": pl.String(),
+    "pid": pl.Int64(),
+    "local_rank": pl.Int64(),
+    "peer": pl.String(),
+    "error_type": pl.String(),
+    "detail": pl.String(),
+    "count": pl.Int64(),
+    "expected": pl.Int64(),
+    "nranks": pl.Int64(),
+    "cuda_dev": pl.Int64(),
+    "bus_id": pl.String(),
+    "comm_id": pl.String(),
+    "version": pl.String(),
+    "xid": pl.Int64(),
+    "pci": pl.String(),
+    "var": pl.String(),
+    "value": pl.String(),
+    "subject_rank": pl.Int64(),
+}
+
+DTYPE_NAMES: dict[str, pl.DataType] = {
+    "str": pl.String(),
+    "i64": pl.Int64(),
+    "u64": pl.Int64(),  # stored signed: -1 is a real value ("nothing completed yet")
+    "f64": pl.Float64(),
+}
+
+LINES_SCHEMA = pl.Schema(
+    {
+        "source": pl.String(),
+        "line": pl.Int64(),
+        "rank": pl.Int32(),
+        "host": pl.String(),
+        "pid": pl.Int64(),
+        "ts": pl.Datetime("us"),
+        "level": pl.String(),
+        "message": pl.String(),
+    }
+)
+
+EVENTS_SCHEMA = pl.Schema(
+    {
+        "source": pl.String(),
+        "line": pl.Int64(),
+        "rank": pl.Int32(),
+        "host": pl.String(),
+        "ts": pl.Datetime("us"),
+        "level": pl.String(),
+        "event": pl.String(),
+        "kind": pl.String(),
+        "severity": pl.String(),
+        "text": pl.String(),
+        **EVENT_FIELDS,
+    }
+)
+
+TRACEBACKS_SCHEMA = pl.Schema(
+    {
+        "source": pl.String(),
+        "line": pl.Int64(),
+        "end_line": pl.Int64(),
+        "rank": pl.Int32(),
+        "ts": pl.Datetime("us"),
+        "error_type": pl.String(),
+        "detail": pl.String(),
+        "frames": pl.List(pl.String()),
+    }
+)
+
+ELASTIC_SCHEMA = pl.Schema(
+    {
+        "source": pl.String(),
+        "line": pl.Int64(),
+        "rank": pl.Int32(),
+        "local_rank": pl.Int64(),
+        "host": pl.String(),
+        "ts": pl.Datetime("us"),
+        "exit_code": pl.Int64(),
+        "signal": pl.String(),
+        "pid": pl.Int64(),
+        "root_cause": pl.Boolean(),
+        "error_file": pl.String(),
+        "detail": pl.String(),
+    }
+)
+
+RANKS_SCHEMA = pl.Schema(
+    {
+        "rank": pl.Int32(),
+        "host": pl.String(),
+        "pid": pl.Int64(),
+        "n_events": pl.UInt32(),
+        "timed_out": pl.Boolean(),
+        "timeout_op": pl.String(),
+        "timeout_seq": pl.Int64(),
+        "last_enqueued": pl.Int64(),
+        "last_completed": pl.Int64(),
+        "first_error_ts": pl.Datetime("us"),
+        "first_error": pl.String(),
+        "first_error_ref": pl.String(),
+        "exit_code": pl.Int64(),
+        "signal": pl.String(),
+        "last_activity_ts": pl.Datetime("us"),
+        "last_activity": pl.String(),
+        "last_activity_ref": pl.String(),
+    }
+)
+
+
+def empty(schema: pl.Schema) -> pl.DataFrame:
+    """An empty frame with `schema` (so rules can query absent tables uniformly)."""
+    return pl.DataFrame(schema=schema)

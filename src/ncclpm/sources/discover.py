@@ -1,0 +1,160 @@
+"""Turn what the user pointed at (a folder, files, archives, or stdin) into one `Job` of sources.
+
+Folders are walked recursively without following symlinks (no loops, nothing outside the tree); FIFOs,
+devices and unreadable files are skipped with a warning. Archives are read in memory member by member
+(`archives.py`). Every source is classified by its content: flight-recorder dump, torchelastic error file,
+text log, or binary junk. Nothing is written anywhere.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import stat
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ncclpm.sources import archives
+
+HEAD_BYTES = 65536
+MAX_TEXT_BYTES = 16 * 1024**3  # a decompressed .gz log larger than this is refused (gzip bomb)
+
+
+@dataclass(frozen=True)
+class Source:
+    """One input file: on disk (`path`) or in memory (`data`, from an archive or stdin)."""
+
+    name: str
+    kind: str  # "text" | "fr" | "errorfile"
+    path: Path | None = None
+    data: bytes | None = None
+
+    def read_bytes(self) -> bytes:
+        if self.data is not None:
+            return self.data
+        assert self.path is not None
+        raw = self.path.read_bytes()
+        return archives.read_gzip_bounded(raw, MAX_TEXT_BYTES) if raw[:2] == b"\x1f\x8b" else raw
+
+
+@dataclass
+class Job:
+    """All sources of one failed job, plus the warnings met while collecting them."""
+
+    name: str
+    sources: list[Source] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def of_kind(self, kind: str) -> list[Source]:
+        return [s for s in self.sources if s.kind == kind]
+
+
+def looks_binary(head: bytes) -> bool:
+    """True for content that is not text: many NULs/control bytes (a stray NUL in a log is fine)."""
+    if not head:
+        return False
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return False  # UTF-16 text with a BOM
+    sample = head[:8192]
+    control = sum(1 for b in sample if b < 9 or 13 < b < 32)
+    return control > max(8, len(sample) // 10)
+
+
+def _looks_like_error_file(name: str, head: bytes) -> bool:
+    return name.endswith(".json") and b'"message"' in head[:4096] and b"{" in head[:16]
+
+
+def classify(name: str, head: bytes) -> str | None:
+    """Kind of a source from its name and first bytes; None = not something ncclpm reads."""
+    from ncclpm.ingest.flight_recorder import looks_like_fr_dump
+
+    if looks_like_fr_dump(name, head):
+        return "fr"
+    if _looks_like_error_file(name, head):
+        return "errorfile"
+    if looks_binary(head):
+        return None
+    return "text"
+
+
+def _head_of_file(path: Path) -> bytes:
+    with path.open("rb") as fh:
+        head = fh.read(HEAD_BYTES)
+    if head[:2] == b"\x1f\x8b":
+        try:
+            with gzip.open(path, "rb") as gz:
+                return gz.read(HEAD_BYTES)
+        except (OSError, EOFError) as exc:
+            raise OSError(f"corrupt gzip: {exc}") from exc
+    return head
+
+
+def _walk(root: Path, job: Job) -> Iterator[Path]:
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False, onerror=None):
+        dirnames.sort()
+        for dname in list(dirnames):
+            if (Path(dirpath) / dname).is_symlink():
+                job.warnings.append(f"{Path(dirpath, dname)}: symlinked folder not followed")
+                dirnames.remove(dname)
+        for fname in sorted(filenames):
+            path = Path(dirpath) / fname
+            if path.is_symlink() and not path.resolve().is_relative_to(root.resolve()):
+                job.warnings.append(f"{path}: symlink to a file outside the job folder - not followed")
+                continue
+            yield path
+
+
+def _add_file(path: Path, display: str, job: Job) -> None:
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            job.warnings.append(f"{display}: not a regular file (FIFO, device or socket) - skipped")
+            return
+        with path.open("rb") as fh:
+            raw_head = fh.read(HEAD_BYTES)
+        outer = archives.archive_kind(display, raw_head)
+        if outer not in (None, "gz"):
+            _add_archive(path.read_bytes(), display, job)
+            return
+        head = _head_of_file(path)
+    except OSError as exc:
+        job.warnings.append(f"{display}: cannot be read ({exc.strerror or exc}) - skipped")
+        return
+    _add_classified(display, head, job, path=path)
+
+
+def _add_classified(display: str, head: bytes, job: Job, path: Path | None = None,
+                    data: bytes | None = None) -> None:
+    if not head:
+        job.warnings.append(f"{display}: empty file")
+        return
+    kind = classify(display, head)
+    if kind is None:
+        job.warnings.append(f"{display}: binary content, not a log or a flight-recorder dump - skipped")
+        return
+    job.sources.append(Source(display, kind, path=path, data=data))
+
+
+def _add_archive(data: bytes, display: str, job: Job) -> None:
+    for member in archives.iter_archive(data, display, job.warnings):
+        if archives.archive_kind(member.name, member.data[:512]) not in (None, "gz"):
+            continue  # nested archives are expanded by iter_archive itself
+        _add_classified(member.name, member.data[:HEAD_BYTES], job, data=member.data)
+
+
+def collect(paths: Iterable[str | Path], stdin_bytes: bytes | None = None, name: str | None = None) -> Job:
+    """Build a Job from paths (files, folders, archives) and/or text read from stdin."""
+    paths = list(paths)
+    job = Job(name or (str(paths[0]) if paths else "stdin"))
+    if stdin_bytes is not None:
+        _add_classified("<stdin>", stdin_bytes[:HEAD_BYTES], job, data=stdin_bytes)
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            for f in _walk(path, job):
+                _add_file(f, str(f.relative_to(path)), job)
+        elif path.exists() or path.is_symlink():
+            _add_file(path, path.name, job)
+        else:
+            job.warnings.append(f"{p}: no such file or folder")
+    return job
