@@ -1,0 +1,494 @@
+"""Read job archives in memory, member by member, safely against hostile content.
+
+Role: users of a cluster upload whatever their failed job left behind (``.tar``, ``.tar.gz``/``.tgz``,
+``.tar.bz2``, ``.tar.xz``, ``.tar.zst``, ``.zip``, single-file ``.gz``, archives inside archives). This module
+turns such an archive into a stream of :class:`Member` (name + decompressed bytes). Nothing is ever extracted
+or written to disk; links, devices, FIFOs and directories are never followed or read.
+
+Inputs: the archive as ``bytes`` or a ``Path`` (read as a stream), a display name, and a ``warnings`` list.
+Outputs: an iterator of members; every problem becomes a line in ``warnings`` and never an exception
+(only programming errors raise). Members read before a problem are still yielded.
+
+Formats are sniffed by content (magic bytes; tar by its header checksum or ``ustar`` magic); the name is only
+a hint when the content is ambiguous (a gzip whose first block is too short to tell ``gz`` from ``tar.gz``).
+
+Member names: normalised, relative, '/'-separated, prefixed with the archive's display name and ``!/``:
+``job.tar.gz!/logs/rank3.log``; a nested archive adds one more level:
+``job.zip!/node1.tar.gz!/logs/rank3.log``. A ``.gz`` member is decompressed and keeps its own name
+(``job.tar!/rank0.log.gz``); a single-file ``.gz`` yields one member named like the archive. Absolute
+names, drive letters and ``..`` are made relative and resolved lexically inside the archive ("/etc/passwd"
+-> "etc/passwd", "../../escape.log" -> "escape.log"), control characters become "?"; the data is kept
+(it is only a label, nothing is written) and ONE warning per archive lists how many names were changed.
+A name that normalises to nothing is skipped.
+
+Limits (:class:`Limits`) and why:
+- ``max_members``: entries of any type across the whole archive, nested included (tar bomb of tiny
+  members, zip with millions of entries). Reaching it stops everything.
+- ``max_member_bytes``: one member, decompressed; held in memory at once. Over it the member is skipped.
+- ``max_total_bytes``: every decompressed byte processed (tar stream bytes, zip/gz member bytes, nested
+  archives counted both as the member that holds them and as their contents). Reaching it stops everything.
+- ``max_ratio``: decompressed bytes so far / size of the outer archive, checked while streaming once more
+  than ``ratio_min_bytes`` were produced (small archives of zeros are legitimately very compressible).
+  It catches zip/gzip/tar bombs and overlapping-entry zip bombs long before the byte limits. Stops everything.
+- ``max_depth``: the outer archive is depth 0; an archive found inside one at depth d is at depth d + 1
+  and is expanded only if d + 1 <= max_depth (a ``.gz`` member counts as a level too, which also stops
+  gzip quines). Deeper ones are skipped with a warning.
+Declared sizes in headers are never trusted: every read is bounded by the limits as the bytes come.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import lzma
+import os
+import stat
+import struct
+import tarfile
+import zipfile
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+CHUNK = 1 << 20
+SNIFF_BYTES = 65536
+BLOCK = 512
+MAX_EXAMPLES = 5
+
+# Exceptions that mean "this content is bad", raised by the stdlib readers on hostile or damaged input.
+BAD_CONTENT: tuple[type[BaseException], ...] = (
+    tarfile.TarError, zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, zlib.error,
+    lzma.LZMAError, struct.error, ValueError, NotImplementedError, RuntimeError, UnicodeError,
+    OverflowError, MemoryError,
+)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds applied while reading one archive (see the module docstring for why)."""
+
+    max_members: int = 100_000
+    max_member_bytes: int = 2 * 1024**3
+    max_total_bytes: int = 8 * 1024**3
+    max_ratio: float = 200.0
+    max_depth: int = 2
+    ratio_min_bytes: int = 16 * 1024**2  # max_ratio applies only past this many decompressed bytes
+
+
+DEFAULT_LIMITS = Limits()
+
+
+@dataclass(frozen=True)
+class Member:
+    """One regular file of an archive: ``name`` like ``job.tar.gz!/logs/rank3.log``, ``data`` decompressed."""
+
+    name: str
+    data: bytes
+
+
+class _LimitHit(Exception):
+    """An archive-wide limit was reached: stop reading everything."""
+
+
+class _TooBig(Exception):
+    """One member is larger than max_member_bytes: skip it."""
+
+
+class _NeedsZstd(Exception):
+    """The zstandard package is not installed."""
+
+
+# ----------------------------------------------------------------------------------------------- sniffing
+
+
+def _tar_checksum_ok(block: bytes) -> bool:
+    if len(block) < BLOCK:
+        return False
+    field = block[148:156].split(b"\0", 1)[0].strip()
+    try:
+        stored = int(field, 8)
+    except ValueError:
+        return False
+    rest = block[:148] + b" " * 8 + block[156:BLOCK]
+    return stored in (sum(rest), sum(struct.unpack("512b", rest)))
+
+
+def _is_tar_block(block: bytes) -> bool:
+    return block[257:262] == b"ustar" or _tar_checksum_ok(block)
+
+
+def _sniff_gzip(name: str, head: bytes) -> str:
+    dec = zlib.decompressobj(31)
+    try:
+        out = dec.decompress(head, BLOCK)
+    except zlib.error:
+        return "gz"
+    if len(out) >= BLOCK or (len(out) >= 262 and out[257:262] == b"ustar"):
+        return "tar.gz" if _is_tar_block(out) else "gz"
+    if dec.eof:
+        return "gz"
+    return "tar.gz" if name.lower().endswith((".tar.gz", ".tgz")) else "gz"
+
+
+def archive_kind(name: str, head: bytes) -> str | None:
+    """Kind of archive from its first bytes (magic numbers); the name is only a hint for ambiguous gzip.
+
+    Returns "tar" | "tar.gz" | "tar.bz2" | "tar.xz" | "tar.zst" | "zip" | "gz", or None for anything else.
+    bz2/xz/zstd content is always taken as a compressed tar (single-file .bz2/.xz/.zst logs are not read).
+    """
+    if head[:2] == b"\x1f\x8b":
+        return _sniff_gzip(name, head)
+    if head[:4] in (b"PK\x03\x04", b"PK\x05\x06", b"PK\x07\x08"):
+        return "zip"
+    if head[:4] == b"\x28\xb5\x2f\xfd":
+        return "tar.zst"
+    if head[:6] == b"\xfd7zXZ\x00":
+        return "tar.xz"
+    if head[:3] == b"BZh" and head[4:10] in (b"1AY&SY", b"\x17rE8P\x90"):
+        return "tar.bz2"
+    if _is_tar_block(head[:BLOCK]):
+        return "tar"
+    return None
+
+
+# ------------------------------------------------------------------------------------------ gzip helper
+
+
+def _read_bounded(fh: IO[bytes], limit: int, charge: Callable[[int], None] | None = None) -> bytes:
+    """Read all of ``fh`` in chunks; raise _TooBig past ``limit`` bytes (at most limit + CHUNK are read)."""
+    parts: list[bytes] = []
+    size = 0
+    while chunk := fh.read(CHUNK):
+        size += len(chunk)
+        if charge is not None:
+            charge(len(chunk))
+        if size > limit:
+            raise _TooBig(size)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def read_gzip_bounded(data: bytes, limit: int) -> bytes:
+    """Decompress gzip ``data`` (several concatenated members allowed), refusing more than ``limit`` bytes.
+
+    Raises ValueError naming the limit when the content is larger, and OSError (gzip.BadGzipFile) when the
+    data is not gzip, is corrupt or is truncated.
+    """
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb") as gz:
+            return _read_bounded(gz, limit)
+    except _TooBig:
+        raise ValueError(f"gzip content is larger than the limit of {limit} bytes (gzip bomb?)") from None
+    except (EOFError, zlib.error) as exc:
+        raise gzip.BadGzipFile(f"corrupt or truncated gzip data: {exc}") from exc
+
+
+# ------------------------------------------------------------------------------------- budget and report
+
+
+class _Budget:
+    """Archive-wide counters shared by the outer archive and everything nested in it."""
+
+    def __init__(self, limits: Limits, compressed_size: int) -> None:
+        self.limits = limits
+        self.compressed = max(compressed_size, 1)
+        self.total = 0
+        self.members = 0
+        self.current = "(archive header)"
+
+    def charge(self, n: int) -> None:
+        self.total += n
+        lim = self.limits
+        if self.total > lim.max_total_bytes:
+            raise _LimitHit(f"more than max_total_bytes={lim.max_total_bytes} decompressed")
+        ratio = self.total / self.compressed
+        if self.total > lim.ratio_min_bytes and ratio > lim.max_ratio:
+            raise _LimitHit(f"decompressed/compressed ratio over max_ratio={lim.max_ratio:g} "
+                            f"({self.total} bytes from {self.compressed}) - decompression bomb?")
+
+    def count_member(self) -> None:
+        self.members += 1
+        if self.members > self.limits.max_members:
+            raise _LimitHit(f"more than max_members={self.limits.max_members} entries (tar/zip bomb?)")
+
+
+class _Metered:
+    """Readable wrapper that charges every byte it returns to the budget."""
+
+    def __init__(self, raw: IO[bytes], budget: _Budget) -> None:
+        self._raw = raw
+        self._budget = budget
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            return _read_bounded(self, self._budget.limits.max_total_bytes)
+        data = self._raw.read(n)
+        self._budget.charge(len(data))
+        return data
+
+
+@dataclass
+class _Ctx:
+    warnings: list[str]
+    limits: Limits
+    budget: _Budget
+
+
+class _Scan:
+    """What was skipped or renamed in one archive; reported as a few summary warnings at its end."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.special: Counter[str] = Counter()
+        self.renamed: list[tuple[str, str]] = []
+        self.skipped: dict[str, list[str]] = {}
+
+    def member_name(self, raw: str) -> str | None:
+        safe, changed = _safe_name(raw)
+        if changed:
+            self.renamed.append((raw, safe))
+        return f"{self.name}!/{safe}" if safe else None
+
+    def skip(self, member: str, reason: str) -> None:
+        self.skipped.setdefault(reason, []).append(member)
+
+    def flush(self, warnings: list[str]) -> None:
+        if self.special:
+            counts = ", ".join(f"{n} {kind}" for kind, n in sorted(self.special.items()))
+            warnings.append(f"{self.name}: skipped {counts} - links and special files are never "
+                            "followed or read")
+        if self.renamed:
+            raw, safe = self.renamed[0]
+            warnings.append(f"{self.name}: {len(self.renamed)} member name(s) were absolute, had '..' or "
+                            f"control characters - made relative (e.g. {raw!r} -> {safe or '(skipped)'!r})")
+        for reason, names in self.skipped.items():
+            shown = ", ".join(repr(n) for n in names[:MAX_EXAMPLES])
+            more = f" (+{len(names) - MAX_EXAMPLES} more)" if len(names) > MAX_EXAMPLES else ""
+            warnings.append(f"{self.name}: {len(names)} member(s) skipped - {reason}: {shown}{more}")
+        self.special.clear()
+        self.renamed.clear()
+        self.skipped.clear()
+
+
+def _safe_name(raw: str) -> tuple[str, bool]:
+    """Relative '/'-separated name with '..' resolved inside the archive; True if it had to change."""
+    text = "".join("?" if ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) <= 0xDFFF else c for c in raw)
+    text = text.replace("\\", "/")
+    changed = text != raw.replace("\\", "/") or text.startswith("/")
+    if len(text) >= 2 and text[1] == ":" and text[0].isalpha():
+        text, changed = text[2:], True
+    parts: list[str] = []
+    for part in text.split("/"):
+        if part == "..":
+            changed = True
+            if parts:
+                parts.pop()
+        elif part not in ("", "."):
+            parts.append(part)
+    return "/".join(parts), changed
+
+
+# ---------------------------------------------------------------------------------------- the readers
+
+
+def _emit(name: str, data: bytes, scan: _Scan, ctx: _Ctx, depth: int) -> Iterator[Member]:
+    """Yield one member, or expand it when its content is itself an archive (bounded by max_depth)."""
+    kind = archive_kind(name, data[:SNIFF_BYTES])
+    if kind is None:
+        yield Member(name, data)
+        return
+    if depth + 1 > ctx.limits.max_depth:
+        scan.skip(name, f"nested archive ({kind}) deeper than max_depth={ctx.limits.max_depth}")
+        return
+    yield from _iter_kind(io.BytesIO(data), name, kind, ctx, depth + 1)
+
+
+def _decompressor(fh: IO[bytes], kind: str) -> IO[bytes]:
+    if kind == "tar.gz":
+        return gzip.GzipFile(fileobj=fh, mode="rb")
+    if kind == "tar.bz2":
+        return bz2.BZ2File(fh)
+    if kind == "tar.xz":
+        return lzma.LZMAFile(fh)
+    if kind == "tar.zst":
+        try:
+            import zstandard
+        except ImportError:
+            raise _NeedsZstd from None
+        return zstandard.ZstdDecompressor().stream_reader(fh, read_across_frames=True)  # type: ignore[return-value]
+    return fh
+
+
+def _special_kind(info: tarfile.TarInfo) -> str:
+    if info.issym() or info.islnk():
+        return "symlink(s)" if info.issym() else "hard link(s)"
+    if info.ischr() or info.isblk():
+        return "device file(s)"
+    return "FIFO(s)" if info.isfifo() else "other special entry(ies)"
+
+
+def _tar_member(tf: tarfile.TarFile, info: tarfile.TarInfo, scan: _Scan, ctx: _Ctx,
+                depth: int) -> Iterator[Member]:
+    if info.isdir():
+        return
+    if not info.isreg():
+        scan.special[_special_kind(info)] += 1
+        return
+    name = scan.member_name(info.name)
+    if name is None:
+        return
+    ctx.budget.current = name
+    if info.size > ctx.limits.max_member_bytes:
+        scan.skip(name, f"larger than max_member_bytes={ctx.limits.max_member_bytes}")
+        return
+    fobj = tf.extractfile(info)
+    data = fobj.read() if fobj is not None else b""
+    yield from _emit(name, data, scan, ctx, depth)
+
+
+def _check_tar_end(tf: tarfile.TarFile, scan: _Scan, warnings: list[str]) -> None:
+    """A complete tar ends with two zero blocks; tarfile silently stops at a truncated or bad header."""
+    rest = tf.fileobj.read(SNIFF_BYTES) if tf.fileobj is not None else b""
+    if len(rest) < BLOCK:
+        warnings.append(f"{scan.name}: truncated - it ends {tf.offset} bytes in without its end-of-archive "
+                        "marker; members read before were kept")
+    elif rest.count(0) != len(rest):
+        warnings.append(f"{scan.name}: unreadable tar header or data after the end-of-archive marker at "
+                        f"offset {tf.offset} - the rest is ignored")
+
+
+def _iter_tar(fh: IO[bytes], kind: str, scan: _Scan, ctx: _Ctx, depth: int) -> Iterator[Member]:
+    stream = _Metered(_decompressor(fh, kind), ctx.budget)
+    try:
+        tf = tarfile.open(fileobj=stream, mode="r|")  # type: ignore[call-overload]  # noqa: SIM115
+    except tarfile.ReadError as exc:
+        what = "tar archive" if kind == "tar" else f"tar archive inside the {kind[4:]} compression"
+        ctx.warnings.append(f"{scan.name}: not a readable {what} ({exc}) - skipped")
+        return
+    with tf:
+        for info in tf:
+            ctx.budget.count_member()
+            yield from _tar_member(tf, info, scan, ctx, depth)
+        _check_tar_end(tf, scan, ctx.warnings)
+
+
+def _zip_special(mode: int) -> str | None:
+    if not mode or stat.S_ISREG(mode):
+        return None
+    if stat.S_ISLNK(mode):
+        return "symlink(s)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device file(s)"
+    return "FIFO(s)" if stat.S_ISFIFO(mode) else "other special entry(ies)"
+
+
+def _zip_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, scan: _Scan, ctx: _Ctx,
+                depth: int) -> Iterator[Member]:
+    mode = info.external_attr >> 16
+    if info.is_dir() or stat.S_ISDIR(mode):
+        return
+    special = _zip_special(mode)
+    if special is not None:
+        scan.special[special] += 1
+        return
+    name = scan.member_name(info.filename)
+    if name is None:
+        return
+    ctx.budget.current = name
+    if info.flag_bits & 0x1:
+        scan.skip(name, "encrypted")
+        return
+    try:
+        with zf.open(info) as member:
+            data = _read_bounded(member, ctx.limits.max_member_bytes, ctx.budget.charge)
+    except _TooBig:
+        scan.skip(name, f"larger than max_member_bytes={ctx.limits.max_member_bytes}")
+        return
+    except BAD_CONTENT as exc:
+        scan.skip(name, f"unreadable ({type(exc).__name__}: {exc})")
+        return
+    yield from _emit(name, data, scan, ctx, depth)
+
+
+def _iter_zip(fh: IO[bytes], scan: _Scan, ctx: _Ctx, depth: int) -> Iterator[Member]:
+    with zipfile.ZipFile(fh) as zf:
+        for info in zf.infolist():
+            ctx.budget.count_member()
+            yield from _zip_member(zf, info, scan, ctx, depth)
+
+
+def _iter_gz(fh: IO[bytes], scan: _Scan, ctx: _Ctx, depth: int) -> Iterator[Member]:
+    ctx.budget.current = scan.name
+    ctx.budget.count_member()
+    try:
+        with gzip.GzipFile(fileobj=fh, mode="rb") as gz:
+            data = _read_bounded(gz, ctx.limits.max_member_bytes, ctx.budget.charge)
+    except _TooBig:
+        scan.skip(scan.name, f"decompresses to more than max_member_bytes={ctx.limits.max_member_bytes}")
+        return
+    yield from _emit(scan.name, data, scan, ctx, depth)
+
+
+def _read_kind(fh: IO[bytes], kind: str, scan: _Scan, ctx: _Ctx, depth: int) -> Iterator[Member]:
+    if kind == "zip":
+        return _iter_zip(fh, scan, ctx, depth)
+    if kind == "gz":
+        return _iter_gz(fh, scan, ctx, depth)
+    return _iter_tar(fh, kind, scan, ctx, depth)
+
+
+def _iter_kind(fh: IO[bytes], name: str, kind: str, ctx: _Ctx, depth: int) -> Iterator[Member]:
+    """Read one (possibly nested) archive; damage stops only this archive, limits stop everything."""
+    scan = _Scan(name)
+    try:
+        yield from _read_kind(fh, kind, scan, ctx, depth)
+    except _LimitHit:
+        scan.flush(ctx.warnings)
+        raise
+    except _NeedsZstd:
+        ctx.warnings.append(f"{name}: a .tar.zst archive needs the 'zstandard' package "
+                            "(pip install zstandard) - skipped")
+    except BAD_CONTENT as exc:
+        ctx.warnings.append(f"{name}: damaged or truncated {kind} archive while reading "
+                            f"{ctx.budget.current!r} ({type(exc).__name__}: {exc}) - members read before "
+                            "were kept, the rest is skipped")
+    scan.flush(ctx.warnings)
+
+
+def _open(data_or_path: bytes | Path) -> tuple[IO[bytes], int]:
+    if isinstance(data_or_path, bytes | bytearray | memoryview):
+        raw = bytes(data_or_path)
+        return io.BytesIO(raw), len(raw)
+    fh = Path(data_or_path).open("rb")  # noqa: SIM115 - closed by iter_archive
+    return fh, os.fstat(fh.fileno()).st_size
+
+
+def iter_archive(data_or_path: bytes | Path, display_name: str, warnings: list[str],
+                 limits: Limits = DEFAULT_LIMITS, depth: int = 0) -> Iterator[Member]:
+    """Yield the regular files of an archive (nested archives expanded), never raising for bad content.
+
+    Problems are appended to ``warnings``, each naming the archive, the member and the limit involved.
+    """
+    try:
+        fh, size = _open(data_or_path)
+    except OSError as exc:
+        warnings.append(f"{display_name}: cannot be read ({exc.strerror or exc}) - skipped")
+        return
+    with fh:
+        ctx = _Ctx(warnings, limits, _Budget(limits, size))
+        head = fh.read(SNIFF_BYTES)
+        fh.seek(0)
+        kind = archive_kind(display_name, head)
+        if kind is None:
+            warnings.append(f"{display_name}: not a recognised archive "
+                            "(tar, tar.gz/bz2/xz/zst, zip, gz) - skipped")
+            return
+        try:
+            yield from _iter_kind(fh, display_name, kind, ctx, depth)
+        except _LimitHit as hit:
+            warnings.append(f"{display_name}: stopped while reading {ctx.budget.current!r}: {hit} - "
+                            "members read before were kept")
