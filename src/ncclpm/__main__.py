@@ -1,0 +1,3 @@
+from ncclpm.cli import main
+
+main()

@@ -1,0 +1,32 @@
+"""Library entry points: build the tables of a job and diagnose it. The CLI is a thin layer over these."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import lru_cache
+from pathlib import Path
+
+from ncclpm.diagnosis import Diagnosis
+from ncclpm.engine import diagnose_tables
+from ncclpm.ingest.catalog import Catalog, load_catalog
+from ncclpm.ingest.tables import Tables, build_tables
+from ncclpm.sources.discover import collect
+
+
+@lru_cache(maxsize=8)
+def catalog(extra_dirs: tuple[Path, ...] = ()) -> Catalog:
+    return load_catalog(extra_dirs)
+
+
+def build(paths: Iterable[str | Path] = (), *, stdin_bytes: bytes | None = None,
+          patterns: tuple[Path, ...] = (), name: str | None = None) -> Tables:
+    """Collect the job's sources and build every table."""
+    job = collect(paths, stdin_bytes=stdin_bytes, name=name)
+    return build_tables(job, catalog(patterns))
+
+
+def diagnose(paths: Iterable[str | Path] = (), *, stdin_bytes: bytes | None = None,
+             patterns: tuple[Path, ...] = (), select: Iterable[str] = (), ignore: Iterable[str] = (),
+             name: str | None = None) -> Diagnosis:
+    """Diagnose one job: a folder, files, an archive, and/or pasted text."""
+    return diagnose_tables(build(paths, stdin_bytes=stdin_bytes, patterns=patterns, name=name), select, ignore)

@@ -1,0 +1,139 @@
+"""Command line: `ncclpm diagnose`, `rules`, `explain`, `tables`, `catalog check`.
+
+Data goes to stdout (or `-o FILE`), diagnostics to stderr. Exit codes: 0 diagnosed, 1 a `--fail-on` threshold
+was met, 2 usage or input error (nothing readable, an output file that exists without `--force`).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ncclpm import __version__
+from ncclpm.render import RENDERERS, render
+from ncclpm.rules.base import band
+
+EXIT_OK, EXIT_FAIL_ON, EXIT_INPUT = 0, 1, 2
+BANDS = ("possible", "likely", "conclusive")
+
+
+def _write(text: str, output: Path | None, force: bool) -> None:
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    if output.exists() and not force:
+        raise click.UsageError(f"{output} exists; use --force to overwrite it")
+    output.write_text(text, encoding="utf-8")
+    click.echo(f"wrote {output}", err=True)
+
+
+def _read_stdin() -> bytes:
+    return sys.stdin.buffer.read()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "NCCLPM"})
+@click.version_option(__version__, prog_name="ncclpm")
+def main() -> None:
+    """Find the rank and the reason behind a failed PyTorch distributed job."""
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("-f", "--format", "fmt", type=click.Choice(sorted(RENDERERS)), default="md", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the report here.")
+@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
+@click.option("--select", multiple=True, help="Only these rules (ids or names).")
+@click.option("--ignore", multiple=True, help="Skip these rules (ids or names).")
+@click.option("--patterns", multiple=True, type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="Extra folder of TOML pattern catalogs.")
+@click.option("--fail-on", type=click.Choice(BANDS), help="Exit 1 when a root cause of at least this band is found.")
+@click.option("--name", help="Job name shown in the report.")
+def diagnose(paths: tuple[str, ...], fmt: str, output: Path | None, force: bool, select: tuple[str, ...],
+             ignore: tuple[str, ...], patterns: tuple[Path, ...], fail_on: str | None, name: str | None) -> None:
+    """Diagnose one job: PATHS are a log folder, files, archives, or `-` for pasted text on stdin."""
+    from ncclpm.api import diagnose as run
+
+    stdin = _read_stdin() if "-" in paths else None
+    files = [p for p in paths if p != "-"]
+    if output is not None and output.exists() and not force:
+        raise click.UsageError(f"{output} exists; use --force to overwrite it")
+    d = run(files, stdin_bytes=stdin, patterns=patterns, select=select, ignore=ignore,
+            name=name or ("pasted text" if stdin is not None and not files else None))
+    for w in d.warnings:
+        click.echo(f"ncclpm: warning: {w}", err=True)
+    if d.n_sources == 0:
+        click.echo("ncclpm: error: nothing readable in the input (see warnings above)", err=True)
+        _write(render(d, fmt), output, force)
+        sys.exit(EXIT_INPUT)
+    _write(render(d, fmt), output, force)
+    if fail_on and d.category not in ("unknown",) and BANDS.index(band(d.confidence)) >= BANDS.index(fail_on):
+        sys.exit(EXIT_FAIL_ON)
+
+
+@main.command("rules")
+def list_rules() -> None:
+    """List the rules."""
+    from ncclpm.rules import ALL_RULES
+
+    for r in ALL_RULES:
+        title = r.doc().splitlines()[0] if r.doc() else ""
+        click.echo(f"{r.id}  {r.name:<34} {r.category!s:<22} {title}")
+
+
+@main.command()
+@click.argument("rule")
+def explain(rule: str) -> None:
+    """Explain a rule: what it detects, why it matters, an example, the fix."""
+    from ncclpm.rules import by_id
+
+    try:
+        r = by_id(rule)
+    except KeyError:
+        raise click.UsageError(f"no rule {rule!r}; see `ncclpm rules`") from None
+    click.echo(f"# {r.id} {r.name} ({r.category})\n\n{r.doc()}")
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("-t", "--table", "name", default="events", show_default=True, help="Table to export.")
+@click.option("-f", "--format", "fmt", type=click.Choice(["csv", "ndjson", "parquet"]), default="csv")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--force", is_flag=True)
+def tables(paths: tuple[str, ...], name: str, fmt: str, output: Path | None, force: bool) -> None:
+    """Export one parsed table (events, lines, ranks, tracebacks, elastic, fr_entries, ...)."""
+    from ncclpm.api import build
+    from ncclpm.export import export_table
+
+    stdin = _read_stdin() if "-" in paths else None
+    t = build([p for p in paths if p != "-"], stdin_bytes=stdin)
+    try:
+        export_table(t, name, fmt, output, force)
+    except (KeyError, FileExistsError) as exc:
+        raise click.UsageError(str(exc.args[0])) from None
+
+
+@main.group()
+def catalog() -> None:
+    """Pattern catalog tools."""
+
+
+@catalog.command("check")
+@click.argument("dirs", nargs=-1, type=click.Path(file_okay=False, exists=True, path_type=Path))
+def catalog_check(dirs: tuple[Path, ...]) -> None:
+    """Validate the shipped catalogs (and DIRS): ids, regexes, fields, examples."""
+    from ncclpm.ingest.catalog import CatalogError, load_catalog
+    from ncclpm.ingest.selftest import run_examples
+
+    try:
+        cat = load_catalog(tuple(dirs))
+    except CatalogError as exc:
+        click.echo(f"catalog error: {exc}", err=True)
+        sys.exit(EXIT_INPUT)
+    problems = run_examples(cat)
+    for p in problems:
+        click.echo(p, err=True)
+    click.echo(f"{len(cat.patterns)} patterns, {len(cat.envelopes)} envelopes: "
+               f"{'OK' if not problems else f'{len(problems)} problem(s)'}")
+    sys.exit(EXIT_INPUT if problems else EXIT_OK)

@@ -1,0 +1,144 @@
+"""Run the rules on a job's tables and turn their findings into one `Diagnosis`.
+
+Each rule runs in isolation: a rule whose tables are absent is recorded as "not evaluated", a rule that
+raises becomes a tool warning and the others still run. The primary finding is the most confident root
+cause (confidence band first, then the rule's specificity, then confidence); findings the primary explains
+(its `explains` ids, or whose culprits are the primary's victims) are folded under it as symptoms; the rest
+are rivals with the reason they lose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import polars as pl
+
+from ncclpm.diagnosis import Diagnosis, Rival
+from ncclpm.ingest.tables import Tables
+from ncclpm.rules import ALL_RULES
+from ncclpm.rules.base import Finding, Rule
+from ncclpm.schema import Category
+
+BAND_ORDER = {"conclusive": 2, "likely": 1, "possible": 0}
+
+
+def select_rules(select: Iterable[str] = (), ignore: Iterable[str] = ()) -> list[type[Rule]]:
+    sel = {s.lower() for s in select}
+    ign = {s.lower() for s in ignore}
+    chosen = []
+    for rule in ALL_RULES:
+        keys = {rule.id.lower(), rule.name}
+        if (sel and not keys & sel and not rule.fallback) or keys & ign:
+            continue
+        chosen.append(rule)
+    return chosen
+
+
+def evaluate(t: Tables, rules: list[type[Rule]]) -> tuple[list[Finding], list[str], list[str]]:
+    findings: list[Finding] = []
+    warnings: list[str] = []
+    skipped: list[str] = []
+    for cls in rules:
+        if cls.fallback:
+            continue
+        missing = [n for n in sorted(cls.needs) if not t.has(n)]
+        if missing:
+            skipped.append(f"{cls.id} {cls.name}: no {', '.join(missing)}")
+            continue
+        try:
+            found = cls().run(t)
+        except Exception as exc:  # a broken rule must not take the diagnosis down with it
+            warnings.append(f"rule {cls.id} ({cls.name}) failed: {type(exc).__name__}: {exc}")
+            continue
+        if found is not None:
+            findings.append(found)
+    return findings, warnings, skipped
+
+
+def _rank_key(f: Finding, priority: dict[str, int]) -> tuple:
+    return (BAND_ORDER[f.band], priority.get(f.rule, 0), f.confidence, f.rule)
+
+
+def _why_not(rival: Finding, primary: Finding) -> str:
+    if rival.band != primary.band:
+        return f"{rival.band} ({rival.confidence:.2f}) against {primary.band} ({primary.confidence:.2f})"
+    return f"same band, but {primary.rule} is more specific about the cause"
+
+
+def choose(findings: list[Finding], rules: list[type[Rule]], t: Tables) -> tuple[Finding, list[Rival], list[Finding]]:
+    priority = {r.id: r.priority for r in rules}
+    roots = sorted((f for f in findings if f.category != Category.SYMPTOM),
+                   key=lambda f: _rank_key(f, priority), reverse=True)
+    fallback = next((r for r in rules if r.fallback), None)
+    if roots:
+        primary = roots[0]
+    elif fallback is not None:
+        primary = fallback().run(t)  # type: ignore[assignment]
+    else:
+        raise ValueError("no rule found anything and the fallback rule was not selected")
+    victims = set(primary.facts.get("victim_ranks", []))
+    symptoms, rivals = [], []
+    for f in findings:
+        if f is primary:
+            continue
+        folded = f.category == Category.SYMPTOM or f.rule in primary.explains or (
+            f.culprit_ranks and set(f.culprit_ranks) <= victims)
+        if folded:
+            symptoms.append(f)
+        else:
+            rivals.append(Rival(f, _why_not(f, primary)))
+    return primary, rivals, symptoms
+
+
+def fr_stall(t: Tables) -> dict | None:
+    """The collective the flight recorder says the job stopped in (when the logs name none)."""
+    fa = t.fr_analysis
+    if fa is None:
+        return None
+    return None
+
+
+def failing_collective(t: Tables) -> dict | None:
+    to = t.events.filter((pl.col("kind") == "collective_timeout") & pl.col("op").is_not_null())
+    if to.is_empty():
+        return fr_stall(t)
+    r = to.sort("ts", "source", "line", nulls_last=True).row(0, named=True)
+    return {k: r[k] for k in ("op", "seq", "numel_in", "numel_out", "timeout_ms", "pg")}
+
+
+def rank_rows(t: Tables, primary: Finding) -> tuple[dict, ...]:
+    culprits = set(primary.culprit_ranks)
+    victims = set(primary.facts.get("victim_ranks", [])) | set(
+        t.events.filter(pl.col("kind") == "collective_timeout")["rank"].drop_nulls().to_list())
+    rows = []
+    for r in t.ranks.iter_rows(named=True):
+        role = "culprit" if r["rank"] in culprits else "waiting" if r["rank"] in victims else ""
+        rows.append({**r, "role": role})
+    return tuple(rows)
+
+
+def versions(t: Tables) -> dict[str, str]:
+    out: dict[str, str] = {}
+    ver = t.events.filter(pl.col("version").is_not_null()).sort("source", "line")
+    for kind, key in (("torch_version", "torch"), ("nccl_error", "nccl"), ("nccl_version", "nccl")):
+        hit = ver.filter(pl.col("kind") == kind)["version"]
+        if hit.len():
+            out[key] = str(hit.mode().sort()[0])
+    if "nccl" not in out and t.fr is not None and not t.fr.dumps.is_empty():
+        libs = t.fr.dumps.filter(pl.col("comm_lib_version").fill_null("") != "")["comm_lib_version"]
+        if libs.len():
+            out["nccl"] = str(libs[0])
+    return out
+
+
+def diagnose_tables(t: Tables, select: Iterable[str] = (), ignore: Iterable[str] = ()) -> Diagnosis:
+    rules = select_rules(select, ignore)
+    findings, warnings, skipped = evaluate(t, rules)
+    primary, rivals, symptoms = choose(findings, rules, t)
+    victims_first = [e for s in symptoms for e in s.evidence[:1]]
+    return Diagnosis(
+        job=t.job_name, primary=primary, rivals=tuple(rivals), symptoms=tuple(symptoms),
+        failing_collective=failing_collective(t), world_size=t.world_size, ranks=rank_rows(t, primary),
+        decisive=tuple(primary.evidence[:4]) + tuple(victims_first[:2]), warnings=tuple(t.warnings) + tuple(warnings),
+        not_evaluated=tuple(skipped), versions=versions(t), n_sources=len(t.sources),
+    )

@@ -1,0 +1,99 @@
+"""Stitch multi-line constructs out of the parsed lines: Python tracebacks and torchrun failure summaries.
+
+Input: the parsed `lines` frame (only prefiltered lines: traceback heads, `File "..."` frames, exception
+lines and the torchrun summary fields are all catalog anchors). Output: `tracebacks` (one row per
+traceback: its exception line and frames) and `elastic` (one row per entry of torchrun's
+`ChildFailedError` summary, with `root_cause` marking the "Root Cause (first observed failure)" entry).
+
+Interleaved consoles are handled by stitching per (source, rank) stream. This runs in Python over the
+few kept lines, not over the log.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from datetime import datetime
+
+import polars as pl
+
+from ncclpm.schema import ELASTIC_SCHEMA, TRACEBACKS_SCHEMA
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+_EXC = re.compile(r"^\s*(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit))(?::\s?(?P<msg>.*))?$")
+_FIELD = re.compile(r"^\s{1,4}(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s?(?P<val>.*)$")
+_RANK = re.compile(r"(?P<rank>-?\d+) \(local_rank: (?P<local>\d+)\)")
+_EXIT = re.compile(r"(?P<code>-?\d+) \(pid: (?P<pid>\d+)\)\s*(?:\((?P<sig>SIG\w+)\))?")
+
+
+def _short_frame(m: re.Match[str]) -> str:
+    return f"{m['func']} ({m['file'].rsplit('/', 1)[-1]}:{m['line']})"
+
+
+def stitch_tracebacks(lines: pl.DataFrame) -> pl.DataFrame:
+    """One row per Python traceback, frames innermost last, keyed to its exception line."""
+    rows: list[dict] = []
+    open_tb: dict[tuple, dict] = {}
+    for r in lines.sort("source", "line").iter_rows(named=True):
+        key = (r["source"], r["rank"])
+        msg = r["message"] or ""
+        if "Traceback (most recent call last)" in msg:
+            open_tb[key] = {"source": r["source"], "line": r["line"], "rank": r["rank"], "ts": r["ts"], "frames": []}
+            continue
+        tb = open_tb.get(key)
+        if tb is None:
+            continue
+        frame = _FRAME.match(msg)
+        if frame:
+            tb["frames"].append(_short_frame(frame))
+            continue
+        exc = _EXC.match(msg)
+        if exc:
+            rows.append({**tb, "end_line": r["line"], "error_type": exc["type"], "detail": exc["msg"],
+                         "ts": tb["ts"] or r["ts"]})
+            del open_tb[key]
+    return pl.DataFrame(rows, schema=TRACEBACKS_SCHEMA) if rows else pl.DataFrame(schema=TRACEBACKS_SCHEMA)
+
+
+def _parse_time(text: str) -> datetime | None:
+    try:
+        return datetime.strptime(text.strip(), "%Y-%m-%d_%H:%M:%S")
+    except ValueError:
+        return None
+
+
+def _apply_field(entry: dict, key: str, val: str) -> None:
+    if key == "time":
+        entry["ts"] = _parse_time(val)
+    elif key == "host":
+        entry["host"] = val.strip()
+    elif key == "rank" and (m := _RANK.search(val)):
+        entry["rank"], entry["local_rank"] = int(m["rank"]), int(m["local"])
+    elif key == "exitcode" and (m := _EXIT.search(val)):
+        entry["exit_code"], entry["pid"], entry["signal"] = int(m["code"]), int(m["pid"]), m["sig"]
+    elif key == "error_file":
+        entry["error_file"] = None if "<N/A>" in val else val.strip()
+    elif key == "traceback":
+        entry["detail"] = val.strip()
+
+
+def parse_elastic_summaries(lines: pl.DataFrame) -> pl.DataFrame:
+    """Entries of torchrun's failure summary (`Failures:` and `Root Cause (first observed failure):`)."""
+    rows: list[dict] = []
+    state: dict[str, dict] = defaultdict(dict)
+    for r in lines.sort("source", "line").iter_rows(named=True):
+        msg, src = r["message"] or "", r["source"]
+        st = state[src]
+        if msg.startswith("Root Cause"):
+            st["root"] = True
+        elif msg.startswith("Failures:"):
+            st["root"] = False
+        elif (m := _FIELD.match(msg)) and "root" in st:
+            if m["key"] == "time":
+                st["entry"] = {"source": src, "line": r["line"], "root_cause": st["root"]}
+                rows.append(st["entry"])
+            if "entry" in st:
+                _apply_field(st["entry"], m["key"], m["val"])
+        elif "entry" in st and (exc := _EXC.match(msg)) and st["entry"].get("detail", "").startswith("Traceback"):
+            st["entry"]["detail"] = f"{exc['type']}: {exc['msg'] or ''}".strip()
+    return pl.DataFrame(rows, schema=ELASTIC_SCHEMA) if rows else pl.DataFrame(schema=ELASTIC_SCHEMA)

@@ -1,0 +1,83 @@
+"""The per-rank table: one row per rank seen anywhere in the job.
+
+For each rank: host and pid, whether it reported a collective timeout (and on which op/seq), the watchdog's
+last enqueued/completed sequence numbers, its first error (time, text, file:line), how it exited
+(torchrun summary), and its last activity line (progress, checkpoint, evaluation...). Built with polars
+group_bys over `lines`, `events` and `elastic`.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ncclpm.schema import RANKS_SCHEMA
+
+ACTIVITY_KINDS = ["activity", "progress"]
+
+
+def _ref(prefix: str = "") -> pl.Expr:
+    return pl.format("{}:{}", pl.col(f"{prefix}source"), pl.col(f"{prefix}line"))
+
+
+def _first_by_time(frame: pl.DataFrame, cols: list[pl.Expr]) -> pl.DataFrame:
+    return (
+        frame.sort(["rank", "ts", "source", "line"], nulls_last=True)
+        .group_by("rank", maintain_order=True)
+        .agg(cols)
+    )
+
+
+def build_ranks(lines: pl.DataFrame, events: pl.DataFrame, elastic: pl.DataFrame, fr_analysis=None) -> pl.DataFrame:
+    ranked = events.filter(pl.col("rank").is_not_null())
+    base = (
+        pl.concat([lines.select("rank"), ranked.select("rank"), elastic.select("rank")])
+        .drop_nulls().unique().sort("rank")
+    )
+    hosts = lines.filter(pl.col("rank").is_not_null()).group_by("rank").agg(
+        pl.col("host").drop_nulls().mode().first().alias("host"), pl.col("pid").drop_nulls().first().alias("pid"),
+    )
+    counts = ranked.group_by("rank").agg(pl.len().cast(pl.UInt32).alias("n_events"))
+    timeouts = _first_by_time(ranked.filter(pl.col("kind") == "collective_timeout"), [
+        pl.lit(True).alias("timed_out"), pl.col("op").first().alias("timeout_op"),
+        pl.col("seq").first().alias("timeout_seq"),
+    ])
+    status = ranked.filter(pl.col("kind") == "watchdog_status").group_by("rank").agg(
+        pl.col("last_enqueued").max(), pl.col("last_completed").max()
+    )
+    errors = _first_by_time(ranked.filter(pl.col("severity") == "error"), [
+        pl.col("ts").first().alias("first_error_ts"), pl.col("text").first().str.slice(0, 300).alias("first_error"),
+        _ref().first().alias("first_error_ref"),
+    ])
+    exits = (
+        elastic.filter(pl.col("rank").is_not_null()).sort("root_cause")
+        .group_by("rank").agg(pl.col("exit_code").last(), pl.col("signal").last())
+    )
+    activity = (
+        ranked.filter(pl.col("kind").is_in(ACTIVITY_KINDS))
+        .sort(["rank", "ts", "source", "line"], nulls_last=False)
+        .group_by("rank", maintain_order=True)
+        .agg(pl.col("ts").last().alias("last_activity_ts"), pl.col("text").last().str.slice(0, 300).alias("last_activity"),
+             _ref().last().alias("last_activity_ref"))
+    )
+    out = base
+    for part in (hosts, counts, timeouts, status, errors, exits, activity):
+        out = out.join(part, on="rank", how="left")
+    out = out.with_columns(pl.col("timed_out").fill_null(False), pl.col("n_events").fill_null(0))
+    return out.select(list(RANKS_SCHEMA.keys())).cast(RANKS_SCHEMA)  # type: ignore[arg-type]
+
+
+def world_size(events: pl.DataFrame, elastic: pl.DataFrame, fr=None) -> int | None:
+    """Best estimate of the job's world size from every hint the logs give."""
+    hints: list[int] = []
+    declared = events.filter(pl.col("kind") == "world_size")["nranks"].drop_nulls()
+    if declared.len():
+        hints.append(int(declared.max()))  # type: ignore[arg-type]
+    expected = events["expected"].drop_nulls()
+    if expected.len():
+        hints.append(int(expected.max()))  # type: ignore[arg-type]
+    ranks = pl.concat([events["rank"].drop_nulls(), elastic["rank"].drop_nulls()])
+    if ranks.len():
+        hints.append(int(ranks.max()) + 1)  # type: ignore[arg-type]
+    if fr is not None and not fr.groups.is_empty():
+        hints.append(int(fr.groups["size"].max()))
+    return max(hints) if hints else None

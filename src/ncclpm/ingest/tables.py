@@ -1,0 +1,98 @@
+"""The one `Tables` object every rule reads, and how it is built from a `Job`.
+
+Tables (schemas in `schema.py`): `lines` (prefiltered, envelope resolved), `events` (typed catalog
+matches + torchelastic error files), `tracebacks`, `elastic` (torchrun failure summary entries), `ranks`
+(one row per rank: what it last did, whether and where it timed out, its first error, how it exited), and,
+when the job holds flight-recorder dumps, `fr` (loaded dumps) and `fr_analysis` (cross-rank matching).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from ncclpm.ingest.catalog import Catalog
+from ncclpm.ingest.errorfiles import read_error_files
+from ncclpm.ingest.extract import extract_events, lines_table, parse_lines
+from ncclpm.ingest.lines import read_kept_lines
+from ncclpm.ingest.multiline import parse_elastic_summaries, stitch_tracebacks
+from ncclpm.ingest.ranks import build_ranks, world_size
+from ncclpm.schema import EVENTS_SCHEMA
+from ncclpm.sources.discover import Job
+
+if TYPE_CHECKING:
+    from ncclpm.analysis.fr_match import FRAnalysis
+    from ncclpm.ingest.flight_recorder import FRLoad
+
+
+@dataclass(frozen=True)
+class Tables:
+    job_name: str
+    lines: pl.DataFrame
+    events: pl.DataFrame
+    tracebacks: pl.DataFrame
+    elastic: pl.DataFrame
+    ranks: pl.DataFrame
+    world_size: int | None
+    sources: tuple[str, ...]
+    warnings: tuple[str, ...]
+    fr: FRLoad | None = None
+    fr_analysis: FRAnalysis | None = None
+    extra: dict[str, pl.DataFrame] = field(default_factory=dict)
+
+    def has(self, name: str) -> bool:
+        """True when the table exists and holds rows (rules declare what they need)."""
+        if name == "fr_entries":
+            return self.fr is not None and not self.fr.entries.is_empty()
+        if name == "fr_analysis":
+            return self.fr_analysis is not None
+        frame = getattr(self, name, None)
+        if frame is None:
+            frame = self.extra.get(name)
+        return isinstance(frame, pl.DataFrame) and not frame.is_empty()
+
+    def kinds(self, *kinds: str) -> pl.DataFrame:
+        """Events of the given kinds."""
+        return self.events.filter(pl.col("kind").is_in(list(kinds)))
+
+
+def _read_dumps(job: Job, warnings: list[str]) -> tuple[FRLoad | None, FRAnalysis | None]:
+    dumps = job.of_kind("fr")
+    if not dumps:
+        return None, None
+    from ncclpm.analysis.fr_match import analyze_fr
+    from ncclpm.ingest.flight_recorder import load_fr_dumps
+
+    items = []
+    for src in dumps:
+        try:
+            items.append((src.name, src.read_bytes()))
+        except (OSError, ValueError) as exc:
+            warnings.append(f"{src.name}: flight-recorder dump unreadable ({exc}) - skipped")
+    fr = load_fr_dumps(items)
+    warnings.extend(fr.warnings)
+    if fr.entries.is_empty():
+        return fr, None
+    return fr, analyze_fr(fr)
+
+
+def build_tables(job: Job, catalog: Catalog) -> Tables:
+    """Read every source of the job once and build all tables."""
+    warnings = list(job.warnings)
+    kept = read_kept_lines(job.of_kind("text"), catalog.anchors, warnings)
+    parsed = parse_lines(kept, catalog)
+    events = pl.concat(
+        [extract_events(parsed, catalog), read_error_files(job.of_kind("errorfile"), warnings)], how="vertical"
+    ).cast(EVENTS_SCHEMA)  # type: ignore[arg-type]
+    lines = lines_table(parsed)
+    elastic = parse_elastic_summaries(parsed)
+    fr, fr_analysis = _read_dumps(job, warnings)
+    if not job.sources:
+        warnings.append("no readable log, error file or flight-recorder dump found")
+    return Tables(
+        job_name=job.name, lines=lines, events=events, tracebacks=stitch_tracebacks(parsed), elastic=elastic,
+        ranks=build_ranks(lines, events, elastic, fr_analysis), world_size=world_size(events, elastic, fr),
+        sources=tuple(s.name for s in job.sources), warnings=tuple(warnings), fr=fr, fr_analysis=fr_analysis,
+    )

@@ -1,0 +1,30 @@
+"""Render a `Diagnosis` in a given format. JSON is `to_dict()`; the others go through Jinja templates."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from ncclpm.diagnosis import Diagnosis
+from ncclpm.render.jinja import render_template
+
+
+def render_json(d: Diagnosis) -> str:
+    return json.dumps(d.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def render_markdown(d: Diagnosis) -> str:
+    return render_template("report.md", d)
+
+
+RENDERERS: dict[str, Callable[[Diagnosis], str]] = {
+    "md": render_markdown,
+    "json": render_json,
+}
+
+
+def render(d: Diagnosis, fmt: str = "md") -> str:
+    try:
+        return RENDERERS[fmt](d)
+    except KeyError:
+        raise ValueError(f"unknown format {fmt!r} (known: {', '.join(sorted(RENDERERS))})") from None

@@ -1,0 +1,37 @@
+"""The rule registry. Every rule module is listed here explicitly (a meta-test checks none is missing)."""
+
+from __future__ import annotations
+
+from ncclpm.rules.base import Rule
+from ncclpm.rules.cuda_oom import CudaOutOfMemory
+from ncclpm.rules.dataloader import DataloaderFailure
+from ncclpm.rules.insufficient import InsufficientEvidence
+from ncclpm.rules.mismatch_logs import CollectivesDisagreeInLogs
+from ncclpm.rules.nvml import NvmlDriverFailure
+from ncclpm.rules.rank_crash import RankDiedFirst
+from ncclpm.rules.rendezvous import ProcessGroupNeverFormed
+from ncclpm.rules.slow_rank import RankBusyOutsideCollectives
+from ncclpm.rules.timeout_short import AllRanksTimedOutTogether
+from ncclpm.rules.timeout_symptom import CollectiveTimeoutSymptom
+
+ALL_RULES: tuple[type[Rule], ...] = (
+    CollectiveTimeoutSymptom,
+    RankDiedFirst,
+    RankBusyOutsideCollectives,
+    DataloaderFailure,
+    NvmlDriverFailure,
+    CollectivesDisagreeInLogs,
+    CudaOutOfMemory,
+    AllRanksTimedOutTogether,
+    ProcessGroupNeverFormed,
+    InsufficientEvidence,
+)
+
+
+def by_id(rule_id: str) -> type[Rule]:
+    """Look a rule up by id (`CR01`) or name (`rank-died-first`), case-insensitively."""
+    key = rule_id.strip().lower()
+    for rule in ALL_RULES:
+        if key in (rule.id.lower(), rule.name):
+            return rule
+    raise KeyError(rule_id)

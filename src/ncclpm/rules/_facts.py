@@ -1,0 +1,64 @@
+"""Cross-rank facts several rules share: who waited (victims), who failed first, what each rank did last.
+
+A *victim* line is one a rank prints because someone else failed: a collective timeout, the watchdog's
+status/teardown, a peer that closed the connection, an aborted communicator, torchrun's SIGTERM. A rank whose
+only errors are victim lines did not cause the failure.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ncclpm.ingest.tables import Tables
+
+VICTIM_KINDS = [
+    "collective_timeout", "watchdog_status", "teardown", "heartbeat_stuck", "peer_closed", "comm_aborted",
+    "agent_signal", "monitored_barrier",
+]
+# Exceptions whose text is itself a symptom of another rank's failure.
+VICTIM_TEXT = (
+    r"Timed out waiting|Connection closed by peer|Connection reset by peer|Watchdog caught collective|"
+    r"communicator was aborted|remote process exited|monitoredBarrier|NCCL communicator encountered error|"
+    r"Broken pipe|SIGTERM|Signal 15"
+)
+
+
+def victim_lines(t: Tables) -> pl.DataFrame:
+    """Events that show a rank waiting on, or torn down because of, another rank."""
+    by_kind = t.events.filter(pl.col("kind").is_in(VICTIM_KINDS))
+    by_text = t.events.filter((pl.col("kind") == "exception") & pl.col("text").str.contains(VICTIM_TEXT))
+    return pl.concat([by_kind, by_text]).filter(pl.col("rank").is_not_null())
+
+
+def victim_ranks(t: Tables) -> set[int]:
+    return set(victim_lines(t)["rank"].to_list())
+
+
+def timeouts(t: Tables) -> pl.DataFrame:
+    return t.events.filter((pl.col("kind") == "collective_timeout") & pl.col("rank").is_not_null())
+
+
+def first_symptom_ts(t: Tables):
+    """Time of the first victim line (None if undated)."""
+    ts = victim_lines(t)["ts"].drop_nulls()
+    return ts.min() if ts.len() else None
+
+
+def known_ranks(t: Tables) -> set[int]:
+    ranks = set(t.ranks["rank"].to_list())
+    if t.world_size:
+        ranks |= set(range(t.world_size))
+    return ranks
+
+
+def same_line(events: pl.DataFrame, kinds: list[str]) -> pl.DataFrame:
+    """(source, line) keys that carry an event of one of `kinds` (to avoid double counting a line)."""
+    return events.filter(pl.col("kind").is_in(kinds)).select("source", "line").unique()
+
+
+def exceptions_not_victim(t: Tables, exclude_kinds: list[str]) -> pl.DataFrame:
+    """Exception lines (logs and error files) that are neither a victim symptom nor another rule's kind."""
+    exc = t.events.filter((pl.col("kind") == "exception") & pl.col("rank").is_not_null())
+    exc = exc.filter(~pl.col("text").str.contains(VICTIM_TEXT))
+    taken = same_line(t.events, [*VICTIM_KINDS, *exclude_kinds])
+    return exc.join(taken, on=["source", "line"], how="anti")

@@ -1,0 +1,125 @@
+"""What a rule is, and what it returns.
+
+A rule is one small class in its own module: metadata (id, name, category, the tables it needs, base
+confidence, which symptom rules it explains) plus two steps - `evidence(tables)`, a polars query whose
+rows are the facts it relies on (zero rows = silent), and `assess(tables, evidence)`, which turns those rows
+into a `Finding` with culprit ranks, a confidence and quotable evidence (file:line). The docstring of a rule
+is its user documentation (`ncclpm explain RULE`), written in fixed sections checked by a meta-test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import polars as pl
+
+from ncclpm.ingest.tables import Tables
+from ncclpm.schema import Category
+
+DOC_SECTIONS = ("## What it detects", "## Why it matters", "## Example", "## How to fix")
+MAX_QUOTE = 400
+
+
+def band(confidence: float) -> str:
+    """Named confidence bands: conclusive ≥ 0.85, likely ≥ 0.6, possible below."""
+    if confidence >= 0.85:
+        return "conclusive"
+    return "likely" if confidence >= 0.6 else "possible"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One quoted line: where it is and what it says."""
+
+    file: str
+    line: int | None
+    text: str
+    rank: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "text": self.text, "rank": self.rank}
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    name: str
+    category: Category
+    confidence: float
+    culprit_ranks: tuple[int, ...]
+    summary: str
+    explanation: str
+    evidence: tuple[Evidence, ...]
+    fixes: tuple[str, ...] = ()
+    dont: tuple[str, ...] = ()
+    verify: tuple[str, ...] = ()
+    explains: tuple[str, ...] = ()
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def band(self) -> str:
+        return band(self.confidence)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule, "name": self.name, "category": str(self.category),
+            "confidence": round(self.confidence, 3), "band": self.band,
+            "culprit_ranks": list(self.culprit_ranks), "summary": self.summary,
+            "explanation": self.explanation, "evidence": [e.to_dict() for e in self.evidence],
+            "fixes": list(self.fixes), "dont": list(self.dont), "verify": list(self.verify),
+            "facts": self.facts,
+        }
+
+
+def quotes(frame: pl.DataFrame, limit: int = 6, text_col: str = "text") -> tuple[Evidence, ...]:
+    """Evidence from rows with source/line/rank/text, de-duplicated, first `limit` rows."""
+    if frame.is_empty():
+        return ()
+    rows = frame.unique(subset=["source", "line"], keep="first", maintain_order=True).head(limit)
+    return tuple(
+        Evidence(r["source"], r["line"], (r[text_col] or "")[:MAX_QUOTE], r.get("rank"))
+        for r in rows.iter_rows(named=True)
+    )
+
+
+def ranks_text(ranks: tuple[int, ...] | list[int]) -> str:
+    ranks = sorted(ranks)
+    if not ranks:
+        return "no rank"
+    if len(ranks) > 8:
+        return f"ranks {', '.join(map(str, ranks[:6]))} … ({len(ranks)} ranks)"
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+class Rule:
+    """Base class: subclasses set the class attributes and implement `evidence` and `assess`."""
+
+    id: ClassVar[str]
+    name: ClassVar[str]
+    category: ClassVar[Category]
+    needs: ClassVar[frozenset[str]] = frozenset({"events"})
+    base_confidence: ClassVar[float] = 0.5
+    explains: ClassVar[tuple[str, ...]] = ()
+    status: ClassVar[str] = "stable"
+    fallback: ClassVar[bool] = False  # run only when no other rule found a root cause
+    priority: ClassVar[int] = 50  # specificity: breaks ties between findings of the same confidence band
+
+    def evidence(self, t: Tables) -> pl.DataFrame:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def run(self, t: Tables) -> Finding | None:
+        ev = self.evidence(t)
+        return None if ev.is_empty() else self.assess(t, ev)
+
+    def finding(self, **kw: Any) -> Finding:
+        kw.setdefault("explains", self.explains)
+        conf = max(0.0, min(1.0, kw.pop("confidence", self.base_confidence)))
+        return Finding(rule=self.id, name=self.name, category=self.category, confidence=conf, **kw)
+
+    @classmethod
+    def doc(cls) -> str:
+        return (cls.__doc__ or "").strip()

@@ -1,0 +1,60 @@
+"""OM01 cuda-out-of-memory."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ncclpm.ingest.tables import Tables
+from ncclpm.rules._facts import victim_ranks
+from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.schema import Category
+
+
+class CudaOutOfMemory(Rule):
+    """A rank ran out of GPU memory; the others then waited for it.
+
+    ## What it detects
+    `torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...` on one or more ranks.
+
+    ## Why it matters
+    The OOM kills (or derails) one rank mid-step; the rest block in the next collective until the timeout.
+    Uneven memory (rank 0 holding extra state, a longer sequence on one rank, evaluation on rank 0 only)
+    is the usual reason only some ranks OOM.
+
+    ## Example
+    `[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.` and
+    `Watchdog caught collective operation timeout` on ranks 0-2.
+
+    ## How to fix
+    Reduce per-rank memory (micro-batch, activation checkpointing, `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`
+    against fragmentation); find what is uneven about the OOM rank (rank-0-only work, longest sequence).
+    """
+
+    id = "OM01"
+    name = "cuda-out-of-memory"
+    category = Category.CUDA_OOM
+    base_confidence = 0.9
+    priority = 90
+    explains = ("CT01", "CR01")
+
+    def evidence(self, t: Tables) -> pl.DataFrame:
+        return t.kinds("cuda_oom").sort("ts", "source", "line", nulls_last=True)
+
+    def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
+        culprits = tuple(sorted(set(ev["rank"].drop_nulls().to_list())))
+        others = victim_ranks(t) - set(culprits)
+        return self.finding(
+            culprit_ranks=culprits,
+            summary=f"{ranks_text(culprits).capitalize() if culprits else 'A rank'} ran out of GPU memory"
+            f"{'; ranks ' + ', '.join(map(str, sorted(others))) + ' then waited for it' if others else ''}.",
+            explanation="An out-of-memory error stops the rank mid-step; the other ranks block in the next "
+            "collective until the process-group timeout.",
+            evidence=quotes(ev),
+            fixes=("Lower the per-rank micro-batch or sequence length, or enable activation checkpointing.",
+                   "Set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` when the message shows a large "
+                   "reserved-but-unallocated amount (fragmentation).",
+                   "Check what is special about the OOM rank (rank-0-only evaluation/logging, longest batch)."),
+            dont=("Do not raise the collective timeout: the rank is dead, waiting longer changes nothing.",),
+            verify=("`torch.cuda.max_memory_allocated()` per rank stays below capacity for a few hundred steps.",),
+            facts={"victim_ranks": sorted(others)},
+        )

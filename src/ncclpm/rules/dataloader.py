@@ -1,0 +1,77 @@
+"""DL01 dataloader-failure."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ncclpm.ingest.tables import Tables
+from ncclpm.rules._facts import victim_ranks
+from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.schema import Category
+
+
+class DataloaderFailure(Rule):
+    """A DataLoader on one rank stopped delivering batches (worker died, timed out, ran out of fds or shm).
+
+    ## What it detects
+    DataLoader errors on a rank: `DataLoader timed out after N seconds`, `DataLoader worker (pid N) is killed
+    by signal: Killed/Bus error`, `exited unexpectedly`, `Unexpected bus error encountered in worker`,
+    `Too many open files` / `received 0 items of ancdata` (file-descriptor exhaustion).
+
+    ## Why it matters
+    The rank whose input pipeline stalls stops issuing collectives; every other rank waits in its next
+    all-reduce until the process-group timeout fires. The timeouts on the healthy ranks are the symptom;
+    this rank is the cause.
+
+    ## Example
+    `[rank1]: RuntimeError: DataLoader worker (pid 30357) is killed by signal: Bus error. It is possible that
+    dataloader's workers are out of shared memory.` while rank 0 reports `Connection closed by peer`.
+
+    ## How to fix
+    Give the DataLoader a `timeout=` well below the process-group timeout so a stuck read fails on the right
+    rank; fix the storage read that hangs; for `Bus error` raise `/dev/shm` (`docker run --shm-size=16g`,
+    Kubernetes `emptyDir: {medium: Memory}`); for `Too many open files` raise `ulimit -n` or call
+    `torch.multiprocessing.set_sharing_strategy("file_system")`; reduce `num_workers` if workers are OOM-killed.
+    """
+
+    id = "DL01"
+    name = "dataloader-failure"
+    category = Category.DATALOADER_HANG
+    base_confidence = 0.8
+    priority = 80
+    explains = ("CT01",)
+
+    def evidence(self, t: Tables) -> pl.DataFrame:
+        return t.kinds("dataloader_error", "fd_exhaustion").sort("ts", "source", "line", nulls_last=True)
+
+    def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
+        culprits = tuple(sorted(set(ev["rank"].drop_nulls().to_list())))
+        others = victim_ranks(t) - set(culprits)
+        conf = self.base_confidence + (0.1 if others else 0.0) - (0.15 if not culprits else 0.0)
+        text = " ".join(ev["text"].to_list()).lower()
+        fixes = ["Set `DataLoader(..., timeout=120)` (well below the process-group timeout) so a stuck worker "
+                 "raises on the rank that owns it instead of hanging the whole job."]
+        if "bus error" in text or "shared memory" in text:
+            fixes.append("Raise the shared-memory limit: `docker run --shm-size=16g` / Kubernetes `emptyDir: "
+                         "{medium: Memory}` on `/dev/shm`; check `df -h /dev/shm` on the node.")
+        if "open files" in text or "ancdata" in text:
+            fixes.append("Raise the file-descriptor limit (`ulimit -n 65536`) or use "
+                         "`torch.multiprocessing.set_sharing_strategy('file_system')`; fewer `num_workers`.")
+        if "killed" in text:
+            fixes.append("A worker was SIGKILLed (usually the kernel OOM killer): lower `num_workers` / "
+                         "`prefetch_factor`, check `dmesg` for `Out of memory: Killed process`.")
+        fixes.append("Find the slow read: `py-spy dump --pid <worker pid>` on the stuck rank shows the frame.")
+        who = ranks_text(culprits) if culprits else "one rank"
+        return self.finding(
+            confidence=conf, culprit_ranks=culprits,
+            summary=f"The DataLoader on {who} failed ({ev['text'][0][:120].strip()}); "
+            f"{'the other ranks waited for it in a collective' if others else 'its rank stopped training'}.",
+            explanation="A rank whose input pipeline stalls stops issuing collectives, so every other rank "
+            "waits in its next all-reduce until the process-group timeout; their timeouts are a symptom.",
+            evidence=quotes(ev), fixes=tuple(fixes),
+            dont=("Do not raise the NCCL/process-group timeout: it only makes the job hang longer.",
+                  "Do not set NCCL_P2P_DISABLE / NCCL_IB_DISABLE: the network is not involved."),
+            verify=("Re-run with the DataLoader timeout set: the failure must now be raised on the same rank, "
+                    "naming the worker.",),
+            facts={"victim_ranks": sorted(others)},
+        )

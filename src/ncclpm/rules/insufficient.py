@@ -1,0 +1,69 @@
+"""IN01 insufficient-evidence."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ncclpm.ingest.tables import Tables
+from ncclpm.rules._facts import known_ranks, victim_lines
+from ncclpm.rules.base import Finding, Rule, quotes
+from ncclpm.schema import Category
+
+
+class InsufficientEvidence(Rule):
+    """Nothing conclusive: the logs show the symptom but not the cause. Says what to collect next.
+
+    ## What it detects
+    The fallback when no other rule explains the failure: it lists which evidence the job folder lacks
+    (logs of some ranks, flight-recorder dumps, NCCL_DEBUG output, stack dumps of the hung ranks).
+
+    ## Why it matters
+    A guess dressed up as a diagnosis sends people to cargo-cult fixes (`NCCL_P2P_DISABLE=1`, an
+    `NCCL_TIMEOUT` that nothing reads). Naming the missing evidence gets the next failure diagnosed.
+
+    ## Example
+    Only rank 0's log, one `Watchdog caught collective operation timeout` line, no dumps.
+
+    ## How to fix
+    Re-run with `TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1` (flight-recorder dumps),
+    `NCCL_DEBUG=INFO` (or `WARN`), per-rank logs (`torchrun --log-dir DIR --tee 3`), and when it hangs
+    `py-spy dump --pid <pid>` on every rank.
+    """
+
+    id = "IN01"
+    name = "insufficient-evidence"
+    category = Category.UNKNOWN
+    base_confidence = 0.2
+    priority = -1
+    fallback = True
+
+    def evidence(self, t: Tables) -> pl.DataFrame:
+        return pl.DataFrame({"job": [t.job_name]})
+
+    def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
+        missing: list[str] = []
+        seen = set(t.ranks["rank"].to_list())
+        absent = sorted(known_ranks(t) - seen)
+        if absent:
+            missing.append(f"logs of ranks {', '.join(map(str, absent[:16]))} (no line from them was found)")
+        if t.fr is None:
+            missing.append("flight-recorder dumps: run with `TORCH_NCCL_TRACE_BUFFER_SIZE=2000` and "
+                           "`TORCH_NCCL_DUMP_ON_TIMEOUT=1` (dumps land in `TORCH_FR_DUMP_TEMP_FILE`, default "
+                           "`~/.cache/torch/comm_lib_trace_rank_<rank>`)")
+        if t.lines.filter(pl.col("message").str.contains("NCCL (?:INFO|WARN)")).is_empty():
+            missing.append("NCCL's own log: `NCCL_DEBUG=INFO` (or `WARN`), `NCCL_DEBUG_FILE=/path/nccl.%h.%p`")
+        missing.append("stack dumps of the hung ranks: `py-spy dump --pid <pid>` on each rank while it hangs")
+        victims = victim_lines(t)
+        return self.finding(
+            culprit_ranks=(),
+            summary="Nothing conclusive: the logs show " + ("ranks waiting in a collective" if not victims.is_empty()
+                                                              else "no recognised failure") + " but not why.",
+            explanation="No rule found a rank that died, stalled, mismatched or failed on its own. Collect: "
+            + "; ".join(missing) + ".",
+            evidence=quotes(victims, 4),
+            fixes=tuple(f"Collect {m}." for m in missing),
+            dont=("Do not set NCCL_P2P_DISABLE=1 / NCCL_IB_DISABLE=1 or an `NCCL_TIMEOUT` (read by nothing) "
+                  "without evidence: they hide faults and slow every job.",),
+            verify=("The next failure leaves per-rank logs and dumps; run `ncclpm diagnose` on them.",),
+            facts={"missing_evidence": missing},
+        )

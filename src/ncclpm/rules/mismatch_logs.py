@@ -1,0 +1,102 @@
+"""MC01 collectives-disagree-in-logs."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ncclpm.ingest.tables import Tables
+from ncclpm.rules._facts import timeouts
+from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.schema import Category
+
+_OWN_FP = r"Rank (?<who>\d+) is running collective: CollectiveFingerPrint\((?<fp>[^)]*\)[^)]*)\)"
+
+
+def minority(votes: pl.DataFrame, key: str) -> tuple[int, ...]:
+    """Ranks whose `key` value is held by fewer ranks than the most common one (all ranks on a tie)."""
+    counts = votes.group_by(key).agg(pl.col("rank").unique().alias("ranks"), pl.col("rank").n_unique().alias("n"))
+    if counts.height < 2:
+        return ()
+    top = counts["n"].max()
+    losers = counts.filter(pl.col("n") < top)
+    if losers.is_empty():  # tie: nobody can be outvoted
+        return tuple(sorted(votes["rank"].unique().to_list()))
+    return tuple(sorted({r for rs in losers["ranks"].to_list() for r in rs}))
+
+
+class CollectivesDisagreeInLogs(Rule):
+    """Ranks issued different collectives (op, size, dtype or sequence) - seen in the logs.
+
+    ## What it detects
+    `Detected mismatch between collectives on ranks` (TORCH_DISTRIBUTED_DEBUG=DETAIL), gloo's `Received data
+    size doesn't match expected size`, or watchdog timeouts of the same process group that name different
+    `SeqNum` / `OpType` / `NumelIn` on different ranks (a rank behind or ahead in the sequence).
+
+    ## Why it matters
+    Collectives are matched by order. When one rank skips a collective, issues an extra one, or calls it with
+    another size or dtype, the ranks wait for each other forever (or exchange garbage). Raising the timeout or
+    changing NCCL settings cannot fix a program bug.
+
+    ## Example
+    `Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=3, OpType=ALLREDUCE,
+    TensorShape=[768], ...), but Rank 1 is running collective: ...TensorShape=[1536]...`
+
+    ## How to fix
+    Find the rank-dependent branch around that step (`if rank == 0:` around a collective, data-dependent
+    early exits, unused parameters with DDP, uneven last batches) and make every rank issue the same
+    collectives in the same order; run once with `TORCH_DISTRIBUTED_DEBUG=DETAIL` to get the exact call.
+    """
+
+    id = "MC01"
+    name = "collectives-disagree-in-logs"
+    category = Category.MISMATCHED_COLLECTIVES
+    base_confidence = 0.8
+    priority = 85
+    explains = ("CT01", "CR01")
+
+    def evidence(self, t: Tables) -> pl.DataFrame:
+        detected = t.kinds("mismatch_detected")
+        to = timeouts(t).filter(pl.col("seq").is_not_null())
+        disagree = to.filter(
+            pl.struct("seq", "op", "numel_in").n_unique().over(pl.col("pg").fill_null("?")) > 1
+        )
+        return pl.concat([detected, disagree]).sort("ts", "source", "line", nulls_last=True)
+
+    def _culprits(self, t: Tables, ev: pl.DataFrame) -> tuple[tuple[int, ...], str]:
+        fps = ev.filter(pl.col("event") == "pg.collective_mismatch_detected").with_columns(
+            pl.col("text").str.extract_groups(_OWN_FP).alias("_f")
+        ).unnest("_f").filter(pl.col("who").is_not_null())
+        if not fps.is_empty():
+            votes = fps.select(pl.col("who").cast(pl.Int32).alias("rank"), "fp").unique()
+            aspects = ev["detail"].drop_nulls()
+            return minority(votes, "fp"), (aspects[0] if aspects.len() else "the collective fingerprints differ")
+        to = ev.filter(pl.col("kind") == "collective_timeout")
+        if not to.is_empty():
+            votes = to.select("rank", pl.format("{} #{} numel {}", "op", "seq", "numel_in").alias("call")).unique()
+            return minority(votes, "call"), "the timed-out collectives differ: " + ", ".join(
+                f"rank {r}: {c}" for r, c in sorted(votes.iter_rows()))
+        ranks = tuple(sorted(set(ev["rank"].drop_nulls().to_list())))
+        return ranks, "the byte counts of one collective differ across ranks"
+
+    def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
+        culprits, how = self._culprits(t, ev)
+        involved = sorted(set(ev["rank"].drop_nulls().to_list()) | set(culprits))
+        tie = set(culprits) == set(involved) and len(involved) > 1
+        conf = self.base_confidence + (0.15 if (ev["kind"] == "mismatch_detected").any() else 0.0)
+        who = (f"{ranks_text(involved)} disagree (a tie: the logs cannot say which side is wrong)" if tie
+               else f"{ranks_text(culprits)} issued a different collective than the others")
+        return self.finding(
+            confidence=conf, culprit_ranks=culprits,
+            summary=f"Mismatched collectives: {who}; {how}.",
+            explanation="Collectives are matched by call order on every rank of a group; a rank that skips, adds "
+            "or reshapes one leaves the others waiting (or reduces garbage).",
+            evidence=quotes(ev),
+            fixes=("Find the rank-dependent code path at that step (a collective under `if rank == 0`, an early "
+                   "`continue`/`break`, an uneven last batch, DDP with unused parameters) and make every rank "
+                   "issue the same collectives with the same shapes and dtypes.",
+                   "Run once with `TORCH_DISTRIBUTED_DEBUG=DETAIL` (checks every collective's fingerprint) and "
+                   "`TORCH_NCCL_TRACE_BUFFER_SIZE=2000` (flight-recorder dumps) to get the exact call site."),
+            dont=("Raising the timeout or setting NCCL_P2P_DISABLE / NCCL_IB_DISABLE cannot fix a program bug.",),
+            verify=("`TORCH_DISTRIBUTED_DEBUG=DETAIL` passes the step without a 'Detected mismatch' error.",),
+            facts={"involved_ranks": involved},
+        )

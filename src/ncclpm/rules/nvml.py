@@ -1,0 +1,64 @@
+"""NV01 nvml-driver-failure."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ncclpm.ingest.tables import Tables
+from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.schema import Category
+
+
+class NvmlDriverFailure(Rule):
+    """The GPU driver or NVML failed on a node (NVML errors, driver/library mismatch, GPU lost, Xid).
+
+    ## What it detects
+    `nvmlDeviceGetHandleByIndex(0) failed: Unknown Error`, `Failed to initialize NVML: Driver/library version
+    mismatch`, `NVML_SUCCESS == r INTERNAL ASSERT FAILED`, `CUDA driver initialization failed`, nvidia-smi's
+    `Unable to determine the device handle`, and kernel `NVRM: Xid` lines.
+
+    ## Why it matters
+    NCCL queries NVML for topology; when the driver is broken (updated under a running container, GPU fallen
+    off the bus, device not visible in the container) communicator init or a collective fails on that node,
+    and the other ranks time out. No NCCL setting fixes a broken driver.
+
+    ## Example
+    `[rank1]: torch.distributed.DistBackendError: NCCL error ...` followed by
+    `nvmlDeviceGetHandleByIndex(0) failed: Unknown Error`.
+
+    ## How to fix
+    Run `nvidia-smi` on the named node; if it fails, drain the node and reboot / reload the driver (driver
+    and user-space library versions must match); check the container runtime exposes the GPUs
+    (`--gpus all`, `NVIDIA_VISIBLE_DEVICES`); look at `dmesg` for Xid errors.
+    """
+
+    id = "NV01"
+    name = "nvml-driver-failure"
+    category = Category.NVML_DRIVER_FAILURE
+    base_confidence = 0.9
+    priority = 95
+    explains = ("CT01", "CR01")
+
+    def evidence(self, t: Tables) -> pl.DataFrame:
+        return t.kinds("nvml_error", "xid", "gpu_lost").sort("ts", "source", "line", nulls_last=True)
+
+    def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
+        culprits = tuple(sorted(set(ev["rank"].drop_nulls().to_list())))
+        hosts = sorted(set(ev["host"].drop_nulls().to_list()))
+        where = ranks_text(culprits) if culprits else (f"host {', '.join(hosts)}" if hosts else "a node")
+        return self.finding(
+            culprit_ranks=culprits,
+            summary=f"The GPU driver / NVML failed on {where}: {ev['text'][0].strip()[:160]}",
+            explanation="NCCL and PyTorch query NVML for the device; a broken driver makes communicator "
+            "init or a collective fail on that node and the other ranks then time out.",
+            evidence=quotes(ev),
+            fixes=("Run `nvidia-smi` on that node; if it errors, drain the node and reboot or reload the "
+                   "driver (driver and user-space library versions must match).",
+                   "Check the container sees the GPUs (`--gpus all`, `NVIDIA_VISIBLE_DEVICES`, device cgroup).",
+                   "Check `dmesg | grep -i xid` for GPU faults on that node."),
+            dont=("NCCL_P2P_DISABLE=1 / NCCL_IB_DISABLE=1 do not repair a driver; they only slow every job.",
+                  "NCCL_TIMEOUT is read by nothing (neither NCCL nor PyTorch)."),
+            verify=("`nvidia-smi` and `python -c 'import torch; print(torch.cuda.device_count())'` succeed "
+                    "on every node before the job is resubmitted.",),
+            facts={"hosts": hosts},
+        )

@@ -1,0 +1,102 @@
+"""CR01 rank-died-first."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ncclpm.ingest.tables import Tables
+from ncclpm.rules._facts import exceptions_not_victim, victim_lines, victim_ranks
+from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.schema import Category
+
+# Kinds another rule explains better: their ranks are not "crashes" for this rule.
+EXPLAINED_KINDS = ["dataloader_error", "fd_exhaustion", "cuda_oom", "nvml_error", "mismatch_detected",
+                   "store_timeout", "store_connect", "store_bind", "rendezvous_timeout", "store_error"]
+FATAL_SIGNALS = ["SIGKILL", "SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT"]
+
+
+class RankDiedFirst(Rule):
+    """One rank died (exception, segfault, SIGKILL, exit) before the others, which then timed out waiting.
+
+    ## What it detects
+    A rank whose first error is its own - an uncaught exception that is not a timeout, a fatal signal
+    (`exitcode: -9 (SIGKILL)`, `Segmentation fault`, `Fatal Python error`), a non-zero exit - earlier than
+    the collective timeouts / `Connection closed by peer` errors of the other ranks.
+
+    ## Why it matters
+    torchrun's "Root Cause (first observed failure)" names the first rank that *reported*, which in a hang is
+    often a victim; and SIGABRT from the NCCL watchdog is a consequence of a timeout, never its cause. The
+    rank that died first is where to look.
+
+    ## Example
+    `failed (exitcode: -9) local_rank: 1 (pid: 32489)` / `Signal 9 (SIGKILL) received by PID 32489` for rank
+    1, then `Connection reset by peer` on rank 0.
+
+    ## How to fix
+    Fix the crash on that rank (its traceback, or for SIGKILL the host's OOM killer: `dmesg`); the timeouts on
+    the other ranks disappear with it. Set `TORCH_NCCL_ASYNC_ERROR_HANDLING=1` (torchrun's default) so the
+    survivors exit promptly instead of waiting for the full timeout.
+    """
+
+    id = "CR01"
+    name = "rank-died-first"
+    category = Category.RANK_CRASH
+    base_confidence = 0.75
+    priority = 70
+    explains = ("CT01",)
+
+    def evidence(self, t: Tables) -> pl.DataFrame:
+        explained = set(t.kinds(*EXPLAINED_KINDS)["rank"].drop_nulls().to_list())
+        victims_at = victim_lines(t).group_by("rank").agg(pl.col("ts").min().alias("victim_ts"))
+        exc = exceptions_not_victim(t, EXPLAINED_KINDS).with_columns(pl.lit("exception").alias("how"))
+        sig = t.kinds("crash_signal", "cuda_error").filter(
+            pl.col("rank").is_not_null() & ~pl.col("error_type").fill_null("").str.contains("DistBackendError")
+        ).with_columns(pl.lit("signal").alias("how"))
+        exits = self._exits(t).with_columns(pl.lit("exit").alias("how"))
+        cols = ["source", "line", "rank", "ts", "text", "how"]
+        ev = pl.concat([exc.select(cols), sig.select(cols), exits.select(cols)])
+        ev = ev.filter(~pl.col("rank").is_in(list(explained))).join(victims_at, on="rank", how="left")
+        # A rank that was already waiting on someone else when it failed is a victim, not the cause.
+        ev = ev.filter(pl.col("victim_ts").is_null() | (pl.col("ts") < pl.col("victim_ts")))
+        return ev.sort("ts", "rank", "line", nulls_last=True)
+
+    @staticmethod
+    def _exits(t: Tables) -> pl.DataFrame:
+        victims = list(victim_ranks(t))
+        el = t.elastic.filter(pl.col("rank").is_not_null())
+        fatal = pl.col("signal").is_in(FATAL_SIGNALS) | (
+            pl.col("signal").is_null() & ~pl.col("exit_code").is_in([0, 1, -15])
+        )
+        sigabrt_ok = (pl.col("signal") != "SIGABRT") | ~pl.col("rank").is_in(victims)
+        rows = el.filter(fatal.fill_null(False) & sigabrt_ok.fill_null(True))
+        return rows.with_columns(
+            pl.format("rank {} exited with code {} {}", "rank", "exit_code", pl.col("signal").fill_null(""))
+            .str.strip_chars().alias("text")
+        )
+
+    def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
+        first_rank = ev["rank"][0]
+        first_ts = ev["ts"][0]
+        same_time = ev.filter(pl.col("ts") == first_ts) if first_ts is not None else ev.head(1)
+        culprits = tuple(sorted(set(same_time["rank"].to_list()) | {first_rank}))
+        others = victim_ranks(t) - set(culprits)
+        conf = self.base_confidence + (0.1 if others else 0.0) + (0.05 if (ev["how"] != "exit").any() else -0.05)
+        shown = ev.filter(pl.col("rank").is_in(list(culprits)))
+        return self.finding(
+            confidence=conf, culprit_ranks=culprits,
+            summary=f"{ranks_text(culprits).capitalize()} died first ({shown['text'][0].strip()[:140]})"
+            + (f"; {ranks_text(sorted(others))} then failed waiting for it." if others else "."),
+            explanation="The first rank to fail on its own is the cause; timeouts and 'connection closed by "
+            "peer' errors on the other ranks are what a dead peer looks like from the outside. torchrun's "
+            "'Root Cause' only names the first rank that reported.",
+            evidence=quotes(shown) + quotes(victim_lines(t).filter(pl.col("rank").is_in(list(others))), 2),
+            fixes=("Fix the failure on the culprit rank (its traceback above); for SIGKILL check the host's "
+                   "kernel log (`dmesg -T | grep -i 'killed process'`) for the OOM killer.",
+                   "Keep `TORCH_NCCL_ASYNC_ERROR_HANDLING=1` (torchrun's default) so the survivors abort "
+                   "promptly instead of hanging for the full timeout."),
+            dont=("Do not raise the collective timeout: the peer is gone, waiting longer changes nothing.",
+                  "Do not chase the SIGABRT/SIGTERM of the other ranks: they are torn down because of this one."),
+            verify=("The culprit rank's log ends with its own error, earlier than any timeout elsewhere; "
+                    "after the fix the job passes the step where it died.",),
+            facts={"victim_ranks": sorted(others)},
+        )

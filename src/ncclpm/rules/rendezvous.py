@@ -1,0 +1,85 @@
+"""RZ01 process-group-never-formed."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ncclpm.ingest.tables import Tables
+from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.schema import Category
+
+INIT_KINDS = ["store_timeout", "store_connect", "store_bind", "rendezvous_timeout", "store_error"]
+
+
+class ProcessGroupNeverFormed(Rule):
+    """The ranks never met: the store / rendezvous timed out, could not connect, or could not bind.
+
+    ## What it detects
+    `DistStoreError: Timed out after N seconds waiting for clients. 2/3 clients joined`, `wait timeout after
+    ...ms, keys: /default_pg/...`, `The client socket has timed out ... while trying to connect to (host,
+    port)`, `The server socket has failed to listen ... EADDRINUSE`, `RendezvousTimeoutError`, and NCCL's
+    `retrieving ncclUniqueId ... via c10d key-value store ... got error`.
+
+    ## Why it matters
+    Nothing ran yet: no NCCL or model problem is involved. The cause is in the launch - a rank that never
+    started, a wrong MASTER_ADDR/MASTER_PORT, a port already in use, WORLD_SIZE larger than the processes
+    started, a firewall between nodes.
+
+    ## Example
+    Rank 0: `Timed out after 11 seconds waiting for clients. 1/2 clients joined.`; rank 1: `The client
+    socket has timed out after 10000ms while trying to connect to (127.0.0.1, 39652).`
+
+    ## How to fix
+    Check that every node got the same MASTER_ADDR/MASTER_PORT (or rendezvous endpoint) and that the port is
+    free and reachable (`nc -zv host port`), that the number of processes started equals WORLD_SIZE
+    (`--nnodes` × `--nproc_per_node`), and that all nodes were actually started.
+    """
+
+    id = "RZ01"
+    name = "process-group-never-formed"
+    category = Category.INIT_RENDEZVOUS
+    base_confidence = 0.85
+    priority = 75
+    explains = ("CT01", "CR01")
+
+    def evidence(self, t: Tables) -> pl.DataFrame:
+        return t.kinds(*INIT_KINDS).sort("ts", "source", "line", nulls_last=True)
+
+    def _culprits(self, t: Tables, ev: pl.DataFrame) -> tuple[tuple[int, ...], str]:
+        connect = ev.filter(pl.col("kind") == "store_connect")["rank"].drop_nulls().unique().to_list()
+        if connect:
+            return tuple(sorted(connect)), "could not reach the store (MASTER_ADDR/MASTER_PORT)"
+        joined = ev.filter(pl.col("event") == "store.clients_timeout")
+        if not joined.is_empty():
+            expected = int(joined["expected"].max())
+            seen = set(t.ranks["rank"].to_list())
+            missing = tuple(r for r in range(expected) if r not in seen)
+            return missing, f"only {int(joined['nranks'].min())} of {expected} processes joined"
+        bind = ev.filter(pl.col("kind") == "store_bind")["rank"].drop_nulls().unique().to_list()
+        if not ev.filter(pl.col("kind") == "store_bind").is_empty():
+            return tuple(sorted(bind)), "the store could not listen on its port (already in use)"
+        if not ev.filter(pl.col("kind") == "store_error").is_empty():
+            return (0,), "ranks could not fetch the NCCL unique id from rank 0 through the store"
+        return (), "the rendezvous never completed"
+
+    def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
+        culprits, how = self._culprits(t, ev)
+        conf = self.base_confidence - (0.25 if (ev["kind"] == "store_error").all() else 0.0)
+        who = f" ({ranks_text(culprits)})" if culprits else ""
+        return self.finding(
+            confidence=conf, culprit_ranks=culprits,
+            summary=f"The process group never formed: {how}{who}.",
+            explanation="The failure happened before any collective: the processes did not all reach the "
+            "rendezvous/TCPStore. This is a launch or network-setup problem, not a training or NCCL bug.",
+            evidence=quotes(ev),
+            fixes=("Give every node the same `MASTER_ADDR`/`MASTER_PORT` (or `--rdzv-endpoint`) and check it is "
+                   "reachable from each node: `nc -zv $MASTER_ADDR $MASTER_PORT`.",
+                   "Make the number of processes started equal WORLD_SIZE (`--nnodes` × `--nproc_per_node`); "
+                   "make sure every node's launcher actually started.",
+                   "If the port is in use, pick a free one or let torchrun choose (`--rdzv-backend=c10d "
+                   "--rdzv-endpoint=host:0` / `--master-port` unset)."),
+            dont=("No NCCL variable (NCCL_P2P_DISABLE, NCCL_IB_DISABLE, NCCL_SOCKET_IFNAME) affects the "
+                  "TCPStore rendezvous that failed here.",),
+            verify=("All ranks print past `init_process_group`; `torch.distributed.barrier()` right after init "
+                    "returns on every rank.",),
+        )

@@ -1,0 +1,76 @@
+"""TO01 all-ranks-timed-out-together."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import polars as pl
+
+from ncclpm.ingest.tables import Tables
+from ncclpm.rules._facts import known_ranks, timeouts
+from ncclpm.rules.base import Finding, Rule, quotes
+from ncclpm.schema import Category
+
+DEFAULT_NCCL_TIMEOUT_MS = 600_000
+
+
+class AllRanksTimedOutTogether(Rule):
+    """Every rank entered the same collective and it still did not finish in time.
+
+    ## What it detects
+    Watchdog timeouts from every known rank naming the same process group, `SeqNum`, `OpType` and size - nobody
+    is missing, nobody is behind, and no rank failed on its own.
+
+    ## Why it matters
+    If all ranks joined, the collective itself was too slow for the configured timeout: a first collective
+    that includes lazy NCCL init / compilation, a huge tensor over a slow link, or a timeout set far below
+    the default. (A network fault can look the same: check NCCL WARN lines.)
+
+    ## Example
+    Ranks 0-7: `WorkNCCL(SeqNum=1, OpType=BROADCAST, NumelIn=131072000, ..., Timeout(ms)=60000) ran for 60012
+    milliseconds`.
+
+    ## How to fix
+    Give the process group a timeout that fits the slowest legitimate collective:
+    `init_process_group(backend, timeout=datetime.timedelta(minutes=30))`; warm up NCCL before timing-critical
+    code; look at NCCL_DEBUG=INFO output for a slow transport (`via NET/Socket` where IB was expected).
+    """
+
+    id = "TO01"
+    name = "all-ranks-timed-out-together"
+    category = Category.TIMEOUT_TOO_SHORT
+    base_confidence = 0.5
+    priority = 30
+    explains = ("CT01",)
+
+    def evidence(self, t: Tables) -> pl.DataFrame:
+        to = timeouts(t).filter(pl.col("seq").is_not_null() & pl.col("op").is_not_null())
+        if to.is_empty():
+            return to
+        calls = to.select(pl.col("pg").fill_null("?"), "seq", "op", "numel_in").unique()
+        everyone = set(to["rank"].to_list()) >= known_ranks(t) and len(known_ranks(t)) > 1
+        return to if calls.height == 1 and everyone else to.clear()
+
+    def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
+        timeout_ms = int(ev["timeout_ms"].max() or 0)
+        row = ev.row(0, named=True)
+        conf = self.base_confidence + (0.15 if timeout_ms and timeout_ms < DEFAULT_NCCL_TIMEOUT_MS else 0.0)
+        conf += 0.05 if (row["seq"] or 0) <= 2 else 0.0
+        limit = timedelta(milliseconds=timeout_ms)
+        return self.finding(
+            confidence=conf, culprit_ranks=(),
+            summary=f"All {ev['rank'].n_unique()} ranks timed out together in {row['op']} #{row['seq']} after "
+            f"{limit}: every rank joined, so the collective itself did not finish within the timeout.",
+            explanation="No rank is missing or behind and none failed on its own; either the timeout is too "
+            "short for this collective (first collective with lazy init, very large tensors, slow link) or the "
+            "transport is degraded.",
+            evidence=quotes(ev, 4),
+            fixes=(f"Raise the process-group timeout above {limit}: "
+                   "`dist.init_process_group(backend, timeout=datetime.timedelta(minutes=30))`.",
+                   "Run with `NCCL_DEBUG=INFO` and check the transport (`via NET/IB` vs `via NET/Socket`) and any "
+                   "`NCCL WARN` lines before assuming it is only the timeout."),
+            dont=("`NCCL_TIMEOUT` does nothing - only `timeout=` in `init_process_group`/`new_group` counts.",),
+            verify=("Time the collective with `TORCH_NCCL_ENABLE_TIMING=1` and a flight-recorder dump; it must "
+                    "finish well inside the new timeout.",),
+            facts={"timeout_ms": timeout_ms},
+        )
