@@ -45,6 +45,7 @@ import lzma
 import os
 import stat
 import struct
+import sys
 import tarfile
 import zipfile
 import zlib
@@ -65,6 +66,13 @@ BAD_CONTENT: tuple[type[BaseException], ...] = (
     lzma.LZMAError, struct.error, ValueError, NotImplementedError, RuntimeError, UnicodeError,
     OverflowError, MemoryError,
 )
+
+
+def _bad_content() -> tuple[type[BaseException], ...]:
+    """BAD_CONTENT plus the error of the optional zstandard package once it has been imported."""
+    zstandard = sys.modules.get("zstandard")
+    error = getattr(zstandard, "ZstdError", None)
+    return (*BAD_CONTENT, error) if isinstance(error, type) else BAD_CONTENT
 
 
 @dataclass(frozen=True)
@@ -217,16 +225,31 @@ class _Budget:
 
 
 class _Metered:
-    """Readable wrapper that charges every byte it returns to the budget."""
+    """Readable wrapper that charges every byte it returns to the budget.
+
+    It reads with ``read1`` where it can, so that a truncated compressed stream loses as little as possible,
+    and it refuses to be read again and again past the end: tarfile "seeks" over a member by reading, and a
+    header may declare an absurd size (base-256 sizes go up to 2**95), which would otherwise loop for ever.
+    """
+
+    MAX_EMPTY_READS = 2
 
     def __init__(self, raw: IO[bytes], budget: _Budget) -> None:
         self._raw = raw
+        self._read1 = getattr(raw, "read1", raw.read)
         self._budget = budget
+        self._empty = 0
 
     def read(self, n: int = -1) -> bytes:
         if n is None or n < 0:
             return _read_bounded(self, self._budget.limits.max_total_bytes)
-        data = self._raw.read(n)
+        data = self._read1(n) if n else b""
+        if n and not data:
+            self._empty += 1
+            if self._empty > self.MAX_EMPTY_READS:
+                raise EOFError("read past the end of the data (truncated, or a header declares more data)")
+        else:
+            self._empty = 0
         self._budget.charge(len(data))
         return data
 
@@ -377,7 +400,7 @@ def _iter_tar(fh: IO[bytes], kind: str, scan: _Scan, ctx: _Ctx, depth: int) -> I
 
 
 def _zip_special(mode: int) -> str | None:
-    if not mode or stat.S_ISREG(mode):
+    if not stat.S_IFMT(mode) or stat.S_ISREG(mode):  # no type bits: written by a tool that only sets perms
         return None
     if stat.S_ISLNK(mode):
         return "symlink(s)"
@@ -408,7 +431,7 @@ def _zip_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, scan: _Scan, ctx: _C
     except _TooBig:
         scan.skip(name, f"larger than max_member_bytes={ctx.limits.max_member_bytes}")
         return
-    except BAD_CONTENT as exc:
+    except _bad_content() as exc:
         scan.skip(name, f"unreadable ({type(exc).__name__}: {exc})")
         return
     yield from _emit(name, data, scan, ctx, depth)
@@ -452,7 +475,7 @@ def _iter_kind(fh: IO[bytes], name: str, kind: str, ctx: _Ctx, depth: int) -> It
     except _NeedsZstd:
         ctx.warnings.append(f"{name}: a .tar.zst archive needs the 'zstandard' package "
                             "(pip install zstandard) - skipped")
-    except BAD_CONTENT as exc:
+    except _bad_content() as exc:
         ctx.warnings.append(f"{name}: damaged or truncated {kind} archive while reading "
                             f"{ctx.budget.current!r} ({type(exc).__name__}: {exc}) - members read before "
                             "were kept, the rest is skipped")
