@@ -50,7 +50,7 @@ import tarfile
 import zipfile
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -286,15 +286,22 @@ class _Scan:
                             "followed or read")
         if self.renamed:
             raw, safe = self.renamed[0]
+            example = f"{_short(raw)} -> {_short(safe or '(skipped)')}"
             warnings.append(f"{self.name}: {len(self.renamed)} member name(s) were absolute, had '..' or "
-                            f"control characters - made relative (e.g. {raw!r} -> {safe or '(skipped)'!r})")
+                            f"control characters - made relative (e.g. {example})")
         for reason, names in self.skipped.items():
-            shown = ", ".join(repr(n) for n in names[:MAX_EXAMPLES])
+            shown = ", ".join(_short(n) for n in names[:MAX_EXAMPLES])
             more = f" (+{len(names) - MAX_EXAMPLES} more)" if len(names) > MAX_EXAMPLES else ""
             warnings.append(f"{self.name}: {len(names)} member(s) skipped - {reason}: {shown}{more}")
         self.special.clear()
         self.renamed.clear()
         self.skipped.clear()
+
+
+def _short(name: str, limit: int = 160) -> str:
+    """repr() of a member name for a warning, cut in the middle when a hostile name is very long."""
+    text = repr(name)
+    return text if len(text) <= limit else f"{text[: limit // 2]}...{text[-limit // 2:]}"
 
 
 def _safe_name(raw: str) -> tuple[str, bool]:
@@ -438,10 +445,114 @@ def _zip_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, scan: _Scan, ctx: _C
 
 
 def _iter_zip(fh: IO[bytes], scan: _Scan, ctx: _Ctx, depth: int) -> Iterator[Member]:
-    with zipfile.ZipFile(fh) as zf:
+    try:
+        zf = zipfile.ZipFile(fh)
+    except zipfile.BadZipFile as exc:
+        outcome = yield from _iter_zip_salvage(fh, scan, ctx, depth)
+        ctx.warnings.append(f"{scan.name}: zip central directory missing or damaged ({exc}) - truncated? "
+                            f"{outcome}")
+        return
+    with zf:
         for info in zf.infolist():
             ctx.budget.count_member()
             yield from _zip_member(zf, info, scan, ctx, depth)
+
+
+# A truncated zip has lost its central directory (at the end); its members can still be read in order from
+# the local headers. Best effort: stored/deflate only, every problem ends the recovery.
+_LOCAL = struct.Struct("<4s5H3I2H")  # signature, version, flags, method, time, date, crc, csize, usize, lens
+
+
+class _SalvageStop(Exception):
+    """The local-header recovery of a damaged zip cannot go on."""
+
+
+def _inflate(fh: IO[bytes], limit: int, charge: Callable[[int], None]) -> bytes:
+    """Raw deflate stream from ``fh`` up to its end marker; ``fh`` is left just after the stream."""
+    dec = zlib.decompressobj(-15)
+    parts: list[bytes] = []
+    size, pending = 0, b""
+    while not dec.eof:
+        pending = pending or fh.read(CHUNK)
+        if not pending:
+            raise _SalvageStop("member data is truncated")
+        out = dec.decompress(pending, CHUNK)
+        pending = dec.unconsumed_tail
+        size += len(out)
+        charge(len(out))
+        if size > limit:
+            raise _SalvageStop(f"member larger than max_member_bytes={limit}")
+        parts.append(out)
+    fh.seek(-len(dec.unused_data), io.SEEK_CUR)
+    return b"".join(parts)
+
+
+def _descriptor_crc(fh: IO[bytes]) -> int:
+    first = fh.read(4)
+    rest = fh.read(12 if first == b"PK\x07\x08" else 8)
+    if len(rest) < 8:
+        raise _SalvageStop("data descriptor is truncated")
+    return struct.unpack("<I", rest[:4] if first == b"PK\x07\x08" else first)[0]
+
+
+def _salvage_data(fh: IO[bytes], flags: int, method: int, crc: int, csize: int, ctx: _Ctx) -> bytes:
+    limit, charge = ctx.limits.max_member_bytes, ctx.budget.charge
+    if method not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        raise _SalvageStop(f"compression method {method} cannot be recovered")
+    if flags & 0x8:
+        if method == zipfile.ZIP_STORED:
+            raise _SalvageStop("stored member of unknown size (data descriptor)")
+        data = _inflate(fh, limit, charge)
+        crc = _descriptor_crc(fh)
+    else:
+        comp = fh.read(csize)
+        if len(comp) < csize:
+            raise _SalvageStop("member data is truncated")
+        if method == zipfile.ZIP_STORED and csize > limit:
+            raise _SalvageStop(f"member larger than max_member_bytes={limit}")
+        if method == zipfile.ZIP_STORED:
+            charge(len(comp))
+            data = comp
+        else:
+            data = _inflate(io.BytesIO(comp), limit, charge)
+    if zlib.crc32(data) != crc:
+        raise _SalvageStop("CRC mismatch (damaged data)")
+    return data
+
+
+def _salvage_one(fh: IO[bytes], scan: _Scan, ctx: _Ctx, depth: int) -> Iterator[Member]:
+    head = fh.read(_LOCAL.size)
+    if len(head) < _LOCAL.size or head[:4] != b"PK\x03\x04":
+        raise _SalvageStop("end of the members" if head[:4] == b"PK\x01\x02" else "no further member header")
+    _, _, flags, method, _, _, crc, csize, _, name_len, extra_len = _LOCAL.unpack(head)
+    raw_name = fh.read(name_len).decode("utf-8" if flags & 0x800 else "cp437", "replace")
+    fh.read(extra_len)
+    ctx.budget.count_member()
+    name = scan.member_name(raw_name) or f"{scan.name}!/(unnamed)"
+    ctx.budget.current = name
+    if flags & 0x1:
+        if flags & 0x8:
+            raise _SalvageStop(f"encrypted member {_short(name)} of unknown size")
+        fh.seek(csize, io.SEEK_CUR)
+        scan.skip(name, "encrypted")
+        return
+    data = _salvage_data(fh, flags, method, crc, csize, ctx)
+    if not raw_name.endswith("/"):
+        yield from _emit(name, data, scan, ctx, depth)
+
+
+def _iter_zip_salvage(fh: IO[bytes], scan: _Scan, ctx: _Ctx, depth: int) -> Generator[Member, None, str]:
+    """Read members in order from their local headers; returns why it stopped and how many it read."""
+    fh.seek(0)
+    done = 0
+    while True:
+        try:
+            yield from _salvage_one(fh, scan, ctx, depth)
+        except _SalvageStop as stop:
+            where = _short(ctx.budget.current) if ctx.budget.current else "the next header"
+            return f"recovered {done} entry(ies) from the local headers, then stopped at {where}: {stop}"
+        done += 1
+        ctx.budget.current = ""
 
 
 def _iter_gz(fh: IO[bytes], scan: _Scan, ctx: _Ctx, depth: int) -> Iterator[Member]:
@@ -476,9 +587,10 @@ def _iter_kind(fh: IO[bytes], name: str, kind: str, ctx: _Ctx, depth: int) -> It
         ctx.warnings.append(f"{name}: a .tar.zst archive needs the 'zstandard' package "
                             "(pip install zstandard) - skipped")
     except _bad_content() as exc:
-        ctx.warnings.append(f"{name}: damaged or truncated {kind} archive while reading "
-                            f"{ctx.budget.current!r} ({type(exc).__name__}: {exc}) - members read before "
-                            "were kept, the rest is skipped")
+        where = _short(ctx.budget.current)
+        ctx.warnings.append(f"{name}: damaged or truncated {kind} archive while reading {where} "
+                            f"({type(exc).__name__}: {exc}) - members read before were kept, the rest is "
+                            "skipped")
     scan.flush(ctx.warnings)
 
 
@@ -513,5 +625,5 @@ def iter_archive(data_or_path: bytes | Path, display_name: str, warnings: list[s
         try:
             yield from _iter_kind(fh, display_name, kind, ctx, depth)
         except _LimitHit as hit:
-            warnings.append(f"{display_name}: stopped while reading {ctx.budget.current!r}: {hit} - "
+            warnings.append(f"{display_name}: stopped while reading {_short(ctx.budget.current)}: {hit} - "
                             "members read before were kept")
