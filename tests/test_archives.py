@@ -319,6 +319,11 @@ def test_hostile_zip_entries(sandbox: Path) -> None:
     assert len(warnings) == 2
 
 
+def test_zip_member_with_empty_name_is_skipped() -> None:
+    data = make_zip([(zipfile.ZipInfo(""), b"nameless"), ("ok.log", b"ok")])
+    assert read(data, "e.zip") == ([Member("e.zip!/ok.log", b"ok")], [])
+
+
 # ------------------------------------------------------------------------------------------------ bombs
 
 

@@ -419,7 +419,7 @@ def _zip_special(mode: int) -> str | None:
 def _zip_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, scan: _Scan, ctx: _Ctx,
                 depth: int) -> Iterator[Member]:
     mode = info.external_attr >> 16
-    if info.is_dir() or stat.S_ISDIR(mode):
+    if info.filename.endswith("/") or stat.S_ISDIR(mode):
         return
     special = _zip_special(mode)
     if special is not None:
