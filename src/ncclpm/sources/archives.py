@@ -34,6 +34,12 @@ Limits (:class:`Limits`) and why:
   and is expanded only if d + 1 <= max_depth (a ``.gz`` member counts as a level too, which also stops
   gzip quines). Deeper ones are skipped with a warning.
 Declared sizes in headers are never trusted: every read is bounded by the limits as the bytes come.
+
+Damage: a truncated or corrupt archive stops with one warning and keeps the members read before it (tar is
+checked for its end-of-archive marker, since tarfile silently stops at a bad header). A zip whose central
+directory is lost (a cut upload) is read from its local headers, in order, until the first problem; such
+entries carry no file type, so a symlink entry there would come out as a small file holding the link text.
+Encrypted zip members, unsupported compression methods and CRC errors skip that member only.
 """
 
 from __future__ import annotations
