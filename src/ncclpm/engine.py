@@ -136,9 +136,10 @@ def diagnose_tables(t: Tables, select: Iterable[str] = (), ignore: Iterable[str]
     findings, warnings, skipped = evaluate(t, rules)
     primary, rivals, symptoms = choose(findings, rules, t)
     victims_first = [e for s in symptoms for e in s.evidence[:1]]
+    decisive = list(dict.fromkeys([*primary.evidence[:4], *victims_first[:2]]))  # keep order, drop repeats
     return Diagnosis(
         job=t.job_name, primary=primary, rivals=tuple(rivals), symptoms=tuple(symptoms),
         failing_collective=failing_collective(t), world_size=t.world_size, ranks=rank_rows(t, primary),
-        decisive=tuple(primary.evidence[:4]) + tuple(victims_first[:2]), warnings=tuple(t.warnings) + tuple(warnings),
+        decisive=tuple(decisive), warnings=tuple(t.warnings) + tuple(warnings),
         not_evaluated=tuple(skipped), versions=versions(t), n_sources=len(t.sources),
     )

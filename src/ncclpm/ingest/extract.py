@@ -85,7 +85,12 @@ def _fill_ranks(env: pl.DataFrame) -> pl.DataFrame:
     stream = ["source", "tr_role", "tr_local"]
     env = env.with_columns(
         pl.col("_direct").drop_nulls().mode().first().over(stream).alias("_stream_rank"),
-        pl.when(pl.col("_direct").drop_nulls().n_unique().over("source") == 1)
+        # A file that mostly talks about one rank is that rank's log (a per-rank file with some unprefixed
+        # lines); a console where only one rank printed prefixed lines is not.
+        pl.when(
+            (pl.col("_direct").drop_nulls().n_unique().over("source") == 1)
+            & (pl.col("_direct").is_not_null().mean().over("source") >= 0.5)
+        )
         .then(pl.col("_direct").drop_nulls().first().over("source"))
         .alias("_file_single"),
     )
