@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
-from ncclpm.rules._facts import timeouts
+from ncclpm.rules._facts import timeouts, victim_ranks
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
@@ -75,7 +75,8 @@ class CollectivesDisagreeInLogs(Rule):
             votes = to.select("rank", pl.format("{} #{} numel {}", "op", "seq", "numel_in").alias("call")).unique()
             return minority(votes, "call"), "the timed-out collectives differ: " + ", ".join(
                 f"rank {r}: {c}" for r, c in sorted(votes.iter_rows()))
-        ranks = tuple(sorted(set(ev["rank"].drop_nulls().to_list())))
+        # gloo's size check names no peer: the aborting rank and the ranks that lost it are all involved.
+        ranks = tuple(sorted(set(ev["rank"].drop_nulls().to_list()) | victim_ranks(t)))
         return ranks, "the byte counts of one collective differ across ranks"
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
