@@ -24,6 +24,7 @@ dumps hold entries of the group, or every dumped rank for ``default_pg`` (``"der
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import pickle
@@ -67,6 +68,7 @@ _RAW_KEYS = ("record_id", "pg_id", "collective_seq_id", "p2p_seq_id", "op_id", "
              "time_created_ns", "timeout_ms", "duration_ms", "thread_name")
 _EXTRA_KEYS = ("process_group", "time_discovered_started_ns", "time_discovered_completed_ns", "frames")
 _ALL_KEYS = _RAW_KEYS + _EXTRA_KEYS
+_NESTED_KEYS = ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes", "frames")
 _HEAD_KEYS = (b"version", b"pg_config", b"entries")
 _JSON_META = (b'"pg_config"', b'"version"', b'"comm_lib_version"', b'"nccl_version"')
 _NAME_HINT = re.compile(r"(nccl_trace_rank|_dump_|comm_lib_trace_rank|trace_rank|fr_trace)", re.I)
@@ -93,8 +95,9 @@ class _Dump:
     source: str
     rank: int
     fmt: str
-    data: dict
+    data: dict  # the dump without its entries
     newest: tuple[int, int]
+    cols: _Cols
     used: bool = True
     note: str = ""
 
@@ -183,9 +186,44 @@ def _choose(dumps: list[_Dump]) -> list[str]:
     return []
 
 
-def _columns(entries: list[dict]) -> list[list]:
-    """Column lists for _ALL_KEYS; fast path via itemgetter when every entry has the first one's keys."""
-    present = [k for k in _ALL_KEYS if k in entries[0]]
+_SCALARS = {k: FR_ENTRIES_SCHEMA.get(k, pl.String) for k in _RAW_KEYS if k not in _NESTED_KEYS}
+_SCALARS.update({"state": pl.String, "time_discovered_started_ns": pl.Int64,
+                 "time_discovered_completed_ns": pl.Int64, "pg_name": pl.String, "pg_desc": pl.String})
+
+
+class _Interner:
+    """Deduplicate nested values (stacks, size lists) so polars converts each distinct one once."""
+
+    def __init__(self, dtype: pl.DataType) -> None:
+        self.dtype, self.index, self.uniq = dtype, {}, []
+
+    def add(self, values: Iterable) -> list[int]:
+        index, uniq, out = self.index, self.uniq, []
+        for v in values:
+            key = repr(v)
+            i = index.get(key)
+            if i is None:
+                i = index[key] = len(uniq)
+                uniq.append(v)
+            out.append(i)
+        return out
+
+    def series(self, name: str, idx: list[int]) -> pl.Series:
+        base = pl.Series(name, self.uniq or [None], dtype=self.dtype, strict=True)
+        return base.gather(idx) if idx else pl.Series(name, [], dtype=self.dtype)
+
+
+@dataclass
+class _Cols:
+    """Column-wise entries of one dump (the dump's dicts are dropped right after extraction)."""
+
+    n: int
+    scalars: dict[str, list]
+    nested: dict[str, list[int]]
+
+
+def _extract(entries: list[dict], interners: dict[str, _Interner]) -> _Cols:
+    present = [k for k in _ALL_KEYS if k in entries[0]] if entries else []
     try:
         if len(present) > 1:
             cols = dict(zip(present, zip(*map(itemgetter(*present), entries), strict=True), strict=True))
@@ -193,41 +231,40 @@ def _columns(entries: list[dict]) -> list[list]:
             cols = {k: [e[k] for e in entries] for k in present}
     except (KeyError, TypeError):
         cols = {k: [e.get(k) for e in entries] for k in present}
-    none = [None] * len(entries)
-    return [cols.get(k, none) for k in _ALL_KEYS]
+    n, none = len(entries), [None] * len(entries)
+    pg = cols.get("process_group", none)
+    scalars = {k: list(cols.get(k, none)) for k in _SCALARS if k not in ("pg_name", "pg_desc")}
+    scalars["pg_name"] = [p[0] if isinstance(p, list | tuple) and p else None for p in pg]
+    scalars["pg_desc"] = [p[1] if isinstance(p, list | tuple) and len(p) > 1 else None for p in pg]
+    nested = {k: interners[k].add(cols.get(k, none)) for k in _NESTED_KEYS}
+    return _Cols(n, scalars, nested)
 
 
-def _dump_frame(d: _Dump) -> pl.DataFrame:
-    ents = d.data["entries"]
-    n = len(ents)
-    if n == 0:
-        return pl.DataFrame(schema=_RAW_SCHEMA)
-    cols = dict(zip(_ALL_KEYS, _columns(ents), strict=True))
-    pg = cols.pop("process_group")
-    cols["pg_name"] = [p[0] if p and len(p) > 0 else None for p in pg]
-    cols["pg_desc"] = [p[1] if p and len(p) > 1 else None for p in pg]
-    cols["rank"] = [d.rank] * n
-    cols["source"] = [d.source] * n
-    return pl.DataFrame(cols, schema=_RAW_SCHEMA)
+def _build(cols: list[_Cols], ranks: list[int], sources: list[str],
+           interners: dict[str, _Interner]) -> pl.DataFrame:
+    data = {k: pl.Series(k, [v for c in cols for v in c.scalars[k]], dtype=t, strict=True)
+            for k, t in _SCALARS.items()}
+    for k in _NESTED_KEYS:
+        data[k] = interners[k].series(k, [i for c in cols for i in c.nested[k]])
+    data["rank"] = pl.Series("rank", [r for c, r in zip(cols, ranks, strict=True) for _ in range(c.n)],
+                             dtype=pl.Int32)
+    data["source"] = pl.Series("source", [s for c, s in zip(cols, sources, strict=True) for _ in range(c.n)],
+                               dtype=pl.String)
+    return pl.DataFrame(data)
 
 
-_RAW_SCHEMA = pl.Schema({
-    **{k: FR_ENTRIES_SCHEMA[k] for k in _RAW_KEYS if k != "state"}, "state": pl.String,
-    "time_discovered_started_ns": pl.Int64, "time_discovered_completed_ns": pl.Int64,
-    "frames": pl.List(_FRAME), "pg_name": pl.String, "pg_desc": pl.String, "rank": pl.Int32,
-    "source": pl.String,
-})
-
-
-def _entries_table(used: list[_Dump], warnings: list[str]) -> pl.DataFrame:
-    frames = []
-    for d in used:
-        try:
-            frames.append(_dump_frame(d))
-        except Exception as exc:  # a malformed dump is skipped, not fatal
-            warnings.append(f"{d.source}: skipped, entries have unexpected types ({str(exc)[:120]})")
-            d.used, d.note = False, "entries have unexpected types"
-    raw = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=_RAW_SCHEMA)
+def _entries_table(used: list[_Dump], interners: dict[str, _Interner], warnings: list[str]) -> pl.DataFrame:
+    try:
+        raw = _build([d.cols for d in used], [d.rank for d in used], [d.source for d in used], interners)
+    except Exception:  # find the dumps with unexpected types, skip them, build again
+        for d in used:
+            try:
+                _build([d.cols], [d.rank], [d.source], interners)
+            except Exception as exc:  # a malformed dump is skipped, not fatal
+                warnings.append(f"{d.source}: skipped, entries have unexpected types ({str(exc)[:120]})")
+                d.used, d.note = False, "entries have unexpected types"
+        used = [d for d in used if d.used]
+        raw = _build([d.cols for d in used], [d.rank for d in used], [d.source for d in used], interners)
     return _normalise(raw)
 
 
@@ -310,7 +347,7 @@ def _dumps_table(dumps: list[_Dump]) -> pl.DataFrame:
         ver = d.data.get("comm_lib_version", d.data.get("nccl_version"))
         for k, v in (("source", d.source), ("rank", d.rank), ("format", d.fmt),
                      ("version", str(d.data.get("version", ""))), ("comm_lib_version", str(ver or "")),
-                     ("n_entries", len(d.data["entries"])),
+                     ("n_entries", d.cols.n),
                      ("newest_created_ns", d.newest[0] if d.newest[0] >= 0 else None),
                      ("used", d.used), ("note", d.note)):
             rows[k].append(v)
@@ -322,26 +359,42 @@ def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", str(version)))
 
 
+def _read_one(name: str, data: bytes, interners: dict[str, _Interner]) -> tuple[_Dump | None, str | None]:
+    obj, fmt, warn = _decode(name, data)
+    if warn:
+        return None, warn
+    rank = _rank_from_name(name)
+    if rank is None:
+        return None, f"{name}: skipped, no rank number in the file name"
+    entries = obj.pop("entries")
+    head = {k: v for k, v in obj.items()}
+    ver = version_tuple(head.get("version", ""))
+    note = ""
+    if ver and ver[0] != 2:
+        note = f"{name}: unknown FR format version {head.get('version')!r}; read as 2.x"
+    return _Dump(name, rank, fmt, head, _newest(entries), _extract(entries, interners)), note or None
+
+
 def load_fr_dumps(items: Iterable[tuple[str, bytes]]) -> FRLoad:
     """Load (name, bytes) dumps; never raises for bad input, reports it in `warnings`."""
     warnings: list[str] = []
     dumps: list[_Dump] = []
-    for name, data in items:
-        obj, fmt, warn = _decode(name, data)
-        if warn:
-            warnings.append(warn)
-            continue
-        rank = _rank_from_name(name)
-        if rank is None:
-            warnings.append(f"{name}: skipped, no rank number in the file name")
-            continue
-        ver = version_tuple(obj.get("version", ""))
-        if ver and ver[0] != 2:
-            warnings.append(f"{name}: unknown FR format version {obj.get('version')!r}; reading it as 2.x")
-        dumps.append(_Dump(name, rank, fmt, obj, _newest(obj["entries"])))
-    warnings.extend(_choose(dumps))
-    used = sorted((d for d in dumps if d.used), key=lambda d: d.rank)
-    entries = _entries_table(used, warnings)
+    interners = {k: _Interner(FR_ENTRIES_SCHEMA[k]) for k in _NESTED_KEYS}
+    gc_was_on = gc.isenabled()
+    gc.disable()  # millions of small containers: generational GC passes would dominate the load time
+    try:
+        for name, data in items:
+            dump, warn = _read_one(name, data, interners)
+            if warn:
+                warnings.append(warn)
+            if dump is not None:
+                dumps.append(dump)
+        warnings.extend(_choose(dumps))
+        used = sorted((d for d in dumps if d.used), key=lambda d: d.rank)
+        entries = _entries_table(used, interners, warnings)
+    finally:
+        if gc_was_on:
+            gc.enable()
     used = [d for d in used if d.used]
     return FRLoad(entries=entries, groups=_groups_table(used, entries), status=_status_table(used, entries),
                   dumps=_dumps_table(sorted(dumps, key=lambda d: (d.rank, d.source))),
