@@ -135,8 +135,9 @@ def _votes(coll: pl.DataFrame, kind: str, value: pl.Expr) -> pl.DataFrame:
            .group_by("group_key", "seq", "v").agg(pl.col("rank").sort().alias("ranks"), pl.len().alias("n"),
                                                  pl.col("time_created_ns").min().alias("t"),
                                                  pl.col("pg_desc").first()))
-    as_str = pl.col("v") if out.schema["v"] == pl.String else pl.col("v").map_elements(
-        str, return_dtype=pl.String)
+    inner = pl.concat_str(pl.lit("["), pl.element().cast(pl.List(pl.String)).list.join(", "), pl.lit("]"))
+    nested = pl.concat_str(pl.lit("["), pl.col("v").list.eval(inner).list.join(", "), pl.lit("]"))
+    as_str = pl.col("v") if out.schema["v"] == pl.String else nested
     return out.with_columns(pl.lit(kind).alias("kind"), as_str.alias("vs"))
 
 
@@ -278,9 +279,12 @@ def _verdict(missing: pl.DataFrame, mismatches: pl.DataFrame, stuck: pl.DataFram
     return _Verdict((), None, None, {})
 
 
-def _frames_str(frames: list[dict] | None, depth: int = 4) -> str:
-    return " < ".join(f"{f['name']} ({f['filename'].rsplit('/', 1)[-1]}:{f['line']})"
-                      for f in (frames or [])[:depth])
+def _frames_str(col: str, depth: int = 4) -> pl.Expr:
+    """'name (file:line) < caller (file:line) ...' for the innermost `depth` frames."""
+    f = pl.element().struct
+    one = pl.format("{} ({}:{})", f.field("name"), f.field("filename").str.extract(r"([^/\\]*)$"),
+                    f.field("line"))
+    return pl.col(col).list.head(depth).list.eval(one).list.join(" < ")
 
 
 def _rank_facts(load: FRLoad, coll: pl.DataFrame, v: _Verdict) -> pl.DataFrame:
@@ -299,8 +303,7 @@ def _rank_facts(load: FRLoad, coll: pl.DataFrame, v: _Verdict) -> pl.DataFrame:
                          pl.col("rank").is_in(list(v.culprits)).alias("culprit"),
                          pl.col("rank").replace_strict(v.kinds, default=None, return_dtype=pl.String)
                          .alias("culprit_kind"),
-                         pl.col("last_frames").map_elements(_frames_str, return_dtype=pl.String)
-                         .alias("last_frames")))
+                         _frames_str("last_frames").alias("last_frames")))
     return out.with_columns(pl.col("n_entries").fill_null(0))
 
 
@@ -308,7 +311,7 @@ def _culprit_frames(load: FRLoad, culprits: tuple[int, ...], per_rank: int = 3) 
     e = load.entries.filter(pl.col("rank").is_in(list(culprits)) & pl.col("frames").list.len().gt(0))
     return (e.sort("record_id", descending=True).group_by("rank", maintain_order=True).head(per_rank)
             .select("rank", "group_key", "collective_seq_id", "op", "frames",
-                    pl.col("frames").map_elements(_frames_str, return_dtype=pl.String).alias("summary"))
+                    _frames_str("frames").alias("summary"))
             .sort("rank", "collective_seq_id"))
 
 
