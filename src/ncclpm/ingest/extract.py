@@ -128,7 +128,7 @@ def parse_lines(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
 
 def _pattern_events(parsed: pl.DataFrame, p: Pattern) -> pl.DataFrame:
     hits = parsed.filter(
-        pl.col("message").str.contains_any(list(p.anchors), ascii_case_insensitive=True)
+        pl.col("message").str.contains_any(list(p.anchors))
         & pl.col("message").str.contains(p.regex)
     )
     if hits.is_empty():

@@ -1,7 +1,8 @@
 """Read text sources into a polars frame of the lines worth parsing.
 
 Input: `Source`s of kind "text". Output: one DataFrame (source, line, raw) holding only the lines that
-contain a catalog anchor (Aho-Corasick prefilter, case-insensitive) - everything else is never turned
+contain a catalog anchor (Aho-Corasick prefilter, case-sensitive: catalogs list the spellings they
+accept, and case-insensitive matching halves the scan rate) - everything else is never turned
 into a Python string. Files on disk are scanned lazily by polars (gzip is decompressed transparently);
 files with invalid UTF-8 fall back to a lossy decode; UTF-16 (BOM) is decoded. Progress-bar output glued
 with `\\r` is split so each segment is read on its own, with the line number of its physical line.
@@ -15,6 +16,7 @@ import polars as pl
 from ncclpm.sources.discover import Source
 
 MAX_LINE_CHARS = 8192
+BATCH = 16  # files scanned together: parallel enough for a few cores, bounded memory
 _SCHEMA = {"source": pl.String(), "line": pl.Int64(), "raw": pl.String()}
 
 
@@ -30,7 +32,7 @@ def _frame_from_bytes(data: bytes) -> pl.LazyFrame:
 
 
 def _keep(lf: pl.LazyFrame, name: str, anchors: list[str]) -> pl.LazyFrame:
-    hit = pl.col("raw").str.contains_any(anchors, ascii_case_insensitive=True)
+    hit = pl.col("raw").str.contains_any(anchors)
     return (
         lf.filter(hit)
         .with_columns(pl.col("raw").str.split("\r"))
@@ -51,25 +53,46 @@ def _needs_python_decode(src: Source) -> bool:
         return fh.read(2) in (b"\xff\xfe", b"\xfe\xff")
 
 
-def read_kept_lines(sources: list[Source], anchors: list[str], warnings: list[str]) -> pl.DataFrame:
-    """Prefiltered lines of all text sources, in source order; unreadable sources become warnings."""
-    frames: list[pl.DataFrame] = []
-    for src in sources:
+def _read_one(src: Source, anchors: list[str], warnings: list[str]) -> pl.DataFrame | None:
+    """One source on its own, with the lossy-decode fallback for invalid UTF-8."""
+    try:
+        if _needs_python_decode(src):
+            return _keep(_frame_from_bytes(src.read_bytes()), src.name, anchors).collect()
+        assert src.path is not None
+        lf = pl.scan_lines(src.path, name="raw", row_index_name="line", row_index_offset=1)
         try:
-            if _needs_python_decode(src):
-                frames.append(_keep(_frame_from_bytes(src.read_bytes()), src.name, anchors).collect())
-                continue
-            assert src.path is not None
-            lf = pl.scan_lines(src.path, name="raw", row_index_name="line", row_index_offset=1)
-            try:
-                frames.append(_keep(lf, src.name, anchors).collect())
-            except pl.exceptions.ComputeError as exc:
-                if "utf8" not in str(exc).lower() and "utf-8" not in str(exc).lower():
-                    raise
-                warnings.append(f"{src.name}: not valid UTF-8; read with invalid bytes replaced")
-                frames.append(_keep(_frame_from_bytes(src.read_bytes()), src.name, anchors).collect())
-        except (OSError, ValueError, pl.exceptions.PolarsError) as exc:
-            warnings.append(f"{src.name}: could not be read as text ({exc}) - skipped")
-    if not frames:
+            return _keep(lf, src.name, anchors).collect()
+        except pl.exceptions.ComputeError as exc:
+            if "utf8" not in str(exc).lower() and "utf-8" not in str(exc).lower():
+                raise
+            warnings.append(f"{src.name}: not valid UTF-8; read with invalid bytes replaced")
+            return _keep(_frame_from_bytes(src.read_bytes()), src.name, anchors).collect()
+    except (OSError, ValueError, pl.exceptions.PolarsError) as exc:
+        warnings.append(f"{src.name}: could not be read as text ({exc}) - skipped")
+        return None
+
+
+def read_kept_lines(sources: list[Source], anchors: list[str], warnings: list[str]) -> pl.DataFrame:
+    """Prefiltered lines of all text sources, in source order; unreadable sources become warnings.
+
+    Plain files on disk are scanned together (`collect_all` runs them in parallel); if that fails because
+    one of them is not valid UTF-8 or unreadable, each file is retried on its own so only that one is
+    affected.
+    """
+    plain = [s for s in sources if s.path is not None and not _needs_python_decode(s)]
+    frames: dict[str, pl.DataFrame | None] = {}
+    for i in range(0, len(plain), BATCH):
+        batch = plain[i : i + BATCH]
+        lazies = [_keep(pl.scan_lines(s.path, name="raw", row_index_name="line", row_index_offset=1), s.name, anchors)
+                  for s in batch if s.path is not None]
+        try:
+            frames |= {s.name: f for s, f in zip(batch, pl.collect_all(lazies), strict=True)}
+        except (OSError, pl.exceptions.PolarsError):
+            continue  # retried one by one below
+    for src in sources:
+        if src.name not in frames:
+            frames[src.name] = _read_one(src, anchors, warnings)
+    kept = [f for s in sources if (f := frames[s.name]) is not None]
+    if not kept:
         return pl.DataFrame(schema=_SCHEMA)
-    return pl.concat(frames, how="vertical")
+    return pl.concat(kept, how="vertical")
