@@ -156,7 +156,7 @@ def test_malicious_pickles_refused(tmp_path: Path) -> None:
 
 
 def test_corrupt_inputs_only_warn() -> None:
-    name, good = _good()[0]
+    _name, good = _good()[0]
     js = next(iter(generate(2, 5, 1, None, fmt="json").values()))
     bad_types = pickle.dumps({"version": "2.10", "entries": [{"record_id": "x", "collective_seq_id": [1]}]})
     bad = [("trunc_pickle_rank_20", good[: len(good) // 2]), ("trunc_json_rank_21.json", js[: len(js) // 2]),
