@@ -89,7 +89,7 @@ def _fill_ranks(env: pl.DataFrame) -> pl.DataFrame:
         # lines); a console where only one rank printed prefixed lines is not.
         pl.when(
             (pl.col("_direct").drop_nulls().n_unique().over("source") == 1)
-            & (pl.col("_direct").is_not_null().mean().over("source") >= 0.5)
+            & (pl.col("_direct").is_not_null().mean().over("source") > 0.5)
         )
         .then(pl.col("_direct").drop_nulls().first().over("source"))
         .alias("_file_single"),

@@ -35,7 +35,8 @@ def _keep(lf: pl.LazyFrame, name: str, anchors: list[str]) -> pl.LazyFrame:
     hit = pl.col("raw").str.contains_any(anchors)
     return (
         lf.filter(hit)
-        .with_columns(pl.col("raw").str.split("\r"))
+        # A tqdm bar ends in "[elapsed<remaining, rate]"; text glued right after it is another line.
+        .with_columns(pl.col("raw").str.replace_all(r"(\[\d+:\d{2}(?::\d{2})?<[^\]\r]{0,80}\])", "$1\r").str.split("\r"))
         .explode("raw")
         .filter(hit)
         .select(

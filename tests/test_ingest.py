@@ -1,0 +1,94 @@
+"""Engine internals: rank resolution, timestamps, progress bars, tracebacks, torchrun summaries."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import polars as pl
+
+from ncclpm.api import catalog
+from ncclpm.ingest.extract import extract_events, parse_lines
+from ncclpm.ingest.multiline import parse_elastic_summaries, stitch_tracebacks
+
+
+def _parse(lines: list[str], source: str = "job.log") -> pl.DataFrame:
+    kept = pl.DataFrame({"source": [source] * len(lines), "line": list(range(1, len(lines) + 1)), "raw": lines})
+    return parse_lines(kept, catalog())
+
+
+def test_torchrun_local_rank_maps_to_the_global_rank_seen_on_the_same_stream() -> None:
+    parsed = _parse([
+        "[default1]:[rank9]:[E1122 08:00:00.1 ProcessGroupNCCL.cpp:1] [Rank 9] Watchdog caught collective operation timeout: x",
+        "[default1]:Saving checkpoint to /ckpt",
+    ])
+    assert parsed["rank"].to_list() == [9, 9]
+
+
+def test_rank_from_torchrun_log_dir_layout_and_file_names() -> None:
+    a = _parse(["RuntimeError: boom"], "run_x/attempt_0/3/stderr.log")
+    b = _parse(["RuntimeError: boom"], "logs/rank_12.out")
+    assert a["rank"].to_list() == [3] and b["rank"].to_list() == [12]
+
+
+def test_pg_tag_rank_is_global_only_for_the_default_group() -> None:
+    parsed = _parse([
+        "[PG ID 0 PG GUID 0(default_pg) Rank 5]  failure detected by watchdog at work sequence id: 1 PG status: last enqueued work: 1, last completed work: -1",
+        "[PG ID 3 PG GUID 7(TP) Rank 1]  failure detected by watchdog at work sequence id: 1 PG status: last enqueued work: 1, last completed work: -1",
+    ], "console.txt")
+    assert parsed["rank"].to_list() == [5, None]
+
+
+def test_glog_time_without_year_takes_the_year_of_dated_lines() -> None:
+    parsed = _parse([
+        "[2025-02-04 16:00:00] node1:1:1 [0] misc/socket.cc:1 NCCL WARN x",
+        "[rank1]:[E204 16:42:57.129219129 ProcessGroupNCCL.cpp:688] [Rank 1] Watchdog caught collective operation timeout: y",
+    ])
+    assert parsed["ts"][1] == datetime(2025, 2, 4, 16, 42, 57)
+
+
+def test_progress_bar_segments_glued_with_carriage_returns_are_each_read(tmp_path) -> None:
+    from ncclpm.api import build
+
+    log = tmp_path / "train.log"
+    log.write_bytes(b" 10%|#   | 10/100 [00:10<01:30, 1.00it/s]\r 11%|#   | 11/100 [00:11<01:29, 1.00it/s]"
+                    b"[rank2]: RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    t = build([log])
+    err = t.events.filter(pl.col("kind") == "cuda_error")
+    assert err["rank"].to_list() == [2] and err["line"].to_list() == [1]
+
+
+def test_traceback_is_stitched_per_rank_even_when_interleaved() -> None:
+    parsed = _parse([
+        "[rank1]: Traceback (most recent call last):",
+        "[rank2]: Traceback (most recent call last):",
+        '[rank1]:   File "/w/train.py", line 40, in body',
+        '[rank2]:   File "/w/train.py", line 99, in save_checkpoint',
+        "[rank2]: OSError: disk full",
+        "[rank1]: RuntimeError: Timed out waiting 10000ms for recv operation to complete",
+    ])
+    tb = stitch_tracebacks(parsed).sort("rank")
+    assert tb["rank"].to_list() == [1, 2]
+    assert tb["frames"].to_list() == [["body (train.py:40)"], ["save_checkpoint (train.py:99)"]]
+    assert tb["error_type"].to_list() == ["RuntimeError", "OSError"]
+
+
+def test_torchrun_root_cause_block_is_parsed() -> None:
+    parsed = _parse([
+        "Failures:", "  time      : 2026-11-22_08:24:17", "  host      : node3", "  rank      : 0 (local_rank: 0)",
+        "  exitcode  : -15 (pid: 26197)  (SIGTERM)", "  error_file: <N/A>",
+        "  traceback : Signal 15 (SIGTERM) received by PID 26197",
+        "Root Cause (first observed failure):", "  time      : 2026-11-22_08:24:16", "  host      : node3",
+        "  rank      : 1 (local_rank: 1)", "  exitcode  : 1 (pid: 26198) ", "  error_file: /x/error.json",
+        "  traceback : Traceback (most recent call last):", "  RuntimeError: Timed out waiting 10000ms",
+    ])
+    el = parse_elastic_summaries(parsed).sort("rank")
+    assert el.select("rank", "exit_code", "signal", "root_cause").rows() == [
+        (0, -15, "SIGTERM", False), (1, 1, None, True)]
+    assert el["detail"][1] == "RuntimeError: Timed out waiting 10000ms"
+
+
+def test_events_keep_the_raw_line_for_quoting() -> None:
+    line = "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    events = extract_events(_parse([line]), catalog())
+    oom = events.filter(pl.col("kind") == "cuda_oom")
+    assert oom["text"].to_list() == [line] and oom["detail"].to_list() == ["2.00 GiB"]
