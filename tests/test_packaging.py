@@ -1,0 +1,38 @@
+"""The wheel carries parsers/ and templates/: build it, install it in a fresh venv, run the CLI elsewhere."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_wheel_installs_and_diagnoses_from_another_directory(tmp_path: Path) -> None:
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True, system_site_packages=False).create(env_dir)
+    py = env_dir / "bin" / "python"
+    subprocess.run([py, "-m", "pip", "install", "-q", str(ROOT)], check=True, timeout=900)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    out = subprocess.run([env_dir / "bin" / "ncclpm", "diagnose", str(ROOT / "sample_logs" / "nccl_nvml_unknown_error"),
+                          "-f", "json"], cwd=work, capture_output=True, text=True, check=True, timeout=300)
+    assert json.loads(out.stdout)["category"] == "nvml_driver_failure"
+    where = subprocess.run([py, "-c", "import ncclpm.resources as r; print(r.data_dir('templates'))"],
+                           cwd=work, capture_output=True, text=True, check=True).stdout
+    assert "site-packages" in where and "_data" in where
+    assert list(work.iterdir()) == [], "nothing is written to the working directory"
+
+
+def test_checkout_resolves_data_from_the_repository() -> None:
+    from ncclpm.resources import data_dir
+
+    assert data_dir("parsers") == ROOT / "parsers" or "_data" in str(data_dir("parsers"))
+    assert (data_dir("templates") / "report.md").is_file()
+    assert sys.version_info >= (3, 11)
