@@ -27,10 +27,12 @@ from __future__ import annotations
 import gc
 import io
 import json
+import marshal
 import pickle
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import chain
 from operator import itemgetter
 
 import polars as pl
@@ -191,22 +193,37 @@ _SCALARS.update({"state": pl.String, "time_discovered_started_ns": pl.Int64,
                  "time_discovered_completed_ns": pl.Int64, "pg_name": pl.String, "pg_desc": pl.String})
 
 
+def _str_list_keys(values: list) -> list:
+    try:
+        return list(map(tuple, values))
+    except TypeError:  # None or a non-iterable somewhere
+        return list(map(repr, values))
+
+
+def _marshal_keys(values: list) -> list:
+    """Fast exact keys for plain nested lists (marshal is only written here, never read)."""
+    try:
+        return list(map(marshal.dumps, values))
+    except ValueError:  # an unmarshallable object: fall back to repr
+        return list(map(repr, values))
+
+
 class _Interner:
     """Deduplicate nested values (stacks, size lists) so polars converts each distinct one once."""
 
     def __init__(self, dtype: pl.DataType) -> None:
         self.dtype, self.index, self.uniq = dtype, {}, []
+        self.keys = _str_list_keys if dtype == pl.List(pl.String) else _marshal_keys
 
-    def add(self, values: Iterable) -> list[int]:
-        index, uniq, out = self.index, self.uniq, []
-        for v in values:
-            key = repr(v)
-            i = index.get(key)
-            if i is None:
-                i = index[key] = len(uniq)
+    def add(self, values: list) -> list[int]:
+        keys = self.keys(values)
+        local = dict(zip(keys, values, strict=True))  # C-level: one value per distinct key
+        index, uniq = self.index, self.uniq
+        for k, v in local.items():
+            if k not in index:
+                index[k] = len(uniq)
                 uniq.append(v)
-            out.append(i)
-        return out
+        return list(map(index.__getitem__, keys))
 
     def series(self, name: str, idx: list[int]) -> pl.Series:
         base = pl.Series(name, self.uniq or [None], dtype=self.dtype, strict=True)
@@ -222,7 +239,20 @@ class _Cols:
     nested: dict[str, list[int]]
 
 
-def _extract(entries: list[dict], interners: dict[str, _Interner]) -> _Cols:
+def _tail_frames(cols: dict, n: int, keep: int) -> list:
+    """Stacks of the newest `keep` entries and of every entry not retired/completed; None elsewhere."""
+    frames = cols.get("frames")
+    if frames is None or keep == 0:
+        return [None] * n
+    if keep < 0 or n <= keep:
+        return frames
+    retired, state = cols.get("retired") or [None] * n, cols.get("state") or [None] * n
+    cut = n - keep
+    return [f if i >= cut or not (r is True or s == "completed") else None
+            for i, (f, r, s) in enumerate(zip(frames, retired, state, strict=True))]
+
+
+def _extract(entries: list[dict], interners: dict[str, _Interner], keep_frames: int) -> _Cols:
     present = [k for k in _ALL_KEYS if k in entries[0]] if entries else []
     try:
         if len(present) > 1:
@@ -236,20 +266,25 @@ def _extract(entries: list[dict], interners: dict[str, _Interner]) -> _Cols:
     scalars = {k: list(cols.get(k, none)) for k in _SCALARS if k not in ("pg_name", "pg_desc")}
     scalars["pg_name"] = [p[0] if isinstance(p, list | tuple) and p else None for p in pg]
     scalars["pg_desc"] = [p[1] if isinstance(p, list | tuple) and len(p) > 1 else None for p in pg]
+    cols["frames"] = _tail_frames(cols, n, keep_frames)
     nested = {k: interners[k].add(cols.get(k, none)) for k in _NESTED_KEYS}
     return _Cols(n, scalars, nested)
 
 
+def _repeat_index(counts: list[int]) -> list[int]:
+    return list(chain.from_iterable([i] * c for i, c in enumerate(counts)))
+
+
 def _build(cols: list[_Cols], ranks: list[int], sources: list[str],
            interners: dict[str, _Interner]) -> pl.DataFrame:
-    data = {k: pl.Series(k, [v for c in cols for v in c.scalars[k]], dtype=t, strict=True)
+    flat = chain.from_iterable
+    data = {k: pl.Series(k, list(flat(c.scalars[k] for c in cols)), dtype=t, strict=True)
             for k, t in _SCALARS.items()}
     for k in _NESTED_KEYS:
-        data[k] = interners[k].series(k, [i for c in cols for i in c.nested[k]])
-    data["rank"] = pl.Series("rank", [r for c, r in zip(cols, ranks, strict=True) for _ in range(c.n)],
-                             dtype=pl.Int32)
-    data["source"] = pl.Series("source", [s for c, s in zip(cols, sources, strict=True) for _ in range(c.n)],
-                               dtype=pl.String)
+        data[k] = interners[k].series(k, list(flat(c.nested[k] for c in cols)))
+    n = [c.n for c in cols]
+    data["rank"] = pl.Series("rank", ranks, dtype=pl.Int32).gather(_repeat_index(n))
+    data["source"] = pl.Series("source", sources, dtype=pl.String).gather(_repeat_index(n))
     return pl.DataFrame(data)
 
 
@@ -359,7 +394,8 @@ def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", str(version)))
 
 
-def _read_one(name: str, data: bytes, interners: dict[str, _Interner]) -> tuple[_Dump | None, str | None]:
+def _read_one(name: str, data: bytes, interners: dict[str, _Interner],
+              keep_frames: int) -> tuple[_Dump | None, str | None]:
     obj, fmt, warn = _decode(name, data)
     if warn:
         return None, warn
@@ -372,11 +408,18 @@ def _read_one(name: str, data: bytes, interners: dict[str, _Interner]) -> tuple[
     note = ""
     if ver and ver[0] != 2:
         note = f"{name}: unknown FR format version {head.get('version')!r}; read as 2.x"
-    return _Dump(name, rank, fmt, head, _newest(entries), _extract(entries, interners)), note or None
+    cols = _extract(entries, interners, keep_frames)
+    return _Dump(name, rank, fmt, head, _newest(entries), cols), note or None
 
 
-def load_fr_dumps(items: Iterable[tuple[str, bytes]]) -> FRLoad:
-    """Load (name, bytes) dumps; never raises for bad input, reports it in `warnings`."""
+def load_fr_dumps(items: Iterable[tuple[str, bytes]], *, frames: str = "tail") -> FRLoad:
+    """Load (name, bytes) dumps; never raises for bad input, reports it in `warnings`.
+
+    frames: "all" keeps every entry's stack; "tail" (default) keeps the stacks of each dump's newest
+    64 entries and of every entry not retired/completed (older finished entries get null frames:
+    converting 2000 stacks per rank costs more than decoding them); "none" drops stacks.
+    """
+    keep_frames = {"all": -1, "tail": 64, "none": 0}[frames]
     warnings: list[str] = []
     dumps: list[_Dump] = []
     interners = {k: _Interner(FR_ENTRIES_SCHEMA[k]) for k in _NESTED_KEYS}
@@ -384,7 +427,7 @@ def load_fr_dumps(items: Iterable[tuple[str, bytes]]) -> FRLoad:
     gc.disable()  # millions of small containers: generational GC passes would dominate the load time
     try:
         for name, data in items:
-            dump, warn = _read_one(name, data, interners)
+            dump, warn = _read_one(name, data, interners, keep_frames)
             if warn:
                 warnings.append(warn)
             if dump is not None:
