@@ -44,7 +44,8 @@ class Diagnosis:
     versions: dict[str, str] = field(default_factory=dict)
     settings: tuple[dict[str, Any], ...] = ()
     n_sources: int = 0
-    timeline: dict[str, Any] = field(default_factory=dict)
+    supporting: tuple[Finding, ...] = ()
+    cross_check: str | None = None
 
     @property
     def category(self) -> Category:
@@ -68,7 +69,7 @@ class Diagnosis:
 
     @property
     def findings(self) -> tuple[Finding, ...]:
-        return (self.primary, *(r.finding for r in self.rivals), *self.symptoms)
+        return (self.primary, *self.supporting, *(r.finding for r in self.rivals), *self.symptoms)
 
     def to_dict(self) -> dict[str, Any]:
         return _jsonable({
@@ -83,6 +84,9 @@ class Diagnosis:
             "world_size": self.world_size,
             "findings": [f.to_dict() for f in self.findings],
             "rivals": [{"rule": r.finding.rule, "why_not": r.why_not} for r in self.rivals],
+            "supporting": [f.rule for f in self.supporting],
+            "symptoms": [f.rule for f in self.symptoms],
+            "cross_check": self.cross_check,
             "decisive_evidence": [e.to_dict() for e in self.decisive],
             "ranks": list(self.ranks),
             "versions": self.versions,

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import polars as pl
-
 from ncclpm.diagnosis import Diagnosis, Rival
 from ncclpm.ingest.tables import Tables
+from ncclpm.report_facts import cross_check, failing_collective, rank_rows, versions
 from ncclpm.rules import ALL_RULES
 from ncclpm.rules.base import Finding, Rule
 from ncclpm.schema import Category
@@ -65,7 +64,8 @@ def _why_not(rival: Finding, primary: Finding) -> str:
     return f"same band, but {primary.rule} is more specific about the cause"
 
 
-def choose(findings: list[Finding], rules: list[type[Rule]], t: Tables) -> tuple[Finding, list[Rival], list[Finding]]:
+def choose(findings: list[Finding], rules: list[type[Rule]], t: Tables) -> tuple[Finding, list[Rival], list[Finding], list[Finding]]:
+    """Primary root cause; rivals (with why they lose); symptoms it explains; findings that support it."""
     priority = {r.id: r.priority for r in rules}
     roots = sorted((f for f in findings if f.category != Category.SYMPTOM),
                    key=lambda f: _rank_key(f, priority), reverse=True)
@@ -77,69 +77,31 @@ def choose(findings: list[Finding], rules: list[type[Rule]], t: Tables) -> tuple
     else:
         raise ValueError("no rule found anything and the fallback rule was not selected")
     victims = set(primary.facts.get("victim_ranks", []))
-    symptoms, rivals = [], []
+    symptoms, rivals, supporting = [], [], []
     for f in findings:
         if f is primary:
             continue
-        folded = f.category == Category.SYMPTOM or f.rule in primary.explains or (
-            f.culprit_ranks and set(f.culprit_ranks) <= victims)
-        if folded:
+        if f.category == primary.category and set(f.culprit_ranks) & set(primary.culprit_ranks):
+            supporting.append(f)  # another source of evidence for the same verdict
+        elif f.category == Category.SYMPTOM or f.rule in primary.explains or (
+                f.culprit_ranks and set(f.culprit_ranks) <= victims):
             symptoms.append(f)
         else:
             rivals.append(Rival(f, _why_not(f, primary)))
-    return primary, rivals, symptoms
-
-
-def fr_stall(t: Tables) -> dict | None:
-    """The collective the flight recorder says the job stopped in (when the logs name none)."""
-    fa = t.fr_analysis
-    if fa is None:
-        return None
-    return None
-
-
-def failing_collective(t: Tables) -> dict | None:
-    to = t.events.filter((pl.col("kind") == "collective_timeout") & pl.col("op").is_not_null())
-    if to.is_empty():
-        return fr_stall(t)
-    r = to.sort("ts", "source", "line", nulls_last=True).row(0, named=True)
-    return {k: r[k] for k in ("op", "seq", "numel_in", "numel_out", "timeout_ms", "pg")}
-
-
-def rank_rows(t: Tables, primary: Finding) -> tuple[dict, ...]:
-    culprits = set(primary.culprit_ranks)
-    victims = set(primary.facts.get("victim_ranks", [])) | set(
-        t.events.filter(pl.col("kind") == "collective_timeout")["rank"].drop_nulls().to_list())
-    rows = []
-    for r in t.ranks.iter_rows(named=True):
-        role = "culprit" if r["rank"] in culprits else "waiting" if r["rank"] in victims else ""
-        rows.append({**r, "role": role})
-    return tuple(rows)
-
-
-def versions(t: Tables) -> dict[str, str]:
-    out: dict[str, str] = {}
-    ver = t.events.filter(pl.col("version").is_not_null()).sort("source", "line")
-    for kind, key in (("torch_version", "torch"), ("nccl_error", "nccl"), ("nccl_version", "nccl")):
-        hit = ver.filter(pl.col("kind") == kind)["version"]
-        if hit.len():
-            out[key] = str(hit.mode().sort()[0])
-    if "nccl" not in out and t.fr is not None and not t.fr.dumps.is_empty():
-        libs = t.fr.dumps.filter(pl.col("comm_lib_version").fill_null("") != "")["comm_lib_version"]
-        if libs.len():
-            out["nccl"] = str(libs[0])
-    return out
+    return primary, rivals, symptoms, supporting
 
 
 def diagnose_tables(t: Tables, select: Iterable[str] = (), ignore: Iterable[str] = ()) -> Diagnosis:
     rules = select_rules(select, ignore)
     findings, warnings, skipped = evaluate(t, rules)
-    primary, rivals, symptoms = choose(findings, rules, t)
+    primary, rivals, symptoms, supporting = choose(findings, rules, t)
     victims_first = [e for s in symptoms for e in s.evidence[:1]]
-    decisive = list(dict.fromkeys([*primary.evidence[:4], *victims_first[:2]]))  # keep order, drop repeats
+    support_first = [e for s in supporting for e in s.evidence[:1]]
+    decisive = list(dict.fromkeys([*primary.evidence[:4], *support_first[:2], *victims_first[:2]]))
     return Diagnosis(
-        job=t.job_name, primary=primary, rivals=tuple(rivals), symptoms=tuple(symptoms),
+        job=t.job_name, primary=primary, rivals=tuple(rivals), symptoms=tuple(symptoms), supporting=tuple(supporting),
         failing_collective=failing_collective(t), world_size=t.world_size, ranks=rank_rows(t, primary),
         decisive=tuple(decisive), warnings=tuple(t.warnings) + tuple(warnings),
         not_evaluated=tuple(skipped), versions=versions(t), n_sources=len(t.sources),
+        cross_check=cross_check(t, primary),
     )

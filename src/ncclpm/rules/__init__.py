@@ -5,6 +5,8 @@ from __future__ import annotations
 from ncclpm.rules.base import Rule
 from ncclpm.rules.cuda_oom import CudaOutOfMemory
 from ncclpm.rules.dataloader import DataloaderFailure
+from ncclpm.rules.fr_mismatch import FlightRecorderCollectivesDisagree
+from ncclpm.rules.fr_never_joined import FlightRecorderRankStopped
 from ncclpm.rules.insufficient import InsufficientEvidence
 from ncclpm.rules.mismatch_logs import CollectivesDisagreeInLogs
 from ncclpm.rules.nvml import NvmlDriverFailure
@@ -24,6 +26,8 @@ ALL_RULES: tuple[type[Rule], ...] = (
     CudaOutOfMemory,
     AllRanksTimedOutTogether,
     ProcessGroupNeverFormed,
+    FlightRecorderCollectivesDisagree,
+    FlightRecorderRankStopped,
     InsufficientEvidence,
 )
 

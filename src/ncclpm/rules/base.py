@@ -118,7 +118,8 @@ class Rule:
     def finding(self, **kw: Any) -> Finding:
         kw.setdefault("explains", self.explains)
         conf = max(0.0, min(1.0, kw.pop("confidence", self.base_confidence)))
-        return Finding(rule=self.id, name=self.name, category=self.category, confidence=conf, **kw)
+        category = kw.pop("category", self.category)  # rules that classify from evidence may refine it
+        return Finding(rule=self.id, name=self.name, category=category, confidence=conf, **kw)
 
     @classmethod
     def doc(cls) -> str:

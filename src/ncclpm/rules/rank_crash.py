@@ -15,6 +15,11 @@ EXPLAINED_KINDS = ["dataloader_error", "fd_exhaustion", "cuda_oom", "nvml_error"
 FATAL_SIGNALS = ["SIGKILL", "SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT"]
 
 
+def crashed_ranks(t: Tables) -> set[int]:
+    """Ranks that failed on their own before waiting on anyone (what this rule calls a crash)."""
+    return set(RankDiedFirst().evidence(t)["rank"].to_list())
+
+
 class RankDiedFirst(Rule):
     """One rank died (exception, segfault, SIGKILL, exit) before the others, which then timed out waiting.
 

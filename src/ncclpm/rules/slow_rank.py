@@ -9,6 +9,7 @@ import polars as pl
 from ncclpm.ingest.tables import Tables
 from ncclpm.rules._facts import known_ranks, timeouts, victim_lines, victim_ranks
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.rules.rank_crash import crashed_ranks
 from ncclpm.schema import Category
 
 BUSY_KINDS = ["dataloader_error", "fd_exhaustion", "cuda_oom", "nvml_error", "crash_signal", "cuda_error"]
@@ -57,8 +58,14 @@ class RankBusyOutsideCollectives(Rule):
         named = self._named(t)
         if not victims:
             return pl.DataFrame()
+        crashed = crashed_ranks(t)
+        if crashed:
+            return pl.DataFrame()  # a rank that died explains why the others waited; silence proves nothing
         busy = set(t.kinds(*BUSY_KINDS)["rank"].drop_nulls().to_list())
         silent = (known_ranks(t) - victims - busy) | (named - busy)
+        fa = t.fr_analysis
+        if fa is not None and fa.culprit_ranks:
+            silent &= set(fa.culprit_ranks)  # the dumps say who never joined; other quiet ranks were just killed
         if not silent or (len(silent) > len(known_ranks(t)) / 2 and not named):
             return pl.DataFrame()
         return t.ranks.filter(pl.col("rank").is_in(sorted(silent)))

@@ -1,0 +1,91 @@
+"""Facts the report shows besides the findings: the failing collective, per-rank rows (logs + flight
+recorder), versions, and whether the logs and the flight-recorder dumps agree on the culprit."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ncclpm.ingest.tables import Tables
+from ncclpm.rules.base import Finding, ranks_text
+
+FR_RANK_COLUMNS = ["fr_last_op", "fr_last_seq", "fr_last_state", "fr_dump"]
+
+
+def fr_stall(t: Tables) -> dict | None:
+    """The collective the flight recorder says the job stopped in (when the logs name none)."""
+    fa = t.fr_analysis
+    if fa is None:
+        return None
+    for frame in (fa.mismatches, fa.missing.filter(pl.col("group_key") == (fa.root_group or "")), fa.missing):
+        if not frame.is_empty():
+            r = frame.sort("collective_seq_id").row(0, named=True)
+            op = r.get("op") or (str(r.get("majority_value")) if r.get("kind") == "op" else None)
+            return {"op": op, "seq": r["collective_seq_id"], "numel_in": None, "numel_out": None,
+                    "timeout_ms": None, "pg": r["group_key"], "pg_desc": r.get("pg_desc"), "source": "flight recorder"}
+    return None
+
+
+def failing_collective(t: Tables) -> dict | None:
+    to = t.events.filter((pl.col("kind") == "collective_timeout") & pl.col("op").is_not_null())
+    if to.is_empty():
+        return fr_stall(t)
+    r = to.sort("ts", "source", "line", nulls_last=True).row(0, named=True)
+    return {k: r[k] for k in ("op", "seq", "numel_in", "numel_out", "timeout_ms", "pg")}
+
+
+def _fr_rank_facts(t: Tables) -> pl.DataFrame | None:
+    fa = t.fr_analysis
+    if fa is None or fa.rank_facts.is_empty():
+        return None
+    return fa.rank_facts.select(
+        "rank", pl.col("last_op").alias("fr_last_op"), pl.col("last_seq_root_group").alias("fr_last_seq"),
+        pl.col("last_state").alias("fr_last_state"), pl.col("dump_present").alias("fr_dump"),
+    )
+
+
+def rank_rows(t: Tables, primary: Finding) -> tuple[dict, ...]:
+    culprits = set(primary.culprit_ranks)
+    victims = set(primary.facts.get("victim_ranks", [])) | set(
+        t.events.filter(pl.col("kind") == "collective_timeout")["rank"].drop_nulls().to_list())
+    table = t.ranks
+    fr = _fr_rank_facts(t)
+    if fr is not None:
+        table = table.join(fr.cast({"rank": table.schema["rank"]}), on="rank", how="full", coalesce=True)
+    else:
+        table = table.with_columns(pl.lit(None).alias(c) for c in FR_RANK_COLUMNS)
+    rows = []
+    for r in table.sort("rank").iter_rows(named=True):
+        role = "culprit" if r["rank"] in culprits else "waiting" if r["rank"] in victims else ""
+        rows.append({**r, "timed_out": bool(r["timed_out"]), "n_events": r["n_events"] or 0, "role": role})
+    return tuple(rows)
+
+
+def versions(t: Tables) -> dict[str, str]:
+    out: dict[str, str] = {}
+    ver = t.events.filter(pl.col("version").is_not_null()).sort("source", "line")
+    for kind, key in (("torch_version", "torch"), ("nccl_error", "nccl"), ("nccl_version", "nccl")):
+        hit = ver.filter(pl.col("kind") == kind)["version"]
+        if hit.len():
+            out[key] = str(hit.mode().sort()[0])
+    if "nccl" not in out and t.fr is not None and not t.fr.dumps.is_empty():
+        libs = t.fr.dumps.filter(pl.col("comm_lib_version").fill_null("") != "")["comm_lib_version"]
+        if libs.len():
+            out["nccl"] = str(libs[0])
+    return out
+
+
+def cross_check(t: Tables, primary: Finding) -> str | None:
+    """Do the logs and the flight-recorder dumps name the same culprit? Say so either way."""
+    fa = t.fr_analysis
+    if fa is None:
+        return None
+    fr, logs = set(fa.culprit_ranks), set(primary.culprit_ranks)
+    if not fr:
+        return ("The flight-recorder dumps show every rank in step (no missing, mismatched or stuck collective): "
+                "they may have been written before the failure, or the failure is outside collectives.")
+    if primary.rule.startswith("FR") or fr == logs:
+        return f"Flight-recorder dumps agree: {fa.summary}."
+    if not logs:
+        return f"Flight-recorder dumps name {ranks_text(sorted(fr))} ({fa.summary}); the logs name no rank."
+    return (f"Logs and dumps disagree: the logs point at {ranks_text(sorted(logs))}, the dumps at "
+            f"{ranks_text(sorted(fr))} ({fa.summary}).")

@@ -1,0 +1,70 @@
+"""FR01 fr-collectives-disagree."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ncclpm.ingest.tables import Tables
+from ncclpm.rules._fr_evidence import entry_evidence
+from ncclpm.rules.base import Finding, Rule, ranks_text
+from ncclpm.schema import Category
+
+
+class FlightRecorderCollectivesDisagree(Rule):
+    """Flight-recorder dumps show ranks issuing different collectives at the same sequence number.
+
+    ## What it detects
+    Per process group, entries are aligned on `collective_seq_id` (never on `record_id`); at the first
+    sequence number where the op type, input sizes or dtypes differ across members, the ranks in the
+    minority (by vote over all members, independent of file order) are the culprits. In a 2-rank group a
+    1-vs-1 split cannot be decided and both ranks are reported.
+
+    ## Why it matters
+    This is the evidence logs cannot give: gloo aborts or hangs without saying which call differed, and
+    NCCL may hang or silently reduce garbage (a float32 vs int32 all-reduce of the same byte count "works").
+
+    ## Example
+    `all_reduce #4 of default_pg: rank 0 in=[[768]] Float, rank 1 in=[[1536]] Float` — a size mismatch.
+
+    ## How to fix
+    Look at the stack of the differing entries (in the evidence): make every rank issue the same
+    collectives with the same shapes and dtypes in the same order (rank-dependent branches, skipped steps,
+    uneven last batches, data-dependent shapes).
+    """
+
+    id = "FR01"
+    name = "fr-collectives-disagree"
+    category = Category.MISMATCHED_COLLECTIVES
+    needs = frozenset({"fr_analysis"})
+    base_confidence = 0.85
+    priority = 88
+    explains = ("CT01", "CR01", "ST01", "TO01")
+
+    def evidence(self, t: Tables) -> pl.DataFrame:
+        assert t.fr_analysis is not None
+        return t.fr_analysis.mismatches
+
+    def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
+        first = ev.row(0, named=True)
+        culprits = tuple(sorted(first["culprit_ranks"]))
+        g, seq = first["group_key"], first["collective_seq_id"]
+        keys = t.fr.entries.filter((pl.col("group_key") == g) & (pl.col("collective_seq_id") == seq))  # type: ignore[union-attr]
+        decided = bool(first["decided"])
+        who = (f"{ranks_text(culprits)} differ from the majority" if decided
+               else f"{ranks_text(culprits)} disagree and no majority can say who is wrong")
+        more = f"; {first['cascade']} later sequence numbers differ too" if first.get("cascade") else ""
+        return self.finding(
+            confidence=self.base_confidence + (0.1 if decided else 0.0), culprit_ranks=culprits,
+            summary=f"Flight recorder: {first['kind']} mismatch at {first['pg_desc'] or 'group'} "
+            f"(pg {g}) collective #{seq}: {who} ({first['ranks_by_value']}){more}.",
+            explanation="Entries of every rank's dump were aligned on the process group's collective sequence "
+            "number; at this one the ranks issued different collectives, so none of them can complete.",
+            evidence=entry_evidence(t, keys),
+            fixes=("Compare the stacks of the differing entries above and make every rank issue the same "
+                   "collectives, with the same shapes and dtypes, in the same order.",
+                   "Re-run once with `TORCH_DISTRIBUTED_DEBUG=DETAIL` to have every collective's fingerprint "
+                   "checked before it runs."),
+            dont=("No timeout or NCCL setting fixes a program that issues different collectives on different ranks.",),
+            verify=("The next run's dumps (or DETAIL mode) show the same op/size/dtype on every rank at this step.",),
+            facts={"group": g, "seq": seq, "kind": first["kind"], "decided": decided},
+        )

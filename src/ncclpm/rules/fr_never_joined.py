@@ -1,0 +1,118 @@
+"""FR02 fr-rank-stopped."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ncclpm.ingest.tables import Tables
+from ncclpm.rules._facts import exceptions_not_victim
+from ncclpm.rules._fr_evidence import entry_evidence, last_entry_evidence
+from ncclpm.rules.base import Finding, Rule, ranks_text
+from ncclpm.schema import Category
+
+# What a culprit's own stack or log lines say it was doing -> the category it points to.
+FRAME_HINTS = (
+    (Category.DATALOADER_HANG, ("dataloader", "_next_data", "__next__", "_get_data", "worker")),
+    (Category.SLOW_RANK_WORK, ("checkpoint", "save", "eval", "valid", "sample", "generate", "inference", "log")),
+)
+LOG_KINDS = (
+    (Category.CUDA_OOM, ("cuda_oom",)),
+    (Category.NVML_DRIVER_FAILURE, ("nvml_error", "xid", "gpu_lost")),
+    (Category.DATALOADER_HANG, ("dataloader_error", "fd_exhaustion")),
+    (Category.RANK_CRASH, ("crash_signal", "cuda_error")),
+    (Category.SLOW_RANK_WORK, ("activity",)),
+)
+
+
+class FlightRecorderRankStopped(Rule):
+    """Flight-recorder dumps show ranks that never joined a collective their peers were waiting in, or that
+    stopped completing collectives their peers had finished.
+
+    ## What it detects
+    Per process group, aligned on `collective_seq_id`: a member lacking an entry its peers hold while its own
+    last sequence number is lower never reached that collective ("never joined", with how far behind it
+    is); a member still holding entries not completed that every peer has already moved past "stopped
+    completing" work (a stuck GPU stream, a blocked watchdog or GIL). A wait-for graph across groups keeps
+    only the ranks that wait for nobody: the ones the others are waiting for.
+
+    ## Why it matters
+    It names the culprit where logs only show victims: in a hang the culprit usually prints nothing at all.
+    What the culprit was doing comes from its own log lines and the stack of its last entries.
+
+    ## Example
+    `rank 0 never joined barrier #10 of default_pg; 2 peers were waiting` while rank 0's log says
+    `Saving checkpoint ...`.
+
+    ## How to fix
+    Depends on what the culprit was doing (the category): rank-local work longer than the timeout, a
+    DataLoader stall, a crash, a GPU fault. Its stack frames and last lines are in the evidence; `py-spy
+    dump` of that rank in the next hang shows the exact frame.
+    """
+
+    id = "FR02"
+    name = "fr-rank-stopped"
+    category = Category.SLOW_RANK_WORK
+    needs = frozenset({"fr_analysis"})
+    base_confidence = 0.55
+    priority = 55
+    explains = ("CT01",)
+
+    def evidence(self, t: Tables) -> pl.DataFrame:
+        fa = t.fr_analysis
+        assert fa is not None
+        if fa.culprit_kind not in ("never_joined", "stopped_completing"):
+            return pl.DataFrame()
+        return fa.rank_facts.filter(pl.col("culprit"))
+
+    @staticmethod
+    def _from_logs(t: Tables, culprits: list[int]) -> Category | None:
+        mine = t.events.filter(pl.col("rank").is_in(culprits))
+        for cat, kinds in LOG_KINDS:
+            if not mine.filter(pl.col("kind").is_in(list(kinds))).is_empty():
+                return cat
+        crashed = exceptions_not_victim(t, ["dataloader_error", "fd_exhaustion", "cuda_oom", "nvml_error"])
+        return Category.RANK_CRASH if not crashed.filter(pl.col("rank").is_in(culprits)).is_empty() else None
+
+    @staticmethod
+    def _from_frames(frames_text: str) -> Category | None:
+        low = frames_text.lower()
+        for cat, words in FRAME_HINTS:
+            if any(w in low for w in words):
+                return cat
+        return None
+
+    def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
+        fa = t.fr_analysis
+        assert fa is not None
+        culprits = sorted(ev["rank"].to_list())
+        user_frames = " ".join(fa.culprit_frames["summary"].drop_nulls().to_list())
+        # torch's own frames (all_reduce, barrier...) say nothing about what the rank was doing
+        hint_text = " ".join(p for p in user_frames.split(" < ") if "distributed_c10d" not in p and "c10d_logger" not in p)
+        by_logs, by_frames = self._from_logs(t, culprits), self._from_frames(hint_text)
+        stuck = fa.culprit_kind == "stopped_completing"
+        category = by_logs or by_frames or (Category.NVML_DRIVER_FAILURE if stuck else Category.SLOW_RANK_WORK)
+        conf = 0.85 if by_logs else 0.7 if by_frames else self.base_confidence
+        missing = fa.missing.filter(pl.col("missing_rank").is_in(culprits))
+        keys = missing.select(pl.col("present_ranks").alias("rank"), "group_key", "collective_seq_id").explode("rank")
+        evidence = entry_evidence(t, keys.head(3)) + last_entry_evidence(t, culprits)
+        if stuck:
+            evidence += entry_evidence(t, fa.stuck.filter(pl.col("rank").is_in(culprits)).head(3))
+        why = ("its log lines" if by_logs else "the stack of its last flight-recorder entries" if by_frames
+               else "nothing else in the job (no log line or stack says what it was doing)")
+        return self.finding(
+            category=category, confidence=conf, culprit_ranks=tuple(culprits),
+            summary=f"Flight recorder: {fa.summary}.",
+            explanation=f"{ranks_text(culprits).capitalize()} {'stopped completing' if stuck else 'never joined'} "
+            f"collectives the other ranks were waiting in; the category comes from {why}."
+            + (" A rank whose collectives stay incomplete while its peers finished them points below Python: "
+               "a GPU fault or hung CUDA call, or a blocked watchdog/GIL." if stuck and not by_logs else ""),
+            evidence=evidence,
+            fixes=("Look at what the culprit rank was doing (its last lines and the stack above); on the next "
+                   "hang run `py-spy dump --pid <pid>` on it.",
+                   "Keep `TORCH_NCCL_TRACE_BUFFER_SIZE=2000` and `TORCH_NCCL_DUMP_ON_TIMEOUT=1` set so every "
+                   "failure leaves dumps like these.")
+            + (("Check the GPU of that rank: `nvidia-smi`, `dmesg | grep -i xid`.",) if stuck else ()),
+            dont=("Do not raise the timeout or disable P2P/IB before knowing why this rank stopped.",),
+            verify=("In the next run's dumps every rank reaches the same last sequence number in every group.",),
+            facts={"fr_kind": fa.culprit_kind, "root_group": fa.root_group},
+        )
