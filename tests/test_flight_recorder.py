@@ -42,7 +42,7 @@ def test_schemas_and_synthetic_roundtrip() -> None:
     assert load.groups.schema == FR_GROUPS_SCHEMA
     assert load.status.schema == FR_STATUS_SCHEMA
     assert load.entries.height == 200 and load.warnings == ()
-    assert set(load.entries["op"].unique()) <= {"all_reduce", "_allgather_base", "_reduce_scatter_base",
+    assert set(load.entries["op"].unique()) <= {"all_reduce", "_all_gather_base", "_reduce_scatter_base",
                                                   "broadcast"}
     assert load.entries["frames"].list.len().min() > 0
 

@@ -44,7 +44,8 @@ from ncclpm.ingest.flight_recorder import FRLoad
 SIZE_CHECKED_OPS = frozenset({
     "all_reduce", "allreduce", "reduce", "broadcast", "_allgather_base", "_all_gather_base", "all_gather",
     "allgather", "all_gather_into_tensor", "_reduce_scatter_base", "reduce_scatter", "reduce_scatter_tensor",
-    "allreduce_coalesced", "all_reduce_coalesced", "barrier",
+    "allreduce_coalesced", "all_reduce_coalesced", "barrier", "_broadcast_oop", "_reduce_oop",
+    "all_gather_single", "reduce_scatter_single", "all_reduce_barrier",
 })
 _I = pl.Int64
 

@@ -70,6 +70,7 @@ _RAW_KEYS = ("record_id", "pg_id", "collective_seq_id", "p2p_seq_id", "op_id", "
              "time_created_ns", "timeout_ms", "duration_ms", "thread_name")
 _EXTRA_KEYS = ("process_group", "time_discovered_started_ns", "time_discovered_completed_ns", "frames")
 _ALL_KEYS = _RAW_KEYS + _EXTRA_KEYS
+_CHUNK_ROWS = 65536
 _NESTED_KEYS = ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes", "frames")
 _HEAD_KEYS = (b"version", b"pg_config", b"entries")
 _JSON_META = (b'"pg_config"', b'"version"', b'"comm_lib_version"', b'"nccl_version"')
@@ -99,8 +100,11 @@ class _Dump:
     fmt: str
     data: dict  # the dump without its entries
     newest: tuple[int, int]
-    cols: _Cols
+    cols: _Cols | None
+    n: int
+    uid: int = 0
     used: bool = True
+    bad: bool = False
     note: str = ""
 
     @property
@@ -253,7 +257,8 @@ def _tail_frames(cols: dict, n: int, keep: int) -> list:
 
 
 def _extract(entries: list[dict], interners: dict[str, _Interner], keep_frames: int) -> _Cols:
-    present = [k for k in _ALL_KEYS if k in entries[0]] if entries else []
+    ends = (entries[0], entries[-1]) if entries else ()
+    present = [k for k in _ALL_KEYS if any(k in e for e in ends)]  # KeyError below -> per-entry .get
     try:
         if len(present) > 1:
             cols = dict(zip(present, zip(*map(itemgetter(*present), entries), strict=True), strict=True))
@@ -275,7 +280,7 @@ def _repeat_index(counts: list[int]) -> list[int]:
     return list(chain.from_iterable([i] * c for i, c in enumerate(counts)))
 
 
-def _build(cols: list[_Cols], ranks: list[int], sources: list[str],
+def _build(cols: list[_Cols], ranks: list[int], sources: list[str], ids: list[int],
            interners: dict[str, _Interner]) -> pl.DataFrame:
     flat = chain.from_iterable
     data = {k: pl.Series(k, list(flat(c.scalars[k] for c in cols)), dtype=t, strict=True)
@@ -285,22 +290,52 @@ def _build(cols: list[_Cols], ranks: list[int], sources: list[str],
     n = [c.n for c in cols]
     data["rank"] = pl.Series("rank", ranks, dtype=pl.Int32).gather(_repeat_index(n))
     data["source"] = pl.Series("source", sources, dtype=pl.String).gather(_repeat_index(n))
+    data["_id"] = pl.Series("_id", ids, dtype=pl.Int64).gather(_repeat_index(n))
     return pl.DataFrame(data)
 
 
-def _entries_table(used: list[_Dump], interners: dict[str, _Interner], warnings: list[str]) -> pl.DataFrame:
-    try:
-        raw = _build([d.cols for d in used], [d.rank for d in used], [d.source for d in used], interners)
-    except Exception:  # find the dumps with unexpected types, skip them, build again
-        for d in used:
-            try:
-                _build([d.cols], [d.rank], [d.source], interners)
-            except Exception as exc:  # a malformed dump is skipped, not fatal
-                warnings.append(f"{d.source}: skipped, entries have unexpected types ({str(exc)[:120]})")
-                d.used, d.note = False, "entries have unexpected types"
-        used = [d for d in used if d.used]
-        raw = _build([d.cols for d in used], [d.rank for d in used], [d.source for d in used], interners)
-    return _normalise(raw)
+class _Chunks:
+    """Turn extracted dumps into polars chunks every ~_CHUNK_ROWS entries so Python lists stay small."""
+
+    def __init__(self) -> None:
+        self.pending: list[_Dump] = []
+        self.rows = 0
+        self.frames: list[pl.DataFrame] = []
+        self.interners = _new_interners()
+
+    def add(self, d: _Dump, warnings: list[str]) -> None:
+        self.pending.append(d)
+        self.rows += d.n
+        if self.rows >= _CHUNK_ROWS:
+            self.flush(warnings)
+
+    def flush(self, warnings: list[str]) -> None:
+        good = self.pending
+        try:
+            self.frames.append(self._build(good))
+        except Exception:  # find the dumps with unexpected types, skip them, build again
+            good = [d for d in good if self._check(d, warnings)]
+            self.frames.append(self._build(good))
+        for d in self.pending:
+            d.cols = None
+        self.pending, self.rows, self.interners = [], 0, _new_interners()
+
+    def _build(self, dumps: list[_Dump]) -> pl.DataFrame:
+        return _build([d.cols for d in dumps], [d.rank for d in dumps], [d.source for d in dumps],
+                      [d.uid for d in dumps], self.interners)
+
+    def _check(self, d: _Dump, warnings: list[str]) -> bool:
+        try:
+            self._build([d])
+            return True
+        except Exception as exc:  # a malformed dump is skipped, not fatal
+            warnings.append(f"{d.source}: skipped, entries have unexpected types ({str(exc)[:120]})")
+            d.bad, d.used, d.note = True, False, "entries have unexpected types"
+            return False
+
+
+def _new_interners() -> dict[str, _Interner]:
+    return {k: _Interner(FR_ENTRIES_SCHEMA[k]) for k in _NESTED_KEYS}
 
 
 def _normalise(raw: pl.DataFrame) -> pl.DataFrame:
@@ -382,7 +417,7 @@ def _dumps_table(dumps: list[_Dump]) -> pl.DataFrame:
         ver = d.data.get("comm_lib_version", d.data.get("nccl_version"))
         for k, v in (("source", d.source), ("rank", d.rank), ("format", d.fmt),
                      ("version", str(d.data.get("version", ""))), ("comm_lib_version", str(ver or "")),
-                     ("n_entries", d.cols.n),
+                     ("n_entries", d.n),
                      ("newest_created_ns", d.newest[0] if d.newest[0] >= 0 else None),
                      ("used", d.used), ("note", d.note)):
             rows[k].append(v)
@@ -409,7 +444,7 @@ def _read_one(name: str, data: bytes, interners: dict[str, _Interner],
     if ver and ver[0] != 2:
         note = f"{name}: unknown FR format version {head.get('version')!r}; read as 2.x"
     cols = _extract(entries, interners, keep_frames)
-    return _Dump(name, rank, fmt, head, _newest(entries), cols), note or None
+    return _Dump(name, rank, fmt, head, _newest(entries), cols, cols.n), note or None
 
 
 def load_fr_dumps(items: Iterable[tuple[str, bytes]], *, frames: str = "tail") -> FRLoad:
@@ -422,23 +457,27 @@ def load_fr_dumps(items: Iterable[tuple[str, bytes]], *, frames: str = "tail") -
     keep_frames = {"all": -1, "tail": 64, "none": 0}[frames]
     warnings: list[str] = []
     dumps: list[_Dump] = []
-    interners = {k: _Interner(FR_ENTRIES_SCHEMA[k]) for k in _NESTED_KEYS}
+    chunks = _Chunks()
     gc_was_on = gc.isenabled()
     gc.disable()  # millions of small containers: generational GC passes would dominate the load time
     try:
         for name, data in items:
-            dump, warn = _read_one(name, data, interners, keep_frames)
+            dump, warn = _read_one(name, data, chunks.interners, keep_frames)
             if warn:
                 warnings.append(warn)
             if dump is not None:
+                dump.uid = len(dumps)
                 dumps.append(dump)
-        warnings.extend(_choose(dumps))
-        used = sorted((d for d in dumps if d.used), key=lambda d: d.rank)
-        entries = _entries_table(used, interners, warnings)
+                chunks.add(dump, warnings)
+        chunks.flush(warnings)
     finally:
         if gc_was_on:
             gc.enable()
-    used = [d for d in used if d.used]
+    warnings.extend(_choose([d for d in dumps if not d.bad]))
+    used = sorted((d for d in dumps if d.used), key=lambda d: d.rank)
+    raw = pl.concat(chunks.frames) if chunks.frames else _build([], [], [], [], _new_interners())
+    raw = raw.filter(pl.col("_id").is_in([d.uid for d in used])).sort("rank", maintain_order=True)
+    entries = _normalise(raw)
+    table = _dumps_table(sorted(dumps, key=lambda d: (d.rank, d.source)))
     return FRLoad(entries=entries, groups=_groups_table(used, entries), status=_status_table(used, entries),
-                  dumps=_dumps_table(sorted(dumps, key=lambda d: (d.rank, d.source))),
-                  warnings=tuple(warnings))
+                  dumps=table, warnings=tuple(warnings))

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FAULTS = ("never_joined", "op_mismatch", "size_mismatch", "dtype_mismatch", "stopped_completing", "skip")
-_OPS = ("all_reduce", "_allgather_base", "_reduce_scatter_base", "broadcast")
+_OPS = ("all_reduce", "_all_gather_base", "_reduce_scatter_base", "broadcast")
 _T0 = 1_758_610_000_000_000_000
 _TAIL = 6  # ops still in flight at the hang
 _FAULT_AT = 12  # the fault happens this many ops before the end
@@ -120,7 +120,7 @@ def _done_limit(rank: int, sched: list[_Op], fault: str | None, culprit: int | N
 
 def _entry(rank: int, rid: int, op: _Op, seq: int, done: bool, culprit_tail: bool, n_ranks: int) -> dict:
     name, _ = _group_of(rank, op.kind, n_ranks)
-    out = op.size * len(_group_of(rank, op.kind, n_ranks)[1]) if op.op == "_allgather_base" else op.size
+    out = op.size * len(_group_of(rank, op.kind, n_ranks)[1]) if op.op == "_all_gather_base" else op.size
     return {
         "frames": _frames(op.op, culprit_tail),
         "record_id": rid,
