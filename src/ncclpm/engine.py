@@ -64,7 +64,9 @@ def _why_not(rival: Finding, primary: Finding) -> str:
     return f"same band, but {primary.rule} is more specific about the cause"
 
 
-def choose(findings: list[Finding], rules: list[type[Rule]], t: Tables) -> tuple[Finding, list[Rival], list[Finding], list[Finding]]:
+def choose(
+    findings: list[Finding], rules: list[type[Rule]], t: Tables
+) -> tuple[Finding, list[Rival], list[Finding], list[Finding]]:
     """Primary root cause; rivals (with why they lose); symptoms it explains; findings that support it."""
     priority = {r.id: r.priority for r in rules}
     roots = sorted((f for f in findings if f.category != Category.SYMPTOM),

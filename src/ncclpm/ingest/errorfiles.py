@@ -7,6 +7,7 @@ Shape: `{"message": {"message": "<Type>: <msg>", "extraInfo": {"py_callstack": "
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from datetime import UTC, datetime
@@ -32,10 +33,8 @@ def _row(src: Source, doc: dict) -> dict | None:
     rank = int(m.group(1) or m.group(2)) if m else None
     exc = _EXC.match(msg.strip().splitlines()[0] if msg.strip() else "")
     ts = None
-    try:
+    with contextlib.suppress(ValueError, OverflowError, OSError):
         ts = datetime.fromtimestamp(int(str(info.get("timestamp", "")).strip()), tz=UTC).replace(tzinfo=None)
-    except (ValueError, OverflowError, OSError):
-        pass
     row = dict.fromkeys(EVENTS_SCHEMA.keys())
     row |= {"source": src.name, "line": 1, "rank": rank, "ts": ts, "level": "E", "event": "elastic.error_file",
             "kind": "exception", "severity": "error", "text": msg.strip()[:2000],

@@ -137,7 +137,8 @@ def _pattern_events(parsed: pl.DataFrame, p: Pattern) -> pl.DataFrame:
     cols: list[pl.Expr] = []
     for name, dtype in EVENT_FIELDS.items():
         if name in p.fields:
-            cols.append(pl.col("_m").struct.field(name).cast(DTYPE_NAMES[p.fields[name]], strict=False).cast(dtype).alias(name))
+            raw = pl.col("_m").struct.field(name)
+            cols.append(raw.cast(DTYPE_NAMES[p.fields[name]], strict=False).cast(dtype).alias(name))
         else:
             cols.append(pl.lit(None, dtype).alias(name))
     out = hits.select(

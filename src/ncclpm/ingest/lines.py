@@ -16,6 +16,7 @@ import polars as pl
 from ncclpm.sources.discover import Source
 
 MAX_LINE_CHARS = 8192
+TQDM_END = r"(\[\d+:\d{2}(?::\d{2})?<[^\]\r]{0,80}\])"
 BATCH = 16  # files scanned together: parallel enough for a few cores, bounded memory
 _SCHEMA = {"source": pl.String(), "line": pl.Int64(), "raw": pl.String()}
 
@@ -36,7 +37,7 @@ def _keep(lf: pl.LazyFrame, name: str, anchors: list[str]) -> pl.LazyFrame:
     return (
         lf.filter(hit)
         # A tqdm bar ends in "[elapsed<remaining, rate]"; text glued right after it is another line.
-        .with_columns(pl.col("raw").str.replace_all(r"(\[\d+:\d{2}(?::\d{2})?<[^\]\r]{0,80}\])", "$1\r").str.split("\r"))
+        .with_columns(pl.col("raw").str.replace_all(TQDM_END, "$1\r").str.split("\r"))
         .explode("raw")
         .filter(hit)
         .select(

@@ -20,7 +20,9 @@ import polars as pl
 from ncclpm.schema import ELASTIC_SCHEMA, TRACEBACKS_SCHEMA
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
-_EXC = re.compile(r"^\s*(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit))(?::\s?(?P<msg>.*))?$")
+_EXC = re.compile(
+    r"^\s*(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit))(?::\s?(?P<msg>.*))?$"
+)
 _FIELD = re.compile(r"^\s{1,4}(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s?(?P<val>.*)$")
 _RANK = re.compile(r"(?P<rank>-?\d+) \(local_rank: (?P<local>\d+)\)")
 _EXIT = re.compile(r"(?P<code>-?\d+) \(pid: (?P<pid>\d+)\)\s*(?:\((?P<sig>SIG\w+)\))?")

@@ -56,7 +56,8 @@ def build_ranks(lines: pl.DataFrame, events: pl.DataFrame, elastic: pl.DataFrame
         ranked.filter(pl.col("kind").is_in(ACTIVITY_KINDS))
         .sort(["rank", "ts", "source", "line"], nulls_last=False)
         .group_by("rank", maintain_order=True)
-        .agg(pl.col("ts").last().alias("last_activity_ts"), pl.col("text").last().str.slice(0, 300).alias("last_activity"),
+        .agg(pl.col("ts").last().alias("last_activity_ts"),
+             pl.col("text").last().str.slice(0, 300).alias("last_activity"),
              _ref().last().alias("last_activity_ref"))
     )
     out = base

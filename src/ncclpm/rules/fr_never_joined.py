@@ -15,6 +15,7 @@ FRAME_HINTS = (
     (Category.DATALOADER_HANG, ("dataloader", "_next_data", "__next__", "_get_data", "worker")),
     (Category.SLOW_RANK_WORK, ("checkpoint", "save", "eval", "valid", "sample", "generate", "inference", "log")),
 )
+TORCH_FRAMES = ("distributed_c10d", "c10d_logger")
 LOG_KINDS = (
     (Category.CUDA_OOM, ("cuda_oom",)),
     (Category.NVML_DRIVER_FAILURE, ("nvml_error", "xid", "gpu_lost")),
@@ -87,7 +88,7 @@ class FlightRecorderRankStopped(Rule):
         culprits = sorted(ev["rank"].to_list())
         user_frames = " ".join(fa.culprit_frames["summary"].drop_nulls().to_list())
         # torch's own frames (all_reduce, barrier...) say nothing about what the rank was doing
-        hint_text = " ".join(p for p in user_frames.split(" < ") if "distributed_c10d" not in p and "c10d_logger" not in p)
+        hint_text = " ".join(p for p in user_frames.split(" < ") if not any(m in p for m in TORCH_FRAMES))
         by_logs, by_frames = self._from_logs(t, culprits), self._from_frames(hint_text)
         stuck = fa.culprit_kind == "stopped_completing"
         category = by_logs or by_frames or (Category.NVML_DRIVER_FAILURE if stuck else Category.SLOW_RANK_WORK)

@@ -96,7 +96,8 @@ class RankBusyOutsideCollectives(Rule):
         ).height > 0
         if in_barrier:
             conf += 0.05
-        culprits = tuple(sorted((set(act["rank"].to_list()) if not act.is_empty() else set(silent)) | (named & set(silent))))
+        busy = set(act["rank"].to_list()) if not act.is_empty() else set(silent)
+        culprits = tuple(sorted(busy | (named & set(silent))))
         doing = f" ({act['detail'][0]})" if not act.is_empty() and act["detail"][0] else ""
         wait = "at a barrier" if in_barrier else "in a collective"
         victims = sorted(victim_ranks(t) - set(culprits))
