@@ -75,6 +75,13 @@ class FlightRecorderRankStopped(Rule):
         return Category.RANK_CRASH if not crashed.filter(pl.col("rank").is_in(culprits)).is_empty() else None
 
     @staticmethod
+    def _how(fa) -> str:  # noqa: ANN001 - FRAnalysis
+        kinds = set(fa.rank_facts.filter(pl.col("culprit"))["culprit_kind"].drop_nulls().to_list())
+        parts = {"never_joined": "never joined a collective the other ranks were waiting in",
+                 "stopped_completing": "stopped completing collectives its peers had already finished"}
+        return " or ".join(parts[k] for k in sorted(kinds) if k in parts) or "stopped"
+
+    @staticmethod
     def _from_frames(frames_text: str) -> Category | None:
         low = frames_text.lower()
         for cat, words in FRAME_HINTS:
@@ -103,8 +110,7 @@ class FlightRecorderRankStopped(Rule):
         return self.finding(
             category=category, confidence=conf, culprit_ranks=tuple(culprits),
             summary=f"Flight recorder: {fa.summary}.",
-            explanation=f"{ranks_text(culprits).capitalize()} {'stopped completing' if stuck else 'never joined'} "
-            f"collectives the other ranks were waiting in; the category comes from {why}."
+            explanation=f"{ranks_text(culprits).capitalize()}: {self._how(fa)}; the category comes from {why}."
             + (" A rank whose collectives stay incomplete while its peers finished them points below Python: "
                "a GPU fault or hung CUDA call, or a blocked watchdog/GIL." if stuck and not by_logs else ""),
             evidence=evidence,

@@ -142,10 +142,20 @@ def _add_archive(data: bytes, display: str, job: Job) -> None:
         _add_classified(member.name, member.data[:HEAD_BYTES], job, data=member.data)
 
 
+def _job_name(paths: list[str | Path]) -> str:
+    """The folder or archive given, or the folder shared by the files given."""
+    if not paths:
+        return "stdin"
+    if len(paths) == 1:
+        return str(paths[0])
+    parents = {str(Path(p).parent) for p in paths}
+    return parents.pop() if len(parents) == 1 else f"{paths[0]} (+{len(paths) - 1} more)"
+
+
 def collect(paths: Iterable[str | Path], stdin_bytes: bytes | None = None, name: str | None = None) -> Job:
     """Build a Job from paths (files, folders, archives) and/or text read from stdin."""
     paths = list(paths)
-    job = Job(name or (str(paths[0]) if paths else "stdin"))
+    job = Job(name or _job_name(paths))
     if stdin_bytes is not None:
         _add_classified("<stdin>", stdin_bytes[:HEAD_BYTES], job, data=stdin_bytes)
     for p in paths:

@@ -1,0 +1,32 @@
+"""Whole-job diagnosis from flight-recorder dumps alone: the real 16-rank Megatron dumps from NVIDIA's
+nvidia-resiliency-ext (read from ../shared, third-party data not copied here) must name exactly the injected
+faulty ranks, with the group and collective where they stopped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ncclpm.api import diagnose
+
+NVRX = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "nvrx-fr"
+SETS = {"gpu_error_1st": (12, 14), "lock_gil_1st": (9, 14)}
+
+
+@pytest.mark.skipif(not NVRX.is_dir(), reason="../shared/corpus/nvrx-fr not present")
+@pytest.mark.parametrize(("name", "injected"), SETS.items())
+def test_nvrx_dumps_name_exactly_the_injected_ranks(name: str, injected: tuple[int, ...]) -> None:
+    d = diagnose(sorted((NVRX / name).glob("_dump_*")))
+    assert d.culprit_ranks == injected
+    assert d.primary.rule == "FR02"
+    fc = d.failing_collective
+    assert fc is not None and fc["op"] == "all_to_all" and fc["pg_desc"] == "EXPERT_MODEL_PARALLEL_GROUP"
+    assert d.world_size == 16
+    assert all(e.file.startswith("_dump_") for e in d.primary.evidence)
+
+
+@pytest.mark.skipif(not NVRX.is_dir(), reason="../shared/corpus/nvrx-fr not present")
+def test_dump_order_does_not_change_the_verdict() -> None:
+    files = sorted((NVRX / "lock_gil_1st").glob("_dump_*"))
+    assert diagnose(files).culprit_ranks == diagnose(files[::-1]).culprit_ranks == SETS["lock_gil_1st"]
