@@ -37,6 +37,7 @@ class Diagnosis:
     symptoms: tuple[Finding, ...]
     failing_collective: dict[str, Any] | None
     world_size: int | None
+    world_size_declared: bool
     ranks: tuple[dict[str, Any], ...]
     decisive: tuple[Evidence, ...]
     warnings: tuple[str, ...]
@@ -82,6 +83,7 @@ class Diagnosis:
             "summary": self.summary,
             "failing_collective": self.failing_collective,
             "world_size": self.world_size,
+            "world_size_declared": self.world_size_declared,
             "findings": [f.to_dict() for f in self.findings],
             "rivals": [{"rule": r.finding.rule, "why_not": r.why_not} for r in self.rivals],
             "supporting": [f.rule for f in self.supporting],

@@ -102,7 +102,8 @@ def diagnose_tables(t: Tables, select: Iterable[str] = (), ignore: Iterable[str]
     decisive = list(dict.fromkeys([*primary.evidence[:4], *support_first[:2], *victims_first[:2]]))
     return Diagnosis(
         job=t.job_name, primary=primary, rivals=tuple(rivals), symptoms=tuple(symptoms), supporting=tuple(supporting),
-        failing_collective=failing_collective(t), world_size=t.world_size, ranks=rank_rows(t, primary),
+        failing_collective=failing_collective(t), world_size=t.world_size,
+        world_size_declared=t.world_size_declared, ranks=rank_rows(t, primary),
         decisive=tuple(decisive), warnings=tuple(t.warnings) + tuple(warnings),
         not_evaluated=tuple(skipped), versions=versions(t), n_sources=len(t.sources),
         cross_check=cross_check(t, primary),

@@ -67,8 +67,14 @@ def build_ranks(lines: pl.DataFrame, events: pl.DataFrame, elastic: pl.DataFrame
     return out.select(list(RANKS_SCHEMA.keys())).cast(RANKS_SCHEMA)  # type: ignore[arg-type]
 
 
+def world_size_is_declared(events: pl.DataFrame, fr=None) -> bool:
+    """True when a line or a dump states the world size (not just the highest rank seen)."""
+    stated = events.filter((pl.col("kind") == "world_size") | pl.col("expected").is_not_null())
+    return not stated.is_empty() or (fr is not None and not fr.groups.is_empty())
+
+
 def world_size(events: pl.DataFrame, elastic: pl.DataFrame, fr=None) -> int | None:
-    """Best estimate of the job's world size from every hint the logs give."""
+    """Best estimate of the job's world size from every hint the logs give (at least highest rank + 1)."""
     hints: list[int] = []
     declared = events.filter(pl.col("kind") == "world_size")["nranks"].drop_nulls()
     if declared.len():

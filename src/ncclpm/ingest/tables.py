@@ -18,7 +18,7 @@ from ncclpm.ingest.errorfiles import read_error_files
 from ncclpm.ingest.extract import extract_events, lines_table, parse_lines
 from ncclpm.ingest.lines import read_kept_lines
 from ncclpm.ingest.multiline import parse_elastic_summaries, stitch_tracebacks
-from ncclpm.ingest.ranks import build_ranks, world_size
+from ncclpm.ingest.ranks import build_ranks, world_size, world_size_is_declared
 from ncclpm.schema import EVENTS_SCHEMA
 from ncclpm.sources.discover import Job
 
@@ -36,6 +36,7 @@ class Tables:
     elastic: pl.DataFrame
     ranks: pl.DataFrame
     world_size: int | None
+    world_size_declared: bool
     sources: tuple[str, ...]
     warnings: tuple[str, ...]
     fr: FRLoad | None = None
@@ -94,5 +95,6 @@ def build_tables(job: Job, catalog: Catalog) -> Tables:
     return Tables(
         job_name=job.name, lines=lines, events=events, tracebacks=stitch_tracebacks(parsed), elastic=elastic,
         ranks=build_ranks(lines, events, elastic, fr_analysis), world_size=world_size(events, elastic, fr),
+        world_size_declared=world_size_is_declared(events, fr),
         sources=tuple(s.name for s in job.sources), warnings=tuple(warnings), fr=fr, fr_analysis=fr_analysis,
     )
