@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from ncclpm.analysis.fr_match import FRAnalysis
 from ncclpm.ingest.tables import Tables
 from ncclpm.rules._facts import exceptions_not_victim
 from ncclpm.rules._fr_evidence import entry_evidence, last_entry_evidence
@@ -75,7 +76,7 @@ class FlightRecorderRankStopped(Rule):
         return Category.RANK_CRASH if not crashed.filter(pl.col("rank").is_in(culprits)).is_empty() else None
 
     @staticmethod
-    def _how(fa) -> str:  # noqa: ANN001 - FRAnalysis
+    def _how(fa: FRAnalysis) -> str:
         kinds = set(fa.rank_facts.filter(pl.col("culprit"))["culprit_kind"].drop_nulls().to_list())
         parts = {"never_joined": "never joined a collective the other ranks were waiting in",
                  "stopped_completing": "stopped completing collectives its peers had already finished"}
