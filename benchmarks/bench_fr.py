@@ -68,10 +68,11 @@ def _fr_trace(py: str, folder: Path) -> tuple[float, str]:
                          capture_output=True, text=True, check=False, timeout=3600)
     dt = time.perf_counter() - t
     text = res.stdout + res.stderr
-    found = re.findall(r"missing ranks: \{([\d, ]+)\}", text) or re.findall(r"Culprit rank (\d+)", text)
-    if found:
-        return dt, ",".join(sorted({r.strip() for f in found for r in f.split(",")}, key=int))
-    return dt, f"exit {res.returncode}: {text.strip().splitlines()[-1][:60] if text.strip() else '(no output)'}"
+    found = re.search(r"missing ranks: \{([\d, ]+)\}", text) or re.search(r"Culprit rank (\d+)", text)
+    if found:  # fr_trace's first finding (it may print one per group)
+        return dt, found.group(1).replace(" ", "")
+    last = text.strip().splitlines()[-1][:60] if text.strip() else "(no output)"
+    return dt, f"exit {res.returncode}: {last}"
 
 
 def bench(n_ranks: int, n_entries: int, fault: str, runs: int, torch_py: str | None) -> dict:
@@ -102,8 +103,8 @@ def main() -> None:
     a = ap.parse_args()
     torch_py = _torch_python(a.torch_python)
     print(f"fault={a.fault}; fr_trace: {torch_py or 'torch not available, skipped'}\n")
-    print("| ranks | entries | MB | decode floor s | load s | analyze s | load+analyze s | culprits (expected) "
-          "| fr_trace s | fr_trace culprits |")
+    print("| ranks | entries | MB | decode floor s | load s | analyze s | load+analyze s "
+          "| culprits (expected) | fr_trace s | fr_trace culprits |")
     print("|---:|---:|---:|---:|---:|---:|---:|---|---:|---|")
     for n in a.ranks:
         r = bench(n, a.entries, a.fault, a.runs if n < 1024 else 1, torch_py)
