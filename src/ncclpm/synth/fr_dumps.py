@@ -119,8 +119,12 @@ def _done_limit(rank: int, sched: list[_Op], fault: str | None, culprit: int | N
 
 
 def _entry(rank: int, rid: int, op: _Op, seq: int, done: bool, culprit_tail: bool, n_ranks: int) -> dict:
-    name, _ = _group_of(rank, op.kind, n_ranks)
-    out = op.size * len(_group_of(rank, op.kind, n_ranks)[1]) if op.op == "_all_gather_base" else op.size
+    name, members = _group_of(rank, op.kind, n_ranks)
+    inp = out = op.size
+    if op.op == "_all_gather_base":
+        out = op.size * len(members)
+    elif op.op == "_reduce_scatter_base":
+        inp = op.size * len(members)
     return {
         "frames": _frames(op.op, culprit_tail),
         "record_id": rid,
@@ -133,7 +137,7 @@ def _entry(rank: int, rid: int, op: _Op, seq: int, done: bool, culprit_tail: boo
         "op_id": seq,
         "profiling_name": f"nccl:{op.op}",
         "time_created_ns": _T0 + op.idx * 1_000_000 + rank,
-        "input_sizes": [[op.size, 16]],
+        "input_sizes": [[inp, 16]],
         "input_dtypes": [op.dtype],
         "output_sizes": [[out, 16]],
         "output_dtypes": [op.dtype],
