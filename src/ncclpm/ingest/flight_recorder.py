@@ -15,6 +15,11 @@ dumps of one rank (raw/, fixed/, json/, periodic/ copies): the one whose newest 
 ``time_created_ns``, then ``record_id``) is latest is used; ties prefer pickle (frames) and then a
 pg_config with real names/ranks.  The others get ``used=False`` and a note in ``dumps``.
 
+Speed: decoding is done with GC off; each dump is turned into column lists at once (its dicts are
+dropped), nested values (sizes, dtypes, stacks) are interned so polars converts each distinct one once,
+and polars chunks are built every 64k entries.  By default (``frames="tail"``) stacks are kept for each
+dump's newest 64 entries and for every entry not retired/completed — the ones analysis shows.
+
 Group key: the pg name (``process_group[0]``) when non-empty, else ``"pg_id:<pg_id>"`` — under
 ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` every entry is ``('', '')`` and pg_id 0 (data PG) and 1 (the
 wrapper's fingerprint PG) must stay apart.  Membership comes from ``pg_config`` when it names the group
