@@ -70,7 +70,9 @@ def test_version_compare() -> None:
 
 @pytest.mark.skipif(not NVRX.is_dir(), reason="shared corpus absent")
 def test_nvrx_load() -> None:
-    load = load_fr_dumps(_items(NVRX / "lock_gil_1st"))
+    items = _items(NVRX / "lock_gil_1st")
+    assert all(looks_like_fr_dump(n, b[:64]) for n, b in items)
+    load = load_fr_dumps(items)
     assert load.dumps.height == 16 and load.dumps["used"].all()
     assert load.dumps.filter(pl.col("rank") == 9)["n_entries"].item() == 0
     assert set(load.dumps["comm_lib_version"]) == {"2.27.3"}  # from the old `nccl_version` key
@@ -89,7 +91,9 @@ def test_gloo_raw_groups_derived_and_dedup() -> None:
 
 @pytest.mark.skipif(not GLOO.is_dir(), reason="shared corpus absent")
 def test_gloo_json_and_detail_keys() -> None:
-    load = load_fr_dumps(_items(GLOO / "mismatched_collectives" / "skip_debug_detail" / "fr" / "json"))
+    items = _items(GLOO / "mismatched_collectives" / "skip_debug_detail" / "fr" / "json")
+    assert all(looks_like_fr_dump(n, b[:64]) for n, b in items)
+    load = load_fr_dumps(items)
     assert set(load.entries["group_key"]) == {"pg_id:0", "pg_id:1"}
     assert load.entries["frames"].null_count() == load.entries.height
     assert load.entries["time_started_ns"].null_count() == load.entries.height  # JSON 0 -> null
