@@ -261,6 +261,15 @@ def _tail_frames(cols: dict, n: int, keep: int) -> list:
             for i, (f, r, s) in enumerate(zip(frames, retired, state, strict=True))]
 
 
+def _pg_names(pg: list | tuple) -> tuple[list, list]:
+    """(names, descs) from process_group tuples/lists; malformed values become None."""
+    try:
+        return list(map(itemgetter(0), pg)), list(map(itemgetter(1), pg))
+    except (TypeError, IndexError, KeyError):
+        ok = [p if isinstance(p, list | tuple) else () for p in pg]
+        return [p[0] if p else None for p in ok], [p[1] if len(p) > 1 else None for p in ok]
+
+
 def _extract(entries: list[dict], interners: dict[str, _Interner], keep_frames: int) -> _Cols:
     ends = (entries[0], entries[-1]) if entries else ()
     present = [k for k in _ALL_KEYS if any(k in e for e in ends)]  # KeyError below -> per-entry .get
@@ -273,9 +282,8 @@ def _extract(entries: list[dict], interners: dict[str, _Interner], keep_frames: 
         cols = {k: [e.get(k) for e in entries] for k in present}
     n, none = len(entries), [None] * len(entries)
     pg = cols.get("process_group", none)
-    scalars = {k: list(cols.get(k, none)) for k in _SCALARS if k not in ("pg_name", "pg_desc")}
-    scalars["pg_name"] = [p[0] if isinstance(p, list | tuple) and p else None for p in pg]
-    scalars["pg_desc"] = [p[1] if isinstance(p, list | tuple) and len(p) > 1 else None for p in pg]
+    scalars = {k: cols.get(k, none) for k in _SCALARS if k not in ("pg_name", "pg_desc")}
+    scalars["pg_name"], scalars["pg_desc"] = _pg_names(pg)
     cols["frames"] = _tail_frames(cols, n, keep_frames)
     nested = {k: interners[k].add(cols.get(k, none)) for k in _NESTED_KEYS}
     return _Cols(n, scalars, nested)
