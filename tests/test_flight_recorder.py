@@ -101,7 +101,7 @@ def test_gloo_json_and_detail_keys() -> None:
 
 
 def test_rank_from_name_variants() -> None:
-    dump = pickle.loads(_good()[0][1])
+    dump = json.loads(next(iter(generate(2, 5, 1, None, fmt="json").values())))
     names = {"_dump_12": 12, "trace_rank_node02_7": 7, "fr_trace_rank_1.json": 1, "comm_lib_trace_rank_3": 3}
     items = []
     for n in names:
