@@ -339,9 +339,13 @@ def _notes(load: FRLoad, coll: pl.DataFrame) -> list[str]:
     return notes
 
 
+def _peers(n: int) -> str:
+    return "1 peer was" if n == 1 else f"{n} peers were"
+
+
 def _summary(v: _Verdict, missing: pl.DataFrame, mismatches: pl.DataFrame, stuck: pl.DataFrame) -> str:
     if v.kind is None:
-        return "flight recorder: all ranks agree; no missing, mismatched or stuck collective found"
+        return "flight recorder: no missing, mismatched or stuck collective found"
     if v.kind == "mismatch":
         m = mismatches.row(0, named=True)
         who = (f"rank(s) {m['culprit_ranks']} differ from the majority" if m["decided"]
@@ -354,7 +358,7 @@ def _summary(v: _Verdict, missing: pl.DataFrame, mismatches: pl.DataFrame, stuck
             mine = missing.filter(pl.col("missing_rank") == r)
             row = mine.filter(pl.col("group_key") == v.root).vstack(mine).row(0, named=True)
             parts.append(f"rank {r} never joined {row['op']} #{row['collective_seq_id']} of {row['pg_desc']} "
-                         f"(pg {row['group_key']}); {len(row['present_ranks'])} peers were waiting")
+                         f"(pg {row['group_key']}); {_peers(len(row['present_ranks']))} waiting")
         else:
             n = stuck.filter(pl.col("rank") == r).height
             parts.append(f"rank {r} stopped completing work ({n} collectives its peers already finished)")
