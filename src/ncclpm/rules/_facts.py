@@ -38,6 +38,23 @@ def timeouts(t: Tables) -> pl.DataFrame:
     return t.events.filter((pl.col("kind") == "collective_timeout") & pl.col("rank").is_not_null())
 
 
+def late_timeouts(t: Tables) -> set[int]:
+    """Ranks whose own timeout fired long after the first one: they entered the collective late.
+
+    If every rank of a group enqueued the collective together, their watchdogs fire within seconds of
+    each other; a rank whose timeout comes a large part of the timeout later started waiting that much
+    later - it was busy elsewhere while the others were already waiting.
+    """
+    to = timeouts(t).filter(pl.col("ts").is_not_null())
+    if to.height < 2:
+        return set()
+    first = to.group_by("rank").agg(pl.col("ts").min(), pl.col("timeout_ms").max())
+    start = first["ts"].min()
+    slack_ms = max(30_000, int((first["timeout_ms"].max() or 0) * 0.25))
+    late = first.filter((pl.col("ts") - start) > pl.duration(milliseconds=slack_ms))
+    return set(late["rank"].to_list())
+
+
 def first_symptom_ts(t: Tables):
     """Time of the first victim line (None if undated)."""
     ts = victim_lines(t)["ts"].drop_nulls()

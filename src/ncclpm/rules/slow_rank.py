@@ -7,7 +7,7 @@ from datetime import timedelta
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
-from ncclpm.rules._facts import known_ranks, timeouts, victim_lines, victim_ranks
+from ncclpm.rules._facts import known_ranks, late_timeouts, timeouts, victim_lines, victim_ranks
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
 from ncclpm.rules.rank_crash import crashed_ranks
 from ncclpm.schema import Category
@@ -62,7 +62,8 @@ class RankBusyOutsideCollectives(Rule):
         if crashed:
             return pl.DataFrame()  # a rank that died explains why the others waited; silence proves nothing
         busy = set(t.kinds(*BUSY_KINDS)["rank"].drop_nulls().to_list())
-        silent = (known_ranks(t) - victims - busy) | (named - busy)
+        late = late_timeouts(t)
+        silent = (known_ranks(t) - (victims - late) - busy) | (named - busy)
         fa = t.fr_analysis
         if fa is not None and fa.culprit_ranks:
             silent &= set(fa.culprit_ranks)  # the dumps say who never joined; other quiet ranks were just killed
@@ -78,7 +79,15 @@ class RankBusyOutsideCollectives(Rule):
         first = timeouts(t)["ts"].drop_nulls().min() or victim_lines(t)["ts"].drop_nulls().min()
         if first is not None:
             act = act.filter(pl.col("ts").is_null() | (pl.col("ts") <= first))
-        return act.sort("ts", "line", nulls_last=False).group_by("rank", maintain_order=True).last()
+        # The work that kept a rank away started after its last progress line: quote where it started
+        # ("Saving checkpoint ..."), not where it ended ("Checkpoint saved in 270 s").
+        progress = (t.kinds("progress").filter(pl.col("rank").is_in(ranks))
+                    .group_by("rank", "source").agg(pl.col("line").max().alias("_last_progress")))
+        act = act.join(progress, on=["rank", "source"], how="left").sort("source", "line")
+        after = act.filter(pl.col("_last_progress").is_null() | (pl.col("line") > pl.col("_last_progress")))
+        started = after.group_by("rank", maintain_order=True).first()
+        rest = act.join(started.select("rank"), on="rank", how="anti").group_by("rank", maintain_order=True).last()
+        return pl.concat([started, rest]).drop("_last_progress").sort("rank")
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         silent = sorted(ev["rank"].to_list())

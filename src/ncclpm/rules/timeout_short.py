@@ -7,7 +7,7 @@ from datetime import timedelta
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
-from ncclpm.rules._facts import known_ranks, timeouts
+from ncclpm.rules._facts import known_ranks, late_timeouts, timeouts
 from ncclpm.rules.base import Finding, Rule, quotes
 from ncclpm.schema import Category
 
@@ -49,7 +49,8 @@ class AllRanksTimedOutTogether(Rule):
             return to
         calls = to.select(pl.col("pg").fill_null("?"), "seq", "op", "numel_in").unique()
         everyone = set(to["rank"].to_list()) >= known_ranks(t) and len(known_ranks(t)) > 1
-        return to if calls.height == 1 and everyone else to.clear()
+        together = not late_timeouts(t)  # a rank that started waiting much later was busy, not slow together
+        return to if calls.height == 1 and everyone and together else to.clear()
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         timeout_ms = int(ev["timeout_ms"].max() or 0)
