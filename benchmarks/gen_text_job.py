@@ -27,8 +27,10 @@ def rank_log(rank: int, world: int, target_bytes: int, culprit: int, rng: random
     pid = 10000 + rank
     out = [f"{host}:{pid}:{pid} [{dev}] NCCL INFO ncclCommInitRank comm 0x55d0a8c1e2b0 rank {rank} nranks {world} "
            f"cudaDev {dev} nvmlDev {dev} busId {dev}1000 commId 0x4f8a2c19d37e0b21 - Init COMPLETE"]
+    # Same number of steps on every rank, so every rank's collectives share sequence numbers.
     size, step = 0, 0
-    while size < target_bytes:
+    n_steps = max(1, target_bytes // 16_500)
+    while step < n_steps:
         for _ in range(200):
             line = rng.choice(NOISE).format(host=host, pid=pid, tid=pid + rng.randint(1, 99), dev=dev,
                                             ndev=(dev + 1) % 8, c=rng.randint(0, 31), r=rank,

@@ -9,6 +9,7 @@ from typing import Any
 from ncclpm.diagnosis import Diagnosis
 
 MAX_SINGLE_ROWS = 24
+MAX_LABEL = 48
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,10 @@ def rank_groups(d: Diagnosis) -> list[RankGroup]:
     groups = [RankGroup(str(r["rank"]), (r["rank"],), r) for r in singles]
     for members in rest.values():
         ranks = sorted(m["rank"] for m in members)
-        label = str(ranks[0]) if len(ranks) == 1 else f"{_span(ranks)} ({len(ranks)} ranks)"
-        groups.append(RankGroup(label, tuple(ranks), members[0]))
+        span = _span(ranks)
+        span = span if len(span) <= MAX_LABEL else span[:MAX_LABEL].rsplit(",", 1)[0] + ", …"
+        label = str(ranks[0]) if len(ranks) == 1 else f"{span} ({len(ranks)} ranks)"
+        hosts = {m["host"] for m in members}
+        row = members[0] if len(hosts) == 1 else {**members[0], "host": f"{len(hosts)} hosts"}
+        groups.append(RankGroup(label, tuple(ranks), row))
     return sorted(groups, key=lambda g: g.ranks[0])
