@@ -95,12 +95,12 @@ def _walk(root: Path, job: Job) -> Iterator[Path]:
         dirnames.sort()
         for dname in list(dirnames):
             if (Path(dirpath) / dname).is_symlink():
-                job.warnings.append(f"{Path(dirpath, dname)}: symlinked folder not followed")
+                job.warnings.append(f"{Path(dirpath, dname).relative_to(root)}: symlinked folder not followed")
                 dirnames.remove(dname)
         for fname in sorted(filenames):
             path = Path(dirpath) / fname
             if path.is_symlink() and not path.resolve().is_relative_to(root.resolve()):
-                job.warnings.append(f"{path}: symlink to a file outside the job folder - not followed")
+                job.warnings.append(f"{path.relative_to(root)}: symlink to a file outside the job folder - not followed")
                 continue
             yield path
 
