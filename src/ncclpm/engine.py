@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from ncclpm.diagnosis import Diagnosis, Rival
 from ncclpm.ingest.tables import Tables
-from ncclpm.report_facts import cross_check, failing_collective, rank_rows, versions
+from ncclpm.report_facts import cross_check, failing_collective, rank_rows, settings_rows, versions
 from ncclpm.rules import ALL_RULES
 from ncclpm.rules.base import Finding, Rule
 from ncclpm.schema import Category
@@ -106,5 +106,5 @@ def diagnose_tables(t: Tables, select: Iterable[str] = (), ignore: Iterable[str]
         world_size_declared=t.world_size_declared, ranks=rank_rows(t, primary),
         decisive=tuple(decisive), warnings=tuple(t.warnings) + tuple(warnings),
         not_evaluated=tuple(skipped), versions=versions(t), n_sources=len(t.sources),
-        cross_check=cross_check(t, primary),
+        cross_check=cross_check(t, primary), settings=settings_rows(t),
     )

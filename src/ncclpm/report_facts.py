@@ -74,6 +74,14 @@ def versions(t: Tables) -> dict[str, str]:
     return out
 
 
+def settings_rows(t: Tables) -> tuple[dict, ...]:
+    """Settings found in the job that deserve a word (notes on harmless ones are kept too, last)."""
+    table = t.extra.get("settings")
+    if table is None or table.is_empty():
+        return ()
+    return tuple(table.filter(pl.col("verdict") != "").iter_rows(named=True))
+
+
 def cross_check(t: Tables, primary: Finding) -> str | None:
     """Do the logs and the flight-recorder dumps name the same culprit? Say so either way."""
     fa = t.fr_analysis

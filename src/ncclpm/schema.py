@@ -150,6 +150,8 @@ RANKS_SCHEMA = pl.Schema(
         "last_activity_ts": pl.Datetime("us"),
         "last_activity": pl.String(),
         "last_activity_ref": pl.String(),
+        "cuda_dev": pl.Int64(),
+        "nccl_version": pl.String(),
     }
 )
 

@@ -27,7 +27,8 @@ def _first_by_time(frame: pl.DataFrame, cols: list[pl.Expr]) -> pl.DataFrame:
     )
 
 
-def build_ranks(lines: pl.DataFrame, events: pl.DataFrame, elastic: pl.DataFrame, fr_analysis=None) -> pl.DataFrame:
+def build_ranks(lines: pl.DataFrame, events: pl.DataFrame, elastic: pl.DataFrame,
+                comms: pl.DataFrame | None = None) -> pl.DataFrame:
     ranked = events.filter(pl.col("rank").is_not_null())
     base = (
         pl.concat([lines.select("rank"), ranked.select("rank"), elastic.select("rank")])
@@ -60,10 +61,22 @@ def build_ranks(lines: pl.DataFrame, events: pl.DataFrame, elastic: pl.DataFrame
              pl.col("text").last().str.slice(0, 300).alias("last_activity"),
              _ref().last().alias("last_activity_ref"))
     )
+    parts = [hosts, counts, timeouts, status, errors, exits, activity]
+    if comms is not None and not comms.is_empty():
+        world = comms.filter(pl.col("nranks") == pl.col("nranks").max())
+        base = pl.concat([base, world.select("rank")]).unique().sort("rank")
+        parts.append(world.group_by("rank").agg(
+            pl.col("host").first().alias("nccl_host"), pl.col("pid").first().alias("nccl_pid"),
+            pl.col("cuda_dev").first(), pl.col("version").first().alias("nccl_version")))
     out = base
-    for part in (hosts, counts, timeouts, status, errors, exits, activity):
+    for part in parts:
         out = out.join(part, on="rank", how="left")
+    if "nccl_host" in out.columns:
+        out = out.with_columns(pl.coalesce("host", "nccl_host").alias("host"),
+                               pl.coalesce("pid", "nccl_pid").alias("pid"))
     out = out.with_columns(pl.col("timed_out").fill_null(False), pl.col("n_events").fill_null(0))
+    out = out.with_columns(pl.lit(None, pl.Int64).alias(c) for c in ("cuda_dev",) if c not in out.columns)
+    out = out.with_columns(pl.lit(None, pl.String).alias(c) for c in ("nccl_version",) if c not in out.columns)
     return out.select(list(RANKS_SCHEMA.keys())).cast(RANKS_SCHEMA)  # type: ignore[arg-type]
 
 

@@ -18,7 +18,9 @@ from ncclpm.ingest.errorfiles import read_error_files
 from ncclpm.ingest.extract import extract_events, lines_table, parse_lines
 from ncclpm.ingest.lines import read_kept_lines
 from ncclpm.ingest.multiline import parse_elastic_summaries, stitch_tracebacks
+from ncclpm.ingest.nccl import fill_line_ranks, fill_ranks, nccl_comms, nccl_warnings, rank_map
 from ncclpm.ingest.ranks import build_ranks, world_size, world_size_is_declared
+from ncclpm.ingest.settings import settings_table
 from ncclpm.schema import EVENTS_SCHEMA
 from ncclpm.sources.discover import Job
 
@@ -87,14 +89,18 @@ def build_tables(job: Job, catalog: Catalog) -> Tables:
     events = pl.concat(
         [extract_events(parsed, catalog), read_error_files(job.of_kind("errorfile"), warnings)], how="vertical"
     ).cast(EVENTS_SCHEMA)  # type: ignore[arg-type]
-    lines = lines_table(parsed)
+    comms = nccl_comms(events)
+    process_ranks = rank_map(comms)
+    events = fill_ranks(events, process_ranks)
+    lines = fill_line_ranks(lines_table(parsed), process_ranks)
     elastic = parse_elastic_summaries(parsed)
     fr, fr_analysis = _read_dumps(job, warnings)
     if not job.sources:
         warnings.append("no readable log, error file or flight-recorder dump found")
     return Tables(
         job_name=job.name, lines=lines, events=events, tracebacks=stitch_tracebacks(parsed), elastic=elastic,
-        ranks=build_ranks(lines, events, elastic, fr_analysis), world_size=world_size(events, elastic, fr),
+        ranks=build_ranks(lines, events, elastic, comms), world_size=world_size(events, elastic, fr),
         world_size_declared=world_size_is_declared(events, fr),
         sources=tuple(s.name for s in job.sources), warnings=tuple(warnings), fr=fr, fr_analysis=fr_analysis,
+        extra={"nccl_comms": comms, "nccl_warnings": nccl_warnings(events), "settings": settings_table(events)},
     )

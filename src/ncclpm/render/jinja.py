@@ -25,9 +25,9 @@ def _ts(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _md_cell(value: Any) -> str:
+def _md_cell(value: Any, width: int = 160) -> str:
     text = "" if value is None else str(value)
-    return text.replace("|", "\\|").replace("\n", " ")[:160]
+    return text.replace("|", "\\|").replace("\n", " ")[:width]
 
 
 @lru_cache(maxsize=1)

@@ -100,7 +100,8 @@ def _walk(root: Path, job: Job) -> Iterator[Path]:
         for fname in sorted(filenames):
             path = Path(dirpath) / fname
             if path.is_symlink() and not path.resolve().is_relative_to(root.resolve()):
-                job.warnings.append(f"{path.relative_to(root)}: symlink to a file outside the job folder - not followed")
+                job.warnings.append(
+                    f"{path.relative_to(root)}: symlink to a file outside the job folder - not followed")
                 continue
             yield path
 
