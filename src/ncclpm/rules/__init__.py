@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from ncclpm.rules.base import Rule
+from ncclpm.rules.config_version import VersionsDifferAcrossRanks
 from ncclpm.rules.cuda_oom import CudaOutOfMemory
 from ncclpm.rules.dataloader import DataloaderFailure
 from ncclpm.rules.fr_mismatch import FlightRecorderCollectivesDisagree
 from ncclpm.rules.fr_never_joined import FlightRecorderRankStopped
 from ncclpm.rules.insufficient import InsufficientEvidence
 from ncclpm.rules.mismatch_logs import CollectivesDisagreeInLogs
+from ncclpm.rules.network import NcclTransportError
 from ncclpm.rules.nvml import NvmlDriverFailure
 from ncclpm.rules.rank_crash import RankDiedFirst
 from ncclpm.rules.rendezvous import ProcessGroupNeverFormed
+from ncclpm.rules.scheduler import JobCancelledByScheduler
+from ncclpm.rules.shm_topology import ShmOrP2pFailure
 from ncclpm.rules.slow_rank import RankBusyOutsideCollectives
 from ncclpm.rules.timeout_short import AllRanksTimedOutTogether
 from ncclpm.rules.timeout_symptom import CollectiveTimeoutSymptom
@@ -28,6 +32,10 @@ ALL_RULES: tuple[type[Rule], ...] = (
     ProcessGroupNeverFormed,
     FlightRecorderCollectivesDisagree,
     FlightRecorderRankStopped,
+    NcclTransportError,
+    ShmOrP2pFailure,
+    VersionsDifferAcrossRanks,
+    JobCancelledByScheduler,
     InsufficientEvidence,
 )
 

@@ -2,11 +2,29 @@
 
 from __future__ import annotations
 
+import tomllib
+
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
+from ncclpm.resources import data_dir
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
 from ncclpm.schema import Category
+
+XID: dict[str, dict] = tomllib.loads((data_dir("parsers") / "xid_codes.toml").read_text(encoding="utf-8"))["xid"]
+
+
+def nccl_bus_id(pci: str) -> str | None:
+    """Kernel PCI address (`0000:3b:00` or `0000:3b:00.0`) -> NCCL's `busId` hex (`3b000`): bus<<12|dev<<4|fn."""
+    parts = pci.lower().split(":")
+    if len(parts) < 3:
+        return None
+    dev, _, fn = parts[2].partition(".")
+    try:
+        value = int(parts[1], 16) << 12 | int(dev, 16) << 4 | int(fn or "0", 16)
+    except ValueError:
+        return None
+    return format(value, "x")
 
 
 class NvmlDriverFailure(Rule):
@@ -43,14 +61,17 @@ class NvmlDriverFailure(Rule):
         return t.kinds("nvml_error", "xid", "gpu_lost").sort("ts", "source", "line", nulls_last=True)
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
-        culprits = tuple(sorted(set(ev["rank"].drop_nulls().to_list())))
+        culprits = tuple(sorted(set(ev["rank"].drop_nulls().to_list()) | self._ranks_on_gpus(t, ev)))
         hosts = sorted(set(ev["host"].drop_nulls().to_list()))
+        xids = [f"Xid {x}: {XID[str(x)]['meaning']}" for x in sorted(set(ev["xid"].drop_nulls().to_list()))
+                if str(x) in XID]
         where = ranks_text(culprits) if culprits else (f"host {', '.join(hosts)}" if hosts else "a node")
         return self.finding(
             culprit_ranks=culprits,
             summary=f"The GPU driver / NVML failed on {where}: {ev['text'][0].strip()[:160]}",
             explanation="NCCL and PyTorch query NVML for the device; a broken driver makes communicator "
-            "init or a collective fail on that node and the other ranks then time out.",
+            "init or a collective fail on that node and the other ranks then time out."
+            + ("".join(f" {x}." for x in xids)),
             evidence=quotes(ev),
             fixes=("Run `nvidia-smi` on that node; if it errors, drain the node and reboot or reload the "
                    "driver (driver and user-space library versions must match).",
@@ -60,5 +81,16 @@ class NvmlDriverFailure(Rule):
                   "NCCL_TIMEOUT is read by nothing (neither NCCL nor PyTorch)."),
             verify=("`nvidia-smi` and `python -c 'import torch; print(torch.cuda.device_count())'` succeed "
                     "on every node before the job is resubmitted.",),
-            facts={"hosts": hosts},
+            facts={"hosts": hosts, "xid": sorted(set(ev["xid"].drop_nulls().to_list()))},
         )
+
+    @staticmethod
+    def _ranks_on_gpus(t: Tables, ev: pl.DataFrame) -> set[int]:
+        """Ranks whose GPU (NCCL busId) is the PCI address a kernel Xid line names."""
+        comms = t.extra.get("nccl_comms")
+        pcis = ev["pci"].drop_nulls().to_list()
+        if comms is None or comms.is_empty() or not pcis:
+            return set()
+        wanted = {b for p in pcis if (b := nccl_bus_id(p))}
+        hit = comms.filter(pl.col("bus_id").str.to_lowercase().str.strip_chars_start("0").is_in(list(wanted)))
+        return set(hit["rank"].drop_nulls().to_list())

@@ -87,6 +87,10 @@ class RankDiedFirst(Rule):
         others = victim_ranks(t) - set(culprits)
         conf = self.base_confidence + (0.1 if others else 0.0) + (0.05 if (ev["how"] != "exit").any() else -0.05)
         shown = ev.filter(pl.col("rank").is_in(list(culprits)))
+        oom = t.kinds("oom_killer")
+        oom_fix = ("The kernel's OOM killer ended a process (host RAM, not GPU memory): lower DataLoader workers / "
+                   "prefetch, pinned-memory buffers and per-rank host copies, or ask for more memory "
+                   "(`#SBATCH --mem`).",) if not oom.is_empty() else ()
         return self.finding(
             confidence=conf, culprit_ranks=culprits,
             summary=f"{ranks_text(culprits).capitalize()} died first ({shown['text'][0].strip()[:140]})"
@@ -94,8 +98,9 @@ class RankDiedFirst(Rule):
             explanation="The first rank to fail on its own is the cause; timeouts and 'connection closed by "
             "peer' errors on the other ranks are what a dead peer looks like from the outside. torchrun's "
             "'Root Cause' only names the first rank that reported.",
-            evidence=quotes(shown) + quotes(victim_lines(t).filter(pl.col("rank").is_in(list(others))), 2),
-            fixes=("Fix the failure on the culprit rank (its traceback above); for SIGKILL check the host's "
+            evidence=(*quotes(shown), *quotes(oom, 2),
+                      *quotes(victim_lines(t).filter(pl.col("rank").is_in(list(others))), 2)),
+            fixes=(*oom_fix, "Fix the failure on the culprit rank (its traceback above); for SIGKILL check the host's "
                    "kernel log (`dmesg -T | grep -i 'killed process'`) for the OOM killer.",
                    "Keep `TORCH_NCCL_ASYNC_ERROR_HANDLING=1` (torchrun's default) so the survivors abort "
                    "promptly instead of hanging for the full timeout."),

@@ -8,7 +8,9 @@ from ncclpm.ingest.tables import Tables
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
-INIT_KINDS = ["store_timeout", "store_connect", "store_bind", "rendezvous_timeout", "store_error"]
+SET_DEVICE = ("Call `torch.cuda.set_device(int(os.environ['LOCAL_RANK']))` before `init_process_group` (or pass "
+              "`device_id=`), and check CUDA_VISIBLE_DEVICES and --nproc_per_node match the GPUs of the node.")
+INIT_KINDS = ["store_timeout", "store_connect", "store_bind", "rendezvous_timeout", "store_error", "duplicate_gpu"]
 
 
 class ProcessGroupNeverFormed(Rule):
@@ -46,6 +48,10 @@ class ProcessGroupNeverFormed(Rule):
         return t.kinds(*INIT_KINDS).sort("ts", "source", "line", nulls_last=True)
 
     def _culprits(self, t: Tables, ev: pl.DataFrame) -> tuple[tuple[int, ...], str]:
+        dup = ev.filter(pl.col("kind") == "duplicate_gpu")
+        if not dup.is_empty():
+            ranks = set(dup["subject_rank"].drop_nulls().to_list()) | {int(p) for p in dup["peer"].drop_nulls()}
+            return tuple(sorted(ranks)), "two ranks were given the same GPU (Duplicate GPU detected)"
         connect = ev.filter(pl.col("kind") == "store_connect")["rank"].drop_nulls().unique().to_list()
         if connect:
             return tuple(sorted(connect)), "could not reach the store (MASTER_ADDR/MASTER_PORT)"
@@ -72,7 +78,8 @@ class ProcessGroupNeverFormed(Rule):
             explanation="The failure happened before any collective: the processes did not all reach the "
             "rendezvous/TCPStore. This is a launch or network-setup problem, not a training or NCCL bug.",
             evidence=quotes(ev),
-            fixes=("Give every node the same `MASTER_ADDR`/`MASTER_PORT` (or `--rdzv-endpoint`) and check it is "
+            fixes=(*((SET_DEVICE,) if "same GPU" in how else ()),
+                   "Give every node the same `MASTER_ADDR`/`MASTER_PORT` (or `--rdzv-endpoint`) and check it is "
                    "reachable from each node: `nc -zv $MASTER_ADDR $MASTER_PORT`.",
                    "Make the number of processes started equal WORLD_SIZE (`--nnodes` × `--nproc_per_node`); "
                    "make sure every node's launcher actually started.",

@@ -1,0 +1,73 @@
+"""CV01 versions-differ-across-ranks."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ncclpm.ingest.tables import Tables
+from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.schema import Category
+
+
+class VersionsDifferAcrossRanks(Rule):
+    """Ranks or hosts run different NCCL / torch versions, or NCCL itself reports a version mismatch.
+
+    ## What it detects
+    NCCL version banners (`NCCL version 2.21.5+cuda12.4`) or torch version lines that differ between hosts or
+    ranks of one job, and NCCL's `NCCL version mismatch with remote peer` warning.
+
+    ## Why it matters
+    NCCL's wire protocol and PyTorch's collective bookkeeping are only guaranteed between identical versions;
+    mixed images (a node with an older container, a stale venv on one host) give hangs at init or garbage
+    results that look like network trouble.
+
+    ## Example
+    `node01 ... NCCL version 2.21.5+cuda12.4` and `node07 ... NCCL version 2.18.1+cuda12.1` in one job.
+
+    ## How to fix
+    Run every rank from the same image / environment; print `torch.__version__`, `torch.cuda.nccl.version()` and
+    the driver version on each node at start-up to catch drift.
+    """
+
+    id = "CV01"
+    name = "versions-differ-across-ranks"
+    category = Category.CONFIG_VERSION
+    base_confidence = 0.8
+    priority = 78
+    explains = ("CT01",)
+
+    def evidence(self, t: Tables) -> pl.DataFrame:
+        explicit = t.kinds("version_mismatch")
+        banners = t.kinds("nccl_version", "torch_version").filter(pl.col("version").is_not_null())
+        who = pl.coalesce(pl.col("host"), pl.col("rank").cast(pl.String), pl.col("source"))
+        banners = banners.with_columns(who.alias("_who"))
+        differ = banners.filter(pl.col("version").n_unique().over("kind") > 1)
+        return pl.concat([explicit, differ.drop("_who")]).sort("kind", "version", "source", "line")
+
+    def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
+        banners = ev.filter(pl.col("kind").is_in(["nccl_version", "torch_version"]))
+        culprits: tuple[int, ...] = ()
+        detail = "NCCL reports a version mismatch with a peer"
+        if not banners.is_empty():
+            who = banners.with_columns(pl.coalesce(pl.col("host"), pl.col("rank").cast(pl.String),
+                                                   pl.col("source")).alias("who"))
+            counts = who.group_by("kind", "version").agg(pl.col("who").unique().sort(), pl.col("rank").drop_nulls())
+            detail = "; ".join(f"{k.replace('_version', '')} {v} on {', '.join(w[:6])}"
+                               for k, v, w, _ in counts.sort("kind", "version").iter_rows())
+            top = counts.with_columns(pl.col("who").list.len().alias("n")).sort("n", descending=True)
+            minority = top.slice(1)
+            culprits = tuple(sorted({r for rs in minority["rank"].to_list() for r in rs}))
+        return self.finding(
+            culprit_ranks=culprits,
+            summary=f"Versions differ within the job: {detail}"
+            + (f" (minority: {ranks_text(culprits)})" if culprits else "") + ".",
+            explanation="Every rank must run the same NCCL and PyTorch build; mixed versions break the wire "
+            "protocol or the collective bookkeeping and look like hangs or network errors.",
+            evidence=quotes(ev),
+            fixes=("Run every rank from one image/environment; pin torch (and with it NCCL) in the job's "
+                   "requirements and rebuild the odd node's container.",
+                   "Log `torch.__version__`, `torch.cuda.nccl.version()` and `nvidia-smi --query-gpu=driver_version "
+                   "--format=csv` on every rank at start-up."),
+            dont=("No NCCL environment variable makes two NCCL versions interoperate.",),
+            verify=("All ranks print the same versions at start-up.",),
+        )

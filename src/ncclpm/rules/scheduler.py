@@ -1,0 +1,61 @@
+"""SL01 job-cancelled-by-scheduler."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ncclpm.ingest.tables import Tables
+from ncclpm.rules.base import Finding, Rule, quotes
+from ncclpm.schema import Category
+
+
+class JobCancelledByScheduler(Rule):
+    """The scheduler ended the job: Slurm cancelled the step at its time limit (or a node failed).
+
+    ## What it detects
+    `slurmstepd: error: *** STEP 771204.0 ON nid00123 CANCELLED AT ... DUE TO TIME LIMIT ***` (and `DUE TO NODE
+    FAILURE`, `DUE TO PREEMPTION`).
+
+    ## Why it matters
+    Collective timeouts or SIGTERMs that follow a scheduler cancel are not an NCCL failure at all: the job ran
+    out of wall-clock time (a limit too short for the work) or lost a node. Debugging NCCL here wastes days.
+
+    ## Example
+    `*** STEP 771204.0 ON nid00123 CANCELLED AT 2025-11-03T12:00:14 DUE TO TIME LIMIT ***`
+
+    ## How to fix
+    Time limit: request more time (`#SBATCH --time`), checkpoint and resubmit (requeue), or find why the job got
+    slower (its step times before the cancel). Node failure: resubmit excluding the node and report it.
+    """
+
+    id = "SL01"
+    name = "job-cancelled-by-scheduler"
+    category = Category.TIMEOUT_TOO_SHORT
+    base_confidence = 0.9
+    priority = 92
+    explains = ("CT01", "CR01", "ST01", "TO01")
+
+    def evidence(self, t: Tables) -> pl.DataFrame:
+        return t.kinds("scheduler_cancel").sort("ts", "source", "line", nulls_last=True)
+
+    def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
+        r = ev.row(0, named=True)
+        reason = (r["error_type"] or "a user or admin").strip()
+        node_failure = "NODE FAILURE" in reason
+        return self.finding(
+            category=Category.RANK_CRASH if node_failure else Category.TIMEOUT_TOO_SHORT,
+            confidence=self.base_confidence, culprit_ranks=(),
+            summary=f"The scheduler cancelled step {r['detail']} on {r['value']} due to {reason.lower()}: "
+            "this is not an NCCL failure.",
+            explanation=("A node of the job failed; every rank on it died." if node_failure else
+                         "The job's wall-clock limit, not a collective timeout, ended it: the work needs more time "
+                         "than the job asked for (or it got slower)."),
+            evidence=quotes(ev),
+            fixes=(("Resubmit excluding the failed node (`--exclude=<node>`) and report it to the admins.",)
+                   if node_failure else
+                   ("Ask for more time (`#SBATCH --time=...`) or checkpoint regularly and requeue "
+                    "(`#SBATCH --requeue`, resume from the last checkpoint).",
+                    "Compare step times before the cancel with earlier runs: if the job got slower, find out why.")),
+            dont=("Do not change NCCL settings or the collective timeout: NCCL did not fail.",),
+            verify=("The next run finishes (or checkpoints) before its time limit.",),
+        )
