@@ -1,0 +1,75 @@
+"""Which host a rank ran on, which IP a host uses, and who a `peer` address in an NCCL line is.
+
+NCCL names peers by address (`10.0.3.14<41524>`, or `node03.cluster<45882>` in recent versions), while ranks
+are known by host (`host:pid` prefix + the `Init COMPLETE` line). The address book comes from NCCL's own
+interface lines: `NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.3.14<0>`, `NET/Socket : Using
+[0]eth0:10.0.0.2<0>`, `Bootstrap : Using eth0:10.0.0.1<0>` - printed by every process at init. Known limit:
+an address that no host's interface line shows stays an address (the report quotes it as is).
+"""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+from ncclpm.ingest.tables import Tables
+from ncclpm.rules.base import ranks_text
+
+_IFACE_ADDR = r"(?:OOB |\]|Using )[\w.-]+:(\d{1,3}(?:\.\d{1,3}){3}|[0-9a-fA-F:]+%?\w*)<\d+>"
+_PEER = re.compile(r"^\s*(?P<addr>[^<\s]+?)(?:<\d+>)?\s*$")
+
+
+def host_ranks(t: Tables) -> pl.DataFrame:
+    """(host, rank) pairs from the NCCL communicator table and from every ranked line that names a host."""
+    frames = [t.ranks.select("host", "rank"), t.events.select("host", "rank")]
+    comms = t.extra.get("nccl_comms")
+    if comms is not None and not comms.is_empty():
+        world = comms.filter(pl.col("nranks") == pl.col("nranks").max())
+        frames.append(world.select("host", pl.col("rank").cast(pl.Int32)))
+    both = pl.concat([f.cast({"host": pl.String(), "rank": pl.Int32()}) for f in frames])
+    return both.drop_nulls().unique().sort("host", "rank")
+
+
+def ranks_on(t: Tables, hosts: list[str]) -> list[int]:
+    hr = host_ranks(t)
+    return sorted(set(hr.filter(pl.col("host").is_in(hosts))["rank"].to_list()))
+
+
+def address_book(t: Tables) -> dict[str, str]:
+    """IP address → short host name, from NCCL's interface lines."""
+    lines = t.lines.filter(
+        pl.col("host").is_not_null()
+        & pl.col("message").str.contains(r"(?:NET/IB ?: ?Using|NET/Socket ?: ?Using|Bootstrap ?: ?Using)")
+    )
+    if lines.is_empty():
+        return {}
+    pairs = (
+        lines.select("host", pl.col("message").str.extract_all(_IFACE_ADDR).alias("m"))
+        .explode("m").drop_nulls()
+        .with_columns(pl.col("m").str.extract(r":([^:<]+(?::[^<]*)?)<\d+>$", 1).alias("ip"))
+    )
+    return {ip: host for host, ip in pairs.select("host", "ip").unique().iter_rows() if ip}
+
+
+def peer_host(peer: str | None, book: dict[str, str], hosts: set[str]) -> str | None:
+    """Host behind an NCCL peer string (`10.0.3.14<41524>`, `node03.cluster<45882>`), if known."""
+    if not peer:
+        return None
+    m = _PEER.match(peer)
+    addr = m["addr"] if m else peer
+    if addr in book:
+        return book[addr]
+    short = addr.split(".")[0]
+    if short in hosts and not addr.replace(".", "").isdigit():
+        return short
+    return None
+
+
+def where(t: Tables, hosts: list[str]) -> str:
+    """`node12 (ranks 8-15)` style text for hosts, with the ranks they ran when known."""
+    parts = []
+    for h in hosts:
+        ranks = ranks_on(t, [h])
+        parts.append(f"{h} ({ranks_text(ranks)})" if ranks else h)
+    return ", ".join(parts)

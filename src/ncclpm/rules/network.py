@@ -1,0 +1,176 @@
+"""NW01 nccl-network-error."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ncclpm.ingest.tables import Tables
+from ncclpm.rules._hosts import address_book, host_ranks, peer_host, ranks_on, where
+from ncclpm.rules.base import Finding, Rule, quotes
+from ncclpm.rules.rank_crash import RankDiedFirst
+from ncclpm.schema import Category
+
+# ibv_wc_status values NCCL prints after `status=` (verbs.h); the ones seen in failing jobs.
+IB_STATUS = {
+    "12": "IBV_WC_RETRY_EXC_ERR: the transport retry counter was exceeded - the peer's port did not answer "
+          "(link down or flapping, congestion, or the peer's NIC/process gone)",
+    "13": "IBV_WC_RNR_RETRY_EXC_ERR: the receiver was not ready too many times",
+    "5": "IBV_WC_WR_FLUSH_ERR: work flushed after an earlier error on the same queue pair (a consequence)",
+    "4": "IBV_WC_LOC_PROT_ERR: local protection error (memory registration)",
+    "10": "IBV_WC_REM_ACCESS_ERR: remote access error",
+    "11": "IBV_WC_REM_OP_ERR: remote operation error",
+}
+# What each class of line says about the network (confidence before the crash check).
+CLASSES = [
+    ("ib", r"Got completion from peer|async fatal event|Call to ibv_", 0.88),
+    ("interface", r"No interface found in the same subnet|no socket interface found|No usable listening interface",
+     0.87),
+    ("connect", r"socketStartConnect|socketPollConnect|socketFinalizeAccept|Call to recv from", 0.7),
+    ("closed", r"Connection closed by remote peer|Connection reset by peer", 0.5),
+    ("remote_exited", r"remote process exited or there was a network error", 0.45),
+]
+_PEER_IN_TEXT = r"(?:from peer|remote peer|Connect to|recv from|remote address) (\S+?)(?:\s|,|$)"
+
+
+class NcclTransportError(Rule):
+    """NCCL's network transport failed: InfiniBand completion errors, socket connect/reset errors, no usable
+    interface.
+
+    ## What it detects
+    `NCCL WARN NET/IB : Got completion from peer 10.0.3.14<41524> with error 12, ...` (NCCL ≤ 2.2x) and
+    `NET/IB: Got completion from peer ... with status=IBV_WC_RETRY_EXC_ERR(12) ...` (2.29+), IB async fatal
+    events, `socketStartConnect: Connect to ... failed : Connection refused`, `socketPollConnect ... exceeded
+    retries`, `Net : No interface found in the same subnet as remote address ...`, `Connection closed by remote
+    peer`, and torch's `NCCL error: remote process exited or there was a network error`. The host that
+    printed the line and the peer it names (resolved to a host through NCCL's `OOB`/`Bootstrap`/`NET/Socket`
+    interface lines) are both named; the host common to all failing pairs is the culprit.
+
+    ## Why it matters
+    A bad link, a flapping port or a wrong interface stalls every collective that crosses it, and every rank
+    then times out. But "connection closed / reset by peer" and IB status 12 are also exactly what the
+    survivors see when a peer *process* died: when another rule finds a rank that crashed first, this finding
+    is demoted to a symptom of that crash.
+
+    ## Example
+    `node12:4411:4502 [5] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer
+    10.0.3.14<41524> with error 12, opcode 0, len 0, vendor err 129 (Recv)` on node12 while node14 (10.0.3.14)
+    is the only peer named.
+
+    ## How to fix
+    Check the named hosts' ports (`ibstat`, `ibv_devinfo`, link-down/symbol-error counters with `perfquery`
+    or `ibdiagnet`), drain the host whose port is bad, and run `nccl-tests` `all_reduce_perf` across the two
+    hosts. For interface errors set `NCCL_SOCKET_IFNAME` to the interface that routes between the hosts.
+    `NCCL_IB_TIMEOUT` (e.g. 22) helps only on congested but healthy fabrics.
+    """
+
+    id = "NW01"
+    name = "nccl-network-error"
+    category = Category.NETWORK_TRANSPORT
+    base_confidence = 0.85
+    priority = 65
+    explains = ("CT01",)
+
+    def evidence(self, t: Tables) -> pl.DataFrame:
+        net = t.kinds("network_error")
+        remote = t.kinds("nccl_error").filter(pl.col("text").str.contains(CLASSES[-1][1]))
+        ev = pl.concat([net, remote])
+        cls, strength = pl.lit(None, pl.String), pl.lit(None, pl.Float64)
+        for name, rx, conf in reversed(CLASSES):
+            hit = pl.col("text").str.contains(rx)
+            cls = pl.when(hit).then(pl.lit(name)).otherwise(cls)
+            strength = pl.when(hit).then(pl.lit(conf)).otherwise(strength)
+        peer = pl.coalesce("peer", pl.col("text").str.extract(_PEER_IN_TEXT, 1))
+        # Strongest kind of line first (an IB completion error says more than torch's summary of it).
+        return (ev.with_columns(cls.alias("cls"), strength.alias("strength"), peer.alias("peer"))
+                .filter(pl.col("cls").is_not_null())
+                .sort(["strength", "ts", "source", "line"], descending=[True, False, False, False], nulls_last=True))
+
+    def _pairs(self, t: Tables, ev: pl.DataFrame) -> tuple[list[str], list[str], dict[str, int]]:
+        """Reporting hosts, peer hosts, and how many failing pairs each host is part of."""
+        book = address_book(t)
+        hosts = set(host_ranks(t)["host"].to_list()) | set(ev["host"].drop_nulls().to_list())
+        reporters, peers, count = [], [], {}
+        for host, peer in ev.select("host", "peer").unique().iter_rows():
+            other = peer_host(peer, book, hosts) or (peer.split("<")[0] if peer else None)
+            for h in {host, other} - {None}:
+                count[h] = count.get(h, 0) + 1
+            if host and host not in reporters:
+                reporters.append(host)
+            if other and other not in peers:
+                peers.append(other)
+        return reporters, peers, count
+
+    def _culprit_hosts(self, ev: pl.DataFrame, reporters: list[str], peers: list[str],
+                       count: dict[str, int]) -> list[str]:
+        classes = set(ev["cls"].to_list())
+        if classes <= {"interface"}:
+            return reporters  # the host without a usable interface
+        top = max(count.values(), default=0)
+        common = sorted(h for h, n in count.items() if n == top)
+        return common if top > 1 or len(common) <= 2 else reporters
+
+    def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
+        reporters, peers, count = self._pairs(t, ev)
+        culprit_hosts = self._culprit_hosts(ev, reporters, peers, count)
+        culprits = tuple(ranks_on(t, culprit_hosts))
+        strongest = float(ev["strength"].max())  # type: ignore[arg-type]
+        crashed = self._crashed_first(t, ev, culprit_hosts)
+        symptom = bool(crashed)
+        head = ev.row(0, named=True)
+        detail = self._detail(head)
+        summary = (f"NCCL's network transport failed between {where(t, reporters)} and "
+                   f"{where(t, [p for p in peers if p not in reporters]) or 'its peers'}: {detail}")
+        if symptom:
+            summary = (f"NCCL network errors on {where(t, reporters)} ({detail}) are what a dead peer looks like: "
+                       f"ranks {', '.join(map(str, sorted(crashed)))} died first.")
+        return self.finding(
+            category=Category.SYMPTOM if symptom else self.category,
+            confidence=0.4 if symptom else strongest,
+            culprit_ranks=() if symptom else culprits,
+            summary=summary,
+            explanation="NCCL prints these WARN lines when a connection to another process fails. Unless a peer "
+            "process died first, the host common to every failing pair is where the link, port or "
+            "interface configuration is bad; every other rank then waits on the collective that crosses it.",
+            evidence=quotes(ev),
+            fixes=(
+                f"Check the ports of {', '.join(culprit_hosts) or 'the named hosts'}: `ibstat` / `ibv_devinfo` "
+                "(state, rate), link-down and symbol-error counters (`perfquery`, `ibdiagnet`); drain a host whose "
+                "port flaps and reseat/replace the cable or switch port.",
+                "Reproduce outside the job with nccl-tests (`all_reduce_perf -b 8 -e 1G`) across the named hosts.",
+                "For interface errors pin `NCCL_SOCKET_IFNAME` (and `NCCL_IB_HCA`) to the interfaces that route "
+                "between the hosts; for IB status 12 on a congested but healthy fabric raise `NCCL_IB_TIMEOUT` "
+                "(e.g. 22).",
+            ),
+            dont=("`NCCL_IB_DISABLE=1` only moves the traffic to TCP sockets - an order of magnitude slower - "
+                  "and hides the bad link.",
+                  "Raising the process-group timeout or setting `NCCL_TIMEOUT` (read by nothing) does not make a "
+                  "broken link deliver."),
+            verify=("nccl-tests across the named hosts reach the expected bus bandwidth with no NCCL WARN.",),
+            facts={"hosts": culprit_hosts, "reporting_hosts": reporters, "peer_hosts": peers,
+                   "classes": sorted(set(ev["cls"].to_list()))},
+        )
+
+    @staticmethod
+    def _crashed_first(t: Tables, ev: pl.DataFrame, culprit_hosts: list[str]) -> set[int]:
+        """Ranks that died on their own and explain these lines (a dead peer closes its connections and stops
+        answering IB): any crash for weak lines; for IB errors a crash on an implicated host or earlier than
+        the first error. Interface errors are configuration, never a dead peer."""
+        crashes = RankDiedFirst().evidence(t).filter(~pl.col("rank").is_in(ev["rank"].drop_nulls().to_list()))
+        if crashes.is_empty() or "interface" in set(ev["cls"].to_list()):
+            return set()
+        if float(ev["strength"].max()) < 0.85:  # type: ignore[arg-type]
+            return set(crashes["rank"].to_list())
+        on_hosts = set(ranks_on(t, culprit_hosts))
+        first_net, first_crash = ev["ts"].drop_nulls().min(), crashes["ts"].drop_nulls().min()
+        earlier = first_net is not None and first_crash is not None and first_crash <= first_net  # type: ignore[operator]
+        hit = crashes.filter(pl.col("rank").is_in(list(on_hosts))) if not earlier else crashes
+        return set(hit["rank"].to_list())
+
+    @staticmethod
+    def _detail(row: dict) -> str:
+        status = (row.get("error_type") or "").split("(")[-1].rstrip(")")
+        if row["cls"] == "ib" and status in IB_STATUS:
+            return f"InfiniBand completion status {status} ({IB_STATUS[status]})"
+        text = row["text"] or ""
+        cut = text.find("NCCL WARN ")
+        return (text[cut + 10:] if cut >= 0 else text).strip()[:160]
