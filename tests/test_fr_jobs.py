@@ -30,3 +30,22 @@ def test_nvrx_dumps_name_exactly_the_injected_ranks(name: str, injected: tuple[i
 def test_dump_order_does_not_change_the_verdict() -> None:
     files = sorted((NVRX / "lock_gil_1st").glob("_dump_*"))
     assert diagnose(files).culprit_ranks == diagnose(files[::-1]).culprit_ranks == SETS["lock_gil_1st"]
+
+
+CASES = Path(__file__).resolve().parent / "cases"
+
+
+@pytest.mark.parametrize("variant", ["size", "skip", "op", "dtype"])
+def test_real_gloo_mismatch_from_the_dumps_alone(variant: str) -> None:
+    d = diagnose([CASES / f"mismatched_collectives__{variant}" / "input" / "fr"])
+    assert str(d.category) == "mismatched_collectives" and d.primary.rule == "FR01"
+    assert d.culprit_ranks == (0, 1)  # 1-vs-1: both named, the report says no majority can decide
+    assert d.failing_collective is not None and d.failing_collective["seq"] == 4
+
+
+@pytest.mark.parametrize(("variant", "culprit"), [("rank0_slow_work__torchrun_3ranks", 0),
+                                                  ("dataloader_hang__no_dl_timeout", 1),
+                                                  ("rank_crash__sigkill", 1)])
+def test_real_gloo_stalled_rank_from_the_dumps_alone(variant: str, culprit: int) -> None:
+    d = diagnose([CASES / variant / "input" / "fr"])
+    assert d.culprit_ranks == (culprit,) and d.primary.rule == "FR02"
