@@ -17,9 +17,30 @@ def render_markdown(d: Diagnosis) -> str:
     return render_template("report.md", d)
 
 
+def render_html(d: Diagnosis) -> str:
+    from ncclpm.render.html import render_html as html
+
+    return html(d)
+
+
+def render_slack(d: Diagnosis) -> str:
+    from ncclpm.render.slack import render_slack as slack
+
+    return slack(d)
+
+
+def render_slack_json(d: Diagnosis) -> str:
+    from ncclpm.render.slack import render_slack_json as slack_json
+
+    return slack_json(d)
+
+
 RENDERERS: dict[str, Callable[[Diagnosis], str]] = {
     "md": render_markdown,
     "json": render_json,
+    "html": render_html,
+    "slack": render_slack,
+    "slack-json": render_slack_json,
 }
 
 

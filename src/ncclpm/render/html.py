@@ -1,0 +1,26 @@
+"""The HTML report: one self-contained page (inline CSS, inline SVG timeline, no script, nothing loaded from the
+network) rendered from `templates/report.html`. Every value goes through Jinja autoescape, so log text is shown,
+never interpreted; a Content-Security-Policy meta tag forbids scripts as a second line of defence."""
+
+from __future__ import annotations
+
+import re
+
+from markupsafe import Markup, escape
+
+from ncclpm import __version__
+from ncclpm.diagnosis import SCHEMA_VERSION, Diagnosis
+from ncclpm.render.jinja import render_template
+from ncclpm.render.timeline import build_timeline
+
+_CODE = re.compile(r"`([^`\n]+)`")
+
+
+def inline_code(text: str) -> Markup:
+    """Rule prose (fixes, explanations) marks code with backticks: escape everything, then `x` -> <code>x</code>."""
+    return Markup(_CODE.sub(r"<code>\1</code>", str(escape(text))))
+
+
+def render_html(d: Diagnosis) -> str:
+    return render_template("report.html", d, timeline=build_timeline(d), version=__version__,
+                           schema_version=SCHEMA_VERSION, inline=inline_code)

@@ -1,0 +1,113 @@
+"""Slack: the verdict as one mrkdwn message (`render_slack`) or as a Block Kit payload (`slack_payload`, a dict
+built in Python - JSON is never produced by a template).
+
+Slack's rules: `&`, `<`, `>` in user text become `&amp;`, `&lt;`, `&gt;` (so `<!channel>` or `<http://x|y>` in a
+log line is shown, not acted on); inside a ``` code block a backtick could end the block, so log text gets
+`'` for every backtick there. Every field is capped so the message stays far below Slack's 4,000 characters
+(`MAX_CHARS`) whatever the job: 1024 ranks, 100 kB lines.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from ncclpm.diagnosis import Diagnosis
+from ncclpm.render.jinja import environment
+from ncclpm.rules.base import ranks_text
+
+MAX_CHARS = 3000  # a Block Kit section holds 3,000 characters; Slack truncates messages at 4,000
+LINE_CHARS = 700
+PROSE_CHARS = 500
+ICONS = {"conclusive": ":red_circle:", "likely": ":large_orange_circle:", "possible": ":white_circle:"}
+BLOCKS = ("verdict", "facts", "evidence", "fix", "footer")
+
+
+def escape(text: Any) -> str:
+    """Slack's three control characters as entities (the only escaping Slack asks for)."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _cut(text: str, limit: int) -> str:
+    text = " ".join(text.split()) if "\n" not in text else text
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _code(text: str, limit: int = LINE_CHARS) -> str:
+    """Log text for a ``` block: capped, backticks made harmless, then escaped."""
+    lines = text.replace("`", "'").splitlines() or [""]
+    return escape(_cut("\n".join(lines[:12]), limit))
+
+
+def _collective(d: Diagnosis) -> str:
+    fc = d.failing_collective
+    if not fc:
+        return ""
+    out = (fc.get("op") or "a collective") + (f" #{fc['seq']}" if fc.get("seq") is not None else "")
+    if fc.get("timeout_ms"):
+        out += f" (timeout {timedelta(milliseconds=int(fc['timeout_ms']))})"
+    return escape(out)
+
+
+def _world(d: Diagnosis) -> str:
+    if not d.world_size:
+        return ""
+    return f"world size {d.world_size}" if d.world_size_declared else f"≥ {d.world_size} ranks"
+
+
+def view(d: Diagnosis, line_chars: int = LINE_CHARS) -> dict[str, Any]:
+    """The escaped, capped fields the template lays out."""
+    ev = (d.decisive or d.primary.evidence or (None,))[0]
+    where = ""
+    if ev is not None:
+        where = f"`{_cut(ev.file, 120).replace('`', chr(39))}" + (f":{ev.line}" if ev.line is not None else "") + "`"
+        where = escape(where) + (f", rank {ev.rank}" if ev.rank is not None else "")
+    return {
+        "icon": ICONS.get(d.band, ""), "category": escape(d.category), "band": d.band,
+        "confidence": f"{d.confidence:.2f}", "job": escape(_cut(d.job, 120)),
+        "summary": escape(_cut(d.summary, PROSE_CHARS)).replace("*", "∗"),  # inside *bold*
+        "culprits": escape(ranks_text(d.culprit_ranks)) if d.culprit_ranks else "",
+        "collective": _collective(d), "world": _world(d),
+        "line": _code(ev.text, line_chars) if ev is not None else "", "where": where,
+        "fix": escape(_cut(d.primary.fixes[0], PROSE_CHARS)) if d.primary.fixes else "",
+        "more_fixes": max(len(d.primary.fixes) - 1, 0),
+        "rule": escape(f"{d.primary.rule} {d.primary.name}"), "rule_id": escape(d.primary.rule),
+    }
+
+
+def _blocks(d: Diagnosis, line_chars: int) -> dict[str, str]:
+    tpl = environment().get_template("slack.mrkdwn")
+    ctx = tpl.new_context({"s": view(d, line_chars)})
+    out = {name: "".join(tpl.blocks[name](ctx)).strip() for name in BLOCKS}
+    if not view(d, line_chars)["line"]:
+        out["evidence"] = ""
+    if not d.primary.fixes:
+        out["fix"] = ""
+    return out
+
+
+def render_slack(d: Diagnosis) -> str:
+    """The mrkdwn text of one Slack message, verdict first; always under MAX_CHARS."""
+    line_chars = LINE_CHARS
+    while True:
+        text = environment().get_template("slack.mrkdwn").render(s=view(d, line_chars)).strip() + "\n"
+        if len(text) <= MAX_CHARS or line_chars < 100:
+            return text[:MAX_CHARS]
+        line_chars //= 2
+
+
+def slack_payload(d: Diagnosis) -> dict[str, Any]:
+    """A Block Kit message: `text` is the notification fallback, one section per template block."""
+    blocks = _blocks(d, LINE_CHARS)
+    sections: list[dict[str, Any]] = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": blocks[name][:MAX_CHARS]}}
+        for name in ("verdict", "facts", "evidence", "fix") if blocks[name]
+    ]
+    sections.append({"type": "context", "elements": [{"type": "mrkdwn", "text": blocks["footer"][:MAX_CHARS]}]})
+    fallback = f"{d.category}: {_cut(d.summary, 200)}"
+    return {"text": escape(fallback), "blocks": sections}
+
+
+def render_slack_json(d: Diagnosis) -> str:
+    return json.dumps(slack_payload(d), indent=2, ensure_ascii=False) + "\n"
