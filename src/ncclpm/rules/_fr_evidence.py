@@ -40,3 +40,40 @@ def last_entry_evidence(t: Tables, ranks: list[int], limit: int = 4) -> tuple[Ev
     last = (t.fr.entries.filter(pl.col("rank").is_in(ranks)).sort("time_created_ns", "record_id")
             .group_by("rank", maintain_order=True).last())
     return entry_evidence(t, last, limit)
+
+
+TORCH_FILES = ("distributed_c10d.py", "c10d_logger.py", "/torch/")
+
+
+def _call_site(frames: list[dict] | None) -> str | None:
+    """The innermost frame outside torch: where the user's code issued the collective."""
+    for f in frames or []:
+        if not any(m in str(f["filename"]) for m in TORCH_FILES):
+            return f"{str(f['filename']).rsplit('/', 1)[-1]}:{f['line']}"
+    return None
+
+
+def changed_call_sites(t: Tables, group: str, seq: int, ranks: list[int], history: int = 8) -> dict[int, str]:
+    """Ranks whose collective #seq came from another line of code than their previous collectives in the group.
+
+    In a 1-vs-1 mismatch no vote can decide, but the rank that took a different code path at that step is
+    usually the one that diverged (`if rank == 1: all_reduce(other_tensor)`). Returns {rank: "old -> new"};
+    empty when frames are missing or every rank (or none) changed.
+    """
+    if t.fr is None:
+        return {}
+    e = t.fr.entries.filter((pl.col("group_key") == group) & pl.col("rank").is_in(ranks)
+                            & pl.col("collective_seq_id").is_between(seq - history, seq))
+    changed: dict[int, str] = {}
+    for rank in ranks:
+        mine = e.filter(pl.col("rank") == rank).sort("collective_seq_id")
+        sites = [(s, _call_site(f))
+                 for s, f in zip(mine["collective_seq_id"].to_list(), mine["frames"].to_list(), strict=True)]
+        now = next((c for s, c in sites if s == seq), None)
+        before = [c for s, c in sites if s < seq and c is not None]
+        if now is None or not before:
+            return {}  # without stacks for every rank the comparison is not fair
+        usual = max(set(before), key=before.count)
+        if now != usual:
+            changed[rank] = f"{usual} -> {now}"
+    return changed if 0 < len(changed) < len(ranks) else {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
-from ncclpm.rules._fr_evidence import entry_evidence
+from ncclpm.rules._fr_evidence import changed_call_sites, entry_evidence
 from ncclpm.rules.base import Finding, Rule, ranks_text
 from ncclpm.schema import Category
 
@@ -16,8 +16,9 @@ class FlightRecorderCollectivesDisagree(Rule):
     ## What it detects
     Per process group, entries are aligned on `collective_seq_id` (never on `record_id`); at the first
     sequence number where the op type, input sizes or dtypes differ across members, the ranks in the
-    minority (by vote over all members, independent of file order) are the culprits. In a 2-rank group a
-    1-vs-1 split cannot be decided and both ranks are reported.
+    minority (by vote over all members, independent of file order) are the culprits. When no majority exists
+    (1 vs 1 in a 2-rank group), the rank whose stack shows the collective issued from another line of code
+    than its previous ones took the diverging code path; if none or all did, every rank involved is reported.
 
     ## Why it matters
     This is the evidence logs cannot give: gloo aborts or hangs without saying which call differed, and
@@ -50,11 +51,17 @@ class FlightRecorderCollectivesDisagree(Rule):
         g, seq = first["group_key"], first["collective_seq_id"]
         keys = t.fr.entries.filter((pl.col("group_key") == g) & (pl.col("collective_seq_id") == seq))  # type: ignore[union-attr]
         decided = bool(first["decided"])
-        who = (f"{ranks_text(culprits)} differ from the majority" if decided
-               else f"{ranks_text(culprits)} disagree and no majority can say who is wrong")
+        moved = {} if decided else changed_call_sites(t, g, seq, list(culprits))
+        if moved:
+            culprits = tuple(sorted(moved))
+            who = (f"no majority, but {ranks_text(culprits)} issued it from another line of code than its previous "
+                   f"collectives ({'; '.join(f'rank {r}: {c}' for r, c in sorted(moved.items()))})")
+        else:
+            who = (f"{ranks_text(culprits)} differ from the majority" if decided
+                   else f"{ranks_text(culprits)} disagree and no majority can say who is wrong")
         more = f"; {first['cascade']} later sequence numbers differ too" if first.get("cascade") else ""
         return self.finding(
-            confidence=self.base_confidence + (0.1 if decided else 0.0), culprit_ranks=culprits,
+            confidence=self.base_confidence + (0.1 if decided else 0.05 if moved else 0.0), culprit_ranks=culprits,
             summary=f"Flight recorder: {first['kind']} mismatch at {first['pg_desc'] or 'group'} "
             f"(pg {g}) collective #{seq}: {who} ({first['ranks_by_value']}){more}.",
             explanation="Entries of every rank's dump were aligned on the process group's collective sequence "
@@ -66,5 +73,5 @@ class FlightRecorderCollectivesDisagree(Rule):
                    "checked before it runs."),
             dont=("No timeout or NCCL setting fixes a program that issues different collectives on different ranks.",),
             verify=("The next run's dumps (or DETAIL mode) show the same op/size/dtype on every rank at this step.",),
-            facts={"group": g, "seq": seq, "kind": first["kind"], "decided": decided},
+            facts={"group": g, "seq": seq, "kind": first["kind"], "decided": decided, "call_site_changed": moved},
         )

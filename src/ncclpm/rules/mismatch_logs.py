@@ -83,7 +83,9 @@ class CollectivesDisagreeInLogs(Rule):
         culprits, how = self._culprits(t, ev)
         involved = sorted(set(ev["rank"].drop_nulls().to_list()) | set(culprits))
         tie = set(culprits) == set(involved) and len(involved) > 1
-        conf = self.base_confidence + (0.15 if (ev["kind"] == "mismatch_detected").any() else 0.0)
+        detected = (ev["kind"] == "mismatch_detected").any()
+        # A tie names no culprit: evidence that can (the flight recorder's call sites) should win over it.
+        conf = self.base_confidence + (0.0 if not detected else 0.05 if tie else 0.15)
         who = (f"{ranks_text(involved)} disagree (a tie: the logs cannot say which side is wrong)" if tie
                else f"{ranks_text(culprits)} issued a different collective than the others")
         return self.finding(
