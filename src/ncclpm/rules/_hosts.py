@@ -21,14 +21,17 @@ _PEER = re.compile(r"^\s*(?P<addr>[^<\s]+?)(?:<\d+>)?\s*$")
 
 
 def host_ranks(t: Tables) -> pl.DataFrame:
-    """(host, rank) pairs from the NCCL communicator table and from every ranked line that names a host."""
-    frames = [t.ranks.select("host", "rank"), t.events.select("host", "rank")]
+    """(host, rank) pairs. NCCL's `Init COMPLETE` lines (host:pid → rank in the world communicator) are
+    authoritative for the hosts they cover; other hosts fall back to the per-rank table and ranked lines."""
     comms = t.extra.get("nccl_comms")
+    known = pl.DataFrame(schema={"host": pl.String(), "rank": pl.Int32()})
     if comms is not None and not comms.is_empty():
         world = comms.filter(pl.col("nranks") == pl.col("nranks").max())
-        frames.append(world.select("host", pl.col("rank").cast(pl.Int32)))
-    both = pl.concat([f.cast({"host": pl.String(), "rank": pl.Int32()}) for f in frames])
-    return both.drop_nulls().unique().sort("host", "rank")
+        known = world.select(pl.col("host").cast(pl.String), pl.col("rank").cast(pl.Int32)).drop_nulls()
+    rest = pl.concat([f.select(pl.col("host").cast(pl.String), pl.col("rank").cast(pl.Int32))
+                      for f in (t.ranks, t.events)]).drop_nulls()
+    rest = rest.filter(~pl.col("host").is_in(known["host"].to_list()) & ~pl.col("rank").is_in(known["rank"].to_list()))
+    return pl.concat([known, rest]).unique().sort("host", "rank")
 
 
 def ranks_on(t: Tables, hosts: list[str]) -> list[int]:
@@ -66,10 +69,10 @@ def peer_host(peer: str | None, book: dict[str, str], hosts: set[str]) -> str | 
     return None
 
 
-def where(t: Tables, hosts: list[str]) -> str:
-    """`node12 (ranks 8-15)` style text for hosts, with the ranks they ran when known."""
+def where(t: Tables, hosts: list[str], sep: str = ", ") -> str:
+    """`node12 (ranks 8, 9)` style text for hosts, with the ranks they ran when known."""
     parts = []
     for h in hosts:
         ranks = ranks_on(t, [h])
         parts.append(f"{h} ({ranks_text(ranks)})" if ranks else h)
-    return ", ".join(parts)
+    return sep.join(parts)

@@ -6,7 +6,7 @@ import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.rules._hosts import address_book, host_ranks, peer_host, ranks_on, where
-from ncclpm.rules.base import Finding, Rule, quotes
+from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
 from ncclpm.rules.rank_crash import RankDiedFirst
 from ncclpm.schema import Category
 
@@ -85,44 +85,54 @@ class NcclTransportError(Rule):
                 .filter(pl.col("cls").is_not_null())
                 .sort(["strength", "ts", "source", "line"], descending=[True, False, False, False], nulls_last=True))
 
-    def _pairs(self, t: Tables, ev: pl.DataFrame) -> tuple[list[str], list[str], dict[str, int]]:
-        """Reporting hosts, peer hosts, and how many failing pairs each host is part of."""
+    def _pairs(self, t: Tables, ev: pl.DataFrame) -> tuple[list[str], list[frozenset[str]]]:
+        """Hosts that printed the errors, and the distinct failing host pairs (reporter, peer named)."""
         book = address_book(t)
         hosts = set(host_ranks(t)["host"].to_list()) | set(ev["host"].drop_nulls().to_list())
-        reporters, peers, count = [], [], {}
-        for host, peer in ev.select("host", "peer").unique().iter_rows():
+        reporters: list[str] = []
+        pairs: list[frozenset[str]] = []
+        for host, peer in ev.select("host", "peer").unique(maintain_order=True).iter_rows():
             other = peer_host(peer, book, hosts) or (peer.split("<")[0] if peer else None)
-            for h in {host, other} - {None}:
-                count[h] = count.get(h, 0) + 1
             if host and host not in reporters:
                 reporters.append(host)
-            if other and other not in peers:
-                peers.append(other)
-        return reporters, peers, count
+            pair = frozenset(h for h in (host, other) if h)
+            if pair and pair not in pairs:
+                pairs.append(pair)
+        return reporters, pairs
 
-    def _culprit_hosts(self, ev: pl.DataFrame, reporters: list[str], peers: list[str],
-                       count: dict[str, int]) -> list[str]:
-        classes = set(ev["cls"].to_list())
-        if classes <= {"interface"}:
-            return reporters  # the host without a usable interface
+    @staticmethod
+    def _culprit_hosts(ev: pl.DataFrame, reporters: list[str], pairs: list[frozenset[str]]) -> list[str]:
+        """The host in the most failing pairs (a bad port fails every connection through it); both ends when
+        there is one pair; the reporters for interface errors (the host that has no usable interface)."""
+        if set(ev["cls"].to_list()) <= {"interface"}:
+            return reporters
+        count: dict[str, int] = {}
+        for pair in pairs:
+            for h in pair:
+                count[h] = count.get(h, 0) + 1
         top = max(count.values(), default=0)
-        common = sorted(h for h, n in count.items() if n == top)
-        return common if top > 1 or len(common) <= 2 else reporters
+        return sorted(h for h, n in count.items() if n == top)
+
+    def _summary(self, t: Tables, culprit_hosts: list[str], reporters: list[str], pairs: list, detail: str) -> str:
+        if len(culprit_hosts) == 1 and len(pairs) > 1:
+            return (f"Every failing NCCL connection goes through {where(t, culprit_hosts)} ({len(pairs)} host pairs, "
+                    f"reported by {', '.join(reporters)}): {detail}")
+        if len(culprit_hosts) == 2:
+            return f"NCCL's connection between {where(t, culprit_hosts, ' and ')} failed: {detail}"
+        return f"NCCL's network transport failed on {where(t, culprit_hosts or reporters)}: {detail}"
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
-        reporters, peers, count = self._pairs(t, ev)
-        culprit_hosts = self._culprit_hosts(ev, reporters, peers, count)
+        reporters, pairs = self._pairs(t, ev)
+        culprit_hosts = self._culprit_hosts(ev, reporters, pairs)
         culprits = tuple(ranks_on(t, culprit_hosts))
         strongest = float(ev["strength"].max())  # type: ignore[arg-type]
         crashed = self._crashed_first(t, ev, culprit_hosts)
         symptom = bool(crashed)
-        head = ev.row(0, named=True)
-        detail = self._detail(head)
-        summary = (f"NCCL's network transport failed between {where(t, reporters)} and "
-                   f"{where(t, [p for p in peers if p not in reporters]) or 'its peers'}: {detail}")
+        detail = self._detail(ev.row(0, named=True))
+        summary = self._summary(t, culprit_hosts, reporters, pairs, detail)
         if symptom:
             summary = (f"NCCL network errors on {where(t, reporters)} ({detail}) are what a dead peer looks like: "
-                       f"ranks {', '.join(map(str, sorted(crashed)))} died first.")
+                       f"{ranks_text(sorted(crashed))} died first.")
         return self.finding(
             category=Category.SYMPTOM if symptom else self.category,
             confidence=0.4 if symptom else strongest,
@@ -146,8 +156,8 @@ class NcclTransportError(Rule):
                   "Raising the process-group timeout or setting `NCCL_TIMEOUT` (read by nothing) does not make a "
                   "broken link deliver."),
             verify=("nccl-tests across the named hosts reach the expected bus bandwidth with no NCCL WARN.",),
-            facts={"hosts": culprit_hosts, "reporting_hosts": reporters, "peer_hosts": peers,
-                   "classes": sorted(set(ev["cls"].to_list()))},
+            facts={"hosts": culprit_hosts, "reporting_hosts": reporters,
+                   "host_pairs": sorted(sorted(p) for p in pairs), "classes": sorted(set(ev["cls"].to_list()))},
         )
 
     @staticmethod
