@@ -44,6 +44,7 @@ def _keep(lf: pl.LazyFrame, name: str, anchors: list[str]) -> pl.LazyFrame:
             pl.lit(name).alias("source"),
             pl.col("line").cast(pl.Int64),
             pl.col("raw").str.slice(0, MAX_LINE_CHARS).str.strip_chars_end(),
+            (pl.col("raw").str.len_chars() > MAX_LINE_CHARS).alias("cut"),
         )
     )
 
@@ -97,4 +98,7 @@ def read_kept_lines(sources: list[Source], anchors: list[str], warnings: list[st
     kept = [f for s in sources if (f := frames[s.name]) is not None]
     if not kept:
         return pl.DataFrame(schema=_SCHEMA)
-    return pl.concat(kept, how="vertical")
+    lines = pl.concat(kept, how="vertical")
+    for src, n in lines.filter(pl.col("cut")).group_by("source", maintain_order=True).len().iter_rows():
+        warnings.append(f"{src}: {n} line(s) longer than {MAX_LINE_CHARS} characters; only their start was parsed")
+    return lines.drop("cut")
