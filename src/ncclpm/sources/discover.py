@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import os
 import stat
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,7 +86,7 @@ def _head_of_file(path: Path) -> bytes:
         try:
             with gzip.open(path, "rb") as gz:
                 return gz.read(HEAD_BYTES)
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, zlib.error) as exc:
             raise OSError(f"corrupt gzip: {exc}") from exc
     return head
 
