@@ -23,10 +23,22 @@ def _write(text: str, output: Path | None, force: bool) -> None:
     if output is None:
         click.echo(text, nl=False)
         return
+    _check_output(output, force)
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise click.UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
+    click.echo(f"wrote {output}", err=True)
+
+
+def _check_output(output: Path | None, force: bool) -> None:
+    """Refuse before any work: never overwrite without --force, never create folders."""
+    if output is None:
+        return
     if output.exists() and not force:
         raise click.UsageError(f"{output} exists; use --force to overwrite it")
-    output.write_text(text, encoding="utf-8")
-    click.echo(f"wrote {output}", err=True)
+    if not output.parent.is_dir():
+        raise click.UsageError(f"folder {output.parent} does not exist (ncclpm does not create folders)")
 
 
 def _read_stdin() -> bytes:
@@ -57,8 +69,7 @@ def diagnose(paths: tuple[str, ...], fmt: str, output: Path | None, force: bool,
 
     stdin = _read_stdin() if "-" in paths else None
     files = [p for p in paths if p != "-"]
-    if output is not None and output.exists() and not force:
-        raise click.UsageError(f"{output} exists; use --force to overwrite it")
+    _check_output(output, force)
     d = run(files, stdin_bytes=stdin, patterns=patterns, select=select, ignore=ignore,
             name=name or ("pasted text" if stdin is not None and not files else None))
     for w in d.warnings:
