@@ -11,6 +11,7 @@ from ncclpm.engine import diagnose_tables
 from ncclpm.ingest.catalog import Catalog, load_catalog
 from ncclpm.ingest.tables import Tables, build_tables
 from ncclpm.sources.discover import collect
+from ncclpm.sources.paste import normalise_paste_bytes
 
 
 @lru_cache(maxsize=8)
@@ -20,7 +21,10 @@ def catalog(extra_dirs: tuple[Path, ...] = ()) -> Catalog:
 
 def build(paths: Iterable[str | Path] = (), *, stdin_bytes: bytes | None = None,
           patterns: tuple[Path, ...] = (), name: str | None = None) -> Tables:
-    """Collect the job's sources and build every table."""
+    """Collect the job's sources and build every table. Text on stdin is taken as pasted: chat and ticket
+    damage (code fences, `&gt;`, smart quotes, lines re-wrapped at 80 columns) is undone first."""
+    if stdin_bytes is not None:
+        stdin_bytes = normalise_paste_bytes(stdin_bytes)
     job = collect(paths, stdin_bytes=stdin_bytes, name=name)
     return build_tables(job, catalog(patterns))
 

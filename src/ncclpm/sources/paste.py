@@ -1,0 +1,174 @@
+"""Undo what chat apps and ticket systems do to a log pasted into them, so `ncclpm diagnose -` reads it like the
+file it came from.
+
+Input: the pasted text. Output: the same text with, in this order,
+1. CRLF line ends made LF;
+2. HTML entities decoded - only `&gt; &lt; &amp; &quot; &apos; &nbsp;` and numeric ones (`&#39;`, `&#x27;`), so a
+   URL's `&copy=1` survives; a double-escaped paste (`&amp;gt;`) is decoded twice;
+3. smart quotes, typographic dashes, ellipses, non-breaking and zero-width spaces made ASCII;
+4. chat quote markers (`> `, `> > `) removed - only when most non-blank lines carry one (a quoted block);
+5. Markdown code fences (```` ``` ````, ```` ```text ````, `~~~`) and Jira `{code}`/`{noformat}` lines removed,
+   and a fence glued to a line (Slack's ```` ```[rank0]: ...``` ````) cut off; then the indentation
+   common to every line (a Markdown indented code block) removed;
+6. lines re-wrapped at a fixed width joined back (`_unwrap`, below).
+
+Re-joining wrapped lines is the only step that can change a real log, so it is conservative. The wrap width W
+is the longest line; a paste is taken as wrapped only when 60 <= W <= 160 (raw NCCL/torch logs nearly always
+hold longer lines: every watchdog timeout line is ~250 characters) and at least two lines pass the test below
+(one is enough for a hard wrap at a round width). A line is glued onto the previous one only when
+- it does not start like a log line: `[rank3]:`, `[default0]:`, `[E1218 ...`, glog `W1122 08:37:48.001 ...`,
+  an ISO timestamp, `host:pid:tid [dev]`, `Traceback`, `  File "`, an exception name (`RuntimeError:`),
+  `srun -l`'s `12: `, Ray's `(pid=1)`, MPI's `[1,0]<stdout>:`, a `====`/`----` rule, a blank line;
+- and the previous line was cut by the wrapper: exactly W long (a hard wrap - glued as is, even when the
+  continuation starts with a space), or - for a word wrap - the continuation's first word would not have fit
+  after it (`len(prev) + 1 + len(word) > W`: a greedy wrapper breaks exactly there) and the continuation does
+  not start with a space (glued with one space unless the previous line kept its trailing space).
+The mode: a hard wrap cuts at a round width (80, 72, 100, 120...) and most lines that continue are exactly that
+long; anything else is a word wrap (whose real width may be a little more than the longest line). Known
+limits: a word wrap collapses runs of spaces at the break into one; a single line word-wrapped into two whose
+first part happens to be exactly 80 long is glued back without its space.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+from ncclpm.sources.discover import looks_binary
+
+MAX_WRAP = 160
+MIN_WRAP = 60
+HARD_WIDTHS = frozenset({64, 70, 72, 76, 78, 79, 80, 100, 120, 132})  # columns terminals and tools cut at
+
+_ENTITY = re.compile(r"&(?:gt|lt|amp|quot|apos|nbsp|#\d{1,7}|#[xX][0-9a-fA-F]{1,6});")
+_NAMED = {"gt": ">", "lt": "<", "amp": "&", "quot": '"', "apos": "'", "nbsp": "\u00a0"}
+_CHARS = str.maketrans({
+    "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'",
+    "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u201f": '"', "\u2033": '"',
+    "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-", "\u2015": "-", "\u2212": "-",
+    "\u00a0": " ", "\u2007": " ", "\u202f": " ", "\u2009": " ", "\u200a": " ",
+    "\u200b": None, "\u200c": None, "\u200d": None, "\u2060": None, "\ufeff": None,
+    "\u2026": "...",
+})
+_QUOTE = re.compile(r"^(?:[ \t]?>[ \t]?)+")
+_FENCE_LINE = re.compile(r"^\s*(?:```+|~~~+)[\w+-]*\s*$|^\s*\{(?:code|noformat)(?::[^}]*)?\}\s*$")
+_FENCE_EDGE = re.compile(r"^\s*```+|```+\s*$")  # only at the start or the end of a line
+_STARTS = re.compile(
+    r"""^(?:
+        \s*$                                           # blank
+      | \[[A-Za-z_][\w-]*?\d+\]:                       # [rank3]: [default0]: [trainer1]:
+      | \[[FEWIVC]\d{3,4}[ ]                           # [E1218 16:42:57.121 ProcessGroupNCCL.cpp:...]
+      | \[[FEWIV][ ][\w.+-]+:\d+\]                     # [E ProcessGroupNCCL.cpp:123]
+      | [FEWIVC]\d{4}[ ]\d{2}:\d{2}:\d{2}              # glog: W1122 08:37:48.001000 32106 ...
+      | \[?\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}            # ISO timestamp
+      | \[?\d{2}:\d{2}:\d{2}[.,]\d+                    # bare time of day
+      | [\w.-]+:\d+:\d+[ ]\[\d+\]                      # NCCL: host:pid:tid [dev]
+      | Traceback[ ]\(most                             # traceback head
+      | [ ]{2}File[ ]"                                 # traceback frame
+      | (?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Warning|Interrupt|Exit|Failure)\b  # exception name
+      | \s{0,4}\d{1,5}:[ ]                             # srun -l task prefix
+      | \((?:[\w.-]+[ ])?pid=\d+                       # Ray worker prefix
+      | \[\d+,\d+\]<std(?:out|err)>:                   # Open MPI --tag-output
+      | [=*#~-]{4,}                                    # rules of torchrun's failure summary
+      | (?:During[ ]handling|The[ ]above[ ]exception)  # chained tracebacks
+    )""",
+    re.VERBOSE,
+)
+
+
+def _decode_entities(text: str) -> str:
+    def one(m: re.Match[str]) -> str:
+        body = m.group(0)[1:-1]
+        if body.startswith("#"):
+            code = int(body[2:], 16) if body[1:2] in "xX" else int(body[1:])
+            return chr(code) if 0 < code < 0x110000 and not 0xD800 <= code < 0xE000 else m.group(0)
+        return _NAMED[body]
+
+    passes = 2 if re.search(r"&amp;(?:gt|lt|quot|amp|#\d+);", text) else 1
+    for _ in range(passes):
+        text = _ENTITY.sub(one, text)
+    return text
+
+
+def _strip_quotes(lines: list[str]) -> list[str]:
+    filled = [ln for ln in lines if ln.strip()]
+    quoted = [ln for ln in filled if _QUOTE.match(ln) and not ln.lstrip().startswith(">>>")]
+    if not filled or len(quoted) < 0.6 * len(filled):
+        return lines
+    return [_QUOTE.sub("", ln, count=1) for ln in lines]
+
+
+def _strip_fences(lines: list[str]) -> list[str]:
+    return [_FENCE_EDGE.sub("", ln) for ln in lines if not _FENCE_LINE.match(ln)]
+
+
+def _dedent(lines: list[str]) -> list[str]:
+    """Remove the indentation every non-blank line shares (a Markdown indented code block); else no change."""
+    indents = [ln[: len(ln) - len(ln.lstrip(" \t"))] for ln in lines if ln.strip()]
+    margin = min(indents, key=len) if indents else ""
+    if not all(i.startswith(margin) for i in indents):
+        return lines
+    return [ln[len(margin):] if ln.startswith(margin) else ln for ln in lines] if margin else lines
+
+
+def _continues(prev: str, line: str, width: int, hard: bool) -> str | None:
+    """The separator to glue `line` onto `prev` with, or None when `line` is a line of its own."""
+    if _STARTS.match(line) or not prev.strip():
+        return None
+    if hard:
+        return "" if len(prev) == width else None
+    if line[:1].isspace():
+        return None
+    word = line.split(" ", 1)[0]
+    if len(prev.rstrip()) + 1 + len(word) > width:
+        return "" if prev.endswith(" ") else " "
+    return None
+
+
+def _wrap_width(lines: list[str]) -> tuple[int, bool] | None:
+    """(W, hard) when the text looks re-wrapped at W columns, else None."""
+    width = max(map(len, lines), default=0)
+    if not MIN_WRAP <= width <= MAX_WRAP:
+        return None
+    pairs = [(a, b) for a, b in itertools.pairwise(lines) if _continues(a, b, width, hard=False) is not None]
+    if not pairs:
+        return None
+    cut = sum(len(a) == width for a, _ in pairs)
+    hard = width in HARD_WIDTHS and cut >= 0.6 * len(pairs)
+    if len(pairs) < 2 and not hard:
+        return None  # one short line after a long one is no evidence of a wrap (a `df -h` table, a banner)
+    return width, hard
+
+
+def _unwrap(lines: list[str]) -> list[str]:
+    found = _wrap_width(lines)
+    if found is None:
+        return lines
+    width, hard = found
+    out: list[str] = []
+    last_piece = ""  # the previous physical line (out[-1] may already hold several)
+    for line in lines:
+        sep = _continues(last_piece, line, width, hard) if out else None
+        if sep is None:
+            out.append(line)
+        else:
+            out[-1] += sep + line
+        last_piece = line
+    return out
+
+
+def normalise_paste(text: str) -> str:
+    """Text pasted from chat or a ticket, back to the log it was (see the module docstring)."""
+    text = text.replace("\r\n", "\n")
+    text = _decode_entities(text).translate(_CHARS)
+    lines = _dedent(_strip_fences(_strip_quotes(text.split("\n"))))
+    return "\n".join(_unwrap(lines))
+
+
+def normalise_paste_bytes(data: bytes) -> bytes:
+    """`normalise_paste` for stdin: binary input (an archive piped in) is left alone; undecodable bytes of a text
+    are kept as they were (surrogateescape)."""
+    if looks_binary(data[:8192]) or data[:2] in (b"\x1f\x8b", b"PK") or data[:4] == b"\x28\xb5\x2f\xfd":
+        return data
+    text = data.decode("utf-8", errors="surrogateescape")
+    return normalise_paste(text).encode("utf-8", errors="surrogateescape")
