@@ -34,7 +34,7 @@ class VersionsDifferAcrossRanks(Rule):
     category = Category.CONFIG_VERSION
     base_confidence = 0.8
     priority = 78
-    explains = ("CT01",)
+    explains = ("CT01", "CR01", "NW01")
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         explicit = t.kinds("version_mismatch")
@@ -44,23 +44,37 @@ class VersionsDifferAcrossRanks(Rule):
         differ = banners.filter(pl.col("version").n_unique().over("kind") > 1)
         return pl.concat([explicit, differ.drop("_who")]).sort("kind", "version", "source", "line")
 
+    @staticmethod
+    def _ranks_per_version(t: Tables, banners: pl.DataFrame) -> pl.DataFrame:
+        """(kind, version, ranks, where): a banner counts for every rank of its host, else for its own rank."""
+        host_ranks = t.ranks.filter(pl.col("host").is_not_null()).group_by("host").agg(pl.col("rank").alias("_hr"))
+        b = banners.join(host_ranks, on="host", how="left").with_columns(
+            # one host runs one image: a banner speaks for every rank of its host when the host is known
+            pl.when(pl.col("_hr").is_not_null()).then("_hr").otherwise(pl.concat_list(pl.col("rank"))).alias("_r"),
+            pl.coalesce(pl.col("host"), pl.col("rank").cast(pl.String), pl.col("source")).alias("_w"))
+        return (b.explode("_r").group_by("kind", "version")
+                .agg(pl.col("_r").drop_nulls().unique().sort().alias("ranks"),
+                     pl.col("_w").unique().sort().alias("where"))
+                .sort("kind", "version"))
+
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         banners = ev.filter(pl.col("kind").is_in(["nccl_version", "torch_version"]))
-        culprits: tuple[int, ...] = ()
+        explicit = not ev.filter(pl.col("kind") == "version_mismatch").is_empty()
+        culprits: set[int] = set()
         detail = "NCCL reports a version mismatch with a peer"
         if not banners.is_empty():
-            who = banners.with_columns(pl.coalesce(pl.col("host"), pl.col("rank").cast(pl.String),
-                                                   pl.col("source")).alias("who"))
-            counts = who.group_by("kind", "version").agg(pl.col("who").unique().sort(), pl.col("rank").drop_nulls())
-            detail = "; ".join(f"{k.replace('_version', '')} {v} on {', '.join(w[:6])}"
-                               for k, v, w, _ in counts.sort("kind", "version").iter_rows())
-            top = counts.with_columns(pl.col("who").list.len().alias("n")).sort("n", descending=True)
-            minority = top.slice(1)
-            culprits = tuple(sorted({r for rs in minority["rank"].to_list() for r in rs}))
+            per = self._ranks_per_version(t, banners)
+            detail = "; ".join(f"{k.replace('_version', '')} {v} on " + (ranks_text(r) if r else ", ".join(w[:4]))
+                               for k, v, r, w in per.iter_rows())
+            for _kind, group in per.group_by("kind"):
+                sizes = group.with_columns(pl.col("ranks").list.len().alias("n")).sort("n", descending=True)
+                if sizes.height > 1 and sizes["n"][0] > sizes["n"][1]:  # a clear majority: the rest is the odd one
+                    culprits |= {r for rs in sizes.slice(1)["ranks"].to_list() for r in rs}
+        confidence = 0.92 if explicit else self.base_confidence
         return self.finding(
-            culprit_ranks=culprits,
+            confidence=confidence, culprit_ranks=tuple(sorted(culprits)),
             summary=f"Versions differ within the job: {detail}"
-            + (f" (minority: {ranks_text(culprits)})" if culprits else "") + ".",
+            + (f" (odd ones out: {ranks_text(sorted(culprits))})" if culprits else "") + ".",
             explanation="Every rank must run the same NCCL and PyTorch build; mixed versions break the wire "
             "protocol or the collective bookkeeping and look like hangs or network errors.",
             evidence=quotes(ev),

@@ -86,11 +86,26 @@ class NvmlDriverFailure(Rule):
 
     @staticmethod
     def _ranks_on_gpus(t: Tables, ev: pl.DataFrame) -> set[int]:
-        """Ranks whose GPU (NCCL busId) is the PCI address a kernel Xid line names."""
-        comms = t.extra.get("nccl_comms")
-        pcis = ev["pci"].drop_nulls().to_list()
-        if comms is None or comms.is_empty() or not pcis:
+        """Ranks a kernel Xid line points at: by the process it names (pid), else by the GPU's PCI address
+        (NCCL busId) on the host the kernel log comes from (syslog host field or a folder named like the host)."""
+        xid = ev.filter(pl.col("pci").is_not_null())
+        if xid.is_empty():
             return set()
-        wanted = {b for p in pcis if (b := nccl_bus_id(p))}
-        hit = comms.filter(pl.col("bus_id").str.to_lowercase().str.strip_chars_start("0").is_in(list(wanted)))
-        return set(hit["rank"].drop_nulls().to_list())
+        by_pid = t.ranks.filter(pl.col("pid").is_in(xid["pid"].drop_nulls().to_list()))["rank"].to_list()
+        if by_pid:
+            return set(by_pid)
+        comms = t.extra.get("nccl_comms")
+        if comms is None or comms.is_empty():
+            return set()
+        known_hosts = set(comms["host"].drop_nulls().to_list())
+        found: set[int] = set()
+        for r in xid.iter_rows(named=True):
+            bus = nccl_bus_id(r["pci"])
+            hosts = {h for h in known_hosts if h in r["text"].split() or h in r["source"].split("/")}
+            hit = comms.filter(pl.col("bus_id").str.to_lowercase().str.strip_chars_start("0") == bus)
+            if hosts:
+                hit = hit.filter(pl.col("host").is_in(list(hosts)))
+            elif hit["host"].n_unique() > 1:
+                continue  # the same bus id on several hosts and no way to tell which: name nobody
+            found |= set(hit["rank"].drop_nulls().to_list())
+        return found

@@ -88,12 +88,17 @@ class RankDiedFirst(Rule):
         conf = self.base_confidence + (0.1 if others else 0.0) + (0.05 if (ev["how"] != "exit").any() else -0.05)
         shown = ev.filter(pl.col("rank").is_in(list(culprits)))
         oom = t.kinds("oom_killer")
+        culprit_pids = set(t.ranks.filter(pl.col("rank").is_in(list(culprits)))["pid"].drop_nulls().to_list())
+        oom_hit = bool(culprit_pids & set(oom["pid"].drop_nulls().to_list()))
+        if oom_hit:
+            conf += 0.2  # the kernel names the culprit's own pid: the reason is known
         oom_fix = ("The kernel's OOM killer ended a process (host RAM, not GPU memory): lower DataLoader workers / "
                    "prefetch, pinned-memory buffers and per-rank host copies, or ask for more memory "
                    "(`#SBATCH --mem`).",) if not oom.is_empty() else ()
         return self.finding(
             confidence=conf, culprit_ranks=culprits,
             summary=f"{ranks_text(culprits).capitalize()} died first ({shown['text'][0].strip()[:140]})"
+            + (" - killed by the kernel's OOM killer (host memory, not GPU memory)" if oom_hit else "")
             + (f"; {ranks_text(sorted(others))} then failed waiting for it." if others else "."),
             explanation="The first rank to fail on its own is the cause; timeouts and 'connection closed by "
             "peer' errors on the other ranks are what a dead peer looks like from the outside. torchrun's "

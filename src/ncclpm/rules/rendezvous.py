@@ -52,6 +52,10 @@ class ProcessGroupNeverFormed(Rule):
         if not dup.is_empty():
             ranks = set(dup["subject_rank"].drop_nulls().to_list()) | {int(p) for p in dup["peer"].drop_nulls()}
             return tuple(sorted(ranks)), "two ranks were given the same GPU (Duplicate GPU detected)"
+        # The server that cannot listen explains its clients' connect errors: check it first.
+        bind = ev.filter(pl.col("kind") == "store_bind")["rank"].drop_nulls().unique().to_list()
+        if not ev.filter(pl.col("kind") == "store_bind").is_empty():
+            return tuple(sorted(bind)), "the store could not listen on its port (already in use)"
         connect = ev.filter(pl.col("kind") == "store_connect")["rank"].drop_nulls().unique().to_list()
         if connect:
             return tuple(sorted(connect)), "could not reach the store (MASTER_ADDR/MASTER_PORT)"
@@ -61,9 +65,6 @@ class ProcessGroupNeverFormed(Rule):
             seen = set(t.ranks["rank"].to_list())
             missing = tuple(r for r in range(expected) if r not in seen)
             return missing, f"only {int(joined['nranks'].min())} of {expected} processes joined"
-        bind = ev.filter(pl.col("kind") == "store_bind")["rank"].drop_nulls().unique().to_list()
-        if not ev.filter(pl.col("kind") == "store_bind").is_empty():
-            return tuple(sorted(bind)), "the store could not listen on its port (already in use)"
         if not ev.filter(pl.col("kind") == "store_error").is_empty():
             return (0,), "ranks could not fetch the NCCL unique id from rank 0 through the store"
         return (), "the rendezvous never completed"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
@@ -19,6 +21,9 @@ class JobCancelledByScheduler(Rule):
     ## Why it matters
     Collective timeouts or SIGTERMs that follow a scheduler cancel are not an NCCL failure at all: the job ran
     out of wall-clock time (a limit too short for the work) or lost a node. Debugging NCCL here wastes days.
+    The verdict is conclusive when the job was still logging progress just before the cancel; a job that had
+    hung long before its time limit points at the hang instead (other rules), and a cancel without a reason
+    (a user killing a hung job) is never taken as the cause.
 
     ## Example
     `*** STEP 771204.0 ON nid00123 CANCELLED AT 2025-11-03T12:00:14 DUE TO TIME LIMIT ***`
@@ -31,20 +36,35 @@ class JobCancelledByScheduler(Rule):
     id = "SL01"
     name = "job-cancelled-by-scheduler"
     category = Category.TIMEOUT_TOO_SHORT
-    base_confidence = 0.9
-    priority = 92
+    base_confidence = 0.7
+    priority = 40
     explains = ("CT01", "CR01", "ST01", "TO01")
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        return t.kinds("scheduler_cancel").sort("ts", "source", "line", nulls_last=True)
+        # A cancel without a reason is a user or admin killing the job - usually because it hung: a consequence.
+        return (t.kinds("scheduler_cancel").filter(pl.col("error_type").is_not_null())
+                .sort("ts", "source", "line", nulls_last=True))
+
+    @staticmethod
+    def _still_progressing(t: Tables, cancel_at: str | None) -> bool:
+        """Did the job log progress in the 10 minutes before the cancel (it was working, not hung)?"""
+        progress = t.kinds("progress", "activity")["ts"].drop_nulls()
+        if cancel_at is None or progress.is_empty():
+            return False
+        try:
+            at = datetime.fromisoformat(cancel_at)
+        except ValueError:
+            return False
+        return at - timedelta(minutes=10) <= progress.max() <= at
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         r = ev.row(0, named=True)
         reason = (r["error_type"] or "a user or admin").strip()
         node_failure = "NODE FAILURE" in reason
+        alive = self._still_progressing(t, r["version"])
         return self.finding(
             category=Category.RANK_CRASH if node_failure else Category.TIMEOUT_TOO_SHORT,
-            confidence=self.base_confidence, culprit_ranks=(),
+            confidence=0.9 if (alive or node_failure) else self.base_confidence, culprit_ranks=(),
             summary=f"The scheduler cancelled step {r['detail']} on {r['value']} due to {reason.lower()}: "
             "this is not an NCCL failure.",
             explanation=("A node of the job failed; every rank on it died." if node_failure else
