@@ -67,8 +67,10 @@ class NcclTransportError(Rule):
     name = "nccl-network-error"
     category = Category.NETWORK_TRANSPORT
     base_confidence = 0.85
-    priority = 65
-    explains = ("CT01",)
+    # Above CR01: a rank that raised an NCCL network error "crashed" because of the network. When another rank
+    # really died first, this rule demotes itself to a symptom instead (see `_crashed_first`).
+    priority = 72
+    explains = ("CT01", "CR01")
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         net = t.kinds("network_error")
@@ -96,7 +98,7 @@ class NcclTransportError(Rule):
             if host and host not in reporters:
                 reporters.append(host)
             pair = frozenset(h for h in (host, other) if h)
-            if pair and pair not in pairs:
+            if len(pair) == 2 and pair not in pairs:
                 pairs.append(pair)
         return reporters, pairs
 
@@ -113,23 +115,42 @@ class NcclTransportError(Rule):
         top = max(count.values(), default=0)
         return sorted(h for h, n in count.items() if n == top)
 
-    def _summary(self, t: Tables, culprit_hosts: list[str], reporters: list[str], pairs: list, detail: str) -> str:
+    def _summary(self, t: Tables, ev: pl.DataFrame, culprit_hosts: list[str], reporters: list[str],
+                 pairs: list) -> str:
+        detail = self._detail(ev.row(0, named=True))
+        if set(ev["cls"].to_list()) <= {"interface"}:
+            ifname = t.kinds("setting").filter((pl.col("var") == "NCCL_SOCKET_IFNAME")
+                                               & pl.col("host").is_in(culprit_hosts))["value"].unique().to_list()
+            how = f" with NCCL_SOCKET_IFNAME={'/'.join(ifname)}" if ifname else ""
+            return f"NCCL on {where(t, culprit_hosts)} found no usable network interface{how}: {detail}"
         if len(culprit_hosts) == 1 and len(pairs) > 1:
             return (f"Every failing NCCL connection goes through {where(t, culprit_hosts)} ({len(pairs)} host pairs, "
                     f"reported by {', '.join(reporters)}): {detail}")
         if len(culprit_hosts) == 2:
-            return f"NCCL's connection between {where(t, culprit_hosts, ' and ')} failed: {detail}"
+            ends = []
+            for h in culprit_hosts:
+                mine = sorted(set(ev.filter(pl.col("host") == h)["rank"].drop_nulls().to_list()))
+                ends.append(f"{ranks_text(mine)} on {h}" if mine else where(t, [h]))
+            hca = ev["text"].str.extract(r" hca (\w+)", 1).drop_nulls().unique().to_list()
+            via = f" (HCA {', '.join(hca)})" if hca else ""
+            return f"NCCL's connection between {' and '.join(ends)} failed{via}: {detail}"
         return f"NCCL's network transport failed on {where(t, culprit_hosts or reporters)}: {detail}"
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         reporters, pairs = self._pairs(t, ev)
         culprit_hosts = self._culprit_hosts(ev, reporters, pairs)
         culprits = tuple(ranks_on(t, culprit_hosts))
+        if len(culprit_hosts) == 2 and len(pairs) == 1:  # one link: the processes at its ends, where known
+            ends: set[int] = set()
+            for h in culprit_hosts:
+                mine = set(ev.filter(pl.col("host") == h)["rank"].drop_nulls().to_list())
+                ends |= mine or set(ranks_on(t, [h]))
+            culprits = tuple(sorted(ends))
         strongest = float(ev["strength"].max())  # type: ignore[arg-type]
         crashed = self._crashed_first(t, ev, culprit_hosts)
         symptom = bool(crashed)
         detail = self._detail(ev.row(0, named=True))
-        summary = self._summary(t, culprit_hosts, reporters, pairs, detail)
+        summary = self._summary(t, ev, culprit_hosts, reporters, pairs)
         if symptom:
             summary = (f"NCCL network errors on {where(t, reporters)} ({detail}) are what a dead peer looks like: "
                        f"{ranks_text(sorted(crashed))} died first.")
