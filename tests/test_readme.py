@@ -1,0 +1,22 @@
+"""The README's rule table is generated from the registry; regenerate with
+`python -c "from pathlib import Path; from ncclpm.docs import update_readme as u; p=Path('README.md'); p.write_text(u(p.read_text()))"`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ncclpm.docs import BEGIN, END, update_readme
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_readme_rule_table_is_current() -> None:
+    text = README.read_text()
+    assert BEGIN in text and END in text
+    assert update_readme(text) == text, "README rule table is stale: regenerate it (see this module's docstring)"
+
+
+def test_readme_test_command_is_what_ci_runs() -> None:
+    ci = (README.parent / ".ci" / "run").read_text()
+    assert "pip install -e '.[test]' && python -m pytest -q" in README.read_text()
+    assert "pip install -q -e '.[test]' && python -m pytest -q" in ci
