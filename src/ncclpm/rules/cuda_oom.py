@@ -46,7 +46,7 @@ class CudaOutOfMemory(Rule):
         return self.finding(
             culprit_ranks=culprits,
             summary=f"{ranks_text(culprits).capitalize() if culprits else 'A rank'} ran out of GPU memory"
-            f"{'; ranks ' + ', '.join(map(str, sorted(others))) + ' then waited for it' if others else ''}.",
+            f"{'; ' + ranks_text(sorted(others)) + ' then waited for it' if others else ''}.",
             explanation="An out-of-memory error stops the rank mid-step; the other ranks block in the next "
             "collective until the process-group timeout.",
             evidence=quotes(ev),
