@@ -1,4 +1,4 @@
-"""Command line: `ncclpm diagnose`, `rules`, `explain`, `tables`, `catalog check`.
+"""Command line: `ncclpm diagnose`, `triage`, `rules`, `explain`, `tables`, `catalog check`.
 
 Data goes to stdout (or `-o FILE`), diagnostics to stderr. Exit codes: 0 diagnosed, 1 a `--fail-on` threshold
 was met, 2 usage or input error (nothing readable, an output file that exists without `--force`).
@@ -123,6 +123,44 @@ def tables(paths: tuple[str, ...], name: str, fmt: str, output: Path | None, for
         export_table(t, name, fmt, output, force)
     except (KeyError, FileExistsError) as exc:
         raise click.UsageError(str(exc.args[0])) from None
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="The table, one row per job: .parquet, .csv or .ndjson (by extension).")
+@click.option("--summary", "summary_out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the Markdown summary here (default: stdout when there is no -o).")
+@click.option("-j", "--jobs", "workers", type=click.IntRange(min=1), help="Parallel processes [default: all cores].")
+@click.option("--ray", "ray_address", metavar="ADDRESS", help="Run on Ray: auto, local, ray://host:port, host:port.")
+@click.option("--force", is_flag=True, help="Overwrite outputs that exist.")
+def triage(paths: tuple[Path, ...], output: Path | None, summary_out: Path | None, workers: int | None,
+           ray_address: str | None, force: bool) -> None:
+    """Triage many jobs: PATHS are jobs (folders, archives) or folders of jobs; one row per job."""
+    from ncclpm.triage import find_jobs, render_summary, run_local, run_ray, to_frame, write_table
+    from ncclpm.triage.table import table_format
+
+    for out in (output, summary_out):
+        _check_output(out, force)
+    if output is not None:
+        try:
+            table_format(output)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+    jobs = find_jobs(paths)
+    with click.progressbar(length=len(jobs), label=f"triage {len(jobs)} jobs", file=sys.stderr) as bar:
+        def tick(_row: dict) -> None:
+            bar.update(1)
+
+        rows = run_ray(jobs, ray_address, tick) if ray_address else run_local(jobs, workers, tick)
+    frame = to_frame(rows)
+    if output is not None:
+        write_table(frame, output)
+        click.echo(f"wrote {output}", err=True)
+    if summary_out is not None or output is None:
+        _write(render_summary(frame), summary_out, force=True)
+    failed = frame["error"].is_not_null().sum()
+    click.echo(f"ncclpm: {frame.height} jobs, {failed} unreadable, {frame['seconds'].sum():.1f} s of work", err=True)
 
 
 @main.group()

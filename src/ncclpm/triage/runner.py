@@ -1,0 +1,101 @@
+"""Run `triage_job` over many jobs: on the local cores (a process pool) or on a Ray cluster.
+
+Both call `on_done(row)` as each job finishes (the CLI's progress bar) and return the rows in job order.
+A worker process that dies (killed, out of memory) breaks a process pool: the jobs it had not finished are
+then re-run one by one in a fresh single-process pool, so only the job that kills its worker gets an error row.
+Polars gets `POLARS_MAX_THREADS = cores // workers` threads per worker unless the variable is already set
+(the pool's processes are spawned, never forked: polars must not be forked).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+from ncclpm.triage.jobs import JobRef
+from ncclpm.triage.signature import signature
+from ncclpm.triage.worker import empty_row, triage_job
+
+Row = dict[str, Any]
+OnDone = Callable[[Row], None]
+
+
+def _error_row(job: JobRef, message: str) -> Row:
+    return empty_row(job.name) | {"category": "unknown", "error": message, "signature": signature(message)}
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+
+
+def _alone(job: JobRef) -> Row:
+    """Re-run one job in its own process after a pool broke: its result, or why its worker died."""
+    try:
+        with _pool(1) as pool:
+            return pool.submit(triage_job, job.path, job.name).result()
+    except BrokenProcessPool:
+        return _error_row(job, "the worker process died while reading this job (killed? out of memory?)")
+
+
+def run_local(jobs: Sequence[JobRef], workers: int | None = None, on_done: OnDone | None = None) -> list[Row]:
+    """Triage `jobs` on `workers` processes (default: every core); 1 = in this process."""
+    workers = max(1, min(workers or os.cpu_count() or 1, len(jobs) or 1))
+    done: dict[str, Row] = {}
+
+    def finish(job: JobRef, row: Row) -> None:
+        done[job.path] = row
+        if on_done is not None:
+            on_done(row)
+
+    if workers == 1:
+        for job in jobs:
+            finish(job, triage_job(job.path, job.name))
+        return [done[j.path] for j in jobs]
+    os.environ.setdefault("POLARS_MAX_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
+    with _pool(workers) as pool:
+        futures: dict[Future[Row], JobRef] = {pool.submit(triage_job, j.path, j.name): j for j in jobs}
+        try:
+            for fut in as_completed(futures):
+                finish(futures[fut], fut.result())
+        except BrokenProcessPool:
+            pass
+    for job in jobs:
+        if job.path not in done:
+            finish(job, _alone(job))
+    return [done[j.path] for j in jobs]
+
+
+def run_ray(jobs: Sequence[JobRef], address: str | None = "auto", on_done: OnDone | None = None) -> list[Row]:
+    """Triage `jobs` as Ray tasks: `address` "auto" (a running cluster), "local" (start one here), "ray://..."
+    or host:port; a Ray already initialised by the caller is used as is. Workers read the jobs by path, so the
+    paths must be reachable from every node (shared storage) and ncclpm installed there."""
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        local = {"include_dashboard": False} if address in (None, "local") else {}
+        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, **local)
+    try:
+        task = ray.remote(num_cpus=1, max_retries=1)(triage_job)
+        pending = {task.remote(j.path, j.name): j for j in jobs}
+        done: dict[str, Row] = {}
+        waiting = list(pending)
+        while waiting:
+            ready, waiting = ray.wait(waiting, num_returns=1)
+            for ref in ready:
+                job = pending[ref]
+                try:
+                    row = ray.get(ref)
+                except Exception as exc:  # a lost task or dead worker is that job's error row
+                    row = _error_row(job, f"ray task failed: {type(exc).__name__}: {exc}"[:400])
+                done[job.path] = row
+                if on_done is not None:
+                    on_done(row)
+        return [done[j.path] for j in jobs]
+    finally:
+        if started:
+            ray.shutdown()

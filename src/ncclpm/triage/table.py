@@ -1,0 +1,51 @@
+"""The triage table: one row per job, a fixed polars schema, written as Parquet, CSV or NDJSON.
+
+Parquet is written by polars itself (no pyarrow needed). CSV cannot hold lists: `culprit_ranks` becomes
+"0,3" there. Rows are sorted by job so the same inputs give the same file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from ncclpm.triage.worker import ROW_KEYS
+
+TABLE_SCHEMA = pl.Schema({
+    "job": pl.String(), "category": pl.String(), "confidence": pl.Float64(), "band": pl.String(),
+    "rule": pl.String(), "culprit_ranks": pl.List(pl.Int64()), "failing_op": pl.String(),
+    "failing_seq": pl.Int64(), "world_size": pl.Int64(), "torch_version": pl.String(),
+    "nccl_version": pl.String(), "top_evidence": pl.String(), "top_evidence_text": pl.String(),
+    "top_error": pl.String(), "signature": pl.String(), "summary": pl.String(), "n_sources": pl.Int64(),
+    "n_warnings": pl.Int64(), "error": pl.String(), "seconds": pl.Float64(),
+})
+assert tuple(TABLE_SCHEMA) == ROW_KEYS
+FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".ndjson": "ndjson", ".jsonl": "ndjson"}
+
+
+def to_frame(rows: Iterable[dict[str, Any]]) -> pl.DataFrame:
+    data = {k: [r.get(k) for r in rows] for k in TABLE_SCHEMA} if (rows := list(rows)) else None
+    frame = pl.DataFrame(data, schema=TABLE_SCHEMA)
+    return frame.sort("job")
+
+
+def table_format(path: Path) -> str:
+    try:
+        return FORMATS[path.suffix.lower()]
+    except KeyError:
+        raise ValueError(f"{path}: the table format comes from the extension: "
+                         f"{', '.join(sorted(FORMATS))}") from None
+
+
+def write_table(frame: pl.DataFrame, path: Path) -> None:
+    fmt = table_format(path)
+    if fmt == "parquet":
+        frame.write_parquet(path)
+    elif fmt == "ndjson":
+        frame.write_ndjson(path)
+    else:
+        flat = frame.with_columns(pl.col("culprit_ranks").list.eval(pl.element().cast(pl.String)).list.join(","))
+        flat.write_csv(path)
