@@ -6,6 +6,7 @@ was met, 2 usage or input error (nothing readable, an output file that exists wi
 
 from __future__ import annotations
 
+import inspect
 import sys
 from pathlib import Path
 
@@ -103,19 +104,24 @@ def explain(rule: str) -> None:
         r = by_id(rule)
     except KeyError:
         raise click.UsageError(f"no rule {rule!r}; see `ncclpm rules`") from None
-    click.echo(f"# {r.id} {r.name} ({r.category})\n\n{r.doc()}")
+    click.echo(f"# {r.id} {r.name} ({r.category})\n\n{inspect.cleandoc(r.doc())}")
 
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True)
 @click.option("-t", "--table", "name", default="events", show_default=True, help="Table to export.")
-@click.option("-f", "--format", "fmt", type=click.Choice(["csv", "ndjson", "parquet"]), default="csv")
+@click.option("-f", "--format", "fmt", type=click.Choice(["csv", "ndjson", "parquet"]),
+              help="Default: from the -o extension (.parquet, .ndjson), else csv.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--force", is_flag=True)
-def tables(paths: tuple[str, ...], name: str, fmt: str, output: Path | None, force: bool) -> None:
+def tables(paths: tuple[str, ...], name: str, fmt: str | None, output: Path | None, force: bool) -> None:
     """Export one parsed table (events, lines, ranks, tracebacks, elastic, fr_entries, ...)."""
     from ncclpm.api import build
     from ncclpm.export import export_table
+
+    if fmt is None:
+        suffix = output.suffix.lower() if output is not None else ""
+        fmt = {".parquet": "parquet", ".pq": "parquet", ".ndjson": "ndjson", ".jsonl": "ndjson"}.get(suffix, "csv")
 
     stdin = _read_stdin() if "-" in paths else None
     t = build([p for p in paths if p != "-"], stdin_bytes=stdin)
