@@ -24,6 +24,7 @@ from typing import Any
 
 from ncclpm.diagnosis import Diagnosis
 from ncclpm.render.rankview import RankGroup, rank_groups
+from ncclpm.triage.signature import strip_prefix
 
 LABEL_W, PLOT_W, EXIT_W = 230, 640, 130
 LABEL_CHARS = 17  # monospace 11.5px in the label column, before the role tag
@@ -236,7 +237,7 @@ def _note(rep: dict[str, Any], marks: list[Mark], sc: _Scale, dated: bool) -> tu
             x, room, anchor = left, int((left - sc.x0 - 8) / 6.2), "end"
     if room < 12:
         return "", 0.0, anchor
-    text = " ".join(text.split())
+    text = " ".join(strip_prefix(text).split())
     return (text if len(text) <= room else text[: room - 1] + "…"), x, anchor
 
 
