@@ -1,7 +1,8 @@
 """`ncclpm triage --ray`: the same per-job function as Ray tasks gives the same table as the local process pool.
 
-Needs the optional extra (`pip install 'nccl-postmortem[ray]'`); skipped when ray is not importable. CI does not
-install ray (a large download): this test is opt-in, run where the extra is installed.
+Opt-in: needs the optional extra (`pip install 'nccl-postmortem[ray]'`) and `NCCLPM_TEST_RAY=1` (starting Ray
+twice takes a minute or two on a small machine; CI does not install ray, a large download). Run it with
+`NCCLPM_TEST_RAY=1 pytest tests/test_ray_triage.py`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
+if not os.environ.get("NCCLPM_TEST_RAY"):
+    pytest.skip("Ray triage tests are opt-in: set NCCLPM_TEST_RAY=1", allow_module_level=True)
 ray = pytest.importorskip("ray")
 
 from ncclpm.cli import main  # noqa: E402
