@@ -3,6 +3,7 @@ like the file it came from; and a real log that was never pasted goes through un
 
 from __future__ import annotations
 
+import functools
 import itertools
 import textwrap
 from pathlib import Path
@@ -60,6 +61,11 @@ def quoted(text: str) -> str:
 
 def _verdict(d) -> tuple[str, tuple[int, ...]]:
     return str(d.category), tuple(d.culprit_ranks)
+
+
+@functools.cache
+def _file_verdict(log: Path) -> tuple[str, tuple[int, ...]]:
+    return _verdict(diagnose([log]))
 
 
 # ----------------------------------------------------------------------------------------------- the units
@@ -141,11 +147,10 @@ DAMAGE = {
 @pytest.mark.parametrize("log", CONSOLE_LOGS, ids=[f.parent.parent.name if f.name == "console.log" else
                                                   f.parent.name for f in CONSOLE_LOGS])
 def test_pasted_log_same_verdict_as_file(log: Path, damage: str) -> None:
-    from_file = diagnose([log])
     pasted = DAMAGE[damage](log.read_text(encoding="utf-8", errors="replace"))
     assert pasted != log.read_text(), "the paste is really damaged"
     from_paste = diagnose(stdin_bytes=pasted.encode())
-    assert _verdict(from_paste) == _verdict(from_file), from_paste.summary
+    assert _verdict(from_paste) == _file_verdict(log), from_paste.summary
 
 
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
