@@ -1,11 +1,12 @@
 """Benchmark flight-recorder loading + cross-rank matching on synthetic dumps.
 
 Usage: PYTHONPATH=src python benchmarks/bench_fr.py [--ranks 64 256 1024] [--entries 2000] [--runs 3]
-       [--fault never_joined] [--torch-python /tmp/torchenv/bin/python]
+       [--fault never_joined] [--torch-python /tmp/torchenv/bin/python] [--no-fr-trace]
 
 For each size it writes the dumps to a temp dir, then times (median of --runs):
-  decode  — the restricted unpickler alone over every file (the floor: pure pickle decoding),
-  load    — `load_fr_dumps` (decode + column extraction + polars tables),
+  decode  — the restricted unpickler alone over every file, one process (the floor: pure pickle decoding),
+  load 1p — `load_fr_dumps` forced to one process (decode + column extraction + polars tables),
+  load    — `load_fr_dumps` as shipped (worker processes above `fr_decode._POOL_MIN_BYTES`),
   analyze — `analyze_fr`,
 and, when a Python with torch is available (``--torch-python`` or the current one), PyTorch's
 ``python -m torch.distributed.flight_recorder.fr_trace <dir>`` (torch is not a dependency; skipped if absent),
@@ -26,6 +27,7 @@ import time
 from pathlib import Path
 
 from ncclpm.analysis.fr_match import analyze_fr
+from ncclpm.ingest import fr_decode
 from ncclpm.ingest.flight_recorder import _NoGlobalsUnpickler, load_fr_dumps
 from ncclpm.synth.fr_dumps import FAULTS, culprit_rank, generate
 
@@ -41,6 +43,15 @@ def _decode_all(items: list[tuple[str, bytes]]) -> None:
             _NoGlobalsUnpickler(io.BytesIO(data)).load()
     finally:
         gc.enable()
+
+
+def _load_one_process(items: list[tuple[str, bytes]]) -> object:
+    old = fr_decode._POOL_MIN_BYTES
+    fr_decode._POOL_MIN_BYTES = 1 << 62
+    try:
+        return load_fr_dumps(items)
+    finally:
+        fr_decode._POOL_MIN_BYTES = old
 
 
 def _timed(fn, runs: int) -> tuple[float, object]:
@@ -83,10 +94,11 @@ def bench(n_ranks: int, n_entries: int, fault: str, runs: int, torch_py: str | N
         items = _read(folder)
         mb = sum(len(b) for _, b in items) / 1e6
         decode, _ = _timed(lambda: _decode_all(items), runs)
+        load1_s, _ = _timed(lambda: _load_one_process(items), runs)
         load_s, load = _timed(lambda: load_fr_dumps(items), runs)
         ana_s, ana = _timed(lambda: analyze_fr(load), runs)
-        row = {"ranks": n_ranks, "entries": n_entries * n_ranks, "MB": mb, "decode": decode, "load": load_s,
-               "analyze": ana_s, "culprits": ",".join(map(str, ana.culprit_ranks)),
+        row = {"ranks": n_ranks, "entries": n_entries * n_ranks, "MB": mb, "decode": decode, "load1": load1_s,
+               "load": load_s, "analyze": ana_s, "culprits": ",".join(map(str, ana.culprit_ranks)),
                "expected": culprit_rank(n_ranks, fault), "fr_trace": None, "fr_culprits": "-"}
         if torch_py:
             row["fr_trace"], row["fr_culprits"] = _fr_trace(torch_py, folder)
@@ -100,16 +112,18 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--fault", choices=FAULTS, default="never_joined")
     ap.add_argument("--torch-python", default=None)
+    ap.add_argument("--no-fr-trace", action="store_true", help="skip PyTorch's fr_trace (minutes at 1024 ranks)")
     a = ap.parse_args()
-    torch_py = _torch_python(a.torch_python)
+    torch_py = None if a.no_fr_trace else _torch_python(a.torch_python)
     print(f"fault={a.fault}; fr_trace: {torch_py or 'torch not available, skipped'}\n")
-    print("| ranks | entries | MB | decode floor s | load s | analyze s | load+analyze s "
+    print("| ranks | entries | MB | decode floor s | load 1 process s | load s | analyze s | load+analyze s "
           "| culprits (expected) | fr_trace s | fr_trace culprits |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---|---:|---|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|")
     for n in a.ranks:
-        r = bench(n, a.entries, a.fault, a.runs if n < 1024 else 1, torch_py)
+        r = bench(n, a.entries, a.fault, a.runs, torch_py)
         fr = f"{r['fr_trace']:.2f}" if r["fr_trace"] is not None else "-"
-        print(f"| {r['ranks']} | {r['entries']} | {r['MB']:.0f} | {r['decode']:.2f} | {r['load']:.2f} "
+        print(f"| {r['ranks']} | {r['entries']} | {r['MB']:.0f} | {r['decode']:.2f} | {r['load1']:.2f} "
+              f"| {r['load']:.2f} "
               f"| {r['analyze']:.2f} | {r['load'] + r['analyze']:.2f} | {r['culprits']} ({r['expected']}) "
               f"| {fr} | {r['fr_culprits']} |", flush=True)
 
