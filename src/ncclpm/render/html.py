@@ -12,6 +12,7 @@ from ncclpm import __version__
 from ncclpm.diagnosis import SCHEMA_VERSION, Diagnosis
 from ncclpm.render.jinja import render_template
 from ncclpm.render.timeline import build_timeline
+from ncclpm.triage.signature import strip_prefix
 
 _CODE = re.compile(r"`([^`\n]+)`")
 
@@ -23,4 +24,4 @@ def inline_code(text: str) -> Markup:
 
 def render_html(d: Diagnosis) -> str:
     return render_template("report.html", d, timeline=build_timeline(d), version=__version__,
-                           schema_version=SCHEMA_VERSION, inline=inline_code)
+                           schema_version=SCHEMA_VERSION, inline=inline_code, clean=strip_prefix)

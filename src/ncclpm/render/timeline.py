@@ -220,7 +220,7 @@ def _note(rep: dict[str, Any], marks: list[Mark], sc: _Scale, dated: bool) -> tu
     if sc.scaled and not dated:
         said = rep.get("first_error") if rep.get("role") == "culprit" else None
         said = said or rep.get("last_activity") or rep.get("first_error")
-        text = f"time unknown - last said: {said}" if said else "no timestamped line"
+        text = f"time unknown - last said: {strip_prefix(said)}" if said else "no timestamped line"
         x = sc.x0 + 12
     elif rep.get("role") == "culprit" and (rep.get("first_error") or rep.get("last_activity")) and marks:
         # what made it the culprit: its error, or - when that error is only its own timeout - what it was doing
