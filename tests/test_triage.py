@@ -206,3 +206,49 @@ def test_generator_is_deterministic(tmp_path: Path) -> None:
     make_jobs(b, 6, seed=1)
     files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file() and p.name != "expected.csv")
     assert files and all((a / f).read_bytes() == (b / f).read_bytes() for f in files)
+
+
+def test_a_dead_worker_costs_only_its_own_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker killed mid-run breaks the whole pool; the unfinished jobs are re-run alone."""
+    from concurrent.futures import Future
+    from concurrent.futures.process import BrokenProcessPool
+
+    from ncclpm.triage import runner
+    from ncclpm.triage.jobs import JobRef
+
+    jobs = [JobRef(f"job{i}", f"/jobs/{i}") for i in range(4)]
+
+    class BrokenAfterOne:
+        def __init__(self, *_a, **_k) -> None:
+            self.n = 0
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *_a) -> None:
+            return None
+
+        def submit(self, _fn, path: str, name: str) -> Future:
+            fut: Future = Future()
+            self.n += 1
+            if self.n == 1:
+                fut.set_result(runner.empty_row(name) | {"category": "rank_crash"})
+            else:
+                fut.set_exception(BrokenProcessPool("a worker died"))
+            return fut
+
+    rerun: list[str] = []
+
+    def alone(job: JobRef) -> dict:
+        rerun.append(job.name)
+        if job.name == "job2":
+            return runner._error_row(job, "the worker process died while reading this job (killed? out of memory?)")
+        return runner.empty_row(job.name) | {"category": "slow_rank_work"}
+
+    monkeypatch.setattr(runner, "_pool", BrokenAfterOne)
+    monkeypatch.setattr(runner, "_alone", alone)
+    done: list[str] = []
+    rows = runner.run_local(jobs, workers=2, on_done=lambda r: done.append(r["job"]))
+    assert [r["job"] for r in rows] == ["job0", "job1", "job2", "job3"] and sorted(done) == sorted(r["job"] for r in rows)
+    assert rerun == ["job1", "job2", "job3"]
+    assert [r["error"] is not None for r in rows] == [False, False, True, False]

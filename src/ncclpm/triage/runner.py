@@ -4,16 +4,18 @@ Both call `on_done(row)` as each job finishes (the CLI's progress bar) and retur
 A worker process that dies (killed, out of memory) breaks a process pool: the jobs it had not finished are
 then re-run one by one in a fresh single-process pool, so only the job that kills its worker gets an error row.
 Polars gets `POLARS_MAX_THREADS = cores // workers` threads per worker unless the variable is already set
-(the pool's processes are spawned, never forked: polars must not be forked).
+(the pool's processes are spawned, never forked: polars must not be forked; Python spawns them as jobs are
+submitted, so the variable is set only around the submissions).
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from typing import Any
 
 from ncclpm.triage.jobs import JobRef
@@ -26,6 +28,19 @@ OnDone = Callable[[Row], None]
 
 def _error_row(job: JobRef, message: str) -> Row:
     return empty_row(job.name) | {"category": "unknown", "error": message, "signature": signature(message)}
+
+
+@contextmanager
+def _env(name: str, value: str) -> Iterator[None]:
+    """Set an environment variable for the processes spawned inside the block (unless the user set it)."""
+    if name in os.environ:
+        yield
+        return
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:
@@ -55,14 +70,15 @@ def run_local(jobs: Sequence[JobRef], workers: int | None = None, on_done: OnDon
         for job in jobs:
             finish(job, triage_job(job.path, job.name))
         return [done[j.path] for j in jobs]
-    os.environ.setdefault("POLARS_MAX_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
     with _pool(workers) as pool:
-        futures: dict[Future[Row], JobRef] = {pool.submit(triage_job, j.path, j.name): j for j in jobs}
-        try:
-            for fut in as_completed(futures):
-                finish(futures[fut], fut.result())
-        except BrokenProcessPool:
-            pass
+        with _env("POLARS_MAX_THREADS", str(max(1, (os.cpu_count() or 1) // workers))):  # spawned on submit
+            futures: dict[Future[Row], JobRef] = {pool.submit(triage_job, j.path, j.name): j for j in jobs}
+        for fut in as_completed(futures):
+            try:
+                row = fut.result()
+            except BrokenProcessPool:
+                continue  # a worker died: every unfinished job fails like this; they are re-run below
+            finish(futures[fut], row)
     for job in jobs:
         if job.path not in done:
             finish(job, _alone(job))
