@@ -209,18 +209,23 @@ def test_generator_is_deterministic(tmp_path: Path) -> None:
 
 
 def test_a_dead_worker_costs_only_its_own_job(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A worker killed mid-run breaks the whole pool; the unfinished jobs are re-run alone."""
+    """A worker killed mid-run breaks the whole pool: the job it was running is re-run alone, the jobs done are
+    kept, the jobs not started go on in a new pool."""
     from concurrent.futures import Future
     from concurrent.futures.process import BrokenProcessPool
 
     from ncclpm.triage import runner
     from ncclpm.triage.jobs import JobRef
 
-    jobs = [JobRef(f"job{i}", f"/jobs/{i}") for i in range(4)]
+    jobs = [JobRef(f"job{i}", f"/jobs/{i}") for i in range(5)]
+    pools: list[list[str]] = []
 
-    class BrokenAfterOne:
-        def __init__(self, *_a, **_k) -> None:
-            self.n = 0
+    class PoolKilledByJob2:
+        """Runs jobs in order; job2 kills its worker, which breaks every job submitted after it."""
+
+        def __init__(self, _workers: int, started) -> None:
+            self.started, self.dead = started, False
+            pools.append([])
 
         def __enter__(self):
             return self
@@ -230,25 +235,28 @@ def test_a_dead_worker_costs_only_its_own_job(monkeypatch: pytest.MonkeyPatch) -
 
         def submit(self, _fn, path: str, name: str) -> Future:
             fut: Future = Future()
-            self.n += 1
-            if self.n == 1:
-                fut.set_result(runner.empty_row(name) | {"category": "rank_crash"})
-            else:
+            pools[-1].append(name)
+            if name == "job2" or self.dead:
+                if not self.dead:
+                    self.started.put(path)
+                self.dead = True
                 fut.set_exception(BrokenProcessPool("a worker died"))
+            else:
+                self.started.put(path)
+                fut.set_result(runner.empty_row(name) | {"category": "rank_crash"})
             return fut
 
-    rerun: list[str] = []
+    alone: list[str] = []
 
-    def alone(job: JobRef) -> dict:
-        rerun.append(job.name)
-        if job.name == "job2":
-            return runner._error_row(job, "the worker process died while reading this job (killed? out of memory?)")
-        return runner.empty_row(job.name) | {"category": "slow_rank_work"}
+    def run_alone(job: JobRef) -> dict:
+        alone.append(job.name)
+        return runner._error_row(job, "the worker process died while reading this job (killed? out of memory?)")
 
-    monkeypatch.setattr(runner, "_pool", BrokenAfterOne)
-    monkeypatch.setattr(runner, "_alone", alone)
+    monkeypatch.setattr(runner, "_pool", PoolKilledByJob2)
+    monkeypatch.setattr(runner, "_alone", run_alone)
     done: list[str] = []
     rows = runner.run_local(jobs, workers=2, on_done=lambda r: done.append(r["job"]))
-    assert [r["job"] for r in rows] == ["job0", "job1", "job2", "job3"] and sorted(done) == sorted(r["job"] for r in rows)
-    assert rerun == ["job1", "job2", "job3"]
-    assert [r["error"] is not None for r in rows] == [False, False, True, False]
+    assert [r["job"] for r in rows] == [j.name for j in jobs] and sorted(done) == [j.name for j in jobs]
+    assert pools == [["job0", "job1", "job2", "job3", "job4"], ["job3", "job4"]]
+    assert alone == ["job2"]
+    assert [r["error"] is not None for r in rows] == [False, False, True, False, False]

@@ -1,8 +1,9 @@
 """Run `triage_job` over many jobs: on the local cores (a process pool) or on a Ray cluster.
 
 Both call `on_done(row)` as each job finishes (the CLI's progress bar) and return the rows in job order.
-A worker process that dies (killed, out of memory) breaks a process pool: the jobs it had not finished are
-then re-run one by one in a fresh single-process pool, so only the job that kills its worker gets an error row.
+A worker process that dies (killed, out of memory) breaks a process pool. Workers report each job they start,
+so the jobs running at that moment are known: they are re-run one by one in a process of their own (only the
+job that kills its worker again gets an error row), and the jobs not started yet go on in a fresh pool.
 Polars gets `POLARS_MAX_THREADS = cores // workers` threads per worker unless the variable is already set
 (the pool's processes are spawned, never forked: polars must not be forked; Python spawns them as jobs are
 submitted, so the variable is set only around the submissions).
@@ -24,6 +25,7 @@ from ncclpm.triage.worker import empty_row, triage_job
 
 Row = dict[str, Any]
 OnDone = Callable[[Row], None]
+MAX_ROUNDS = 8
 
 
 def _error_row(job: JobRef, message: str) -> Row:
@@ -43,8 +45,25 @@ def _env(name: str, value: str) -> Iterator[None]:
         os.environ.pop(name, None)
 
 
-def _pool(workers: int) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+_started: Any = None  # in a pool worker: the queue it reports each job it starts to
+
+
+def _init_worker(started: Any) -> None:
+    global _started
+    _started = started
+
+
+def _triage_reporting(path: str, name: str) -> Row:
+    """`triage_job` in a pool worker, first telling the parent which job it starts (SimpleQueue.put writes
+    straight to the pipe, so the report survives the worker being killed right after)."""
+    if _started is not None:
+        _started.put(path)
+    return triage_job(path, name)
+
+
+def _pool(workers: int, started: Any = None) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_init_worker, initargs=(started,))
 
 
 def _alone(job: JobRef) -> Row:
@@ -56,8 +75,34 @@ def _alone(job: JobRef) -> Row:
         return _error_row(job, "the worker process died while reading this job (killed? out of memory?)")
 
 
+def _round(jobs: Sequence[JobRef], workers: int, finish: Callable[[JobRef, Row], None]) -> set[str]:
+    """Run `jobs` on a fresh pool until all are done or the pool breaks. Returns the paths of the jobs that had
+    started but not finished when it broke (the one that killed its worker is among them)."""
+    started = multiprocessing.get_context("spawn").SimpleQueue()
+    finished: set[str] = set()
+    with _pool(workers, started) as pool:
+        with _env("POLARS_MAX_THREADS", str(max(1, (os.cpu_count() or 1) // workers))):  # spawned on submit
+            futures: dict[Future[Row], JobRef] = {pool.submit(_triage_reporting, j.path, j.name): j for j in jobs}
+        for fut in as_completed(futures):
+            try:
+                row = fut.result()
+            except BrokenProcessPool:
+                continue  # a worker died: every unfinished job of this pool fails like this
+            finish(futures[fut], row)
+            finished.add(futures[fut].path)
+    suspects = set()
+    while not started.empty():
+        suspects.add(started.get())
+    started.close()
+    return suspects - finished
+
+
 def run_local(jobs: Sequence[JobRef], workers: int | None = None, on_done: OnDone | None = None) -> list[Row]:
-    """Triage `jobs` on `workers` processes (default: every core); 1 = in this process."""
+    """Triage `jobs` on `workers` processes (default: every core); 1 = in this process.
+
+    When a worker dies, the jobs that were running in the pool are re-run one by one in their own process (the
+    one that kills it again gets an error row) and the jobs not started yet go to a fresh pool.
+    """
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs) or 1))
     done: dict[str, Row] = {}
 
@@ -70,18 +115,17 @@ def run_local(jobs: Sequence[JobRef], workers: int | None = None, on_done: OnDon
         for job in jobs:
             finish(job, triage_job(job.path, job.name))
         return [done[j.path] for j in jobs]
-    with _pool(workers) as pool:
-        with _env("POLARS_MAX_THREADS", str(max(1, (os.cpu_count() or 1) // workers))):  # spawned on submit
-            futures: dict[Future[Row], JobRef] = {pool.submit(triage_job, j.path, j.name): j for j in jobs}
-        for fut in as_completed(futures):
-            try:
-                row = fut.result()
-            except BrokenProcessPool:
-                continue  # a worker died: every unfinished job fails like this; they are re-run below
-            finish(futures[fut], row)
-    for job in jobs:
-        if job.path not in done:
-            finish(job, _alone(job))
+    todo = list(jobs)
+    for _ in range(MAX_ROUNDS):
+        suspects = _round(todo, workers, finish)
+        for job in todo:
+            if job.path in suspects:
+                finish(job, _alone(job))
+        todo = [j for j in todo if j.path not in done]
+        if not todo:
+            break
+    for job in todo:  # pools kept breaking without a suspect: isolate everything left
+        finish(job, _alone(job))
     return [done[j.path] for j in jobs]
 
 
