@@ -137,6 +137,10 @@ def test_slurm_cancel_lines_give_the_reason_and_node(line: str, reason: str | No
     assert (row["error_type"], row["value"]) == (reason, node)
 
 
+def test_srun_names_the_node_that_failed() -> None:
+    assert _one("srun: error: Node failure on gpu-g02", "node_failure")["value"] == "gpu-g02"
+
+
 @pytest.mark.parametrize(("line", "tasks", "how"), [
     ("srun: error: nid00123: task 5: Killed", "5", "Killed"),
     ("srun: error: gpu-c01: tasks 0-3: Aborted (core dumped)", "0-3", "Aborted"),

@@ -153,7 +153,7 @@ class NcclTransportError(Rule):
         summary = self._summary(t, ev, culprit_hosts, reporters, pairs)
         if symptom:
             summary = (f"NCCL network errors on {where(t, reporters)} ({detail}) are what a dead peer looks like: "
-                       f"{ranks_text(sorted(crashed))} died first.")
+                       f"{ranks_text(sorted(crashed))} died first (crashed, or lost with their node).")
         return self.finding(
             category=Category.SYMPTOM if symptom else self.category,
             confidence=0.4 if symptom else strongest,
@@ -186,8 +186,13 @@ class NcclTransportError(Rule):
         """Ranks that died on their own and explain these lines (a dead peer closes its connections and stops
         answering IB): any crash for weak lines; for IB errors a crash on an implicated host or earlier than
         the first error. Interface errors are configuration, never a dead peer."""
+        if "interface" in set(ev["cls"].to_list()):
+            return set()
+        lost = set(ranks_on(t, t.kinds("node_failure")["value"].drop_nulls().to_list()))  # nodes Slurm saw fail
+        if lost:
+            return lost
         crashes = RankDiedFirst().evidence(t).filter(~pl.col("rank").is_in(ev["rank"].drop_nulls().to_list()))
-        if crashes.is_empty() or "interface" in set(ev["cls"].to_list()):
+        if crashes.is_empty():
             return set()
         if float(ev["strength"].max()) < 0.85:  # type: ignore[arg-type]
             return set(crashes["rank"].to_list())

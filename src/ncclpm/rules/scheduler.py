@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
+from ncclpm.rules._hosts import ranks_on, where
 from ncclpm.rules.base import Finding, Rule, quotes
 from ncclpm.schema import Category
 
@@ -38,7 +39,7 @@ class JobCancelledByScheduler(Rule):
     category = Category.TIMEOUT_TOO_SHORT
     base_confidence = 0.7
     priority = 40
-    explains = ("CT01", "CR01", "ST01", "TO01")
+    explains = ("CT01", "CR01", "ST01", "TO01", "NW01")
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         # A cancel without a reason is a user or admin killing the job - usually because it hung: a consequence.
@@ -62,15 +63,21 @@ class JobCancelledByScheduler(Rule):
         reason = (r["error_type"] or "a user or admin").strip()
         node_failure = "NODE FAILURE" in reason
         alive = self._still_progressing(t, r["version"])
+        # `*** STEP ... ON <node>` names the node that reports the cancel; srun's `Node failure on <node>` the lost one.
+        lost = t.kinds("node_failure")
+        lost_nodes = sorted(set(lost["value"].drop_nulls().to_list())) if node_failure else []
+        culprits = tuple(ranks_on(t, lost_nodes))
         return self.finding(
             category=Category.RANK_CRASH if node_failure else Category.TIMEOUT_TOO_SHORT,
-            confidence=0.9 if (alive or node_failure) else self.base_confidence, culprit_ranks=(),
-            summary=f"The scheduler cancelled step {r['detail']} on {r['value']} due to {reason.lower()}: "
-            "this is not an NCCL failure.",
+            confidence=0.9 if (alive or node_failure) else self.base_confidence, culprit_ranks=culprits,
+            summary=(f"Node {where(t, lost_nodes)} failed and the scheduler cancelled step {r['detail']}: this is not "
+                     "an NCCL failure." if lost_nodes else
+                     f"The scheduler cancelled step {r['detail']} on {r['value']} due to {reason.lower()}: "
+                     "this is not an NCCL failure."),
             explanation=("A node of the job failed; every rank on it died." if node_failure else
                          "The job's wall-clock limit, not a collective timeout, ended it: the work needs more time "
                          "than the job asked for (or it got slower)."),
-            evidence=quotes(ev),
+            evidence=quotes(lost) + quotes(ev),
             fixes=(("Resubmit excluding the failed node (`--exclude=<node>`) and report it to the admins.",)
                    if node_failure else
                    ("Ask for more time (`#SBATCH --time=...`) or checkpoint regularly and requeue "
