@@ -100,10 +100,16 @@ def _walk(root: Path, job: Job) -> Iterator[Path]:
                 dirnames.remove(dname)
         for fname in sorted(filenames):
             path = Path(dirpath) / fname
-            if path.is_symlink() and not path.resolve().is_relative_to(root.resolve()):
-                job.warnings.append(
-                    f"{path.relative_to(root)}: symlink to a file outside the job folder - not followed")
-                continue
+            if path.is_symlink():
+                try:
+                    inside = path.resolve().is_relative_to(root.resolve())
+                except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Python < 3.13)
+                    job.warnings.append(f"{path.relative_to(root)}: symlink loop - skipped")
+                    continue
+                if not inside:
+                    job.warnings.append(
+                        f"{path.relative_to(root)}: symlink to a file outside the job folder - not followed")
+                    continue
             yield path
 
 
