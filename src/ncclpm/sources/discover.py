@@ -92,7 +92,11 @@ def _head_of_file(path: Path) -> bytes:
 
 
 def _walk(root: Path, job: Job) -> Iterator[Path]:
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False, onerror=None):
+    def unlisted(exc: OSError) -> None:
+        where = Path(exc.filename).relative_to(root) if exc.filename and Path(exc.filename) != root else root
+        job.warnings.append(f"{where}: folder cannot be listed ({exc.strerror or exc}) - skipped")
+
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False, onerror=unlisted):
         dirnames.sort()
         for dname in list(dirnames):
             if (Path(dirpath) / dname).is_symlink():
