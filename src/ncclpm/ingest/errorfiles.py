@@ -25,12 +25,15 @@ def _row(src: Source, doc: dict) -> dict | None:
     msg = doc.get("message")
     info: dict = {}
     if isinstance(msg, dict):
-        info = msg.get("extraInfo") or {}
+        info = msg.get("extraInfo")
         msg = msg.get("message")
+    if not isinstance(info, dict):  # a hand-edited or foreign file: extraInfo may be anything
+        info = {}
     if not isinstance(msg, str):
         return None
     m = _RANK_IN_PATH.search(src.name.replace("\\", "/"))
-    rank = int(m.group(1) or m.group(2)) if m else None
+    digits = (m.group(1) or m.group(2)) if m else ""
+    rank = int(digits) if digits and len(digits) <= 9 else None  # the rank column is Int32
     exc = _EXC.match(msg.strip().splitlines()[0] if msg.strip() else "")
     ts = None
     with contextlib.suppress(ValueError, OverflowError, OSError):
