@@ -52,8 +52,11 @@ def _keep(lf: pl.LazyFrame, name: str, anchors: list[str]) -> pl.LazyFrame:
 def _needs_python_decode(src: Source) -> bool:
     if src.path is None:
         return True
-    with src.path.open("rb") as fh:
-        return fh.read(2) in (b"\xff\xfe", b"\xfe\xff")
+    try:
+        with src.path.open("rb") as fh:
+            return fh.read(2) in (b"\xff\xfe", b"\xfe\xff")
+    except OSError:  # gone or unreadable since discovery: `_read_one` reports it as a warning
+        return True
 
 
 def _read_one(src: Source, anchors: list[str], warnings: list[str]) -> pl.DataFrame | None:
