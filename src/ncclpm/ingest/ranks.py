@@ -61,7 +61,11 @@ def build_ranks(lines: pl.DataFrame, events: pl.DataFrame, elastic: pl.DataFrame
              pl.col("text").last().str.slice(0, 300).alias("last_activity"),
              _ref().last().alias("last_activity_ref"))
     )
-    parts = [hosts, counts, timeouts, status, errors, exits, activity]
+    # The NCCL version a rank itself reports (torch's `NCCL error ..., NCCL version X`, its own banner): used when no
+    # Init COMPLETE line ties it to a communicator (init failed).
+    own_version = ranked.filter(pl.col("kind").is_in(["nccl_version", "nccl_error"]) & pl.col("version").is_not_null()
+                                ).group_by("rank").agg(pl.col("version").mode().sort().first().alias("_own_version"))
+    parts = [hosts, counts, timeouts, status, errors, exits, activity, own_version]
     if comms is not None and not comms.is_empty():
         world = comms.filter(pl.col("nranks") == pl.col("nranks").max())
         base = pl.concat([base, world.select("rank")]).unique().sort("rank")
@@ -77,6 +81,11 @@ def build_ranks(lines: pl.DataFrame, events: pl.DataFrame, elastic: pl.DataFrame
     out = out.with_columns(pl.col("timed_out").fill_null(False), pl.col("n_events").fill_null(0))
     out = out.with_columns(pl.lit(None, pl.Int64).alias(c) for c in ("cuda_dev",) if c not in out.columns)
     out = out.with_columns(pl.lit(None, pl.String).alias(c) for c in ("nccl_version",) if c not in out.columns)
+    out = out.with_columns(pl.coalesce("nccl_version", "_own_version").alias("nccl_version"))
+    known = pl.col("nccl_version").drop_nulls()
+    one_on_host = pl.col("host").is_not_null() & (known.n_unique().over("host") == 1)
+    same_host = pl.when(one_on_host).then(known.first().over("host"))
+    out = out.with_columns(pl.coalesce("nccl_version", same_host).alias("nccl_version"))  # one version per host
     return out.select(list(RANKS_SCHEMA.keys())).cast(RANKS_SCHEMA)  # type: ignore[arg-type]
 
 
