@@ -8,6 +8,7 @@ text log, or binary junk. Nothing is written anywhere.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import stat
@@ -79,16 +80,49 @@ def classify(name: str, head: bytes) -> str | None:
     return "text"
 
 
-def _head_of_file(path: Path) -> bytes:
-    with path.open("rb") as fh:
-        head = fh.read(HEAD_BYTES)
-    if head[:2] == b"\x1f\x8b":
+def _add_gzip(path: Path, display: str, job: Job) -> None:
+    """A single-file .gz on disk. One streaming pass that keeps only the head refuses a gzip bomb with the
+    archive limits (ratio, size) before anything is scanned; a truncated or corrupt stream keeps the bytes
+    before the damage. A sound file is left on disk for the lines scan."""
+    lim = archives.DEFAULT_LIMITS
+    compressed = max(path.stat().st_size, 1)
+    head, total, problem = b"", 0, None
+    with path.open("rb") as raw:
         try:
-            with gzip.open(path, "rb") as gz:
-                return gz.read(HEAD_BYTES)
+            with gzip.GzipFile(fileobj=raw, mode="rb") as gz:
+                while chunk := gz.read1(archives.CHUNK):
+                    head += chunk[: HEAD_BYTES - len(head)]
+                    total += len(chunk)
+                    if total > MAX_TEXT_BYTES or (total > lim.ratio_min_bytes and total > lim.max_ratio * compressed):
+                        job.warnings.append(
+                            f"{display}: decompresses to over {total} bytes from {compressed} (more than "
+                            f"{lim.max_ratio:g} times its size) - gzip bomb? skipped")
+                        return
         except (OSError, EOFError, zlib.error) as exc:
-            raise OSError(f"corrupt gzip: {exc}") from exc
-    return head
+            problem = str(exc) or type(exc).__name__
+    if problem is None:
+        _add_classified(display, head, job, path=path)
+    elif total == 0:
+        job.warnings.append(f"{display}: cannot be read (corrupt gzip: {problem}) - skipped")
+    elif total > lim.max_member_bytes:
+        job.warnings.append(f"{display}: corrupt gzip ({problem}) after {total} bytes, too many to hold in memory"
+                            " - skipped")
+    else:
+        job.warnings.append(f"{display}: truncated or corrupt gzip ({problem}); the {total} bytes before the "
+                            "damage were read")
+        _add_classified(display, head, job, data=_gzip_prefix(path, total))
+
+
+def _gzip_prefix(path: Path, size: int) -> bytes:
+    """The first `size` decompressed bytes of a damaged gzip file (what `_add_gzip` found readable)."""
+    parts: list[bytes] = []
+    got = 0
+    with path.open("rb") as raw, gzip.GzipFile(fileobj=raw, mode="rb") as gz, \
+            contextlib.suppress(OSError, EOFError, zlib.error):
+        while got < size and (chunk := gz.read1(min(archives.CHUNK, size - got))):
+            parts.append(chunk)
+            got += len(chunk)
+    return b"".join(parts)
 
 
 def _walk(root: Path, job: Job) -> Iterator[Path]:
@@ -128,11 +162,13 @@ def _add_file(path: Path, display: str, job: Job) -> None:
         if outer not in (None, "gz"):
             _add_archive(path.read_bytes(), display, job)
             return
-        head = _head_of_file(path)
+        if outer == "gz":
+            _add_gzip(path, display, job)
+            return
     except OSError as exc:
         job.warnings.append(f"{display}: cannot be read ({exc.strerror or exc}) - skipped")
         return
-    _add_classified(display, head, job, path=path)
+    _add_classified(display, raw_head, job, path=path)
 
 
 def _add_classified(display: str, head: bytes, job: Job, path: Path | None = None,
