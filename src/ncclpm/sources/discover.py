@@ -160,7 +160,7 @@ def _add_file(path: Path, display: str, job: Job) -> None:
             raw_head = fh.read(HEAD_BYTES)
         outer = archives.archive_kind(display, raw_head)
         if outer not in (None, "gz"):
-            _add_archive(path.read_bytes(), display, job)
+            _add_archive(path, display, job)  # streamed: the archive itself is never held in memory
             return
         if outer == "gz":
             _add_gzip(path, display, job)
@@ -183,7 +183,7 @@ def _add_classified(display: str, head: bytes, job: Job, path: Path | None = Non
     job.sources.append(Source(display, kind, path=path, data=data))
 
 
-def _add_archive(data: bytes, display: str, job: Job) -> None:
+def _add_archive(data: bytes | Path, display: str, job: Job) -> None:
     for member in archives.iter_archive(data, display, job.warnings):
         if archives.archive_kind(member.name, member.data[:512]) not in (None, "gz"):
             continue  # nested archives are expanded by iter_archive itself
