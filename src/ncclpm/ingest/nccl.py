@@ -3,7 +3,8 @@
 NCCL lines carry `host:pid:tid [cudaDev]`, not the rank (the `[dev]` number is the local CUDA device). The
 `... rank R nranks N ... - Init COMPLETE` line of the largest communicator a process joined gives its global
 rank, so every other NCCL line of that host:pid can be attributed. Tables: `nccl_comms` (host, pid, cuda_dev,
-rank, nranks, comm_id, bus_id, version) and `nccl_warnings` (host, pid, rank, where, message, file, line).
+rank, nranks, comm_id, bus_id, version) and `nccl_warnings` (host, pid, tid, rank, where = file:line, message,
+the return-code chain printed after the WARN on the same thread and the ncclResult_t it ends in, file, line).
 """
 
 from __future__ import annotations
@@ -44,19 +45,33 @@ def nccl_comms(events: pl.DataFrame) -> pl.DataFrame:
 def rank_map(comms: pl.DataFrame) -> pl.DataFrame:
     """(host, pid) → global rank, from each process's largest communicator (the world one)."""
     if comms.is_empty():
-        return pl.DataFrame(schema={"host": pl.String(), "pid": pl.Int64(), "nccl_rank": pl.Int32()})
+        return pl.DataFrame(schema={"host": pl.String(), "pid": pl.Int64(), "nccl_rank": pl.Int32(),
+                                    "nccl_nranks": pl.Int64()})
     world = comms.filter(pl.col("nranks") == pl.col("nranks").max())
-    return (world.group_by("host", "pid").agg(pl.col("rank").first().alias("nccl_rank"))
+    return (world.group_by("host", "pid").agg(pl.col("rank").first().alias("nccl_rank"),
+                                              pl.col("nranks").first().alias("nccl_nranks"))
             .filter(pl.col("host").is_not_null() & pl.col("pid").is_not_null()))
 
 
+def _prefer_init_rank(frame: pl.DataFrame, ranks: pl.DataFrame) -> bool:
+    """The Init COMPLETE rank beats the line's own rank (which for a NCCL line is only a guess: torchrun's LOCAL
+    rank prefix, a file name) when its communicator is the world one - at least as large as any rank seen."""
+    seen = frame["rank"].drop_nulls()
+    return seen.is_empty() or int(ranks["nccl_nranks"].max()) > int(seen.max())  # type: ignore[arg-type]
+
+
+def _merged(joined: pl.DataFrame, prefer: bool) -> pl.Expr:
+    order = ("nccl_rank", "rank") if prefer else ("rank", "nccl_rank")
+    return pl.coalesce(*order).cast(pl.Int32).alias("rank")
+
+
 def fill_ranks(frame: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
-    """Give NCCL lines without a rank the rank of their process."""
+    """Give NCCL lines the rank of their process (host:pid → Init COMPLETE rank)."""
     if ranks.is_empty() or frame.is_empty():
         return frame
     keyed = _process_key(frame)
     joined = keyed.join(ranks, left_on=["_host", "_pid"], right_on=["host", "pid"], how="left")
-    return joined.with_columns(pl.coalesce("rank", "nccl_rank").cast(pl.Int32).alias("rank")).select(frame.columns)
+    return joined.with_columns(_merged(joined, _prefer_init_rank(frame, ranks))).select(frame.columns)
 
 
 def fill_line_ranks(lines: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
@@ -64,11 +79,36 @@ def fill_line_ranks(lines: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
     if ranks.is_empty() or lines.is_empty():
         return lines
     joined = lines.join(ranks, on=["host", "pid"], how="left")
-    return joined.with_columns(pl.coalesce("rank", "nccl_rank").cast(pl.Int32).alias("rank")).select(lines.columns)
+    return joined.with_columns(_merged(joined, _prefer_init_rank(lines, ranks))).select(lines.columns)
+
+
+RESULTS = {1: "ncclUnhandledCudaError", 2: "ncclSystemError", 3: "ncclInternalError", 4: "ncclInvalidArgument",
+           5: "ncclInvalidUsage", 6: "ncclRemoteError", 7: "ncclInProgress"}
+WARNINGS_SCHEMA = pl.Schema({"host": pl.String(), "pid": pl.Int64(), "tid": pl.Int64(), "rank": pl.Int32(),
+                             "where": pl.String(), "message": pl.String(), "chain": pl.List(pl.String()),
+                             "result": pl.String(), "file": pl.String(), "line": pl.Int64()})
+_TID = r"[\w.-]+:\d+:(\d+) \[\d+\]"
 
 
 def nccl_warnings(events: pl.DataFrame) -> pl.DataFrame:
-    return events.filter(pl.col("kind") == "nccl_warn").select(
-        "host", "rank", pl.col("detail").alias("where"), pl.col("value").alias("message"),
+    """One row per NCCL WARN with the return-code chain NCCL printed after it on the same thread
+    (`proxy.cc:1390 -> 3`, ...) and the ncclResult_t it ends in (nccl.h codes)."""
+    rows = _process_key(events.filter(pl.col("kind").is_in(["nccl_warn", "nccl_retcode"])))
+    rows = rows.filter(pl.col("_host").is_not_null()).with_columns(
+        pl.col("text").str.extract(_TID, 1).cast(pl.Int64, strict=False).alias("_tid"))
+    if rows.is_empty():
+        return pl.DataFrame(schema=WARNINGS_SCHEMA)
+    thread = ["source", "_host", "_pid", "_tid"]
+    rows = rows.sort("source", "line").with_columns(
+        (pl.col("kind") == "nccl_warn").cast(pl.Int32).cum_sum().over(thread).alias("_n"))
+    chain = (rows.filter((pl.col("kind") == "nccl_retcode") & (pl.col("_n") > 0))
+             .group_by([*thread, "_n"]).agg(pl.format("{} -> {}", "detail", "exit_code").alias("chain"),
+                                            pl.col("exit_code").last().alias("_code")))
+    warns = rows.filter(pl.col("kind") == "nccl_warn").join(chain, on=[*thread, "_n"], how="left")
+    return warns.select(
+        pl.col("_host").alias("host"), pl.col("_pid").alias("pid"), pl.col("_tid").alias("tid"), "rank",
+        pl.col("detail").alias("where"), pl.col("value").alias("message"),
+        pl.col("chain").fill_null(pl.lit([], pl.List(pl.String))),
+        pl.col("_code").replace_strict(RESULTS, default=None, return_dtype=pl.String).alias("result"),
         pl.col("source").alias("file"), "line",
-    )
+    ).cast(WARNINGS_SCHEMA)  # type: ignore[arg-type]
