@@ -36,7 +36,7 @@ def _check_output(output: Path | None, force: bool) -> None:
     """Refuse before any work: never overwrite without --force, never create folders."""
     if output is None:
         return
-    if output.exists() and not force:
+    if (output.exists() or output.is_symlink()) and not force:  # a dangling symlink would be written through
         raise click.UsageError(f"{output} exists; use --force to overwrite it")
     if not output.parent.is_dir():
         raise click.UsageError(f"folder {output.parent} does not exist (ncclpm does not create folders)")
