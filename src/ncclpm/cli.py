@@ -123,6 +123,7 @@ def tables(paths: tuple[str, ...], name: str, fmt: str | None, output: Path | No
         suffix = output.suffix.lower() if output is not None else ""
         fmt = {".parquet": "parquet", ".pq": "parquet", ".ndjson": "ndjson", ".jsonl": "ndjson"}.get(suffix, "csv")
 
+    _check_output(output, force)
     stdin = _read_stdin() if "-" in paths else None
     t = build([p for p in paths if p != "-"], stdin_bytes=stdin)
     try:
