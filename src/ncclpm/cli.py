@@ -1,13 +1,17 @@
 """Command line: `ncclpm diagnose`, `triage`, `rules`, `explain`, `tables`, `catalog check`.
 
 Data goes to stdout (or `-o FILE`), diagnostics to stderr. Exit codes: 0 diagnosed, 1 a `--fail-on` threshold
-was met, 2 usage or input error (nothing readable, an output file that exists without `--force`).
+was met, 2 usage or input error (nothing readable, an output file that exists without `--force`), 3 internal
+error (a bug in ncclpm: one line on stderr, the traceback with NCCLPM_DEBUG=1) - never 1, which CI reads as
+"root cause found".
 """
 
 from __future__ import annotations
 
 import inspect
+import os
 import sys
+import traceback
 from pathlib import Path
 
 import click
@@ -16,7 +20,7 @@ from ncclpm import __version__
 from ncclpm.render import RENDERERS, render
 from ncclpm.rules.base import band
 
-EXIT_OK, EXIT_FAIL_ON, EXIT_INPUT = 0, 1, 2
+EXIT_OK, EXIT_FAIL_ON, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 BANDS = ("possible", "likely", "conclusive")
 
 
@@ -46,7 +50,27 @@ def _read_stdin() -> bytes:
     return sys.stdin.buffer.read()
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "NCCLPM"})
+class _Main(click.Group):
+    """Turns an unexpected exception into exit code 3 and one line naming it (Python's default would be 1)."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort, BrokenPipeError):
+            raise
+        except Exception as exc:
+            if os.environ.get("NCCLPM_DEBUG"):
+                raise
+            frames = traceback.extract_tb(exc.__traceback__)
+            where = next((f for f in reversed(frames) if f"{os.sep}ncclpm{os.sep}" in f.filename), frames[-1])
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            click.echo(f"ncclpm: internal error: {type(exc).__name__}: {first} (at {Path(where.filename).name}:"
+                       f"{where.lineno}) - a bug in ncclpm, please report it; NCCLPM_DEBUG=1 shows the traceback",
+                       err=True)
+            ctx.exit(EXIT_INTERNAL)
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "NCCLPM"})
 @click.version_option(__version__, prog_name="ncclpm")
 def main() -> None:
     """Find the rank and the reason behind a failed PyTorch distributed job."""
