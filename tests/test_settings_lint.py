@@ -26,12 +26,14 @@ def test_nccl_timeout_in_the_launch_script_is_read_by_nothing(case_settings) -> 
     assert (s["value"], s["severity"]) == ("1800", "error")
     assert s["file"] == "launch.sh" and s["line"] == 6
     assert "does nothing" in s["verdict"] and "init_process_group(timeout" in s["verdict"]
+    assert "Timeout(ms)=600000" in s["verdict"], "the job's own timeout lines show the setting changed nothing"
 
 
 def test_p2p_disable_masks_faults_at_a_cost(case_settings) -> None:
     s = case_settings["NCCL_P2P_DISABLE"]
     assert (s["value"], s["severity"]) == ("1", "warn")
     assert "masks faults" in s["verdict"]
+    assert (s["file"], s["line"]) == ("launch.sh", 7), "where it is set, not NCCL's echo of it in train.log"
 
 
 def test_misspelt_flight_recorder_size_is_flagged_with_the_real_name(case_settings) -> None:
@@ -45,7 +47,7 @@ def test_deprecated_alias_names_its_replacement(case_settings) -> None:
 
 
 def test_a_disable_switch_set_to_0_is_not_called_a_mask(case_settings) -> None:
-    s = case_settings["NCCL_IB_DISABLE"]  # from NCCL's echo `NCCL_IB_DISABLE set by environment to 0.`
+    s = case_settings["NCCL_IB_DISABLE"]  # `NCCL_IB_DISABLE=0 torchrun ...`, echoed by NCCL as `... to 0.`
     assert s["value"] == "0" and s["severity"] == "info" and "masks" not in s["verdict"]
 
 

@@ -63,14 +63,32 @@ def verdict(var: str, value: str) -> tuple[str, str]:
     return "", "info"
 
 
+TIMEOUT_VARS = ("NCCL_TIMEOUT", "TORCH_NCCL_TIMEOUT", "NCCL_TIMEOUT_MS")
+
+
+def _observed_timeout(events: pl.DataFrame) -> str:
+    """`; this job's collectives still timed out after 10 min (Timeout(ms)=600000)` when the logs show it."""
+    ms = events.filter(pl.col("kind") == "collective_timeout")["timeout_ms"].drop_nulls()
+    if ms.is_empty():
+        return ""
+    value = int(ms.max())  # type: ignore[arg-type]
+    return f"; this job's collectives still timed out after {value / 60000:g} min (Timeout(ms)={value})"
+
+
 def settings_table(events: pl.DataFrame) -> pl.DataFrame:
+    """One row per variable. Where it is set (script, env dump, `os.environ`) wins over NCCL's echo of it (which only
+    proves the setting reached NCCL), then the last occurrence."""
     rows = events.filter((pl.col("kind") == "setting") & pl.col("var").is_not_null())
     if rows.is_empty():
         return pl.DataFrame(schema=SETTINGS_SCHEMA)
-    last = rows.sort("source", "line").group_by("var", maintain_order=True).last()
+    rows = rows.with_columns((pl.col("event") != "nccl.env_echo").alias("_set_here"))
+    last = rows.sort("_set_here", "source", "line").group_by("var", maintain_order=True).last()
+    seen = _observed_timeout(events)
     out = []
     for r in last.iter_rows(named=True):
         text, severity = verdict(r["var"], r["value"] or "")
+        if r["var"] in TIMEOUT_VARS and severity == "error":
+            text += seen
         out.append({"var": r["var"], "value": r["value"], "file": r["source"], "line": r["line"],
                     "verdict": text, "severity": severity})
     table = pl.DataFrame(out, schema=SETTINGS_SCHEMA)
