@@ -98,6 +98,7 @@ def test_an_unrelated_variable_gets_no_verdict() -> None:
     ("export NCCL_SOCKET_IFNAME='ib0'\n", "NCCL_SOCKET_IFNAME", "ib0"),
     ("NCCL_P2P_DISABLE=1 torchrun --nproc_per_node=8 train.py\n", "NCCL_P2P_DISABLE", "1"),
     ("NCCL_BLOCKING_WAIT=1\n", "NCCL_BLOCKING_WAIT", "1"),
+    ("docker run --gpus all \\\n  -e NCCL_IB_DISABLE=1 \\\n  img torchrun train.py\n", "NCCL_IB_DISABLE", "1"),
     ("gpu01:20311:20311 [0] NCCL INFO NCCL_IB_DISABLE set by environment to 1.\n", "NCCL_IB_DISABLE", "1"),
     ('os.environ["TORCH_NCCL_BLOCKING_WAIT"] = "1"\n', "TORCH_NCCL_BLOCKING_WAIT", "1"),
 ])
