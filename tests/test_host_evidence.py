@@ -151,3 +151,11 @@ def test_srun_names_the_node_that_failed() -> None:
 def test_srun_task_failures(line: str, tasks: str, how: str) -> None:
     row = _one(line, "scheduler_task_exit")
     assert (row["detail"], row["error_type"]) == (tasks, how)
+
+
+# ---- container limits ------------------------------------------------------------------------------------------
+
+def test_df_of_dev_shm_gives_its_size_and_use() -> None:
+    row = _one("shm              64M   64M     0 100% /dev/shm", "shm_size")
+    assert (row["detail"], row["value"]) == ("64M", "100%")
+    assert _events("shm              64M   64M     0 100% /dev/shm").filter(pl.col("kind") == "shm_error").is_empty()
