@@ -199,8 +199,19 @@ class _Interner:
         return list(map(index.__getitem__, keys))
 
     def series(self, name: str, idx: list[int]) -> pl.Series:
-        base = pl.Series(name, self.uniq or [None], dtype=self.dtype, strict=True)
+        try:
+            base = pl.Series(name, self.uniq or [None], dtype=self.dtype, strict=True)
+        except Exception:  # a malformed value (corrupt or hostile dump): that value becomes null, not the chunk
+            base = pl.Series(name, [v if _converts(v, self.dtype) else None for v in self.uniq], dtype=self.dtype)
         return base.gather(idx) if idx else pl.Series(name, [], dtype=self.dtype)
+
+
+def _converts(value: object, dtype: pl.DataType) -> bool:
+    try:
+        pl.Series([value], dtype=dtype, strict=True)
+        return True
+    except Exception:
+        return False
 
 
 @dataclass
