@@ -43,7 +43,7 @@ def _keep(lf: pl.LazyFrame, name: str, anchors: list[str]) -> pl.LazyFrame:
         .select(
             pl.lit(name).alias("source"),
             pl.col("line").cast(pl.Int64),
-            pl.col("raw").str.slice(0, MAX_LINE_CHARS).str.strip_chars_start("\ufeff").str.strip_chars_end(),
+            pl.col("raw").str.slice(0, MAX_LINE_CHARS).str.strip_chars_start("\ufeff\x00").str.strip_chars_end(),
             (pl.col("raw").str.len_chars() > MAX_LINE_CHARS).alias("cut"),
         )
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import os
+import re
 import stat
 import zlib
 from collections.abc import Iterable, Iterator
@@ -52,15 +53,25 @@ class Job:
         return [s for s in self.sources if s.kind == kind]
 
 
+def _mostly_control(sample: bytes) -> bool:
+    control = sum(1 for b in sample if b < 9 or 13 < b < 32)
+    return control > max(8, len(sample) // 10)
+
+
 def looks_binary(head: bytes) -> bool:
-    """True for content that is not text: many NULs/control bytes (a stray NUL in a log is fine)."""
+    """True for content that is not text: many NULs/control bytes (a stray NUL in a log is fine).
+
+    Runs of NULs are padding, not content: a node that crashed leaves its logs with a zero-filled tail or hole
+    (delayed allocation), and such a log is still text."""
     if not head:
         return False
     if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
         return False  # UTF-16 text with a BOM
     sample = head[:8192]
-    control = sum(1 for b in sample if b < 9 or 13 < b < 32)
-    return control > max(8, len(sample) // 10)
+    if not _mostly_control(sample):
+        return False
+    text = re.sub(rb"\0{16,}", b"", sample)
+    return not text.strip() or _mostly_control(text)
 
 
 def _looks_like_error_file(name: str, head: bytes) -> bool:
