@@ -5,7 +5,8 @@ from __future__ import annotations
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
-from ncclpm.rules._hosts import address_book, host_ranks, peer_host, ranks_on, where
+from ncclpm.rules._hosts import ranks_on, where
+from ncclpm.rules._links import failing_pairs, implicated_hosts, link_ends
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
 from ncclpm.rules.rank_crash import RankDiedFirst
 from ncclpm.schema import Category
@@ -87,34 +88,6 @@ class NcclTransportError(Rule):
                 .filter(pl.col("cls").is_not_null())
                 .sort(["strength", "ts", "source", "line"], descending=[True, False, False, False], nulls_last=True))
 
-    def _pairs(self, t: Tables, ev: pl.DataFrame) -> tuple[list[str], list[frozenset[str]]]:
-        """Hosts that printed the errors, and the distinct failing host pairs (reporter, peer named)."""
-        book = address_book(t)
-        hosts = set(host_ranks(t)["host"].to_list()) | set(ev["host"].drop_nulls().to_list())
-        reporters: list[str] = []
-        pairs: list[frozenset[str]] = []
-        for host, peer in ev.select("host", "peer").unique(maintain_order=True).iter_rows():
-            other = peer_host(peer, book, hosts) or (peer.split("<")[0] if peer else None)
-            if host and host not in reporters:
-                reporters.append(host)
-            pair = frozenset(h for h in (host, other) if h)
-            if len(pair) == 2 and pair not in pairs:
-                pairs.append(pair)
-        return reporters, pairs
-
-    @staticmethod
-    def _culprit_hosts(ev: pl.DataFrame, reporters: list[str], pairs: list[frozenset[str]]) -> list[str]:
-        """The host in the most failing pairs (a bad port fails every connection through it); both ends when
-        there is one pair; the reporters for interface errors (the host that has no usable interface)."""
-        if set(ev["cls"].to_list()) <= {"interface"}:
-            return reporters
-        count: dict[str, int] = {}
-        for pair in pairs:
-            for h in pair:
-                count[h] = count.get(h, 0) + 1
-        top = max(count.values(), default=0)
-        return sorted(h for h, n in count.items() if n == top)
-
     def _summary(self, t: Tables, ev: pl.DataFrame, culprit_hosts: list[str], reporters: list[str],
                  pairs: list) -> str:
         detail = self._detail(ev.row(0, named=True))
@@ -127,25 +100,18 @@ class NcclTransportError(Rule):
             return (f"Every failing NCCL connection goes through {where(t, culprit_hosts)} ({len(pairs)} host pairs, "
                     f"reported by {', '.join(reporters)}): {detail}")
         if len(culprit_hosts) == 2:
-            ends = []
-            for h in culprit_hosts:
-                mine = sorted(set(ev.filter(pl.col("host") == h)["rank"].drop_nulls().to_list()))
-                ends.append(f"{ranks_text(mine)} on {h}" if mine else where(t, [h]))
+            ends = [f"{ranks_text(r)} on {h}" for h, r in link_ends(t, ev, culprit_hosts).items()]
             hca = ev["text"].str.extract(r" hca (\w+)", 1).drop_nulls().unique().to_list()
             via = f" (HCA {', '.join(hca)})" if hca else ""
             return f"NCCL's connection between {' and '.join(ends)} failed{via}: {detail}"
         return f"NCCL's network transport failed on {where(t, culprit_hosts or reporters)}: {detail}"
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
-        reporters, pairs = self._pairs(t, ev)
-        culprit_hosts = self._culprit_hosts(ev, reporters, pairs)
+        reporters, pairs = failing_pairs(t, ev)
+        culprit_hosts = implicated_hosts(set(ev["cls"].to_list()) <= {"interface"}, reporters, pairs)
         culprits = tuple(ranks_on(t, culprit_hosts))
         if len(culprit_hosts) == 2 and len(pairs) == 1:  # one link: the processes at its ends, where known
-            ends: set[int] = set()
-            for h in culprit_hosts:
-                mine = set(ev.filter(pl.col("host") == h)["rank"].drop_nulls().to_list())
-                ends |= mine or set(ranks_on(t, [h]))
-            culprits = tuple(sorted(ends))
+            culprits = tuple(sorted({r for ranks in link_ends(t, ev, culprit_hosts).values() for r in ranks}))
         strongest = float(ev["strength"].max())  # type: ignore[arg-type]
         crashed = self._crashed_first(t, ev, culprit_hosts)
         symptom = bool(crashed)
