@@ -238,9 +238,6 @@ print(json.dumps({"warnings": list(fr.warnings), "ranks": sorted(set(fr.entries[
 """
 
 
-@pytest.mark.xfail(strict=True, reason="BUG in ingest/flight_recorder.py + fr_decode.py (not ours to edit): a 400 kB "
-                   "pickle whose memo repeats one list 10^5 times expands to 10^10 sizes in polars; the process "
-                   "aborts (Rust 'memory allocation failed') instead of refusing the dump with a warning")
 def test_a_pickle_reference_bomb_is_refused_not_fatal(tmp_path: Path) -> None:
     """Pickle's memo lets N bytes name N/2 references to one object: {"input_sizes": [inner] * 10**6}, inner holding
     10**5 ints, is 400 kB on disk and 80 GB in polars. It runs in a child whose address space is capped 768 MiB above

@@ -194,6 +194,9 @@ class _Interner:
         index, uniq = self.index, self.uniq
         for k, v in local.items():
             if k not in index:
+                if _too_big(v):
+                    raise ValueError(f"implausibly large nested value (> {MAX_NESTED} elements): a pickle "
+                                     "reference bomb?")
                 index[k] = len(uniq)
                 uniq.append(v)
         return list(map(index.__getitem__, keys))
@@ -204,6 +207,24 @@ class _Interner:
         except Exception:  # a malformed value (corrupt or hostile dump): that value becomes null, not the chunk
             base = pl.Series(name, [v if _converts(v, self.dtype) else None for v in self.uniq], dtype=self.dtype)
         return base.gather(idx) if idx else pl.Series(name, [], dtype=self.dtype)
+
+
+MAX_NESTED = 65_536  # real sizes/dtypes/stacks hold a few to a few hundred elements
+
+
+def _too_big(value: object) -> bool:
+    """Pickle's memo lets a few bytes name one big list many times; polars would expand every copy."""
+    if not isinstance(value, list | tuple):
+        return False
+    if len(value) > MAX_NESTED:
+        return True
+    total = 0
+    for item in value:
+        if isinstance(item, list | tuple | dict | str):
+            total += len(item)
+            if total > MAX_NESTED:
+                return True
+    return False
 
 
 def _converts(value: object, dtype: pl.DataType) -> bool:
