@@ -65,8 +65,8 @@ def versions(t: Tables) -> dict[str, str]:
     ver = t.events.filter(pl.col("version").is_not_null()).sort("source", "line")
     for kind, key in (("torch_version", "torch"), ("nccl_error", "nccl"), ("nccl_version", "nccl")):
         hit = ver.filter(pl.col("kind") == kind)["version"]
-        if hit.len():
-            out[key] = str(hit.mode().sort()[0])
+        if hit.len() and key not in out:
+            out[key] = ", ".join(sorted(hit.unique().to_list()))  # several: the hosts disagree (see CV01)
     if "nccl" not in out and t.fr is not None and not t.fr.dumps.is_empty():
         libs = t.fr.dumps.filter(pl.col("comm_lib_version").fill_null("") != "")["comm_lib_version"]
         if libs.len():

@@ -42,7 +42,9 @@ class VersionsDifferAcrossRanks(Rule):
         who = pl.coalesce(pl.col("host"), pl.col("rank").cast(pl.String), pl.col("source"))
         banners = banners.with_columns(who.alias("_who"))
         differ = banners.filter(pl.col("version").n_unique().over("kind") > 1)
-        return pl.concat([explicit, differ.drop("_who")]).sort("kind", "version", "source", "line")
+        # NCCL's own "version mismatch with remote peer" lines first: they are the decisive quotes
+        explicit, differ = explicit.sort("source", "line"), differ.drop("_who").sort("kind", "version", "source", "line")
+        return pl.concat([explicit, differ])
 
     @staticmethod
     def _ranks_per_version(t: Tables, banners: pl.DataFrame) -> pl.DataFrame:
