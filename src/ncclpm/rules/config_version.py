@@ -43,8 +43,8 @@ class VersionsDifferAcrossRanks(Rule):
         banners = banners.with_columns(who.alias("_who"))
         differ = banners.filter(pl.col("version").n_unique().over("kind") > 1)
         # NCCL's own "version mismatch with remote peer" lines first: they are the decisive quotes
-        explicit, differ = explicit.sort("source", "line"), differ.drop("_who").sort("kind", "version", "source", "line")
-        return pl.concat([explicit, differ])
+        differ = differ.drop("_who").sort("kind", "version", "source", "line")
+        return pl.concat([explicit.sort("source", "line"), differ])
 
     @staticmethod
     def _ranks_per_version(t: Tables, banners: pl.DataFrame) -> pl.DataFrame:
