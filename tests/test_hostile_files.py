@@ -521,17 +521,11 @@ def test_a_dump_with_malformed_frames_does_not_take_the_job_down(tmp_path: Path,
     assert (str(d.category), list(d.culprit_ranks)) == (clean.category, clean.culprits)
 
 
-@pytest.mark.xfail(strict=True, reason="GAP in ingest/fr_decode.py (not ours to edit): since 3ff4211 a malformed "
-                   "nested value (here 'frames' is a string) silently becomes null - the report does not say that "
-                   "fr/raw/fr_trace_rank_4 was damaged, so the reader cannot tell a dump without stacks from a broken one")
 def test_a_dump_with_malformed_frames_is_named_in_a_warning(tmp_path: Path) -> None:
     d = diagnose([_job_with_malformed_frames(tmp_path)])
     assert any(w.startswith("fr/raw/fr_trace_rank_4: ") for w in d.warnings), d.warnings
 
 
-@pytest.mark.xfail(strict=True, reason="BUG in ingest/flight_recorder.py (not ours to edit): a dump file name whose "
-                   "last number does not fit Int32 (fr_trace_rank_99999999999) crashes _dumps_table with a polars "
-                   "TypeError instead of skipping that dump with a warning")
 def test_a_dump_whose_rank_does_not_fit_int32_is_skipped_not_fatal(tmp_path: Path, clean) -> None:
     job = tmp_path / "job"
     shutil.copytree(CASE, job)

@@ -64,18 +64,31 @@ def _why_not(rival: Finding, primary: Finding) -> str:
     return f"same band, but {primary.rule} is more specific about the cause"
 
 
+def _run_fallback(fallback: type[Rule], t: Tables, warnings: list[str]) -> Finding:
+    """The fallback rule is isolated like every other: if it fails, say so and still return a verdict."""
+    try:
+        found = fallback().run(t)
+        if found is not None:
+            return found
+    except Exception as exc:  # a broken rule must not take the diagnosis down with it
+        warnings.append(f"rule {fallback.id} ({fallback.name}) failed: {type(exc).__name__}: {exc}")
+    return Finding(rule=fallback.id, name=fallback.name, category=Category.UNKNOWN, confidence=0.0,
+                   culprit_ranks=(), summary="Nothing conclusive.", explanation="No rule found a cause.", evidence=())
+
+
 def choose(
-    findings: list[Finding], rules: list[type[Rule]], t: Tables
+    findings: list[Finding], rules: list[type[Rule]], t: Tables, warnings: list[str] | None = None
 ) -> tuple[Finding, list[Rival], list[Finding], list[Finding]]:
     """Primary root cause; rivals (with why they lose); symptoms it explains; findings that support it."""
     priority = {r.id: r.priority for r in rules}
     roots = sorted((f for f in findings if f.category != Category.SYMPTOM),
                    key=lambda f: _rank_key(f, priority), reverse=True)
     fallback = next((r for r in rules if r.fallback), None)
+    warnings = warnings if warnings is not None else []
     if roots:
         primary = roots[0]
     elif fallback is not None:
-        primary = fallback().run(t)  # type: ignore[assignment]
+        primary = _run_fallback(fallback, t, warnings)
     else:
         raise ValueError("no rule found anything and the fallback rule was not selected")
     victims = set(primary.facts.get("victim_ranks", []))
@@ -96,7 +109,7 @@ def choose(
 def diagnose_tables(t: Tables, select: Iterable[str] = (), ignore: Iterable[str] = ()) -> Diagnosis:
     rules = select_rules(select, ignore)
     findings, warnings, skipped = evaluate(t, rules)
-    primary, rivals, symptoms, supporting = choose(findings, rules, t)
+    primary, rivals, symptoms, supporting = choose(findings, rules, t, warnings)
     victims_first = [e for s in symptoms for e in s.evidence[:1]]
     support_first = [e for s in supporting for e in s.evidence[:1]]
     decisive = list(dict.fromkeys([*primary.evidence[:4], *support_first[:2], *victims_first[:2]]))

@@ -112,7 +112,8 @@ def _rank_from_name(name: str) -> int | None:
     base = re.split(r"[\\/]", name)[-1]
     base = re.sub(r"\.(json|pkl|pickle)$", "", base, flags=re.I)
     nums = re.findall(r"\d+", base)
-    return int(nums[-1]) if nums else None
+    rank = int(nums[-1]) if nums else None
+    return rank if rank is not None and rank < 2**31 else None  # a rank past Int32 is no rank
 
 
 def _ranks(cfg: object) -> list[int]:
@@ -186,6 +187,7 @@ class _Interner:
 
     def __init__(self, dtype: pl.DataType) -> None:
         self.dtype, self.index, self.uniq = dtype, {}, []
+        self.bad: set[int] = set()  # indices of values polars could not hold (set by `series`)
         self.keys = _str_list_keys if dtype == pl.List(pl.String) else _marshal_keys
 
     def add(self, values: list) -> list[int]:
@@ -205,7 +207,10 @@ class _Interner:
         try:
             base = pl.Series(name, self.uniq or [None], dtype=self.dtype, strict=True)
         except Exception:  # a malformed value (corrupt or hostile dump): that value becomes null, not the chunk
-            base = pl.Series(name, [v if _converts(v, self.dtype) else None for v in self.uniq], dtype=self.dtype)
+            ok = [_converts(v, self.dtype) for v in self.uniq]
+            self.bad = {i for i, good in enumerate(ok) if not good}
+            base = pl.Series(name, [v if good else None for v, good in zip(self.uniq, ok, strict=True)],
+                             dtype=self.dtype)
         return base.gather(idx) if idx else pl.Series(name, [], dtype=self.dtype)
 
 
@@ -335,9 +340,17 @@ class _Chunks:
         except Exception:  # find the dumps with unexpected types, skip them, build again
             good = [d for d in good if self._check(d, warnings)]
             self.frames.append(self._build(good))
+        self._report_nulled(good, warnings)
         for d in self.pending:
             d.cols = None
         self.pending, self.rows, self.interners = [], 0, _new_interners()
+
+    def _report_nulled(self, dumps: list[_Dump], warnings: list[str]) -> None:
+        """Name the dumps whose malformed values were replaced by nulls (damaged, not just without stacks)."""
+        for d in dumps:
+            hit = [k for k, it in self.interners.items() if it.bad and it.bad & set(d.cols.nested[k])]
+            if hit:
+                warnings.append(f"{d.source}: malformed {', '.join(hit)} in some entries; shown as missing")
 
     def _build(self, dumps: list[_Dump]) -> pl.DataFrame:
         return _build([d.cols for d in dumps], [d.rank for d in dumps], [d.source for d in dumps],

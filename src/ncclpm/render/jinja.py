@@ -25,9 +25,15 @@ def _ts(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+def _md_text(value: Any) -> str:
+    """Log-derived text outside code: `<`, `>` and `&` as entities, so no renderer sees raw HTML in it."""
+    text = "" if value is None else str(value)
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _md_cell(value: Any, width: int = 160) -> str:
     text = "" if value is None else str(value)
-    return text.replace("|", "\\|").replace("\n", " ")[:width]
+    return _md_text(text.replace("|", "\\|").replace("\n", " ")[:width])
 
 
 @lru_cache(maxsize=1)
@@ -37,7 +43,7 @@ def environment() -> Environment:
         undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
         autoescape=select_autoescape(enabled_extensions=("html", "html.j2"), default_for_string=False),
     )
-    env.filters.update(duration_ms=_duration_ms, ts=_ts, md_cell=_md_cell)
+    env.filters.update(duration_ms=_duration_ms, ts=_ts, md_cell=_md_cell, md_text=_md_text)
     return env
 
 
