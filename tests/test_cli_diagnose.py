@@ -66,3 +66,13 @@ def test_nothing_readable_is_an_input_error(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["diagnose", str(tmp_path)])
     assert res.exit_code == 2
     assert "binary content" in res.stderr and "Traceback" not in res.output
+
+
+def test_an_archive_piped_on_stdin_is_read_as_an_archive() -> None:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        tar.add(SAMPLE, arcname="job")
+    res = CliRunner().invoke(main, ["diagnose", "-", "-f", "json"], input=buf.getvalue())
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)
+    assert d["category"] == "slow_rank_work" and d["culprit_ranks"] == [0]

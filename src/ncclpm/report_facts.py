@@ -11,6 +11,18 @@ from ncclpm.rules.base import Finding, ranks_text
 FR_RANK_COLUMNS = ["fr_last_op", "fr_last_seq", "fr_last_state", "fr_dump"]
 
 
+def _fr_op(t: Tables, group: str, seq: int) -> str | None:
+    """The op most ranks recorded at (group, seq); ties name all of them."""
+    if t.fr is None:
+        return None
+    ops = (t.fr.entries.filter((pl.col("group_key") == group) & (pl.col("collective_seq_id") == seq))
+           .group_by("op").len().sort("len", "op", descending=[True, False]))
+    if ops.is_empty():
+        return None
+    top = ops.filter(pl.col("len") == ops["len"][0])["op"].to_list()
+    return " / ".join(o for o in top if o)
+
+
 def fr_stall(t: Tables) -> dict | None:
     """The collective the flight recorder says the job stopped in (when the logs name none)."""
     fa = t.fr_analysis
@@ -19,7 +31,7 @@ def fr_stall(t: Tables) -> dict | None:
     for frame in (fa.mismatches, fa.missing.filter(pl.col("group_key") == (fa.root_group or "")), fa.missing):
         if not frame.is_empty():
             r = frame.sort("collective_seq_id").row(0, named=True)
-            op = r.get("op") or (str(r.get("majority_value")) if r.get("kind") == "op" else None)
+            op = r.get("op") or _fr_op(t, r["group_key"], r["collective_seq_id"])
             return {"op": op, "seq": r["collective_seq_id"], "numel_in": None, "numel_out": None,
                     "timeout_ms": None, "pg": r["group_key"], "pg_desc": r.get("pg_desc"), "source": "flight recorder"}
     return None

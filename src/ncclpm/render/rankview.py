@@ -41,10 +41,11 @@ def rank_groups(d: Diagnosis) -> list[RankGroup]:
     rows = list(d.ranks)
     if len(rows) <= MAX_SINGLE_ROWS:
         return [RankGroup(str(r["rank"]), (r["rank"],), r) for r in rows]
-    singles = [r for r in rows if r["role"] == "culprit"]
+    culprits = [r for r in rows if r["role"] == "culprit"]
+    singles = culprits if len(culprits) <= MAX_SINGLE_ROWS else []  # thousands of culprits fold like the rest
     rest: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
-        if r["role"] != "culprit":
+        if not (r["role"] == "culprit" and singles):
             rest.setdefault(_signature(r), []).append(r)
     groups = [RankGroup(str(r["rank"]), (r["rank"],), r) for r in singles]
     for members in rest.values():

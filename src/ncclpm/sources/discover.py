@@ -216,7 +216,10 @@ def collect(paths: Iterable[str | Path], stdin_bytes: bytes | None = None, name:
     paths = list(paths)
     job = Job(name or _job_name(paths))
     if stdin_bytes is not None:
-        _add_classified("<stdin>", stdin_bytes[:HEAD_BYTES], job, data=stdin_bytes)
+        if archives.archive_kind("<stdin>", stdin_bytes[:512]) not in (None, "gz"):
+            _add_archive(stdin_bytes, "<stdin>", job)  # `cat job.tar.gz | ncclpm diagnose -`
+        else:
+            _add_classified("<stdin>", stdin_bytes[:HEAD_BYTES], job, data=stdin_bytes)
     for p in paths:
         path = Path(p)
         if path.is_dir():
