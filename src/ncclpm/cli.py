@@ -114,7 +114,7 @@ def list_rules() -> None:
     from ncclpm.rules import ALL_RULES
 
     for r in ALL_RULES:
-        title = r.doc().splitlines()[0] if r.doc() else ""
+        title = " ".join(r.doc().split("\n\n")[0].split())
         click.echo(f"{r.id}  {r.name:<34} {r.category!s:<22} {title}")
 
 
