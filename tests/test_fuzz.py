@@ -22,7 +22,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ncclpm.api import catalog
@@ -276,6 +276,7 @@ class Target:
     run: Callable[[object], str]
     ci_examples: int  # per CI run (derandomized)
     long_examples: int  # per scripts/fuzz_long.py run
+    known: tuple = ()  # inputs that once broke ncclpm: always tried first
 
 
 def _json_safe(doc: object) -> bool:
@@ -309,10 +310,14 @@ TARGETS: dict[str, Target] = {
                   st.binary(max_size=300).map(lambda b: b"\x80\x02}(X\x07\x00\x00\x00versionX" + b)),
         run_dump_bytes, 60, 20_000),
     "dump_byte_mutations": Target(st.tuples(st.integers(0, 10**6), byte_edits), run_dump_byte_edits, 60, 20_000),
-    "dump_structured_type_confusion": Target(st.tuples(st.integers(0, 10**6), dump_edits, st.integers(0, 4)),
-                                             run_dump_structured, 40, 20_000),
-    "errorfile_type_confusion": Target(st.tuples(errorfile_doc.filter(_json_safe), st.integers(0, 100)),
-                                       run_errorfile, 60, 20_000),
+    "dump_structured_type_confusion": Target(
+        st.tuples(st.integers(0, 10**6), dump_edits, st.integers(0, 4)), run_dump_structured, 40, 20_000,
+        known=((0, [("entry", 0, "frames", "not a list of frames")], 2),  # crashed the whole load before 3ff4211
+               (1, [("entry", 0, "input_sizes", [[1, "two"], None])], 4))),
+    "errorfile_type_confusion": Target(
+        st.tuples(errorfile_doc.filter(_json_safe), st.integers(0, 100)), run_errorfile, 60, 20_000,
+        known=(({"message": {"message": "RuntimeError: x", "extraInfo": ["x"]}}, 0),  # crashed before 0e856d7
+               ({"message": "RuntimeError: x"}, 2))),
 }
 
 CI = settings(deadline=None, derandomize=True, database=None, print_blob=True,
@@ -334,6 +339,8 @@ def test_fuzz(name: str) -> None:
     def check(value: object) -> None:
         deterministic(target, value)
 
+    for known in target.known:
+        check = example(known)(check)
     check()
 
 
@@ -342,9 +349,6 @@ def test_the_seeds_are_real() -> None:
     assert random.Random(0).random() == random.Random(0).random()  # (the strategies use hypothesis' own PRNG)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG in ingest/flight_recorder.py (not ours to edit), found by this fuzzing: "
-                   "_groups_table builds its rows from entries.group_by('group_key') without maintain_order, so the "
-                   "fr_groups table (and `ncclpm tables -t fr_groups`) comes out in a different order on every load")
 def test_fr_groups_row_order_is_stable() -> None:
     entries = [{"record_id": i, "pg_id": i, "process_group": (f"pg{i}", f"desc{i}"), "collective_seq_id": 1,
                 "profiling_name": "nccl:all_reduce", "state": "completed"} for i in range(40)]
