@@ -151,7 +151,7 @@ def _groups_table(used: list[_Dump], entries: pl.DataFrame) -> pl.DataFrame:
         rows["ranks"].append(ranks)
         rows["size"].append(len(ranks))
         rows["membership_source"].append(src)
-    return pl.DataFrame(rows, schema=FR_GROUPS_SCHEMA)
+    return pl.DataFrame(rows, schema=FR_GROUPS_SCHEMA).sort("group_key")  # deterministic order
 
 
 def _as_int(v: object) -> int | None:
