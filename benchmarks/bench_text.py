@@ -57,7 +57,7 @@ def main() -> None:
     t_fix, _ = timed(["grep", "-r", "-c", "-F", "-f", str(args.dir.parent / "anchors.fixed"), str(args.dir)], args.runs)
     rss = peak_rss_mb(nc)
     verdict = re.search(r'"category": "(\w+)"', out)
-    print(f"| input | ncclpm | grep -E | grep -F | ncclpm / grep -E | ncclpm / grep -F | ncclpm peak RSS | verdict |")
+    print("| input | ncclpm | grep -E | grep -F | ncclpm / grep -E | ncclpm / grep -F | ncclpm peak RSS | verdict |")
     print("|---|---|---|---|---|---|---|---|")
     print(f"| {args.ranks} ranks, {size_mb:.0f} MB | {t_nc:.2f} s ({size_mb / t_nc:.0f} MB/s) | {t_ere:.2f} s "
           f"({size_mb / t_ere:.0f} MB/s) | {t_fix:.2f} s ({size_mb / t_fix:.0f} MB/s) | {t_ere / t_nc:.2f} | "

@@ -15,7 +15,8 @@ NOISE = [
     "{host}:{pid}:{tid} [{dev}] NCCL INFO Channel {c:02d}/0 : {r}[{dev}] -> {n}[{ndev}] [send] via NET/IB/0/GDRDMA",
     "{host}:{pid}:{tid} [{dev}] NCCL INFO Connected all rings, use ring PXN 0 GDR 1",
     "{host}:{pid}:{tid} [{dev}] NCCL INFO threadThresholds 8/8/64 | 4096/8/64 | 512 | 512",
-    "{host}:{pid}:{tid} [{dev}] NCCL INFO 24 coll channels, 24 collnet channels, 16 nvls channels, 32 p2p channels, 32 p2p channels per peer",
+    "{host}:{pid}:{tid} [{dev}] NCCL INFO 24 coll channels, 24 collnet channels, 16 nvls channels, 32 p2p channels, "
+    "32 p2p channels per peer",
     "{host}:{pid}:{tid} [{dev}] NCCL INFO Trees [0] {n}/-1/-1->{r}->{p} [1] {n}/-1/-1->{r}->{p}",
     "{host}:{pid}:{tid} [{dev}] NCCL INFO Ring {c:02d} : {p} -> {r} -> {n}",
     "{host}:{pid}:{tid} [{dev}] NCCL INFO P2P Chunksize set to 524288",
