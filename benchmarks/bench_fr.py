@@ -66,8 +66,9 @@ def _timed(fn, runs: int) -> tuple[float, object]:
 
 def _torch_python(explicit: str | None) -> str | None:
     for py in ([explicit] if explicit else []) + [sys.executable]:
-        ok = subprocess.run([py, "-c", "import torch.distributed.flight_recorder.fr_trace"],
-                            capture_output=True, check=False)
+        ok = subprocess.run(
+            [py, "-c", "import torch.distributed.flight_recorder.fr_trace"], capture_output=True, check=False
+        )
         if ok.returncode == 0:
             return py
     return None
@@ -75,8 +76,13 @@ def _torch_python(explicit: str | None) -> str | None:
 
 def _fr_trace(py: str, folder: Path) -> tuple[float, str]:
     t = time.perf_counter()
-    res = subprocess.run([py, "-m", "torch.distributed.flight_recorder.fr_trace", str(folder)],
-                         capture_output=True, text=True, check=False, timeout=3600)
+    res = subprocess.run(
+        [py, "-m", "torch.distributed.flight_recorder.fr_trace", str(folder)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=3600,
+    )
     dt = time.perf_counter() - t
     text = res.stdout + res.stderr
     found = re.search(r"missing ranks: \{([\d, ]+)\}", text) or re.search(r"Culprit rank (\d+)", text)
@@ -97,9 +103,19 @@ def bench(n_ranks: int, n_entries: int, fault: str, runs: int, torch_py: str | N
         load1_s, _ = _timed(lambda: _load_one_process(items), runs)
         load_s, load = _timed(lambda: load_fr_dumps(items), runs)
         ana_s, ana = _timed(lambda: analyze_fr(load), runs)
-        row = {"ranks": n_ranks, "entries": n_entries * n_ranks, "MB": mb, "decode": decode, "load1": load1_s,
-               "load": load_s, "analyze": ana_s, "culprits": ",".join(map(str, ana.culprit_ranks)),
-               "expected": culprit_rank(n_ranks, fault), "fr_trace": None, "fr_culprits": "-"}
+        row = {
+            "ranks": n_ranks,
+            "entries": n_entries * n_ranks,
+            "MB": mb,
+            "decode": decode,
+            "load1": load1_s,
+            "load": load_s,
+            "analyze": ana_s,
+            "culprits": ",".join(map(str, ana.culprit_ranks)),
+            "expected": culprit_rank(n_ranks, fault),
+            "fr_trace": None,
+            "fr_culprits": "-",
+        }
         if torch_py:
             row["fr_trace"], row["fr_culprits"] = _fr_trace(torch_py, folder)
         return row
@@ -116,16 +132,21 @@ def main() -> None:
     a = ap.parse_args()
     torch_py = None if a.no_fr_trace else _torch_python(a.torch_python)
     print(f"fault={a.fault}; fr_trace: {torch_py or 'torch not available, skipped'}\n")
-    print("| ranks | entries | MB | decode floor s | load 1 process s | load s | analyze s | load+analyze s "
-          "| culprits (expected) | fr_trace s | fr_trace culprits |")
+    print(
+        "| ranks | entries | MB | decode floor s | load 1 process s | load s | analyze s | load+analyze s "
+        "| culprits (expected) | fr_trace s | fr_trace culprits |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|")
     for n in a.ranks:
         r = bench(n, a.entries, a.fault, a.runs, torch_py)
         fr = f"{r['fr_trace']:.2f}" if r["fr_trace"] is not None else "-"
-        print(f"| {r['ranks']} | {r['entries']} | {r['MB']:.0f} | {r['decode']:.2f} | {r['load1']:.2f} "
-              f"| {r['load']:.2f} "
-              f"| {r['analyze']:.2f} | {r['load'] + r['analyze']:.2f} | {r['culprits']} ({r['expected']}) "
-              f"| {fr} | {r['fr_culprits']} |", flush=True)
+        print(
+            f"| {r['ranks']} | {r['entries']} | {r['MB']:.0f} | {r['decode']:.2f} | {r['load1']:.2f} "
+            f"| {r['load']:.2f} "
+            f"| {r['analyze']:.2f} | {r['load'] + r['analyze']:.2f} | {r['culprits']} ({r['expected']}) "
+            f"| {fr} | {r['fr_culprits']} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

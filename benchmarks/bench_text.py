@@ -41,14 +41,25 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
     if not args.dir.exists():
-        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gen_text_job.py"), str(args.dir),
-                        "--ranks", str(args.ranks), "--mb-per-rank", str(args.mb_per_rank)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "benchmarks" / "gen_text_job.py"),
+                str(args.dir),
+                "--ranks",
+                str(args.ranks),
+                "--mb-per-rank",
+                str(args.mb_per_rank),
+            ],
+            check=True,
+        )
     from ncclpm.ingest.catalog import load_catalog
 
     anchors = load_catalog().anchors
     (args.dir.parent / "anchors.fixed").write_text("\n".join(anchors) + "\n")
-    (args.dir.parent / "anchors.ere").write_text("\n".join(re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\1", a)
-                                                           for a in anchors) + "\n")
+    (args.dir.parent / "anchors.ere").write_text(
+        "\n".join(re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\1", a) for a in anchors) + "\n"
+    )
     size_mb = sum(p.stat().st_size for p in args.dir.rglob("*") if p.is_file()) / 1e6
     subprocess.run(["cat", *map(str, sorted(args.dir.rglob("*.log")))], stdout=subprocess.DEVNULL, check=False)
     nc = [sys.executable, "-m", "ncclpm", "diagnose", str(args.dir), "-f", "json"]
@@ -59,9 +70,11 @@ def main() -> None:
     verdict = re.search(r'"category": "(\w+)"', out)
     print("| input | ncclpm | grep -E | grep -F | ncclpm / grep -E | ncclpm / grep -F | ncclpm peak RSS | verdict |")
     print("|---|---|---|---|---|---|---|---|")
-    print(f"| {args.ranks} ranks, {size_mb:.0f} MB | {t_nc:.2f} s ({size_mb / t_nc:.0f} MB/s) | {t_ere:.2f} s "
-          f"({size_mb / t_ere:.0f} MB/s) | {t_fix:.2f} s ({size_mb / t_fix:.0f} MB/s) | {t_ere / t_nc:.2f} | "
-          f"{t_fix / t_nc:.2f} | {rss:.0f} MB | {verdict.group(1) if verdict else '?'} |")
+    print(
+        f"| {args.ranks} ranks, {size_mb:.0f} MB | {t_nc:.2f} s ({size_mb / t_nc:.0f} MB/s) | {t_ere:.2f} s "
+        f"({size_mb / t_ere:.0f} MB/s) | {t_fix:.2f} s ({size_mb / t_fix:.0f} MB/s) | {t_ere / t_nc:.2f} | "
+        f"{t_fix / t_nc:.2f} | {rss:.0f} MB | {verdict.group(1) if verdict else '?'} |"
+    )
 
 
 if __name__ == "__main__":

@@ -26,16 +26,26 @@ NOISE = [
 def rank_log(rank: int, world: int, target_bytes: int, culprit: int, rng: random.Random) -> str:
     host, dev = f"node{rank // 8:03d}", rank % 8
     pid = 10000 + rank
-    out = [f"{host}:{pid}:{pid} [{dev}] NCCL INFO ncclCommInitRank comm 0x55d0a8c1e2b0 rank {rank} nranks {world} "
-           f"cudaDev {dev} nvmlDev {dev} busId {dev}1000 commId 0x4f8a2c19d37e0b21 - Init COMPLETE"]
+    out = [
+        f"{host}:{pid}:{pid} [{dev}] NCCL INFO ncclCommInitRank comm 0x55d0a8c1e2b0 rank {rank} nranks {world} "
+        f"cudaDev {dev} nvmlDev {dev} busId {dev}1000 commId 0x4f8a2c19d37e0b21 - Init COMPLETE"
+    ]
     # Same number of steps on every rank, so every rank's collectives share sequence numbers.
     size, step = 0, 0
     n_steps = max(1, target_bytes // 16_500)
     while step < n_steps:
         for _ in range(200):
-            line = rng.choice(NOISE).format(host=host, pid=pid, tid=pid + rng.randint(1, 99), dev=dev,
-                                            ndev=(dev + 1) % 8, c=rng.randint(0, 31), r=rank,
-                                            n=(rank + 1) % world, p=(rank - 1) % world)
+            line = rng.choice(NOISE).format(
+                host=host,
+                pid=pid,
+                tid=pid + rng.randint(1, 99),
+                dev=dev,
+                ndev=(dev + 1) % 8,
+                c=rng.randint(0, 31),
+                r=rank,
+                n=(rank + 1) % world,
+                p=(rank - 1) % world,
+            )
             out.append(line)
             size += len(line) + 1
         step += 1
@@ -45,9 +55,11 @@ def rank_log(rank: int, world: int, target_bytes: int, culprit: int, rng: random
     if rank == culprit:
         out.append(f"[rank{rank}]: Saving checkpoint to /ckpt/step_{step} (shard {rank})")
     else:
-        out.append(f"[rank{rank}]:[E1122 10:00:0{rank % 10}.123456789 ProcessGroupNCCL.cpp:688] [Rank {rank}] Watchdog "
-                   f"caught collective operation timeout: WorkNCCL(SeqNum={step * 3 + 1}, OpType=ALLREDUCE, NumelIn=1, "
-                   f"NumelOut=1, Timeout(ms)=600000) ran for 600012 milliseconds before timing out.")
+        out.append(
+            f"[rank{rank}]:[E1122 10:00:0{rank % 10}.123456789 ProcessGroupNCCL.cpp:688] [Rank {rank}] Watchdog "
+            f"caught collective operation timeout: WorkNCCL(SeqNum={step * 3 + 1}, OpType=ALLREDUCE, NumelIn=1, "
+            f"NumelOut=1, Timeout(ms)=600000) ran for 600012 milliseconds before timing out."
+        )
     return "\n".join(out) + "\n"
 
 

@@ -43,8 +43,14 @@ def run_target(name: str, examples: int, seed: int) -> dict:
     count, notices = 0, {}
 
     @hypothesis_seed(seed)
-    @settings(max_examples=examples, deadline=None, database=None, derandomize=False,
-              suppress_health_check=list(HealthCheck), print_blob=True)
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        derandomize=False,
+        suppress_health_check=list(HealthCheck),
+        print_blob=True,
+    )
     @given(target.strategy)
     def check(value: object) -> None:
         nonlocal count
@@ -62,8 +68,14 @@ def run_target(name: str, examples: int, seed: int) -> dict:
         status = "ok"
     except BaseException as exc:  # report it, go on with the other targets
         status = "FAILED: " + "".join(traceback.format_exception_only(exc)).strip()[-3000:]
-    return {"target": name, "examples": count, "seconds": round(time.perf_counter() - start, 1), "seed": seed,
-            "status": status, "notices": notices}
+    return {
+        "target": name,
+        "examples": count,
+        "seconds": round(time.perf_counter() - start, 1),
+        "seed": seed,
+        "status": status,
+        "notices": notices,
+    }
 
 
 def main() -> int:

@@ -69,9 +69,7 @@ def special(name: str, kind: bytes, linkname: str = "") -> tarfile.TarInfo:
     return info
 
 
-def patch_zip(
-    data: bytes, member: str, *, flags: int = 0, method: int | None = None, size: int | None = None
-) -> bytes:
+def patch_zip(data: bytes, member: str, *, flags: int = 0, method: int | None = None, size: int | None = None) -> bytes:
     """Rewrite header fields of one member, in both the local and the central directory header."""
     out = bytearray(data)
     for sig, flag_at, size_at, name_len_at, name_at in (
@@ -82,9 +80,7 @@ def patch_zip(
         while pos >= 0:
             name_len = struct.unpack_from("<H", out, pos + name_len_at)[0]
             if out[pos + name_at : pos + name_at + name_len].decode() == member:
-                struct.pack_into(
-                    "<H", out, pos + flag_at, struct.unpack_from("<H", out, pos + flag_at)[0] | flags
-                )
+                struct.pack_into("<H", out, pos + flag_at, struct.unpack_from("<H", out, pos + flag_at)[0] | flags)
                 if method is not None:
                     struct.pack_into("<H", out, pos + flag_at + 2, method)
                 if size is not None:
@@ -93,9 +89,7 @@ def patch_zip(
     return bytes(out)
 
 
-def read(
-    data: bytes | Path, name: str = "job.tar.gz", **limits: int | float
-) -> tuple[list[Member], list[str]]:
+def read(data: bytes | Path, name: str = "job.tar.gz", **limits: int | float) -> tuple[list[Member], list[str]]:
     warnings: list[str] = []
     members = list(iter_archive(data, name, warnings, Limits(**limits)))  # type: ignore[arg-type]
     return members, warnings
@@ -117,9 +111,7 @@ def gz_bomb(zeros_50mb: bytes) -> bytes:
 
 @pytest.fixture(scope="module")
 def zip_bomb(zeros_50mb: bytes) -> bytes:
-    return make_zip(
-        [("first.log", b"before the bomb\n"), ("bomb.log", zeros_50mb), ("after.log", b"after\n")]
-    )
+    return make_zip([("first.log", b"before the bomb\n"), ("bomb.log", zeros_50mb), ("after.log", b"after\n")])
 
 
 def tree(root: Path) -> set[str]:
@@ -281,11 +273,7 @@ def test_hostile_tar_entries_are_never_followed_or_read(sandbox: Path) -> None:
         " - links and special files are never followed or read"
     ]
     renamed = [w for w in warnings if "made relative" in w]
-    assert (
-        len(renamed) == 1
-        and "2 member name(s)" in renamed[0]
-        and "'/etc/passwd' -> 'etc/passwd'" in renamed[0]
-    )
+    assert len(renamed) == 1 and "2 member name(s)" in renamed[0] and "'/etc/passwd' -> 'etc/passwd'" in renamed[0]
     assert len(warnings) == 2
 
 
@@ -331,17 +319,13 @@ def test_zip_bomb_stops_on_ratio_and_keeps_earlier_members(zip_bomb: bytes, sand
     members, warnings = read(zip_bomb, "bomb.zip")
     assert names(members) == ["bomb.zip!/first.log"]
     assert len(warnings) == 1
-    assert (
-        "bomb.zip" in warnings[0] and "bomb.zip!/bomb.log" in warnings[0] and "max_ratio=200" in warnings[0]
-    )
+    assert "bomb.zip" in warnings[0] and "bomb.zip!/bomb.log" in warnings[0] and "max_ratio=200" in warnings[0]
 
 
 def test_zip_bomb_member_over_member_limit_is_skipped(zip_bomb: bytes) -> None:
     members, warnings = read(zip_bomb, "bomb.zip", max_member_bytes=4 * MB)
     assert names(members) == ["bomb.zip!/first.log", "bomb.zip!/after.log"]
-    assert warnings == [
-        "bomb.zip: 1 member(s) skipped - larger than max_member_bytes=4194304: 'bomb.zip!/bomb.log'"
-    ]
+    assert warnings == ["bomb.zip: 1 member(s) skipped - larger than max_member_bytes=4194304: 'bomb.zip!/bomb.log'"]
 
 
 def test_gzip_bomb_outer_and_as_member(gz_bomb: bytes) -> None:
@@ -350,11 +334,7 @@ def test_gzip_bomb_outer_and_as_member(gz_bomb: bytes) -> None:
     tar = make_tar([("a.log", b"a"), ("rank1.log.gz", gz_bomb), ("z.log", b"z")])
     members, warnings = read(tar, "job.tar", max_member_bytes=MB)
     assert names(members) == ["job.tar!/a.log", "job.tar!/z.log"]
-    assert (
-        len(warnings) == 1
-        and "'job.tar!/rank1.log.gz'" in warnings[0]
-        and "max_member_bytes=1048576" in warnings[0]
-    )
+    assert len(warnings) == 1 and "'job.tar!/rank1.log.gz'" in warnings[0] and "max_member_bytes=1048576" in warnings[0]
 
 
 def test_read_gzip_bounded(gz_bomb: bytes) -> None:
@@ -393,9 +373,7 @@ def test_max_total_bytes_counts_nested_archives() -> None:
 
 
 def test_zip_with_lying_sizes_is_read_with_bounded_streams() -> None:
-    data = make_zip(
-        [("small-liar.log", bytes(4 * MB)), ("big-liar.log", b"honest content\n"), ("ok.log", b"ok")]
-    )
+    data = make_zip([("small-liar.log", bytes(4 * MB)), ("big-liar.log", b"honest content\n"), ("ok.log", b"ok")])
     data = patch_zip(patch_zip(data, "small-liar.log", size=10), "big-liar.log", size=0x7FFF0000)
     members, warnings = read(data, "liar.zip", max_member_bytes=MB)
     assert {m.name: m.data for m in members} == {

@@ -48,8 +48,9 @@ def test_explain_by_name_and_unknown_rule() -> None:
     assert res.exit_code == 2 and "no rule 'XX99'" in res.output and res.stdout == ""
 
 
-@pytest.mark.parametrize(("suffix", "reader"), [(".parquet", pl.read_parquet), (".ndjson", pl.read_ndjson),
-                                                (".csv", pl.read_csv)])
+@pytest.mark.parametrize(
+    ("suffix", "reader"), [(".parquet", pl.read_parquet), (".ndjson", pl.read_ndjson), (".csv", pl.read_csv)]
+)
 def test_tables_format_follows_the_output_extension(tmp_path: Path, suffix: str, reader) -> None:
     out = tmp_path / f"events{suffix}"
     res = _run("tables", str(SAMPLE), "--table", "events", "-o", str(out))
@@ -85,8 +86,15 @@ def test_tables_from_stdin() -> None:
     assert res.exit_code == 0 and any(json.loads(ln)["kind"] == "collective_timeout" for ln in res.stdout.splitlines())
 
 
-@pytest.mark.parametrize(("fmt", "marker"), [("html", "<!DOCTYPE html>"), ("slack", "*slow_rank_work*"),
-                                              ("slack-json", '"blocks"'), ("json", '"schema_version": 1')])
+@pytest.mark.parametrize(
+    ("fmt", "marker"),
+    [
+        ("html", "<!DOCTYPE html>"),
+        ("slack", "*slow_rank_work*"),
+        ("slack-json", '"blocks"'),
+        ("json", '"schema_version": 1'),
+    ],
+)
 def test_diagnose_formats(fmt: str, marker: str, tmp_path: Path) -> None:
     res = _run("diagnose", str(SAMPLE), "-f", fmt)
     assert res.exit_code == 0 and marker in res.stdout

@@ -28,8 +28,11 @@ GLOO = CORPUS / "real-gloo"
 
 
 def _items(folder: Path) -> list[tuple[str, bytes]]:
-    return [(str(p), p.read_bytes()) for p in sorted(folder.rglob("*")) if p.is_file()
-            and "fr_trace" not in p.parts and p.suffix not in (".txt", ".log", ".md", ".meta", ".out")]
+    return [
+        (str(p), p.read_bytes())
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and "fr_trace" not in p.parts and p.suffix not in (".txt", ".log", ".md", ".meta", ".out")
+    ]
 
 
 def _good() -> list[tuple[str, bytes]]:
@@ -42,14 +45,23 @@ def test_schemas_and_synthetic_roundtrip() -> None:
     assert load.groups.schema == FR_GROUPS_SCHEMA
     assert load.status.schema == FR_STATUS_SCHEMA
     assert load.entries.height == 200 and load.warnings == ()
-    assert set(load.entries["op"].unique()) <= {"all_reduce", "_all_gather_base", "_reduce_scatter_base",
-                                                  "broadcast"}
+    assert set(load.entries["op"].unique()) <= {"all_reduce", "_all_gather_base", "_reduce_scatter_base", "broadcast"}
     assert load.entries["frames"].list.len().min() > 0
 
 
 def test_json_and_pickle_give_same_rows() -> None:
-    cols = ["rank", "group_key", "collective_seq_id", "op", "input_sizes", "input_dtypes", "state", "retired",
-            "time_started_ns", "time_completed_ns"]
+    cols = [
+        "rank",
+        "group_key",
+        "collective_seq_id",
+        "op",
+        "input_sizes",
+        "input_dtypes",
+        "state",
+        "retired",
+        "time_started_ns",
+        "time_completed_ns",
+    ]
     a = load_fr_dumps(generate(4, 40, 2, "never_joined", fmt="pickle").items()).entries.select(cols)
     b = load_fr_dumps(generate(4, 40, 2, "never_joined", fmt="json").items()).entries.select(cols)
     assert a.equals(b)
@@ -163,11 +175,16 @@ def test_corrupt_inputs_only_warn() -> None:
     _name, good = _good()[0]
     js = next(iter(generate(2, 5, 1, None, fmt="json").values()))
     bad_types = pickle.dumps({"version": "2.10", "entries": [{"record_id": "x", "collective_seq_id": [1]}]})
-    bad = [("trunc_pickle_rank_20", good[: len(good) // 2]), ("trunc_json_rank_21.json", js[: len(js) // 2]),
-           ("empty_rank_22", b""), ("random_rank_23", os.urandom(512)),
-           ("noentries_rank_24", pickle.dumps({"version": "2.10", "pg_config": {}})),
-           ("list_rank_25", pickle.dumps([1, 2, 3])), ("wrongtypes_rank_26", bad_types),
-           ("deep_rank_27", b"\x80\x04" + b"]" * 100000 + b".")]
+    bad = [
+        ("trunc_pickle_rank_20", good[: len(good) // 2]),
+        ("trunc_json_rank_21.json", js[: len(js) // 2]),
+        ("empty_rank_22", b""),
+        ("random_rank_23", os.urandom(512)),
+        ("noentries_rank_24", pickle.dumps({"version": "2.10", "pg_config": {}})),
+        ("list_rank_25", pickle.dumps([1, 2, 3])),
+        ("wrongtypes_rank_26", bad_types),
+        ("deep_rank_27", b"\x80\x04" + b"]" * 100000 + b"."),
+    ]
     load = load_fr_dumps([*_good(), *bad])
     assert load.entries.height == 200
     for n, _ in bad:

@@ -44,9 +44,10 @@ def test_real_gloo_mismatch_from_the_dumps_alone(variant: str) -> None:
     assert d.failing_collective is not None and d.failing_collective["seq"] == 4
 
 
-@pytest.mark.parametrize(("variant", "culprit"), [("rank0_slow_work__torchrun_3ranks", 0),
-                                                  ("dataloader_hang__no_dl_timeout", 1),
-                                                  ("rank_crash__sigkill", 1)])
+@pytest.mark.parametrize(
+    ("variant", "culprit"),
+    [("rank0_slow_work__torchrun_3ranks", 0), ("dataloader_hang__no_dl_timeout", 1), ("rank_crash__sigkill", 1)],
+)
 def test_real_gloo_stalled_rank_from_the_dumps_alone(variant: str, culprit: int) -> None:
     d = diagnose([CASES / variant / "input" / "fr"])
     assert d.culprit_ranks == (culprit,) and d.primary.rule == "FR02"

@@ -33,8 +33,10 @@ def _analyze(items: list[tuple[str, bytes]]):
 
 
 @needs_corpus
-@pytest.mark.parametrize(("name", "culprits", "group", "seq"), [
-    ("gpu_error_1st", (12, 14), "74", 20537), ("lock_gil_1st", (9, 14), "72", 45265)])
+@pytest.mark.parametrize(
+    ("name", "culprits", "group", "seq"),
+    [("gpu_error_1st", (12, 14), "74", 20537), ("lock_gil_1st", (9, 14), "72", 45265)],
+)
 def test_nvrx_injected_ranks(name: str, culprits: tuple[int, ...], group: str, seq: int) -> None:
     a = _analyze(_items(NVRX / name))
     assert a.culprit_ranks == culprits
@@ -57,11 +59,20 @@ def test_nvrx_gpu_error_second_rank_only_stopped_completing() -> None:
 
 
 @needs_corpus
-@pytest.mark.parametrize(("scenario", "rank", "seq"), [
-    ("rank0_slow_work/torchrun_3ranks", 0, 10), ("rank0_slow_work/torchrun_3ranks_fr_env", 0, 10),
-    ("dataloader_hang/dl_timeout", 1, 16), ("dataloader_hang/no_dl_timeout", 1, 16),
-    ("dataloader_hang/worker_sigkill", 1, 6), ("rank_crash/exception_4ranks", 3, 10),
-    ("rank_crash/sigkill", 1, 10), ("rank_crash/sigabrt", 1, 10), ("rank_crash/os_exit", 1, 10)])
+@pytest.mark.parametrize(
+    ("scenario", "rank", "seq"),
+    [
+        ("rank0_slow_work/torchrun_3ranks", 0, 10),
+        ("rank0_slow_work/torchrun_3ranks_fr_env", 0, 10),
+        ("dataloader_hang/dl_timeout", 1, 16),
+        ("dataloader_hang/no_dl_timeout", 1, 16),
+        ("dataloader_hang/worker_sigkill", 1, 6),
+        ("rank_crash/exception_4ranks", 3, 10),
+        ("rank_crash/sigkill", 1, 10),
+        ("rank_crash/sigabrt", 1, 10),
+        ("rank_crash/os_exit", 1, 10),
+    ],
+)
 @pytest.mark.parametrize("fmt", ["pickle", "json"])
 def test_gloo_never_joined(scenario: str, rank: int, seq: int, fmt: str) -> None:
     folder = GLOO / scenario
@@ -79,8 +90,7 @@ def test_gloo_never_joined(scenario: str, rank: int, seq: int, fmt: str) -> None
 
 
 @needs_corpus
-@pytest.mark.parametrize(("variant", "kind"), [("size", "size"), ("skip", "size"), ("op", "op"),
-                                               ("dtype", "dtype")])
+@pytest.mark.parametrize(("variant", "kind"), [("size", "size"), ("skip", "size"), ("op", "op"), ("dtype", "dtype")])
 @pytest.mark.parametrize("subset", ["fr/combined", "fr", "."])
 def test_gloo_mismatch_two_ranks(variant: str, kind: str, subset: str) -> None:
     a = _analyze(_items(GLOO / "mismatched_collectives" / variant / subset))
@@ -91,8 +101,7 @@ def test_gloo_mismatch_two_ranks(variant: str, kind: str, subset: str) -> None:
 
 
 @needs_corpus
-@pytest.mark.parametrize("variant", ["size_debug_detail", "skip_debug_detail", "op_debug_detail",
-                                     "dtype_debug_detail"])
+@pytest.mark.parametrize("variant", ["size_debug_detail", "skip_debug_detail", "op_debug_detail", "dtype_debug_detail"])
 def test_gloo_debug_detail_no_nonsense(variant: str) -> None:
     a = _analyze(_items(GLOO / "mismatched_collectives" / variant / "fr"))
     assert a.culprit_ranks == () or set(a.culprit_ranks) <= {0, 1}
@@ -127,8 +136,12 @@ def test_order_independent(fault: str) -> None:
     base = _analyze(items)
     random.Random(1).shuffle(items)
     again = _analyze(items)
-    assert (again.culprit_ranks, again.culprit_kind, again.root_group, again.summary) == \
-        (base.culprit_ranks, base.culprit_kind, base.root_group, base.summary)
+    assert (again.culprit_ranks, again.culprit_kind, again.root_group, again.summary) == (
+        base.culprit_ranks,
+        base.culprit_kind,
+        base.root_group,
+        base.summary,
+    )
     assert again.missing.equals(base.missing) and again.mismatches.equals(base.mismatches)
 
 

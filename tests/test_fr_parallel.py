@@ -39,9 +39,12 @@ def _mixed(tmp_path: Path) -> tuple[list[tuple[str, bytes]], dict[str, tuple[byt
     good = list(generate(12, 80, 3, "never_joined").items())
     good += [(f"json/{n}.json", b) for n, b in generate(4, 30, 2, "never_joined", fmt="json").items()]
     evil = _evil(tmp_path, 4)
-    bad = [("trunc_rank_300", good[0][1][: len(good[0][1]) // 2]), ("empty_rank_301", b""),
-           ("wrongtypes_rank_302", pickle.dumps({"version": "2.10", "entries": [{"record_id": "x"}]})),
-           ("deep_rank_303", b"\x80\x04" + b"]" * 100000 + b".")]
+    bad = [
+        ("trunc_rank_300", good[0][1][: len(good[0][1]) // 2]),
+        ("empty_rank_301", b""),
+        ("wrongtypes_rank_302", pickle.dumps({"version": "2.10", "entries": [{"record_id": "x"}]})),
+        ("deep_rank_303", b"\x80\x04" + b"]" * 100000 + b"."),
+    ]
     items = list(good)
     for k, (name, (data, _)) in enumerate(evil.items()):  # spread over the batches
         items.insert(3 + 4 * k, (name, data))

@@ -49,14 +49,17 @@ ROOT = Path(__file__).resolve().parents[1]
 CASE = ROOT / "tests" / "cases" / "rank0_slow_work__torchrun_3ranks" / "input"
 ATTEMPT = "torchrun_logs/c28c9ada-d5f0-4e66-b025-635c6b2aa019_8r3s5a0z/attempt_0"
 DL = "[rank{}]: RuntimeError: DataLoader timed out after 5 seconds"
-WATCHDOG = ("[rank{0}]:[E ProcessGroupNCCL.cpp:616] [Rank {0}] Watchdog caught collective operation timeout: "
-            "WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600001 "
-            "milliseconds before timing out.")
+WATCHDOG = (
+    "[rank{0}]:[E ProcessGroupNCCL.cpp:616] [Rank {0}] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600001 "
+    "milliseconds before timing out."
+)
 
 
 @contextlib.contextmanager
 def _deadline(seconds: int) -> Iterator[None]:
     """Fail (instead of hanging the suite) if ncclpm blocks, e.g. opening a FIFO."""
+
     def boom(*_: object) -> None:
         raise TimeoutError(f"ncclpm blocked for {seconds} s")
 
@@ -79,8 +82,9 @@ def _cli_json(args: list[str], out: Path) -> tuple[int, dict, str]:
 @pytest.fixture(scope="module")
 def clean() -> SimpleNamespace:
     d = diagnose([CASE])
-    return SimpleNamespace(category=str(d.category), culprits=list(d.culprit_ranks),
-                           sources=frozenset(build([CASE]).sources))
+    return SimpleNamespace(
+        category=str(d.category), culprits=list(d.culprit_ranks), sources=frozenset(build([CASE]).sources)
+    )
 
 
 def _junk() -> bytes:
@@ -105,10 +109,14 @@ UNUSABLE: dict[str, tuple[bytes, str]] = {
     "not_really.log.gz": (b"\x1f\x8b\x08\x00this is not deflate data", r"corrupt gzip"),
     "fr/cut/fr_trace_rank_1": ((CASE / "fr/raw/fr_trace_rank_1").read_bytes()[:700], r"truncated"),
     "fr/cut/fr_trace_rank_2.json": ((CASE / "fr/json/fr_trace_rank_2.json").read_bytes()[:400], r"unreadable json"),
-    "fr/deep/fr_trace_rank_3.json": (b'{"version": "2.10", "entries": ' + b"[" * 200_000 + b"]" * 200_000 + b"}",
-                                     r"nesting too deep|unreadable"),
-    f"{ATTEMPT}/7/error.json": (b'{"message": {"message": "RuntimeError: boom", "extraInfo": {"py_callstack": "Tr',
-                                r"unreadable torchelastic error file"),
+    "fr/deep/fr_trace_rank_3.json": (
+        b'{"version": "2.10", "entries": ' + b"[" * 200_000 + b"]" * 200_000 + b"}",
+        r"nesting too deep|unreadable",
+    ),
+    f"{ATTEMPT}/7/error.json": (
+        b'{"message": {"message": "RuntimeError: boom", "extraInfo": {"py_callstack": "Tr',
+        r"unreadable torchelastic error file",
+    ),
     "error_list.json": (b'[{"message": "RuntimeError: boom"}]', r"without a torchelastic error message"),
 }
 SPECIAL = {  # created by `_make_special`; name -> regex of its warning
@@ -198,11 +206,18 @@ READABLE: dict[str, bytes] = {
 }
 # source -> (rank, event) that must be in the events table
 EXPECTED_EVENTS = {
-    "powershell.log": (1, "pg.watchdog_timeout"), "utf16be.log": (2, "dl.timeout"), "old_mac.log": (3, "dl.timeout"),
-    "cut_midline.log": (4, "dl.timeout"), "latin1.log": (5, "dl.timeout"), "truncated.log.gz": (6, "dl.timeout"),
-    "plain_text.log.gz": (7, "dl.timeout"), "crashed_node.log": (8, "dl.timeout"),
-    f"{ATTEMPT}/9/error.json": (9, "elastic.error_file"), "error_rank99999999999.json": (None, "elastic.error_file"),
-    "utf8_bom.log": (10, "dl.timeout"), "crlf.log": (11, "dl.timeout"),
+    "powershell.log": (1, "pg.watchdog_timeout"),
+    "utf16be.log": (2, "dl.timeout"),
+    "old_mac.log": (3, "dl.timeout"),
+    "cut_midline.log": (4, "dl.timeout"),
+    "latin1.log": (5, "dl.timeout"),
+    "truncated.log.gz": (6, "dl.timeout"),
+    "plain_text.log.gz": (7, "dl.timeout"),
+    "crashed_node.log": (8, "dl.timeout"),
+    f"{ATTEMPT}/9/error.json": (9, "elastic.error_file"),
+    "error_rank99999999999.json": (None, "elastic.error_file"),
+    "utf8_bom.log": (10, "dl.timeout"),
+    "crlf.log": (11, "dl.timeout"),
 }
 EXPECTED_WARNINGS = {"latin1.log": "not valid UTF-8", "truncated.log.gz": "truncated or corrupt gzip"}
 
@@ -320,6 +335,7 @@ def test_a_gzip_bomb_log_is_refused_and_the_rest_is_used(tmp_path: Path) -> None
 
 # ------------------------------------------------------------------------------------------ unreadable files
 
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads a chmod-000 file; the monkeypatched tests cover it")
 def test_a_chmod_000_file_is_a_warning(tmp_path: Path, clean) -> None:
     job = tmp_path / "job"
@@ -367,8 +383,9 @@ def test_a_folder_that_cannot_be_listed_is_a_warning(tmp_path: Path, clean, monk
 
 
 @pytest.mark.parametrize("how", ["deleted", "unreadable"])
-def test_a_log_gone_between_discovery_and_reading_is_a_warning(tmp_path: Path, clean, how: str,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_log_gone_between_discovery_and_reading_is_a_warning(
+    tmp_path: Path, clean, how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Log rotation or a job still writing: the file list is taken, then a file goes away before it is read."""
     job = tmp_path / "job"
     shutil.copytree(CASE, job)
@@ -395,6 +412,7 @@ def test_a_log_gone_between_discovery_and_reading_is_a_warning(tmp_path: Path, c
 
 
 # ---------------------------------------------------------------------------------------- hostile archives
+
 
 def _tar_add(tf: tarfile.TarFile, name: str, data: bytes = b"", **kw: object) -> None:
     info = tarfile.TarInfo(name)
@@ -466,8 +484,16 @@ def test_a_hostile_job_archive_writes_nothing_and_is_still_diagnosed(tmp_path: P
     assert code == 0, output
     assert (report["category"], report["culprit_ranks"]) == (clean.category, clean.culprits)
     w = " | ".join(report["warnings"])
-    for expected in ("symlink", "hard link", "device file", "FIFO", "made relative", "deeper than max_depth",
-                     "nccl_trace_rank_1: refused", "ratio"):
+    for expected in (
+        "symlink",
+        "hard link",
+        "device file",
+        "FIFO",
+        "made relative",
+        "deeper than max_depth",
+        "nccl_trace_rank_1: refused",
+        "ratio",
+    ):
         assert expected in w, (expected, report["warnings"])
     # written nowhere: not at the absolute or '..' names, not in cwd, TMPDIR, next to the archive, not /etc
     assert not absolute.exists()
@@ -506,11 +532,16 @@ def test_a_fifo_or_missing_path_given_on_the_command_line_does_not_block(tmp_pat
 
 # ----------------------------------------------------------------------- bugs in files that are not ours to edit
 
+
 def _job_with_malformed_frames(tmp_path: Path) -> Path:
     job = tmp_path / "job"
     shutil.copytree(CASE, job)
-    dump = {"version": "2.10", "pg_config": {}, "pg_status": {},
-            "entries": [{"record_id": 1, "profiling_name": "nccl:all_reduce", "frames": "not a list of frames"}]}
+    dump = {
+        "version": "2.10",
+        "pg_config": {},
+        "pg_status": {},
+        "entries": [{"record_id": 1, "profiling_name": "nccl:all_reduce", "frames": "not a list of frames"}],
+    }
     (job / "fr" / "raw" / "fr_trace_rank_4").write_bytes(pickle.dumps(dump))
     return job
 

@@ -71,8 +71,17 @@ def _text(s: str) -> bytes:
 
 def _handwritten(call: bytes) -> bytes:
     """{"version": "2.10", "pg_config": {}, "entries": [<call>]} in hand-written opcodes."""
-    return (b"\x80\x02}(" + _text("version") + _text("2.10") + _text("pg_config") + b"}" + _text("entries")
-            + b"](" + call + b"eu.")
+    return (
+        b"\x80\x02}("
+        + _text("version")
+        + _text("2.10")
+        + _text("pg_config")
+        + b"}"
+        + _text("entries")
+        + b"]("
+        + call
+        + b"eu."
+    )
 
 
 def payloads(marker: Path) -> dict[str, bytes]:
@@ -132,8 +141,13 @@ def test_every_payload_is_live_with_the_plain_unpickler(tmp_path: Path) -> None:
         data = payloads(tmp_path / name / "marker")[name]
         (tmp_path / name / "dump").write_bytes(data)
         files.append(str(tmp_path / name / "dump"))
-    subprocess.run([sys.executable, "-c", script, json.dumps(files)], check=True, timeout=60,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-c", script, json.dumps(files)],
+        check=True,
+        timeout=60,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     assert [n for n in NAMES if not (tmp_path / n / "marker").exists()] == []
 
 
@@ -152,8 +166,9 @@ def clean_verdict() -> tuple[str, tuple[int, ...], frozenset[str]]:
     return str(d.category), tuple(d.culprit_ranks), frozenset(build([CASE]).sources)
 
 
-def test_a_job_with_every_payload_next_to_real_logs(tmp_path: Path, ext_registered: None, clean_verdict,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_job_with_every_payload_next_to_real_logs(
+    tmp_path: Path, ext_registered: None, clean_verdict, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Through `ncclpm diagnose`: every payload is refused and named, nothing is created, same verdict."""
     job = tmp_path / "job"
     shutil.copytree(CASE, job)
@@ -181,8 +196,9 @@ def test_a_job_with_every_payload_next_to_real_logs(tmp_path: Path, ext_register
         assert any(f"fr/evil/{name}_nccl_trace_rank_1" in w and "refused" in w for w in report["warnings"]), name
 
 
-def test_hostile_pickles_are_refused_in_the_worker_processes_too(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hostile_pickles_are_refused_in_the_worker_processes_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Big loads (> 48 MiB) are decoded by `fr_decode` worker processes, which must refuse globals as well.
 
     The in-process path is slowed down so the worker takes most batches; a spy on the worker records what it
@@ -245,14 +261,30 @@ def test_a_pickle_reference_bomb_is_refused_not_fatal(tmp_path: Path) -> None:
     if not Path("/proc/self/status").exists():
         pytest.skip("needs Linux /proc to size the memory cap")
     inner = [7] * 100_000
-    bomb = {"version": "2.10", "pg_config": {}, "pg_status": {},
-            "entries": [{"record_id": 0, "pg_id": 0, "collective_seq_id": 1, "profiling_name": "nccl:all_reduce",
-                         "input_sizes": [inner] * 100_000}]}
+    bomb = {
+        "version": "2.10",
+        "pg_config": {},
+        "pg_status": {},
+        "entries": [
+            {
+                "record_id": 0,
+                "pg_id": 0,
+                "collective_seq_id": 1,
+                "profiling_name": "nccl:all_reduce",
+                "input_sizes": [inner] * 100_000,
+            }
+        ],
+    }
     (tmp_path / "bomb").write_bytes(pickle.dumps(bomb, protocol=4))
     assert (tmp_path / "bomb").stat().st_size < 500_000
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "RUST_BACKTRACE": "0"}
-    res = subprocess.run([sys.executable, "-c", _BOMB_CHILD, str(tmp_path / "bomb"), str(REAL_DUMP)], env=env,
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-c", _BOMB_CHILD, str(tmp_path / "bomb"), str(REAL_DUMP)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr[-500:]
     out = json.loads(res.stdout)
     assert out["ranks"] == [1] and any("bomb_trace_rank_0" in w for w in out["warnings"])

@@ -17,10 +17,12 @@ def _parse(lines: list[str], source: str = "job.log") -> pl.DataFrame:
 
 
 def test_torchrun_local_rank_maps_to_the_global_rank_seen_on_the_same_stream() -> None:
-    parsed = _parse([
-        "[default1]:[rank9]:[E1122 08:00:00.1 ProcessGroupNCCL.cpp:1] [Rank 9] Watchdog caught collective operation timeout: x",
-        "[default1]:Saving checkpoint to /ckpt",
-    ])
+    parsed = _parse(
+        [
+            "[default1]:[rank9]:[E1122 08:00:00.1 ProcessGroupNCCL.cpp:1] [Rank 9] Watchdog caught collective operation timeout: x",
+            "[default1]:Saving checkpoint to /ckpt",
+        ]
+    )
     assert parsed["rank"].to_list() == [9, 9]
 
 
@@ -31,18 +33,23 @@ def test_rank_from_torchrun_log_dir_layout_and_file_names() -> None:
 
 
 def test_pg_tag_rank_is_global_only_for_the_default_group() -> None:
-    parsed = _parse([
-        "[PG ID 0 PG GUID 0(default_pg) Rank 5]  failure detected by watchdog at work sequence id: 1 PG status: last enqueued work: 1, last completed work: -1",
-        "[PG ID 3 PG GUID 7(TP) Rank 1]  failure detected by watchdog at work sequence id: 1 PG status: last enqueued work: 1, last completed work: -1",
-    ], "console.txt")
+    parsed = _parse(
+        [
+            "[PG ID 0 PG GUID 0(default_pg) Rank 5]  failure detected by watchdog at work sequence id: 1 PG status: last enqueued work: 1, last completed work: -1",
+            "[PG ID 3 PG GUID 7(TP) Rank 1]  failure detected by watchdog at work sequence id: 1 PG status: last enqueued work: 1, last completed work: -1",
+        ],
+        "console.txt",
+    )
     assert parsed["rank"].to_list() == [5, None]
 
 
 def test_glog_time_without_year_takes_the_year_of_dated_lines() -> None:
-    parsed = _parse([
-        "[2025-02-04 16:00:00] node1:1:1 [0] misc/socket.cc:1 NCCL WARN x",
-        "[rank1]:[E204 16:42:57.129219129 ProcessGroupNCCL.cpp:688] [Rank 1] Watchdog caught collective operation timeout: y",
-    ])
+    parsed = _parse(
+        [
+            "[2025-02-04 16:00:00] node1:1:1 [0] misc/socket.cc:1 NCCL WARN x",
+            "[rank1]:[E204 16:42:57.129219129 ProcessGroupNCCL.cpp:688] [Rank 1] Watchdog caught collective operation timeout: y",
+        ]
+    )
     assert parsed["ts"][1] == datetime(2025, 2, 4, 16, 42, 57)
 
 
@@ -50,22 +57,26 @@ def test_progress_bar_segments_glued_with_carriage_returns_are_each_read(tmp_pat
     from ncclpm.api import build
 
     log = tmp_path / "train.log"
-    log.write_bytes(b" 10%|#   | 10/100 [00:10<01:30, 1.00it/s]\r 11%|#   | 11/100 [00:11<01:29, 1.00it/s]"
-                    b"[rank2]: RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    log.write_bytes(
+        b" 10%|#   | 10/100 [00:10<01:30, 1.00it/s]\r 11%|#   | 11/100 [00:11<01:29, 1.00it/s]"
+        b"[rank2]: RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    )
     t = build([log])
     err = t.events.filter(pl.col("kind") == "cuda_error")
     assert err["rank"].to_list() == [2] and err["line"].to_list() == [1]
 
 
 def test_traceback_is_stitched_per_rank_even_when_interleaved() -> None:
-    parsed = _parse([
-        "[rank1]: Traceback (most recent call last):",
-        "[rank2]: Traceback (most recent call last):",
-        '[rank1]:   File "/w/train.py", line 40, in body',
-        '[rank2]:   File "/w/train.py", line 99, in save_checkpoint',
-        "[rank2]: OSError: disk full",
-        "[rank1]: RuntimeError: Timed out waiting 10000ms for recv operation to complete",
-    ])
+    parsed = _parse(
+        [
+            "[rank1]: Traceback (most recent call last):",
+            "[rank2]: Traceback (most recent call last):",
+            '[rank1]:   File "/w/train.py", line 40, in body',
+            '[rank2]:   File "/w/train.py", line 99, in save_checkpoint',
+            "[rank2]: OSError: disk full",
+            "[rank1]: RuntimeError: Timed out waiting 10000ms for recv operation to complete",
+        ]
+    )
     tb = stitch_tracebacks(parsed).sort("rank")
     assert tb["rank"].to_list() == [1, 2]
     assert tb["frames"].to_list() == [["body (train.py:40)"], ["save_checkpoint (train.py:99)"]]
@@ -73,17 +84,30 @@ def test_traceback_is_stitched_per_rank_even_when_interleaved() -> None:
 
 
 def test_torchrun_root_cause_block_is_parsed() -> None:
-    parsed = _parse([
-        "Failures:", "  time      : 2026-11-22_08:24:17", "  host      : node3", "  rank      : 0 (local_rank: 0)",
-        "  exitcode  : -15 (pid: 26197)  (SIGTERM)", "  error_file: <N/A>",
-        "  traceback : Signal 15 (SIGTERM) received by PID 26197",
-        "Root Cause (first observed failure):", "  time      : 2026-11-22_08:24:16", "  host      : node3",
-        "  rank      : 1 (local_rank: 1)", "  exitcode  : 1 (pid: 26198) ", "  error_file: /x/error.json",
-        "  traceback : Traceback (most recent call last):", "  RuntimeError: Timed out waiting 10000ms",
-    ])
+    parsed = _parse(
+        [
+            "Failures:",
+            "  time      : 2026-11-22_08:24:17",
+            "  host      : node3",
+            "  rank      : 0 (local_rank: 0)",
+            "  exitcode  : -15 (pid: 26197)  (SIGTERM)",
+            "  error_file: <N/A>",
+            "  traceback : Signal 15 (SIGTERM) received by PID 26197",
+            "Root Cause (first observed failure):",
+            "  time      : 2026-11-22_08:24:16",
+            "  host      : node3",
+            "  rank      : 1 (local_rank: 1)",
+            "  exitcode  : 1 (pid: 26198) ",
+            "  error_file: /x/error.json",
+            "  traceback : Traceback (most recent call last):",
+            "  RuntimeError: Timed out waiting 10000ms",
+        ]
+    )
     el = parse_elastic_summaries(parsed).sort("rank")
     assert el.select("rank", "exit_code", "signal", "root_cause").rows() == [
-        (0, -15, "SIGTERM", False), (1, 1, None, True)]
+        (0, -15, "SIGTERM", False),
+        (1, 1, None, True),
+    ]
     assert el["detail"][1] == "RuntimeError: Timed out waiting 10000ms"
 
 

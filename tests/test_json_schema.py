@@ -26,21 +26,66 @@ JOBS = {
 }
 OPT_INT, OPT_STR = (int, type(None)), (str, type(None))
 TOP: dict[str, Any] = {
-    "schema_version": int, "job": str, "category": str, "confidence": (float, int), "band": str,
-    "culprit_ranks": list, "summary": str, "failing_collective": (dict, type(None)), "world_size": OPT_INT,
-    "world_size_declared": bool, "findings": list, "rivals": list, "supporting": list, "symptoms": list,
-    "cross_check": OPT_STR, "decisive_evidence": list, "ranks": list, "versions": dict, "settings": list,
-    "warnings": list, "not_evaluated": list, "sources": int,
+    "schema_version": int,
+    "job": str,
+    "category": str,
+    "confidence": (float, int),
+    "band": str,
+    "culprit_ranks": list,
+    "summary": str,
+    "failing_collective": (dict, type(None)),
+    "world_size": OPT_INT,
+    "world_size_declared": bool,
+    "findings": list,
+    "rivals": list,
+    "supporting": list,
+    "symptoms": list,
+    "cross_check": OPT_STR,
+    "decisive_evidence": list,
+    "ranks": list,
+    "versions": dict,
+    "settings": list,
+    "warnings": list,
+    "not_evaluated": list,
+    "sources": int,
 }
-COLLECTIVE = {"op": OPT_STR, "seq": OPT_INT, "numel_in": OPT_INT, "numel_out": OPT_INT, "timeout_ms": OPT_INT,
-              "pg": OPT_STR}
-FINDING = {"rule": str, "name": str, "category": str, "confidence": (float, int), "band": str,
-           "culprit_ranks": list, "summary": str, "explanation": str, "evidence": list, "fixes": list,
-           "dont": list, "verify": list, "facts": dict}
+COLLECTIVE = {
+    "op": OPT_STR,
+    "seq": OPT_INT,
+    "numel_in": OPT_INT,
+    "numel_out": OPT_INT,
+    "timeout_ms": OPT_INT,
+    "pg": OPT_STR,
+}
+FINDING = {
+    "rule": str,
+    "name": str,
+    "category": str,
+    "confidence": (float, int),
+    "band": str,
+    "culprit_ranks": list,
+    "summary": str,
+    "explanation": str,
+    "evidence": list,
+    "fixes": list,
+    "dont": list,
+    "verify": list,
+    "facts": dict,
+}
 EVIDENCE = {"file": str, "line": OPT_INT, "text": str, "rank": OPT_INT}
-RANK = {"rank": int, "role": str, "timed_out": bool, "timeout_op": OPT_STR, "timeout_seq": OPT_INT,
-        "first_error_ts": OPT_STR, "first_error": OPT_STR, "last_activity_ts": OPT_STR, "exit_code": OPT_INT,
-        "signal": OPT_STR, "host": OPT_STR}
+RANK = {
+    "rank": int,
+    "role": str,
+    "timed_out": bool,
+    "timeout_op": OPT_STR,
+    "timeout_seq": OPT_INT,
+    "first_error_ts": OPT_STR,
+    "first_error": OPT_STR,
+    "last_activity_ts": OPT_STR,
+    "exit_code": OPT_INT,
+    "signal": OPT_STR,
+    "host": OPT_STR,
+}
 BANDS = {"possible", "likely", "conclusive"}
 
 

@@ -22,43 +22,91 @@ def _event(line: str, kind: str) -> dict:
     return {**rows.row(0, named=True), "pid": parsed["pid"][0]}
 
 
-@pytest.mark.parametrize(("line", "where"), [
-    ("node02:6801:6839 [1] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer node03<45882>",
-     "misc/socket.cc:50"),  # NCCL <= 2.25: no timestamp
-    ("[2025-08-22 17:44:36] node02:6801:6839 [1] ras/client_support.cc:159 NCCL WARN Call to bind failed: Address "
-     "already in use", "ras/client_support.cc:159"),  # 2.26 - 2.30.4
-    ("[2026-10-07 04:16:41] h100-r4-n02:90414:90480 [4] transport/net_ib/p2p.cc:712 (ncclIbTest) NCCL WARN NET/IB: Got "
-     "completion from peer 172.30.3.17<40012> with status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_SEND(0) vendor_err=129 "
-     "hca mlx5_6", "transport/net_ib/p2p.cc:712"),  # >= 2.30.7: (function)
-    ("node00:31965:31975 [1] /usr/src/debug/rccl/build/hipify/src/proxy.cc:1573 NCCL WARN [Proxy Service 0] Failed to "
-     "execute operation Setup from rank 0, retcode 3", "/usr/src/debug/rccl/build/hipify/src/proxy.cc:1573"),  # RCCL
-])
+@pytest.mark.parametrize(
+    ("line", "where"),
+    [
+        (
+            "node02:6801:6839 [1] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer node03<45882>",
+            "misc/socket.cc:50",
+        ),  # NCCL <= 2.25: no timestamp
+        (
+            "[2025-08-22 17:44:36] node02:6801:6839 [1] ras/client_support.cc:159 NCCL WARN Call to bind failed: Address "
+            "already in use",
+            "ras/client_support.cc:159",
+        ),  # 2.26 - 2.30.4
+        (
+            "[2026-10-07 04:16:41] h100-r4-n02:90414:90480 [4] transport/net_ib/p2p.cc:712 (ncclIbTest) NCCL WARN NET/IB: Got "
+            "completion from peer 172.30.3.17<40012> with status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_SEND(0) vendor_err=129 "
+            "hca mlx5_6",
+            "transport/net_ib/p2p.cc:712",
+        ),  # >= 2.30.7: (function)
+        (
+            "node00:31965:31975 [1] /usr/src/debug/rccl/build/hipify/src/proxy.cc:1573 NCCL WARN [Proxy Service 0] Failed to "
+            "execute operation Setup from rank 0, retcode 3",
+            "/usr/src/debug/rccl/build/hipify/src/proxy.cc:1573",
+        ),  # RCCL
+    ],
+)
 def test_warn_lines_of_every_release_give_host_pid_and_source_location(line: str, where: str) -> None:
     ev = _event(line, "nccl_warn")
     assert ev["host"] and ev["pid"] and ev["detail"] == where and ev["value"]
 
 
-@pytest.mark.parametrize(("line", "rank", "nranks", "dev", "bus"), [
-    ("gpu7:5511:5600 [3] NCCL INFO comm 0x7f00c8002e10 rank 11 nranks 16 cudaDev 3 busId 4e000 - Init COMPLETE",
-     11, 16, 3, "4e000"),  # 2.7 - 2.14
-    ("gpu01:20312:20372 [1] NCCL INFO comm 0x55d1a8c1e2b0 rank 1 nranks 4 cudaDev 1 nvmlDev 1 busId 25000 commId "
-     "0x4f8a2c19d37e0b21 - Init COMPLETE", 1, 4, 1, "25000"),  # 2.18 - 2.20
-    ("node03:23440:23664 [0] NCCL INFO ncclCommInitRank comm 0x563d5b2b3360 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId "
-     "10000 commId 0xb3609cbb6ba7a88a - Init COMPLETE", 0, 2, 0, "10000"),  # 2.21+
-    ("h1:77:90 [5] NCCL INFO ncclCommSplit comm 0x5601a2b3c4d0 rank 1 nranks 4 cudaDev 5 nvmlDev 5 busId ab000 commId "
-     "0x9f8e7d6c5b4a3921 parent 0x5600f1e2d3c4 splitCount 1 color 1 key 5 - Init COMPLETE", 1, 4, 5, "ab000"),  # split
-    ("[1,3]<stdout>:node05:21:28 [3] NCCL INFO comm 0x5564 rank 3 nranks 8 cudaDev 3 busId 3b000 - Init COMPLETE",
-     3, 8, 3, "3b000"),  # Open MPI --tag-output
-])
+@pytest.mark.parametrize(
+    ("line", "rank", "nranks", "dev", "bus"),
+    [
+        (
+            "gpu7:5511:5600 [3] NCCL INFO comm 0x7f00c8002e10 rank 11 nranks 16 cudaDev 3 busId 4e000 - Init COMPLETE",
+            11,
+            16,
+            3,
+            "4e000",
+        ),  # 2.7 - 2.14
+        (
+            "gpu01:20312:20372 [1] NCCL INFO comm 0x55d1a8c1e2b0 rank 1 nranks 4 cudaDev 1 nvmlDev 1 busId 25000 commId "
+            "0x4f8a2c19d37e0b21 - Init COMPLETE",
+            1,
+            4,
+            1,
+            "25000",
+        ),  # 2.18 - 2.20
+        (
+            "node03:23440:23664 [0] NCCL INFO ncclCommInitRank comm 0x563d5b2b3360 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId "
+            "10000 commId 0xb3609cbb6ba7a88a - Init COMPLETE",
+            0,
+            2,
+            0,
+            "10000",
+        ),  # 2.21+
+        (
+            "h1:77:90 [5] NCCL INFO ncclCommSplit comm 0x5601a2b3c4d0 rank 1 nranks 4 cudaDev 5 nvmlDev 5 busId ab000 commId "
+            "0x9f8e7d6c5b4a3921 parent 0x5600f1e2d3c4 splitCount 1 color 1 key 5 - Init COMPLETE",
+            1,
+            4,
+            5,
+            "ab000",
+        ),  # split
+        (
+            "[1,3]<stdout>:node05:21:28 [3] NCCL INFO comm 0x5564 rank 3 nranks 8 cudaDev 3 busId 3b000 - Init COMPLETE",
+            3,
+            8,
+            3,
+            "3b000",
+        ),  # Open MPI --tag-output
+    ],
+)
 def test_init_complete_lines_of_every_release(line: str, rank: int, nranks: int, dev: int, bus: str) -> None:
     ev = _event(line, "nccl_comm_init")
     assert (ev["subject_rank"], ev["nranks"], ev["cuda_dev"], ev["bus_id"]) == (rank, nranks, dev, bus)
 
 
-@pytest.mark.parametrize("line", [
-    "node01:1463327:1463327 [1] NCCL INFO NCCL version 2.27.5+cuda12.9",
-    "NCCL version 2.27.5+cuda12.9",  # NCCL_DEBUG=VERSION: the bare banner
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "node01:1463327:1463327 [1] NCCL INFO NCCL version 2.27.5+cuda12.9",
+        "NCCL version 2.27.5+cuda12.9",  # NCCL_DEBUG=VERSION: the bare banner
+    ],
+)
 def test_version_banner(line: str) -> None:
     assert _event(line, "nccl_version")["version"] == "2.27.5"
 
@@ -81,7 +129,13 @@ def test_nccl_comms_table(four_nodes) -> None:
     assert comms.columns[:8] == ["host", "pid", "cuda_dev", "rank", "nranks", "comm_id", "bus_id", "version"]
     row = comms.filter(pl.col("rank") == 9).row(0, named=True)
     assert (row["host"], row["pid"], row["cuda_dev"], row["nranks"], row["bus_id"], row["version"]) == (
-        "gpu-a03", 43007, 1, 16, "43000", "2.21.5")
+        "gpu-a03",
+        43007,
+        1,
+        16,
+        "43000",
+        "2.21.5",
+    )
 
 
 def test_nccl_warnings_carry_the_return_code_chain_of_their_thread(four_nodes) -> None:

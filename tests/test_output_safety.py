@@ -26,8 +26,10 @@ from ncclpm.render import RENDERERS, render
 
 ROOT = Path(__file__).resolve().parents[1]
 CASE = ROOT / "tests" / "cases" / "rank0_slow_work__torchrun_3ranks" / "input"
-MARKUP = ('<script>alert(1)</script> <img src=x onerror=alert(2)> "><svg onload=alert(3)> {{ 7*7 }} '
-          "![t](http://evil.example/p.png) <!channel> <http://evil.example|click> & &amp; </style><!--")
+MARKUP = (
+    '<script>alert(1)</script> <img src=x onerror=alert(2)> "><svg onload=alert(3)> {{ 7*7 }} '
+    "![t](http://evil.example/p.png) <!channel> <http://evil.example|click> & &amp; </style><!--"
+)
 LINE = f"[rank1]: RuntimeError: DataLoader timed out after 5 seconds {MARKUP}\n"
 BAD_NAME = "<img src=x onerror=alert(4)>.log"
 JOB_NAME = '<script>alert("job")</script>'
@@ -78,8 +80,14 @@ def test_html_shows_log_markup_as_text_and_never_as_markup(hostile: SimpleNamesp
     assert [a for a in page.attrs if a[1].startswith("on")] == []
     assert [a for a in page.attrs if "javascript:" in a[2] or "evil.example" in a[2]] == []
     shown = "".join(page.text)
-    for text in ("<script>alert(1)</script>", "<img src=x onerror=alert(2)>", "{{ 7*7 }}", "<!channel>",
-                 JOB_NAME, BAD_NAME):
+    for text in (
+        "<script>alert(1)</script>",
+        "<img src=x onerror=alert(2)>",
+        "{{ 7*7 }}",
+        "<!channel>",
+        JOB_NAME,
+        BAD_NAME,
+    ):
         assert text in shown, text
     csp = [v for t, k, v in page.attrs if t == "meta" and k == "content" and "default-src" in v]
     assert csp and "default-src 'none'" in csp[0] and "script-src" not in csp[0], csp
@@ -130,6 +138,7 @@ def test_markdown_keeps_log_markup_inside_code(hostile: SimpleNamespace) -> None
 
 # ---------------------------------------------------------------------------------------------- -o / --force
 
+
 def _run(*args: str) -> SimpleNamespace:
     res = CliRunner().invoke(main, list(args))
     assert "Traceback" not in res.output
@@ -150,6 +159,7 @@ def sealed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
 
 def _no_work(monkeypatch: pytest.MonkeyPatch) -> None:
     """Refusals must come before any work: reading the job would fail the test."""
+
     def boom(*_a: object, **_k: object) -> None:
         raise AssertionError("the job was read before the output was checked")
 
@@ -180,11 +190,16 @@ def test_the_report_is_written_where_asked_and_nowhere_else(sealed) -> None:
 
 
 @pytest.mark.parametrize("where", ["missing_folder", "a_folder", "dangling_symlink", "symlink_to_a_file"])
-def test_a_bad_output_path_is_a_usage_error_and_creates_nothing(sealed, where: str,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bad_output_path_is_a_usage_error_and_creates_nothing(
+    sealed, where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     target = sealed.root / "elsewhere.md"
-    out = {"missing_folder": sealed.out / "sub" / "r.md", "a_folder": sealed.out,
-           "dangling_symlink": sealed.out / "link.md", "symlink_to_a_file": sealed.out / "link.md"}[where]
+    out = {
+        "missing_folder": sealed.out / "sub" / "r.md",
+        "a_folder": sealed.out,
+        "dangling_symlink": sealed.out / "link.md",
+        "symlink_to_a_file": sealed.out / "link.md",
+    }[where]
     if where == "dangling_symlink":
         out.symlink_to(target)  # -o onto it would write through the link, somewhere not asked for
     if where == "symlink_to_a_file":

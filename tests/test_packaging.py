@@ -21,11 +21,22 @@ def test_wheel_installs_and_diagnoses_from_another_directory(tmp_path: Path) -> 
     subprocess.run([py, "-m", "pip", "install", "-q", str(ROOT)], check=True, timeout=900)
     work = tmp_path / "elsewhere"
     work.mkdir()
-    out = subprocess.run([env_dir / "bin" / "ncclpm", "diagnose", str(ROOT / "sample_logs" / "nccl_nvml_unknown_error"),
-                          "-f", "json"], cwd=work, capture_output=True, text=True, check=True, timeout=300)
+    out = subprocess.run(
+        [env_dir / "bin" / "ncclpm", "diagnose", str(ROOT / "sample_logs" / "nccl_nvml_unknown_error"), "-f", "json"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
     assert json.loads(out.stdout)["category"] == "nvml_driver_failure"
-    where = subprocess.run([py, "-c", "import ncclpm.resources as r; print(r.data_dir('templates'))"],
-                           cwd=work, capture_output=True, text=True, check=True).stdout
+    where = subprocess.run(
+        [py, "-c", "import ncclpm.resources as r; print(r.data_dir('templates'))"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "site-packages" in where and "_data" in where
     assert list(work.iterdir()) == [], "nothing is written to the working directory"
 

@@ -17,11 +17,16 @@ from ncclpm.sources.paste import _CHARS, normalise_paste, normalise_paste_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 CONSOLE_LOGS = sorted(ROOT.glob("tests/cases/*/input/console.log")) + sorted(ROOT.glob("sample_logs/*/*.out"))
-TEXT_FILES = [f for f in sorted(ROOT.glob("tests/cases/*/input/**/*")) + sorted(ROOT.glob("sample_logs/**/*"))
-              if f.is_file() and f.suffix in (".log", ".out", ".txt", ".stderr", ".stdout") and "fr" not in f.parts]
-WATCHDOG = ("[rank1]:[E1103 10:10:02.111004512 ProcessGroupNCCL.cpp:688] [Rank 1] Watchdog caught collective "
-            "operation timeout: WorkNCCL(SeqNum=1501, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
-            "Timeout(ms)=600000) ran for 600001 milliseconds before timing out.")
+TEXT_FILES = [
+    f
+    for f in sorted(ROOT.glob("tests/cases/*/input/**/*")) + sorted(ROOT.glob("sample_logs/**/*"))
+    if f.is_file() and f.suffix in (".log", ".out", ".txt", ".stderr", ".stdout") and "fr" not in f.parts
+]
+WATCHDOG = (
+    "[rank1]:[E1103 10:10:02.111004512 ProcessGroupNCCL.cpp:688] [Rank 1] Watchdog caught collective "
+    "operation timeout: WorkNCCL(SeqNum=1501, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+    "Timeout(ms)=600000) ran for 600001 milliseconds before timing out."
+)
 
 
 # ------------------------------------------------------------------------------------ how pastes get damaged
@@ -29,15 +34,16 @@ WATCHDOG = ("[rank1]:[E1103 10:10:02.111004512 ProcessGroupNCCL.cpp:688] [Rank 1
 
 def hard_wrap(text: str, width: int = 80) -> str:
     """What `fold -w 80` or a terminal copy does: every line cut every 80 characters."""
-    return "\n".join(ln[i:i + width] for ln in text.split("\n") for i in range(0, max(len(ln), 1), width))
+    return "\n".join(ln[i : i + width] for ln in text.split("\n") for i in range(0, max(len(ln), 1), width))
 
 
 def word_wrap(text: str, width: int = 80) -> str:
     """What a chat client or a ticket's 'format text' does: greedy wrap at word boundaries."""
     out = []
     for ln in text.split("\n"):
-        out += textwrap.wrap(ln, width, break_long_words=True, break_on_hyphens=False, drop_whitespace=True,
-                             replace_whitespace=False) or [""]
+        out += textwrap.wrap(
+            ln, width, break_long_words=True, break_on_hyphens=False, drop_whitespace=True, replace_whitespace=False
+        ) or [""]
     return "\n".join(out)
 
 
@@ -73,7 +79,7 @@ def _file_verdict(log: Path) -> tuple[str, tuple[int, ...]]:
 
 def test_fences_entities_smart_characters() -> None:
     paste = "```\n[rank0]: a &gt; b &amp;&amp; c &lt;x&gt; &quot;q&quot; ‘s’ “d” – — … x\u00a0y\u200bz\n```"
-    assert normalise_paste(paste) == "[rank0]: a > b && c <x> \"q\" 's' \"d\" - - ... x yz"
+    assert normalise_paste(paste) == '[rank0]: a > b && c <x> "q" \'s\' "d" - - ... x yz'
 
 
 def test_entities_are_only_the_ones_pastes_make() -> None:
@@ -109,17 +115,21 @@ def test_interleaved_ranks_rejoined_line_by_line(wrap) -> None:
 
 
 def test_traceback_lines_are_not_glued() -> None:
-    tb = ("Traceback (most recent call last):\n  File \"/workspace/train.py\", line 120, in <module>\n    main()\n"
-          "  File \"/workspace/train.py\", line 98, in main\n    loss.backward()\n"
-          "RuntimeError: CUDA error: an illegal memory access was encountered and the kernel was aborted\n"
-          "CUDA kernel errors might be asynchronously reported at some other API call\n"
-          "For debugging consider passing CUDA_LAUNCH_BLOCKING=1")
+    tb = (
+        'Traceback (most recent call last):\n  File "/workspace/train.py", line 120, in <module>\n    main()\n'
+        '  File "/workspace/train.py", line 98, in main\n    loss.backward()\n'
+        "RuntimeError: CUDA error: an illegal memory access was encountered and the kernel was aborted\n"
+        "CUDA kernel errors might be asynchronously reported at some other API call\n"
+        "For debugging consider passing CUDA_LAUNCH_BLOCKING=1"
+    )
     assert normalise_paste(tb) == tb
 
 
 def test_short_tables_and_banners_are_not_glued() -> None:
-    df = ("Filesystem      Size  Used Avail Use% Mounted on\nshm              64M   64M     0 100% /dev/shm\n"
-          "/dev/nvme1n1    7.0T  4.1T  2.9T  59% /data")
+    df = (
+        "Filesystem      Size  Used Avail Use% Mounted on\nshm              64M   64M     0 100% /dev/shm\n"
+        "/dev/nvme1n1    7.0T  4.1T  2.9T  59% /data"
+    )
     assert normalise_paste(df) == df
 
 
@@ -144,8 +154,9 @@ DAMAGE = {
 
 
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
-@pytest.mark.parametrize("log", CONSOLE_LOGS, ids=[f.parent.parent.name if f.name == "console.log" else
-                                                  f.parent.name for f in CONSOLE_LOGS])
+@pytest.mark.parametrize(
+    "log", CONSOLE_LOGS, ids=[f.parent.parent.name if f.name == "console.log" else f.parent.name for f in CONSOLE_LOGS]
+)
 def test_pasted_log_same_verdict_as_file(log: Path, damage: str) -> None:
     pasted = DAMAGE[damage](log.read_text(encoding="utf-8", errors="replace"))
     assert pasted != log.read_text(), "the paste is really damaged"

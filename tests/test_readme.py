@@ -18,5 +18,6 @@ def test_readme_rule_table_is_current() -> None:
 
 def test_readme_test_command_is_what_ci_runs() -> None:
     ci = (README.parent / ".ci" / "run").read_text()
-    assert "pip install -e '.[test]' && python -m pytest -q" in README.read_text()
-    assert "pip install -q -e '.[test]' && python -m pytest -q" in ci
+    readme_cmd = "pip install -e '.[test]' && ruff check . && ruff format --check . && python -m pytest -q"
+    assert readme_cmd in README.read_text()
+    assert readme_cmd.replace("pip install -e", "pip install -q -e") in ci

@@ -25,8 +25,10 @@ LATE = CASES / "nccl_slurm_late_rank0" / "input"
 OOM8 = CASES / "nccl_cuda_oom_rank5" / "input"
 CRASH = CASES / "rank_crash__exception_4ranks" / "input"
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
-PAYLOAD = ("<script>document.body.setAttribute('data-pwned','1')</script>"
-           "<img src=x onerror=document.body.setAttribute('data-pwned','2')> & loss is NaN")
+PAYLOAD = (
+    "<script>document.body.setAttribute('data-pwned','1')</script>"
+    "<img src=x onerror=document.body.setAttribute('data-pwned','2')> & loss is NaN"
+)
 
 
 def _big(n: int = 1024) -> Diagnosis:
@@ -56,7 +58,7 @@ def hostile_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _svg(html: str) -> str:
-    return html[html.index("<svg"):html.index("</svg>")]
+    return html[html.index("<svg") : html.index("</svg>")]
 
 
 @pytest.mark.parametrize("job", [SLOW, LATE, OOM8, CRASH], ids=["slow", "late", "oom8", "crash"])
@@ -134,9 +136,20 @@ def test_headless_chromium_renders_without_running_anything(hostile_job: Path, t
     page = tmp_path / "report.html"
     page.write_text(render(d, "html"), encoding="utf-8")
     profile = tmp_path / "profile"
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           f"--user-data-dir={profile}", "--dump-dom", page.as_uri()]
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        "--dump-dom",
+        page.as_uri(),
+    ]
     dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
     assert "Rank 3 died first" in dom and 'id="verdict"' in dom and "<svg" in dom
     assert "data-pwned" not in dom.split("<body", 1)[1].split(">", 1)[0], "no script ran"

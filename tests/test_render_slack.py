@@ -37,8 +37,11 @@ def test_verdict_first_then_culprit_line_and_fix(slow) -> None:
 def test_escaping_and_backticks(slow) -> None:
     line = "x <!channel> & <http://evil|click> ```oops``` `tick` > done"
     bad = dataclasses.replace(
-        slow, job="<job&name>", decisive=(Evidence("a<b>.log", 3, line, 0),),
-        primary=dataclasses.replace(slow.primary, summary="A <b>bold</b> & *claim*", fixes=("Set `X=<1>` & retry",)))
+        slow,
+        job="<job&name>",
+        decisive=(Evidence("a<b>.log", 3, line, 0),),
+        primary=dataclasses.replace(slow.primary, summary="A <b>bold</b> & *claim*", fixes=("Set `X=<1>` & retry",)),
+    )
     text = render_slack(bad)
     assert "<" not in text and ">" not in text.replace("&gt;", "")
     assert "&lt;!channel&gt; &amp; &lt;http://evil|click&gt;" in text
@@ -53,8 +56,10 @@ def test_huge_lines_and_1024_ranks_fit_one_message(slow) -> None:
     ranks = tuple(range(1024))
     huge = "E" * 100_000 + "\n" + "line\n" * 5000
     d = dataclasses.replace(
-        slow, decisive=(Evidence("x" * 5000, 1, huge, 0),),
-        primary=dataclasses.replace(slow.primary, culprit_ranks=ranks, summary="s" * 20_000, fixes=("f" * 20_000,)))
+        slow,
+        decisive=(Evidence("x" * 5000, 1, huge, 0),),
+        primary=dataclasses.replace(slow.primary, culprit_ranks=ranks, summary="s" * 20_000, fixes=("f" * 20_000,)),
+    )
     text = render_slack(d)
     assert len(text) < MAX_CHARS < 4000
     assert "(1024 ranks)" in text and text.count("```") == 2

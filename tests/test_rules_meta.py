@@ -22,8 +22,11 @@ def _rule_classes_in_modules() -> set[type[Rule]]:
         if mod.name.startswith("_") or mod.name == "base":
             continue
         module = importlib.import_module(f"ncclpm.rules.{mod.name}")
-        found |= {v for v in vars(module).values()
-                  if isinstance(v, type) and issubclass(v, Rule) and v is not Rule and v.__module__ == module.__name__}
+        found |= {
+            v
+            for v in vars(module).values()
+            if isinstance(v, type) and issubclass(v, Rule) and v is not Rule and v.__module__ == module.__name__
+        }
     return found
 
 

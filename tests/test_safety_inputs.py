@@ -51,12 +51,24 @@ def _payloads(marker: Path) -> dict[str, bytes]:
     import subprocess
 
     touch = f"open({str(marker)!r}, 'w').write('pwned')"
+
     def text(s: str) -> bytes:  # BINUNICODE opcode
         return b"X" + len(s.encode()).to_bytes(4, "little") + s.encode()
 
     # Hand-written opcodes: {"version": "2.10", "pg_config": {}, "entries": [posix.system("touch ...")]}
-    raw = (b"\x80\x02}(" + text("version") + text("2.10") + text("pg_config") + b"}" + text("entries") + b"]"
-           + b"cposix\nsystem\n" + text(f"touch {marker}") + b"\x85Ra" + b"u.")
+    raw = (
+        b"\x80\x02}("
+        + text("version")
+        + text("2.10")
+        + text("pg_config")
+        + b"}"
+        + text("entries")
+        + b"]"
+        + b"cposix\nsystem\n"
+        + text(f"touch {marker}")
+        + b"\x85Ra"
+        + b"u."
+    )
     return {
         "os_system": _dump_with(_Evil(os.system, f"touch {marker}")),
         "builtins_eval": _dump_with(_Evil(builtins.eval, touch)),
@@ -67,8 +79,9 @@ def _payloads(marker: Path) -> dict[str, bytes]:
     }
 
 
-@pytest.mark.parametrize("kind", ["os_system", "builtins_eval", "builtins_exec", "subprocess", "raw_global",
-                                  "nested_in_entries"])
+@pytest.mark.parametrize(
+    "kind", ["os_system", "builtins_eval", "builtins_exec", "subprocess", "raw_global", "nested_in_entries"]
+)
 def test_a_pickle_that_would_run_code_is_refused_and_runs_nothing(job: Path, tmp_path: Path, kind: str) -> None:
     marker = tmp_path / "pwned"
     (job / "fr" / "raw" / "nccl_trace_rank_5").write_bytes(_payloads(marker)[kind])
@@ -95,8 +108,9 @@ def test_encodings_and_line_ends_are_read(tmp_path: Path) -> None:
     (job / "powershell.log").write_bytes("[rank2]: OSError: [Errno 24] Too many open files\r\n".encode("utf-16"))
     (job / "utf8_bom.log").write_bytes("\ufeff[rank4]: OSError: [Errno 24] Too many open files\n".encode())
     (job / "old_mac.log").write_bytes(b"step 1\r[rank3]: RuntimeError: DataLoader timed out after 5 seconds\rstep 2")
-    (job / "rank0.log").write_bytes(b"[rank0]: RuntimeError: [x.cc:78] Timed out waiting 10000ms for recv operation"
-                                    b" to complete")  # no final newline: truncated mid-line
+    (job / "rank0.log").write_bytes(
+        b"[rank0]: RuntimeError: [x.cc:78] Timed out waiting 10000ms for recv operation to complete"
+    )  # no final newline: truncated mid-line
     d = diagnose([job])
     dl = next(f for f in d.findings if f.rule == "DL01")
     assert set(dl.culprit_ranks) == {1, 2, 3, 4}

@@ -67,14 +67,17 @@ def test_a_rule_that_raises_is_a_tool_warning_and_the_others_still_decide(monkey
     assert any("DL01" in w and "rule bug" in w for w in d.warnings)
 
 
-@pytest.mark.parametrize(("args", "code"), [
-    (["diagnose", str(SAMPLE)], 0),
-    (["diagnose", str(SAMPLE), "--fail-on", "likely"], 1),
-    (["diagnose", str(ROOT / "does-not-exist")], 2),
-    (["diagnose"], 2),
-    (["diagnose", str(SAMPLE), "--format", "pdf"], 2),
-    (["explain", "XX99"], 2),
-])
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["diagnose", str(SAMPLE)], 0),
+        (["diagnose", str(SAMPLE), "--fail-on", "likely"], 1),
+        (["diagnose", str(ROOT / "does-not-exist")], 2),
+        (["diagnose"], 2),
+        (["diagnose", str(SAMPLE), "--format", "pdf"], 2),
+        (["explain", "XX99"], 2),
+    ],
+)
 def test_exit_codes(args: list[str], code: int) -> None:
     res = CliRunner().invoke(main, args)
     assert res.exit_code == code, res.output

@@ -64,21 +64,24 @@ def test_markdown_report_has_the_settings_section_with_file_and_line() -> None:
     assert "`NCCL_P2P_DISABLE`" in section
 
 
-@pytest.mark.parametrize(("var", "value", "severity", "words"), [
-    ("NCCL_TIMEOUT", "1800", "error", "does nothing"),
-    ("NCCL_TRACE_BUFFER_SIZE", "2000", "error", "TORCH_NCCL_TRACE_BUFFER_SIZE"),
-    ("TORCH_NCCL_TIMEOUT", "3600", "error", "does nothing"),
-    ("TORCH_FR_TIMEOUT", "60", "error", "does nothing"),
-    ("NCCL_BLOCKING_WAIT", "1", "warn", "TORCH_NCCL_BLOCKING_WAIT"),
-    ("NCCL_DESYNC_DEBUG", "1", "warn", "TORCH_NCCL_DESYNC_DEBUG"),
-    ("NCCL_ENABLE_TIMING", "1", "warn", "TORCH_NCCL_ENABLE_TIMING"),
-    ("NCCL_IB_DISABLE", "1", "warn", "masks faults"),
-    ("NCCL_SHM_DISABLE", "1", "warn", "masks faults"),
-    ("NCCL_P2P_DISABLE", "0", "info", "default"),
-    ("NCCL_SOCKET_IFNAM", "eth0", "error", "NCCL_SOCKET_IFNAME"),
-    ("NCCL_IB_TIMOUT", "22", "error", "NCCL_IB_TIMEOUT"),
-    ("TORCH_NCCL_ASYNC_ERROR_HANDLNG", "1", "error", "TORCH_NCCL_ASYNC_ERROR_HANDLING"),
-])
+@pytest.mark.parametrize(
+    ("var", "value", "severity", "words"),
+    [
+        ("NCCL_TIMEOUT", "1800", "error", "does nothing"),
+        ("NCCL_TRACE_BUFFER_SIZE", "2000", "error", "TORCH_NCCL_TRACE_BUFFER_SIZE"),
+        ("TORCH_NCCL_TIMEOUT", "3600", "error", "does nothing"),
+        ("TORCH_FR_TIMEOUT", "60", "error", "does nothing"),
+        ("NCCL_BLOCKING_WAIT", "1", "warn", "TORCH_NCCL_BLOCKING_WAIT"),
+        ("NCCL_DESYNC_DEBUG", "1", "warn", "TORCH_NCCL_DESYNC_DEBUG"),
+        ("NCCL_ENABLE_TIMING", "1", "warn", "TORCH_NCCL_ENABLE_TIMING"),
+        ("NCCL_IB_DISABLE", "1", "warn", "masks faults"),
+        ("NCCL_SHM_DISABLE", "1", "warn", "masks faults"),
+        ("NCCL_P2P_DISABLE", "0", "info", "default"),
+        ("NCCL_SOCKET_IFNAM", "eth0", "error", "NCCL_SOCKET_IFNAME"),
+        ("NCCL_IB_TIMOUT", "22", "error", "NCCL_IB_TIMEOUT"),
+        ("TORCH_NCCL_ASYNC_ERROR_HANDLNG", "1", "error", "TORCH_NCCL_ASYNC_ERROR_HANDLING"),
+    ],
+)
 def test_verdicts_follow_who_reads_what(var: str, value: str, severity: str, words: str) -> None:
     text, sev = verdict(var, value)
     assert sev == severity and words in text
@@ -93,15 +96,18 @@ def test_an_unrelated_variable_gets_no_verdict() -> None:
     assert verdict("NCCL_TESTS_SPLIT_MASK", "0x7") == ("", "info")
 
 
-@pytest.mark.parametrize(("text", "var", "value"), [
-    ("export NCCL_TIMEOUT=1800\n", "NCCL_TIMEOUT", "1800"),
-    ("export NCCL_SOCKET_IFNAME='ib0'\n", "NCCL_SOCKET_IFNAME", "ib0"),
-    ("NCCL_P2P_DISABLE=1 torchrun --nproc_per_node=8 train.py\n", "NCCL_P2P_DISABLE", "1"),
-    ("NCCL_BLOCKING_WAIT=1\n", "NCCL_BLOCKING_WAIT", "1"),
-    ("docker run --gpus all \\\n  -e NCCL_IB_DISABLE=1 \\\n  img torchrun train.py\n", "NCCL_IB_DISABLE", "1"),
-    ("gpu01:20311:20311 [0] NCCL INFO NCCL_IB_DISABLE set by environment to 1.\n", "NCCL_IB_DISABLE", "1"),
-    ('os.environ["TORCH_NCCL_BLOCKING_WAIT"] = "1"\n', "TORCH_NCCL_BLOCKING_WAIT", "1"),
-])
+@pytest.mark.parametrize(
+    ("text", "var", "value"),
+    [
+        ("export NCCL_TIMEOUT=1800\n", "NCCL_TIMEOUT", "1800"),
+        ("export NCCL_SOCKET_IFNAME='ib0'\n", "NCCL_SOCKET_IFNAME", "ib0"),
+        ("NCCL_P2P_DISABLE=1 torchrun --nproc_per_node=8 train.py\n", "NCCL_P2P_DISABLE", "1"),
+        ("NCCL_BLOCKING_WAIT=1\n", "NCCL_BLOCKING_WAIT", "1"),
+        ("docker run --gpus all \\\n  -e NCCL_IB_DISABLE=1 \\\n  img torchrun train.py\n", "NCCL_IB_DISABLE", "1"),
+        ("gpu01:20311:20311 [0] NCCL INFO NCCL_IB_DISABLE set by environment to 1.\n", "NCCL_IB_DISABLE", "1"),
+        ('os.environ["TORCH_NCCL_BLOCKING_WAIT"] = "1"\n', "TORCH_NCCL_BLOCKING_WAIT", "1"),
+    ],
+)
 def test_each_way_a_setting_shows_up_in_a_job_folder_is_read(tmp_path, text: str, var: str, value: str) -> None:
     (tmp_path / "job.sh").write_text("#!/bin/bash\n" + text)
     settings = build([tmp_path]).extra["settings"]
@@ -113,5 +119,6 @@ def test_prose_that_merely_names_a_variable_is_not_a_setting(tmp_path) -> None:
     (tmp_path / "rank1.log").write_text(
         "[rank1]:[E204 16:42:57.130533012 ProcessGroupNCCL.cpp:728] Stack trace of the failed collective not found, "
         "potentially because FlightRecorder is disabled. You can enable it by setting TORCH_NCCL_TRACE_BUFFER_SIZE "
-        "to a non-zero value.\n")
+        "to a non-zero value.\n"
+    )
     assert build([tmp_path]).extra["settings"].is_empty()

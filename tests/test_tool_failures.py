@@ -36,8 +36,9 @@ def _cli(*args: str, input: str | None = None):
     return res
 
 
-def test_a_rule_that_raises_is_a_warning_naming_it_and_the_others_still_decide(tmp_path: Path,
-                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_rule_that_raises_is_a_warning_naming_it_and_the_others_still_decide(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(by_id("ST01"), "run", _raise("rule bug: boom"))  # the rule that wins on this case
     out = tmp_path / "r.json"
     res = _cli("diagnose", str(CASE), "-f", "json", "-o", str(out))
@@ -81,40 +82,50 @@ def test_the_fallback_rule_raising_is_contained_too(tmp_path: Path, monkeypatch:
 
 # --------------------------------------------------------------------------------------------------- exit codes
 
+
 def _job(tmp_path: Path, text: str = DL_LINE) -> str:
     (tmp_path / "job").mkdir(exist_ok=True)
     (tmp_path / "job" / "rank1.log").write_text(text)
     return str(tmp_path / "job")
 
 
-@pytest.mark.parametrize(("args", "code"), [
-    pytest.param(["diagnose", "{case}"], 0, id="diagnosed"),
-    pytest.param(["diagnose", "{case}", "--fail-on", "possible"], 1, id="fail_on_possible_met"),
-    pytest.param(["diagnose", "{case}", "--fail-on", "conclusive"], 1, id="fail_on_conclusive_met"),
-    pytest.param(["diagnose", "{dl}", "--fail-on", "conclusive"], 0, id="fail_on_conclusive_not_met_by_likely"),
-    pytest.param(["diagnose", "{dl}", "--fail-on", "likely"], 1, id="fail_on_likely_met"),
-    pytest.param(["diagnose", "{empty}"], 2, id="empty_folder"),
-    pytest.param(["diagnose", "{junk}"], 2, id="only_binary_junk"),
-    pytest.param(["diagnose", "{tmp}/does-not-exist"], 2, id="missing_path"),
-    pytest.param(["diagnose", "-"], 2, id="empty_stdin"),
-    pytest.param(["diagnose"], 2, id="no_paths"),
-    pytest.param(["diagnose", "{case}", "--format", "pdf"], 2, id="unknown_format"),
-    pytest.param(["diagnose", "{case}", "--fail-on", "sometimes"], 2, id="unknown_band"),
-    pytest.param(["diagnose", "{case}", "--patterns", "{tmp}/no-such-folder"], 2, id="missing_patterns_folder"),
-    pytest.param(["diagnose", "{case}", "--no-such-option"], 2, id="unknown_option"),
-    pytest.param(["diagnose", "{case}", "-o", "{existing}"], 2, id="output_exists_without_force"),
-    pytest.param(["diagnose", "{case}", "-o", "{tmp}/no-such-folder/r.md"], 2, id="output_folder_missing"),
-    pytest.param(["no-such-command"], 2, id="unknown_command"),
-    pytest.param(["explain", "XX99"], 2, id="unknown_rule"),
-    pytest.param(["tables", "{case}", "-t", "no_such_table"], 2, id="unknown_table"),
-])
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        pytest.param(["diagnose", "{case}"], 0, id="diagnosed"),
+        pytest.param(["diagnose", "{case}", "--fail-on", "possible"], 1, id="fail_on_possible_met"),
+        pytest.param(["diagnose", "{case}", "--fail-on", "conclusive"], 1, id="fail_on_conclusive_met"),
+        pytest.param(["diagnose", "{dl}", "--fail-on", "conclusive"], 0, id="fail_on_conclusive_not_met_by_likely"),
+        pytest.param(["diagnose", "{dl}", "--fail-on", "likely"], 1, id="fail_on_likely_met"),
+        pytest.param(["diagnose", "{empty}"], 2, id="empty_folder"),
+        pytest.param(["diagnose", "{junk}"], 2, id="only_binary_junk"),
+        pytest.param(["diagnose", "{tmp}/does-not-exist"], 2, id="missing_path"),
+        pytest.param(["diagnose", "-"], 2, id="empty_stdin"),
+        pytest.param(["diagnose"], 2, id="no_paths"),
+        pytest.param(["diagnose", "{case}", "--format", "pdf"], 2, id="unknown_format"),
+        pytest.param(["diagnose", "{case}", "--fail-on", "sometimes"], 2, id="unknown_band"),
+        pytest.param(["diagnose", "{case}", "--patterns", "{tmp}/no-such-folder"], 2, id="missing_patterns_folder"),
+        pytest.param(["diagnose", "{case}", "--no-such-option"], 2, id="unknown_option"),
+        pytest.param(["diagnose", "{case}", "-o", "{existing}"], 2, id="output_exists_without_force"),
+        pytest.param(["diagnose", "{case}", "-o", "{tmp}/no-such-folder/r.md"], 2, id="output_folder_missing"),
+        pytest.param(["no-such-command"], 2, id="unknown_command"),
+        pytest.param(["explain", "XX99"], 2, id="unknown_rule"),
+        pytest.param(["tables", "{case}", "-t", "no_such_table"], 2, id="unknown_table"),
+    ],
+)
 def test_exit_codes(tmp_path: Path, args: list[str], code: int) -> None:
     (tmp_path / "empty").mkdir()
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "core.bin").write_bytes(bytes(range(32)) * 200)
     (tmp_path / "existing.md").write_text("keep me")
-    names = {"case": str(CASE), "dl": _job(tmp_path), "empty": str(tmp_path / "empty"),
-             "junk": str(tmp_path / "junk"), "tmp": str(tmp_path), "existing": str(tmp_path / "existing.md")}
+    names = {
+        "case": str(CASE),
+        "dl": _job(tmp_path),
+        "empty": str(tmp_path / "empty"),
+        "junk": str(tmp_path / "junk"),
+        "tmp": str(tmp_path),
+        "existing": str(tmp_path / "existing.md"),
+    }
     res = _cli(*[a.format(**names) for a in args], input="")
     assert res.exit_code == code, res.output
     assert (tmp_path / "existing.md").read_text() == "keep me"
@@ -126,9 +137,11 @@ def test_nothing_readable_says_so(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("fail_on", [None, "possible"])
-def test_a_crash_inside_ncclpm_exits_3_with_one_line_never_1(fail_on: str | None,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_crash_inside_ncclpm_exits_3_with_one_line_never_1(
+    fail_on: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Exit 1 means "--fail-on threshold met" to CI; a bug must not look like a diagnosis."""
+
     def broken(*_a: object, **_k: object) -> None:
         raise ValueError("something nobody expected\nsecond line of a long polars message")
 

@@ -111,17 +111,30 @@ def test_a_crash_inside_the_analysis_is_an_error_row(monkeypatch: pytest.MonkeyP
     assert row["signature"] == "RuntimeError: analysis exploded on <hex>"
 
 
-@pytest.mark.parametrize(("message", "expected"), [
-    ("[default3]:[2026-03-01T10:12:00.000] rank3 pid4003: FATAL: shard 17 of 64 has checksum 0xdeadbeef "
-     "(/lustre/ckpt/run42/shard_17.pt)", "FATAL: shard <n> of <n> has checksum <hex> (<path>)"),
-    ("[rank1]:[E1103 10:10:02.111 ProcessGroupNCCL.cpp:688] [Rank 1] Watchdog caught collective operation timeout",
-     "Watchdog caught collective operation timeout"),
-    ("NCCL WARN NET/IB : Got completion from peer 10.12.0.13<47205> with status=12 on gpu-a02",
-     "NCCL WARN NET/IB : Got completion from peer <ip><<n>> with status=<n> on gpu-a<n>"),
-    ("connect to [fe80::1ff:fe23:4567:890a]:29500 failed, comm 7f3a9c0012ab34cd uuid "
-     "123e4567-e89b-12d3-a456-426614174000", "connect to <ip> failed, comm <hex> uuid <uuid>"),
-    ("", ""),
-])
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        (
+            "[default3]:[2026-03-01T10:12:00.000] rank3 pid4003: FATAL: shard 17 of 64 has checksum 0xdeadbeef "
+            "(/lustre/ckpt/run42/shard_17.pt)",
+            "FATAL: shard <n> of <n> has checksum <hex> (<path>)",
+        ),
+        (
+            "[rank1]:[E1103 10:10:02.111 ProcessGroupNCCL.cpp:688] [Rank 1] Watchdog caught collective operation timeout",
+            "Watchdog caught collective operation timeout",
+        ),
+        (
+            "NCCL WARN NET/IB : Got completion from peer 10.12.0.13<47205> with status=12 on gpu-a02",
+            "NCCL WARN NET/IB : Got completion from peer <ip><<n>> with status=<n> on gpu-a<n>",
+        ),
+        (
+            "connect to [fe80::1ff:fe23:4567:890a]:29500 failed, comm 7f3a9c0012ab34cd uuid "
+            "123e4567-e89b-12d3-a456-426614174000",
+            "connect to <ip> failed, comm <hex> uuid <uuid>",
+        ),
+        ("", ""),
+    ],
+)
 def test_signature_masks_what_changes_between_runs(message: str, expected: str) -> None:
     assert signature(message) == expected
 
@@ -151,13 +164,20 @@ def test_table_formats(table: pl.DataFrame, tmp_path: Path, suffix: str) -> None
 
 
 def test_parquet_needs_no_pyarrow(tmp_path: Path) -> None:
-    code = ("import sys; sys.modules['pyarrow'] = None\n"
-            "from pathlib import Path\nfrom ncclpm.triage import to_frame, write_table, triage_job\n"
-            f"write_table(to_frame([triage_job({str(SLOW)!r})]), Path({str(tmp_path / 't.parquet')!r}))\n"
-            "import polars as pl\n"
-            f"print(pl.read_parquet({str(tmp_path / 't.parquet')!r})['category'][0])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
+    code = (
+        "import sys; sys.modules['pyarrow'] = None\n"
+        "from pathlib import Path\nfrom ncclpm.triage import to_frame, write_table, triage_job\n"
+        f"write_table(to_frame([triage_job({str(SLOW)!r})]), Path({str(tmp_path / 't.parquet')!r}))\n"
+        "import polars as pl\n"
+        f"print(pl.read_parquet({str(tmp_path / 't.parquet')!r})['category'][0])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"},
+    )
     assert out.stdout.strip() == "slow_rank_work"
 
 
@@ -184,8 +204,9 @@ def test_workers_agree_with_one_process(generated, table: pl.DataFrame) -> None:
 
 def test_cli_writes_table_and_summary(generated, tmp_path: Path) -> None:
     out, expected = generated
-    res = CliRunner().invoke(main, ["triage", str(out), "-o", str(tmp_path / "t.csv"), "--summary",
-                                    str(tmp_path / "s.md"), "-j", "2"])
+    res = CliRunner().invoke(
+        main, ["triage", str(out), "-o", str(tmp_path / "t.csv"), "--summary", str(tmp_path / "s.md"), "-j", "2"]
+    )
     assert res.exit_code == 0, res.output
     with (tmp_path / "t.csv").open() as fh:
         assert len(list(csv.DictReader(fh))) == len(expected)

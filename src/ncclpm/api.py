@@ -19,8 +19,13 @@ def catalog(extra_dirs: tuple[Path, ...] = ()) -> Catalog:
     return load_catalog(extra_dirs)
 
 
-def build(paths: Iterable[str | Path] = (), *, stdin_bytes: bytes | None = None,
-          patterns: tuple[Path, ...] = (), name: str | None = None) -> Tables:
+def build(
+    paths: Iterable[str | Path] = (),
+    *,
+    stdin_bytes: bytes | None = None,
+    patterns: tuple[Path, ...] = (),
+    name: str | None = None,
+) -> Tables:
     """Collect the job's sources and build every table. Text on stdin is taken as pasted: chat and ticket
     damage (code fences, `&gt;`, smart quotes, lines re-wrapped at 80 columns) is undone first."""
     if stdin_bytes is not None:
@@ -29,8 +34,14 @@ def build(paths: Iterable[str | Path] = (), *, stdin_bytes: bytes | None = None,
     return build_tables(job, catalog(patterns))
 
 
-def diagnose(paths: Iterable[str | Path] = (), *, stdin_bytes: bytes | None = None,
-             patterns: tuple[Path, ...] = (), select: Iterable[str] = (), ignore: Iterable[str] = (),
-             name: str | None = None) -> Diagnosis:
+def diagnose(
+    paths: Iterable[str | Path] = (),
+    *,
+    stdin_bytes: bytes | None = None,
+    patterns: tuple[Path, ...] = (),
+    select: Iterable[str] = (),
+    ignore: Iterable[str] = (),
+    name: str | None = None,
+) -> Diagnosis:
     """Diagnose one job: a folder, files, an archive, and/or pasted text."""
     return diagnose_tables(build(paths, stdin_bytes=stdin_bytes, patterns=patterns, name=name), select, ignore)

@@ -64,9 +64,11 @@ class _Main(click.Group):
             frames = traceback.extract_tb(exc.__traceback__)
             where = next((f for f in reversed(frames) if f"{os.sep}ncclpm{os.sep}" in f.filename), frames[-1])
             first = (str(exc).strip().splitlines() or [""])[0][:300]
-            click.echo(f"ncclpm: internal error: {type(exc).__name__}: {first} (at {Path(where.filename).name}:"
-                       f"{where.lineno}) - a bug in ncclpm, please report it; NCCLPM_DEBUG=1 shows the traceback",
-                       err=True)
+            click.echo(
+                f"ncclpm: internal error: {type(exc).__name__}: {first} (at {Path(where.filename).name}:"
+                f"{where.lineno}) - a bug in ncclpm, please report it; NCCLPM_DEBUG=1 shows the traceback",
+                err=True,
+            )
             ctx.exit(EXIT_INTERNAL)
 
 
@@ -83,20 +85,39 @@ def main() -> None:
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
 @click.option("--select", multiple=True, help="Only these rules (ids or names).")
 @click.option("--ignore", multiple=True, help="Skip these rules (ids or names).")
-@click.option("--patterns", multiple=True, type=click.Path(file_okay=False, exists=True, path_type=Path),
-              help="Extra folder of TOML pattern catalogs.")
+@click.option(
+    "--patterns",
+    multiple=True,
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    help="Extra folder of TOML pattern catalogs.",
+)
 @click.option("--fail-on", type=click.Choice(BANDS), help="Exit 1 when a root cause of at least this band is found.")
 @click.option("--name", help="Job name shown in the report.")
-def diagnose(paths: tuple[str, ...], fmt: str, output: Path | None, force: bool, select: tuple[str, ...],
-             ignore: tuple[str, ...], patterns: tuple[Path, ...], fail_on: str | None, name: str | None) -> None:
+def diagnose(
+    paths: tuple[str, ...],
+    fmt: str,
+    output: Path | None,
+    force: bool,
+    select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    patterns: tuple[Path, ...],
+    fail_on: str | None,
+    name: str | None,
+) -> None:
     """Diagnose one job: PATHS are a log folder, files, archives, or `-` for pasted text on stdin."""
     from ncclpm.api import diagnose as run
 
     stdin = _read_stdin() if "-" in paths else None
     files = [p for p in paths if p != "-"]
     _check_output(output, force)
-    d = run(files, stdin_bytes=stdin, patterns=patterns, select=select, ignore=ignore,
-            name=name or ("pasted text" if stdin is not None and not files else None))
+    d = run(
+        files,
+        stdin_bytes=stdin,
+        patterns=patterns,
+        select=select,
+        ignore=ignore,
+        name=name or ("pasted text" if stdin is not None and not files else None),
+    )
     for w in d.warnings:
         click.echo(f"ncclpm: warning: {w}", err=True)
     if d.n_sources == 0:
@@ -134,8 +155,13 @@ def explain(rule: str) -> None:
 @main.command()
 @click.argument("paths", nargs=-1, required=True)
 @click.option("-t", "--table", "name", default="events", show_default=True, help="Table to export.")
-@click.option("-f", "--format", "fmt", type=click.Choice(["csv", "ndjson", "parquet"]),
-              help="Default: from the -o extension (.parquet, .ndjson), else csv.")
+@click.option(
+    "-f",
+    "--format",
+    "fmt",
+    type=click.Choice(["csv", "ndjson", "parquet"]),
+    help="Default: from the -o extension (.parquet, .ndjson), else csv.",
+)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--force", is_flag=True)
 def tables(paths: tuple[str, ...], name: str, fmt: str | None, output: Path | None, force: bool) -> None:
@@ -158,15 +184,29 @@ def tables(paths: tuple[str, ...], name: str, fmt: str | None, output: Path | No
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
-              help="The table, one row per job: .parquet, .csv or .ndjson (by extension).")
-@click.option("--summary", "summary_out", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the Markdown summary here (default: stdout when there is no -o).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The table, one row per job: .parquet, .csv or .ndjson (by extension).",
+)
+@click.option(
+    "--summary",
+    "summary_out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the Markdown summary here (default: stdout when there is no -o).",
+)
 @click.option("-j", "--jobs", "workers", type=click.IntRange(min=1), help="Parallel processes [default: all cores].")
 @click.option("--ray", "ray_address", metavar="ADDRESS", help="Run on Ray: auto, local, ray://host:port, host:port.")
 @click.option("--force", is_flag=True, help="Overwrite outputs that exist.")
-def triage(paths: tuple[Path, ...], output: Path | None, summary_out: Path | None, workers: int | None,
-           ray_address: str | None, force: bool) -> None:
+def triage(
+    paths: tuple[Path, ...],
+    output: Path | None,
+    summary_out: Path | None,
+    workers: int | None,
+    ray_address: str | None,
+    force: bool,
+) -> None:
     """Triage many jobs: PATHS are jobs (folders, archives) or folders of jobs; one row per job."""
     from ncclpm.triage import find_jobs, render_summary, run_local, run_ray, to_frame, write_table
     from ncclpm.triage.table import table_format
@@ -180,6 +220,7 @@ def triage(paths: tuple[Path, ...], output: Path | None, summary_out: Path | Non
             raise click.UsageError(str(exc)) from None
     jobs = find_jobs(paths)
     with click.progressbar(length=len(jobs), label=f"triage {len(jobs)} jobs", file=sys.stderr) as bar:
+
         def tick(_row: dict) -> None:
             bar.update(1)
 
@@ -214,6 +255,8 @@ def catalog_check(dirs: tuple[Path, ...]) -> None:
     problems = run_examples(cat)
     for p in problems:
         click.echo(p, err=True)
-    click.echo(f"{len(cat.patterns)} patterns, {len(cat.envelopes)} envelopes: "
-               f"{'OK' if not problems else f'{len(problems)} problem(s)'}")
+    click.echo(
+        f"{len(cat.patterns)} patterns, {len(cat.envelopes)} envelopes: "
+        f"{'OK' if not problems else f'{len(problems)} problem(s)'}"
+    )
     sys.exit(EXIT_INPUT if problems else EXIT_OK)

@@ -73,27 +73,29 @@ class Diagnosis:
         return (self.primary, *self.supporting, *(r.finding for r in self.rivals), *self.symptoms)
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable({
-            "schema_version": SCHEMA_VERSION,
-            "job": self.job,
-            "category": str(self.category),
-            "confidence": round(self.confidence, 3),
-            "band": self.band,
-            "culprit_ranks": list(self.culprit_ranks),
-            "summary": self.summary,
-            "failing_collective": self.failing_collective,
-            "world_size": self.world_size,
-            "world_size_declared": self.world_size_declared,
-            "findings": [f.to_dict() for f in self.findings],
-            "rivals": [{"rule": r.finding.rule, "why_not": r.why_not} for r in self.rivals],
-            "supporting": [f.rule for f in self.supporting],
-            "symptoms": [f.rule for f in self.symptoms],
-            "cross_check": self.cross_check,
-            "decisive_evidence": [e.to_dict() for e in self.decisive],
-            "ranks": list(self.ranks),
-            "versions": self.versions,
-            "settings": list(self.settings),
-            "warnings": list(self.warnings),
-            "not_evaluated": list(self.not_evaluated),
-            "sources": self.n_sources,
-        })
+        return _jsonable(
+            {
+                "schema_version": SCHEMA_VERSION,
+                "job": self.job,
+                "category": str(self.category),
+                "confidence": round(self.confidence, 3),
+                "band": self.band,
+                "culprit_ranks": list(self.culprit_ranks),
+                "summary": self.summary,
+                "failing_collective": self.failing_collective,
+                "world_size": self.world_size,
+                "world_size_declared": self.world_size_declared,
+                "findings": [f.to_dict() for f in self.findings],
+                "rivals": [{"rule": r.finding.rule, "why_not": r.why_not} for r in self.rivals],
+                "supporting": [f.rule for f in self.supporting],
+                "symptoms": [f.rule for f in self.symptoms],
+                "cross_check": self.cross_check,
+                "decisive_evidence": [e.to_dict() for e in self.decisive],
+                "ranks": list(self.ranks),
+                "versions": self.versions,
+                "settings": list(self.settings),
+                "warnings": list(self.warnings),
+                "not_evaluated": list(self.not_evaluated),
+                "sources": self.n_sources,
+            }
+        )

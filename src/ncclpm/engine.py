@@ -72,8 +72,16 @@ def _run_fallback(fallback: type[Rule], t: Tables, warnings: list[str]) -> Findi
             return found
     except Exception as exc:  # a broken rule must not take the diagnosis down with it
         warnings.append(f"rule {fallback.id} ({fallback.name}) failed: {type(exc).__name__}: {exc}")
-    return Finding(rule=fallback.id, name=fallback.name, category=Category.UNKNOWN, confidence=0.0,
-                   culprit_ranks=(), summary="Nothing conclusive.", explanation="No rule found a cause.", evidence=())
+    return Finding(
+        rule=fallback.id,
+        name=fallback.name,
+        category=Category.UNKNOWN,
+        confidence=0.0,
+        culprit_ranks=(),
+        summary="Nothing conclusive.",
+        explanation="No rule found a cause.",
+        evidence=(),
+    )
 
 
 def choose(
@@ -81,8 +89,9 @@ def choose(
 ) -> tuple[Finding, list[Rival], list[Finding], list[Finding]]:
     """Primary root cause; rivals (with why they lose); symptoms it explains; findings that support it."""
     priority = {r.id: r.priority for r in rules}
-    roots = sorted((f for f in findings if f.category != Category.SYMPTOM),
-                   key=lambda f: _rank_key(f, priority), reverse=True)
+    roots = sorted(
+        (f for f in findings if f.category != Category.SYMPTOM), key=lambda f: _rank_key(f, priority), reverse=True
+    )
     fallback = next((r for r in rules if r.fallback), None)
     warnings = warnings if warnings is not None else []
     if roots:
@@ -98,8 +107,11 @@ def choose(
             continue
         if f.category == primary.category and set(f.culprit_ranks) & set(primary.culprit_ranks):
             supporting.append(f)  # another source of evidence for the same verdict
-        elif f.category == Category.SYMPTOM or f.rule in primary.explains or (
-                f.culprit_ranks and set(f.culprit_ranks) <= victims):
+        elif (
+            f.category == Category.SYMPTOM
+            or f.rule in primary.explains
+            or (f.culprit_ranks and set(f.culprit_ranks) <= victims)
+        ):
             symptoms.append(f)
         else:
             rivals.append(Rival(f, _why_not(f, primary)))
@@ -114,10 +126,20 @@ def diagnose_tables(t: Tables, select: Iterable[str] = (), ignore: Iterable[str]
     support_first = [e for s in supporting for e in s.evidence[:1]]
     decisive = list(dict.fromkeys([*primary.evidence[:4], *support_first[:2], *victims_first[:2]]))
     return Diagnosis(
-        job=t.job_name, primary=primary, rivals=tuple(rivals), symptoms=tuple(symptoms), supporting=tuple(supporting),
-        failing_collective=failing_collective(t), world_size=t.world_size,
-        world_size_declared=t.world_size_declared, ranks=rank_rows(t, primary),
-        decisive=tuple(decisive), warnings=tuple(t.warnings) + tuple(warnings),
-        not_evaluated=tuple(skipped), versions=versions(t), n_sources=len(t.sources),
-        cross_check=cross_check(t, primary), settings=settings_rows(t),
+        job=t.job_name,
+        primary=primary,
+        rivals=tuple(rivals),
+        symptoms=tuple(symptoms),
+        supporting=tuple(supporting),
+        failing_collective=failing_collective(t),
+        world_size=t.world_size,
+        world_size_declared=t.world_size_declared,
+        ranks=rank_rows(t, primary),
+        decisive=tuple(decisive),
+        warnings=tuple(t.warnings) + tuple(warnings),
+        not_evaluated=tuple(skipped),
+        versions=versions(t),
+        n_sources=len(t.sources),
+        cross_check=cross_check(t, primary),
+        settings=settings_rows(t),
     )

@@ -15,8 +15,12 @@ def _fr_op(t: Tables, group: str, seq: int) -> str | None:
     """The op most ranks recorded at (group, seq); ties name all of them."""
     if t.fr is None:
         return None
-    ops = (t.fr.entries.filter((pl.col("group_key") == group) & (pl.col("collective_seq_id") == seq))
-           .group_by("op").len().sort("len", "op", descending=[True, False]))
+    ops = (
+        t.fr.entries.filter((pl.col("group_key") == group) & (pl.col("collective_seq_id") == seq))
+        .group_by("op")
+        .len()
+        .sort("len", "op", descending=[True, False])
+    )
     if ops.is_empty():
         return None
     top = ops.filter(pl.col("len") == ops["len"][0])["op"].to_list()
@@ -32,8 +36,16 @@ def fr_stall(t: Tables) -> dict | None:
         if not frame.is_empty():
             r = frame.sort("collective_seq_id").row(0, named=True)
             op = r.get("op") or _fr_op(t, r["group_key"], r["collective_seq_id"])
-            return {"op": op, "seq": r["collective_seq_id"], "numel_in": None, "numel_out": None,
-                    "timeout_ms": None, "pg": r["group_key"], "pg_desc": r.get("pg_desc"), "source": "flight recorder"}
+            return {
+                "op": op,
+                "seq": r["collective_seq_id"],
+                "numel_in": None,
+                "numel_out": None,
+                "timeout_ms": None,
+                "pg": r["group_key"],
+                "pg_desc": r.get("pg_desc"),
+                "source": "flight recorder",
+            }
     return None
 
 
@@ -50,15 +62,19 @@ def _fr_rank_facts(t: Tables) -> pl.DataFrame | None:
     if fa is None or fa.rank_facts.is_empty():
         return None
     return fa.rank_facts.select(
-        "rank", pl.col("last_op").alias("fr_last_op"), pl.col("last_seq_root_group").alias("fr_last_seq"),
-        pl.col("last_state").alias("fr_last_state"), pl.col("dump_present").alias("fr_dump"),
+        "rank",
+        pl.col("last_op").alias("fr_last_op"),
+        pl.col("last_seq_root_group").alias("fr_last_seq"),
+        pl.col("last_state").alias("fr_last_state"),
+        pl.col("dump_present").alias("fr_dump"),
     )
 
 
 def rank_rows(t: Tables, primary: Finding) -> tuple[dict, ...]:
     culprits = set(primary.culprit_ranks)
     victims = set(primary.facts.get("victim_ranks", [])) | set(
-        t.events.filter(pl.col("kind") == "collective_timeout")["rank"].drop_nulls().to_list())
+        t.events.filter(pl.col("kind") == "collective_timeout")["rank"].drop_nulls().to_list()
+    )
     table = t.ranks
     fr = _fr_rank_facts(t)
     if fr is not None:
@@ -101,11 +117,15 @@ def cross_check(t: Tables, primary: Finding) -> str | None:
         return None
     fr, logs = set(fa.culprit_ranks), set(primary.culprit_ranks)
     if not fr:
-        return ("The flight-recorder dumps show every rank in step (no missing, mismatched or stuck collective): "
-                "they may have been written before the failure, or the failure is outside collectives.")
+        return (
+            "The flight-recorder dumps show every rank in step (no missing, mismatched or stuck collective): "
+            "they may have been written before the failure, or the failure is outside collectives."
+        )
     if primary.rule.startswith("FR") or fr == logs:
         return f"Flight-recorder dumps agree: {fa.summary}."
     if not logs:
         return f"Flight-recorder dumps name {ranks_text(sorted(fr))} ({fa.summary}); the logs name no rank."
-    return (f"Logs and dumps disagree: the logs point at {ranks_text(sorted(logs))}, the dumps at "
-            f"{ranks_text(sorted(fr))} ({fa.summary}).")
+    return (
+        f"Logs and dumps disagree: the logs point at {ranks_text(sorted(logs))}, the dumps at "
+        f"{ranks_text(sorted(fr))} ({fa.summary})."
+    )

@@ -41,12 +41,30 @@ import polars as pl
 
 from ncclpm.ingest.flight_recorder import FRLoad
 
-SIZE_CHECKED_OPS = frozenset({
-    "all_reduce", "allreduce", "reduce", "broadcast", "_allgather_base", "_all_gather_base", "all_gather",
-    "allgather", "all_gather_into_tensor", "_reduce_scatter_base", "reduce_scatter", "reduce_scatter_tensor",
-    "allreduce_coalesced", "all_reduce_coalesced", "barrier", "_broadcast_oop", "_reduce_oop",
-    "all_gather_single", "reduce_scatter_single", "all_reduce_barrier",
-})
+SIZE_CHECKED_OPS = frozenset(
+    {
+        "all_reduce",
+        "allreduce",
+        "reduce",
+        "broadcast",
+        "_allgather_base",
+        "_all_gather_base",
+        "all_gather",
+        "allgather",
+        "all_gather_into_tensor",
+        "_reduce_scatter_base",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "allreduce_coalesced",
+        "all_reduce_coalesced",
+        "barrier",
+        "_broadcast_oop",
+        "_reduce_oop",
+        "all_gather_single",
+        "reduce_scatter_single",
+        "all_reduce_barrier",
+    }
+)
 _I = pl.Int64
 
 
@@ -68,61 +86,125 @@ class FRAnalysis:
 def _collectives(load: FRLoad) -> pl.DataFrame:
     e = load.entries.filter(~pl.col("is_p2p").fill_null(False) & (pl.col("collective_seq_id") > 0))
     done = pl.col("retired").fill_null(False) | (pl.col("state") == "completed").fill_null(False)
-    return e.select("group_key", "pg_desc", "pg_id", "rank", pl.col("collective_seq_id").alias("seq"), "op",
-                    "input_sizes", "input_dtypes", "state", "time_created_ns", "record_id",
-                    done.alias("done"))
+    return e.select(
+        "group_key",
+        "pg_desc",
+        "pg_id",
+        "rank",
+        pl.col("collective_seq_id").alias("seq"),
+        "op",
+        "input_sizes",
+        "input_dtypes",
+        "state",
+        "time_created_ns",
+        "record_id",
+        done.alias("done"),
+    )
 
 
 def _frontier(load: FRLoad, coll: pl.DataFrame, dump_ranks: pl.Series) -> pl.DataFrame:
     """One row per (group, member with dump): L = last seq reached (null if unknown), min held seq."""
-    members = (load.groups.select("group_key", pl.col("ranks").alias("rank")).explode("rank")
-               .drop_nulls("rank").filter(pl.col("rank").is_in(dump_ranks.implode())).unique())
+    members = (
+        load.groups.select("group_key", pl.col("ranks").alias("rank"))
+        .explode("rank")
+        .drop_nulls("rank")
+        .filter(pl.col("rank").is_in(dump_ranks.implode()))
+        .unique()
+    )
     members = members.join(coll.select("group_key").unique(), on="group_key")  # groups with collectives
-    held = coll.group_by("group_key", "rank").agg(pl.col("seq").max().alias("held_max"),
-                                                 pl.col("seq").min().alias("held_min"))
-    pg_of = (coll.group_by("group_key").agg(pl.col("pg_id").unique())
-             .filter(pl.col("pg_id").list.len() == 1).with_columns(pl.col("pg_id").list.first()))
+    held = coll.group_by("group_key", "rank").agg(
+        pl.col("seq").max().alias("held_max"), pl.col("seq").min().alias("held_min")
+    )
+    pg_of = (
+        coll.group_by("group_key")
+        .agg(pl.col("pg_id").unique())
+        .filter(pl.col("pg_id").list.len() == 1)
+        .with_columns(pl.col("pg_id").list.first())
+    )
     status = load.status.select("rank", "pg_id", pl.col("group_key").alias("st_key"), "last_enqueued")
-    out = (members.join(held, on=["group_key", "rank"], how="left").join(pg_of, on="group_key", how="left")
-           .join(status, on=["rank", "pg_id"], how="left"))
+    out = (
+        members.join(held, on=["group_key", "rank"], how="left")
+        .join(pg_of, on="group_key", how="left")
+        .join(status, on=["rank", "pg_id"], how="left")
+    )
     st_ok = pl.col("st_key").is_null() | (pl.col("st_key") == pl.col("group_key"))
     last = pl.coalesce("held_max", pl.when(st_ok).then(pl.col("last_enqueued")))
     return out.select("group_key", "rank", last.cast(_I).alias("L"), "held_min")
 
 
 def _held(coll: pl.DataFrame) -> pl.DataFrame:
-    return (coll.group_by("group_key", "seq")
-            .agg(pl.col("rank").unique().sort().alias("present_ranks"), pl.col("op").mode().first(),
-                 pl.col("pg_desc").first(), pl.col("time_created_ns").min().alias("t"))
-            .sort("group_key", "seq"))
+    return (
+        coll.group_by("group_key", "seq")
+        .agg(
+            pl.col("rank").unique().sort().alias("present_ranks"),
+            pl.col("op").mode().first(),
+            pl.col("pg_desc").first(),
+            pl.col("time_created_ns").min().alias("t"),
+        )
+        .sort("group_key", "seq")
+    )
 
 
 def _missing(front: pl.DataFrame, held: pl.DataFrame) -> pl.DataFrame:
-    nxt = (front.with_columns((pl.col("L").fill_null(-1) + 1).alias("probe")).sort("group_key", "probe")
-           .join_asof(held.select("group_key", "seq").sort("group_key", "seq"), left_on="probe",
-                      right_on="seq", by="group_key", strategy="forward", check_sortedness=False))
+    nxt = (
+        front.with_columns((pl.col("L").fill_null(-1) + 1).alias("probe"))
+        .sort("group_key", "probe")
+        .join_asof(
+            held.select("group_key", "seq").sort("group_key", "seq"),
+            left_on="probe",
+            right_on="seq",
+            by="group_key",
+            strategy="forward",
+            check_sortedness=False,
+        )
+    )
     nxt = nxt.filter(pl.col("seq").is_not_null()).join(held, on=["group_key", "seq"])
     nxt = nxt.filter(~pl.col("present_ranks").list.contains(pl.col("rank")))
     return nxt.select(
-        "group_key", "pg_desc", pl.col("seq").alias("collective_seq_id"), "op",
-        pl.col("rank").alias("missing_rank"), "present_ranks", pl.col("L").alias("missing_last_seq"),
-        (pl.col("seq") - pl.col("L")).alias("behind_by"), "t",
+        "group_key",
+        "pg_desc",
+        pl.col("seq").alias("collective_seq_id"),
+        "op",
+        pl.col("rank").alias("missing_rank"),
+        "present_ranks",
+        pl.col("L").alias("missing_last_seq"),
+        (pl.col("seq") - pl.col("L")).alias("behind_by"),
+        "t",
     ).sort("t", "group_key", "missing_rank")
 
 
 def _stuck(coll: pl.DataFrame, front: pl.DataFrame, skip: pl.DataFrame) -> pl.DataFrame:
     nd = coll.filter(~pl.col("done")).join(skip, on=["group_key", "seq"], how="anti")
     pairs = nd.select("group_key", "seq").unique()
-    beyond = (pairs.join(front.select("group_key", "L"), on="group_key").filter(pl.col("L") > pl.col("seq"))
-              .group_by("group_key", "seq").len("n_beyond"))
-    nd_beyond = (nd.join(front.select("group_key", "rank", "L"), on=["group_key", "rank"])
-                 .filter(pl.col("L") > pl.col("seq")).group_by("group_key", "seq").len("n_nd"))
+    beyond = (
+        pairs.join(front.select("group_key", "L"), on="group_key")
+        .filter(pl.col("L") > pl.col("seq"))
+        .group_by("group_key", "seq")
+        .len("n_beyond")
+    )
+    nd_beyond = (
+        nd.join(front.select("group_key", "rank", "L"), on=["group_key", "rank"])
+        .filter(pl.col("L") > pl.col("seq"))
+        .group_by("group_key", "seq")
+        .len("n_nd")
+    )
     counts = beyond.join(nd_beyond, on=["group_key", "seq"], how="left").with_columns(
-        (pl.col("n_beyond") - pl.col("n_nd").fill_null(0)).alias("peers_done"))
-    return (nd.join(counts.filter(pl.col("peers_done") > 0), on=["group_key", "seq"])
-            .select("group_key", "pg_desc", pl.col("seq").alias("collective_seq_id"), "op", "rank",
-                    pl.col("state").cast(pl.String), "peers_done", pl.col("time_created_ns").alias("t"))
-            .sort("rank", "t"))
+        (pl.col("n_beyond") - pl.col("n_nd").fill_null(0)).alias("peers_done")
+    )
+    return (
+        nd.join(counts.filter(pl.col("peers_done") > 0), on=["group_key", "seq"])
+        .select(
+            "group_key",
+            "pg_desc",
+            pl.col("seq").alias("collective_seq_id"),
+            "op",
+            "rank",
+            pl.col("state").cast(pl.String),
+            "peers_done",
+            pl.col("time_created_ns").alias("t"),
+        )
+        .sort("rank", "t")
+    )
 
 
 def _votes(coll: pl.DataFrame, kind: str, value: pl.Expr) -> pl.DataFrame:
@@ -132,10 +214,16 @@ def _votes(coll: pl.DataFrame, kind: str, value: pl.Expr) -> pl.DataFrame:
     bad = c.group_by("group_key", "seq").agg(pl.col("v").n_unique().alias("k")).filter(pl.col("k") > 1)
     if bad.is_empty():
         return pl.DataFrame()
-    out = (c.join(bad.select("group_key", "seq"), on=["group_key", "seq"])
-           .group_by("group_key", "seq", "v").agg(pl.col("rank").sort().alias("ranks"), pl.len().alias("n"),
-                                                 pl.col("time_created_ns").min().alias("t"),
-                                                 pl.col("pg_desc").first()))
+    out = (
+        c.join(bad.select("group_key", "seq"), on=["group_key", "seq"])
+        .group_by("group_key", "seq", "v")
+        .agg(
+            pl.col("rank").sort().alias("ranks"),
+            pl.len().alias("n"),
+            pl.col("time_created_ns").min().alias("t"),
+            pl.col("pg_desc").first(),
+        )
+    )
     inner = pl.concat_str(pl.lit("["), pl.element().cast(pl.List(pl.String)).list.join(", "), pl.lit("]"))
     nested = pl.concat_str(pl.lit("["), pl.col("v").list.eval(inner).list.join(", "), pl.lit("]"))
     as_str = pl.col("v") if out.schema["v"] == pl.String else nested
@@ -143,15 +231,19 @@ def _votes(coll: pl.DataFrame, kind: str, value: pl.Expr) -> pl.DataFrame:
 
 
 def _mismatch_candidates(coll: pl.DataFrame) -> list[pl.DataFrame]:
-    same_op = (coll.group_by("group_key", "seq").agg(pl.col("op").n_unique().alias("nop"))
-               .filter(pl.col("nop") == 1).select("group_key", "seq"))
+    same_op = (
+        coll.group_by("group_key", "seq")
+        .agg(pl.col("op").n_unique().alias("nop"))
+        .filter(pl.col("nop") == 1)
+        .select("group_key", "seq")
+    )
     sized = coll.join(same_op, on=["group_key", "seq"]).filter(pl.col("op").is_in(list(SIZE_CHECKED_OPS)))
-    parts = [_votes(coll, "op", pl.col("op")),
-             _votes(sized, "size", pl.col("input_sizes")),
-             _votes(coll.join(same_op, on=["group_key", "seq"]), "dtype",
-                    pl.col("input_dtypes").list.join(","))]
-    return [p.select("group_key", "pg_desc", "seq", "kind", "vs", "ranks", "n", "t") for p in parts
-            if not p.is_empty()]
+    parts = [
+        _votes(coll, "op", pl.col("op")),
+        _votes(sized, "size", pl.col("input_sizes")),
+        _votes(coll.join(same_op, on=["group_key", "seq"]), "dtype", pl.col("input_dtypes").list.join(",")),
+    ]
+    return [p.select("group_key", "pg_desc", "seq", "kind", "vs", "ranks", "n", "t") for p in parts if not p.is_empty()]
 
 
 def _mismatch_row(vals: list[dict]) -> dict:
@@ -159,46 +251,82 @@ def _mismatch_row(vals: list[dict]) -> dict:
     top = vals[0]
     decided = len(vals) == 1 or top["n"] > vals[1]["n"]
     minority = vals[1:] if decided else vals
-    return {"group_key": top["group_key"], "pg_desc": top["pg_desc"], "collective_seq_id": top["seq"],
-            "kind": top["kind"], "culprit_ranks": sorted({r for m in minority for r in m["ranks"]}),
-            "majority_value": top["vs"] if decided else None,
-            "minority_value": " | ".join(m["vs"] for m in minority),
-            "ranks_by_value": "; ".join(f"{m['vs']}: {m['ranks']}" for m in vals),
-            "decided": decided, "cascade": int(top["n_bad"]) - 1, "t": min(m["t"] for m in vals)}
+    return {
+        "group_key": top["group_key"],
+        "pg_desc": top["pg_desc"],
+        "collective_seq_id": top["seq"],
+        "kind": top["kind"],
+        "culprit_ranks": sorted({r for m in minority for r in m["ranks"]}),
+        "majority_value": top["vs"] if decided else None,
+        "minority_value": " | ".join(m["vs"] for m in minority),
+        "ranks_by_value": "; ".join(f"{m['vs']}: {m['ranks']}" for m in vals),
+        "decided": decided,
+        "cascade": int(top["n_bad"]) - 1,
+        "t": min(m["t"] for m in vals),
+    }
 
 
 def _mismatches(coll: pl.DataFrame) -> pl.DataFrame:
     parts = _mismatch_candidates(coll)
-    schema = {"group_key": pl.String, "pg_desc": pl.String, "collective_seq_id": _I, "kind": pl.String,
-              "culprit_ranks": pl.List(pl.Int32), "majority_value": pl.String, "minority_value": pl.String,
-              "ranks_by_value": pl.String, "decided": pl.Boolean, "cascade": _I, "t": _I}
+    schema = {
+        "group_key": pl.String,
+        "pg_desc": pl.String,
+        "collective_seq_id": _I,
+        "kind": pl.String,
+        "culprit_ranks": pl.List(pl.Int32),
+        "majority_value": pl.String,
+        "minority_value": pl.String,
+        "ranks_by_value": pl.String,
+        "decided": pl.Boolean,
+        "cascade": _I,
+        "t": _I,
+    }
     if not parts:
         return pl.DataFrame(schema=schema)
     votes = pl.concat(parts)
-    first = votes.group_by("group_key").agg(pl.col("seq").min().alias("first"), pl.col("seq").n_unique()
-                                            .alias("n_bad"))
+    first = votes.group_by("group_key").agg(pl.col("seq").min().alias("first"), pl.col("seq").n_unique().alias("n_bad"))
     top = votes.join(first, left_on=["group_key", "seq"], right_on=["group_key", "first"])
-    rows = [_mismatch_row(grp.to_dicts()) for _, grp in top.sort("n", "vs", descending=[True, False])
-            .group_by(["group_key", "seq", "kind"], maintain_order=True)]
+    rows = [
+        _mismatch_row(grp.to_dicts())
+        for _, grp in top.sort("n", "vs", descending=[True, False]).group_by(
+            ["group_key", "seq", "kind"], maintain_order=True
+        )
+    ]
     return pl.DataFrame(rows, schema=schema).sort("t", "group_key", "kind")
 
 
 def _state_diffs(coll: pl.DataFrame) -> pl.DataFrame:
     st = pl.col("state").cast(pl.String).fill_null("unknown")
-    per = coll.with_columns(st.alias("st")).group_by("group_key", "seq").agg(
-        pl.col("op").first(), pl.col("st").n_unique().alias("k"),
-        *[pl.col("rank").filter(pl.col("st") == v).sort().alias(f"{v}_ranks")
-          for v in ("scheduled", "started", "completed")],
-        pl.col("rank").filter(pl.col("done")).sort().alias("retired_ranks"),
-        pl.col("done").n_unique().alias("kd"))
-    return (per.filter((pl.col("k") > 1) | (pl.col("kd") > 1)).drop("k", "kd")
-            .rename({"seq": "collective_seq_id"}).sort("group_key", "collective_seq_id"))
+    per = (
+        coll.with_columns(st.alias("st"))
+        .group_by("group_key", "seq")
+        .agg(
+            pl.col("op").first(),
+            pl.col("st").n_unique().alias("k"),
+            *[
+                pl.col("rank").filter(pl.col("st") == v).sort().alias(f"{v}_ranks")
+                for v in ("scheduled", "started", "completed")
+            ],
+            pl.col("rank").filter(pl.col("done")).sort().alias("retired_ranks"),
+            pl.col("done").n_unique().alias("kd"),
+        )
+    )
+    return (
+        per.filter((pl.col("k") > 1) | (pl.col("kd") > 1))
+        .drop("k", "kd")
+        .rename({"seq": "collective_seq_id"})
+        .sort("group_key", "collective_seq_id")
+    )
 
 
 def _sink_ranks(missing: pl.DataFrame) -> set[int]:
     """Ranks in sink SCCs of the wait-for graph (holder -> missing rank)."""
-    edges = (missing.select(pl.col("present_ranks").alias("src"), pl.col("missing_rank").alias("dst"))
-             .explode("src").filter(pl.col("src") != pl.col("dst")).unique())
+    edges = (
+        missing.select(pl.col("present_ranks").alias("src"), pl.col("missing_rank").alias("dst"))
+        .explode("src")
+        .filter(pl.col("src") != pl.col("dst"))
+        .unique()
+    )
     graph: dict[int, set[int]] = {}
     for src, dst in edges.iter_rows():
         graph.setdefault(src, set()).add(dst)
@@ -260,8 +388,7 @@ class _Verdict:
     kinds: dict[int, str]
 
 
-def _verdict(missing: pl.DataFrame, mismatches: pl.DataFrame, stuck: pl.DataFrame,
-             sizes: dict[str, int]) -> _Verdict:
+def _verdict(missing: pl.DataFrame, mismatches: pl.DataFrame, stuck: pl.DataFrame, sizes: dict[str, int]) -> _Verdict:
     if not mismatches.is_empty():
         first = mismatches.row(0, named=True)
         culprits = tuple(sorted(first["culprit_ranks"]))
@@ -271,49 +398,67 @@ def _verdict(missing: pl.DataFrame, mismatches: pl.DataFrame, stuck: pl.DataFram
     kinds = {**dict.fromkeys(stuck_ranks, "stopped_completing"), **dict.fromkeys(sinks, "never_joined")}
     if sinks:
         rows = missing.filter(pl.col("missing_rank").is_in(sorted(sinks))).with_columns(
-            pl.col("group_key").replace_strict(sizes, default=0).alias("size"))
+            pl.col("group_key").replace_strict(sizes, default=0).alias("size")
+        )
         root = rows.sort(["t", "size"], descending=[False, True]).row(0, named=True)["group_key"]
         return _Verdict(tuple(sorted(kinds)), "never_joined", root, kinds)
     if stuck_ranks:
-        return _Verdict(tuple(sorted(kinds)), "stopped_completing", stuck.sort("t").row(0, named=True)
-                        ["group_key"], kinds)
+        return _Verdict(
+            tuple(sorted(kinds)), "stopped_completing", stuck.sort("t").row(0, named=True)["group_key"], kinds
+        )
     return _Verdict((), None, None, {})
 
 
 def _frames_str(col: str, depth: int = 4) -> pl.Expr:
     """'name (file:line) < caller (file:line) ...' for the innermost `depth` frames."""
     f = pl.element().struct
-    one = pl.format("{} ({}:{})", f.field("name"), f.field("filename").str.extract(r"([^/\\]*)$"),
-                    f.field("line"))
+    one = pl.format("{} ({}:{})", f.field("name"), f.field("filename").str.extract(r"([^/\\]*)$"), f.field("line"))
     return pl.col(col).list.head(depth).list.eval(one).list.join(" < ")
 
 
 def _rank_facts(load: FRLoad, coll: pl.DataFrame, v: _Verdict) -> pl.DataFrame:
     e = load.entries
-    last = e.sort("record_id").group_by("rank").agg(
-        pl.len().alias("n_entries"), pl.col("op").last().alias("last_op"),
-        pl.col("state").last().cast(pl.String).alias("last_state"),
-        pl.col("group_key").last().alias("last_group"), pl.col("frames").last().alias("last_frames"))
-    root_seq = (coll.filter(pl.col("group_key") == (v.root or "")).group_by("rank")
-                .agg(pl.col("seq").max().alias("last_seq_root_group")))
+    last = (
+        e.sort("record_id")
+        .group_by("rank")
+        .agg(
+            pl.len().alias("n_entries"),
+            pl.col("op").last().alias("last_op"),
+            pl.col("state").last().cast(pl.String).alias("last_state"),
+            pl.col("group_key").last().alias("last_group"),
+            pl.col("frames").last().alias("last_frames"),
+        )
+    )
+    root_seq = (
+        coll.filter(pl.col("group_key") == (v.root or ""))
+        .group_by("rank")
+        .agg(pl.col("seq").max().alias("last_seq_root_group"))
+    )
     dumped = load.dumps.filter(pl.col("used")).select("rank").unique()
     members = load.groups.select(pl.col("ranks").alias("rank")).explode("rank").drop_nulls().unique()
     ranks = pl.concat([dumped, members.cast({"rank": pl.Int32})]).unique().sort("rank")
-    out = (ranks.join(last, on="rank", how="left").join(root_seq, on="rank", how="left")
-           .with_columns(pl.col("rank").is_in(dumped["rank"].implode()).alias("dump_present"),
-                         pl.col("rank").is_in(list(v.culprits)).alias("culprit"),
-                         pl.col("rank").replace_strict(v.kinds, default=None, return_dtype=pl.String)
-                         .alias("culprit_kind"),
-                         _frames_str("last_frames").alias("last_frames")))
+    out = (
+        ranks.join(last, on="rank", how="left")
+        .join(root_seq, on="rank", how="left")
+        .with_columns(
+            pl.col("rank").is_in(dumped["rank"].implode()).alias("dump_present"),
+            pl.col("rank").is_in(list(v.culprits)).alias("culprit"),
+            pl.col("rank").replace_strict(v.kinds, default=None, return_dtype=pl.String).alias("culprit_kind"),
+            _frames_str("last_frames").alias("last_frames"),
+        )
+    )
     return out.with_columns(pl.col("n_entries").fill_null(0))
 
 
 def _culprit_frames(load: FRLoad, culprits: tuple[int, ...], per_rank: int = 3) -> pl.DataFrame:
     e = load.entries.filter(pl.col("rank").is_in(list(culprits)) & pl.col("frames").list.len().gt(0))
-    return (e.sort("record_id", descending=True).group_by("rank", maintain_order=True).head(per_rank)
-            .select("rank", "group_key", "collective_seq_id", "op", "frames",
-                    _frames_str("frames").alias("summary"))
-            .sort("rank", "collective_seq_id"))
+    return (
+        e.sort("record_id", descending=True)
+        .group_by("rank", maintain_order=True)
+        .head(per_rank)
+        .select("rank", "group_key", "collective_seq_id", "op", "frames", _frames_str("frames").alias("summary"))
+        .sort("rank", "collective_seq_id")
+    )
 
 
 def _notes(load: FRLoad, coll: pl.DataFrame) -> list[str]:
@@ -328,14 +473,18 @@ def _notes(load: FRLoad, coll: pl.DataFrame) -> list[str]:
     if absent:
         groups = sorted({x for v in absent.values() for x in v})
         more = " ..." if len(groups) > 5 else ""
-        notes.append(f"dumps from ranks {sorted(absent)} are missing: expected members of "
-                     f"{', '.join(groups[:5])}{more}; they cannot be checked or blamed")
+        notes.append(
+            f"dumps from ranks {sorted(absent)} are missing: expected members of "
+            f"{', '.join(groups[:5])}{more}; they cannot be checked or blamed"
+        )
     n_p2p = load.entries.filter(pl.col("is_p2p").fill_null(False)).height
     if n_p2p:
         notes.append(f"{n_p2p} P2P entries not aligned across ranks (p2p_seq_id counts per rank)")
     if any(g.startswith("pg_id:") for g in active):
-        notes.append("entries without a pg name (TORCH_DISTRIBUTED_DEBUG=DETAIL?) are grouped by pg_id; "
-                     "the wrapper's fingerprint PG may hide the real mismatch")
+        notes.append(
+            "entries without a pg name (TORCH_DISTRIBUTED_DEBUG=DETAIL?) are grouped by pg_id; "
+            "the wrapper's fingerprint PG may hide the real mismatch"
+        )
     return notes
 
 
@@ -348,17 +497,22 @@ def _summary(v: _Verdict, missing: pl.DataFrame, mismatches: pl.DataFrame, stuck
         return "flight recorder: no missing, mismatched or stuck collective found"
     if v.kind == "mismatch":
         m = mismatches.row(0, named=True)
-        who = (f"rank(s) {m['culprit_ranks']} differ from the majority" if m["decided"]
-               else "ranks disagree (no majority)")
-        return (f"{m['kind']} mismatch at collective #{m['collective_seq_id']} of {m['pg_desc'] or ''} "
-                f"(pg {m['group_key']}): {who} ({m['ranks_by_value']})")
+        who = (
+            f"rank(s) {m['culprit_ranks']} differ from the majority" if m["decided"] else "ranks disagree (no majority)"
+        )
+        return (
+            f"{m['kind']} mismatch at collective #{m['collective_seq_id']} of {m['pg_desc'] or ''} "
+            f"(pg {m['group_key']}): {who} ({m['ranks_by_value']})"
+        )
     parts = []
     for r in v.culprits:
         if v.kinds[r] == "never_joined":
             mine = missing.filter(pl.col("missing_rank") == r)
             row = mine.filter(pl.col("group_key") == v.root).vstack(mine).row(0, named=True)
-            parts.append(f"rank {r} never joined {row['op']} #{row['collective_seq_id']} of {row['pg_desc']} "
-                         f"(pg {row['group_key']}); {_peers(len(row['present_ranks']))} waiting")
+            parts.append(
+                f"rank {r} never joined {row['op']} #{row['collective_seq_id']} of {row['pg_desc']} "
+                f"(pg {row['group_key']}); {_peers(len(row['present_ranks']))} waiting"
+            )
         else:
             n = stuck.filter(pl.col("rank") == r).height
             parts.append(f"rank {r} stopped completing work ({n} collectives its peers already finished)")
@@ -378,7 +532,15 @@ def analyze_fr(load: FRLoad) -> FRAnalysis:
     sizes = dict(load.groups.select("group_key", "size").iter_rows())
     v = _verdict(missing, mismatches, stuck, sizes)
     return FRAnalysis(
-        missing=missing.drop("t"), mismatches=mismatches.drop("t"), stuck=stuck.drop("t"),
-        state_diffs=_state_diffs(coll), rank_facts=_rank_facts(load, coll, v), root_group=v.root,
-        culprit_ranks=v.culprits, culprit_kind=v.kind, summary=_summary(v, missing, mismatches, stuck),
-        culprit_frames=_culprit_frames(load, v.culprits), notes=tuple(_notes(load, coll)))
+        missing=missing.drop("t"),
+        mismatches=mismatches.drop("t"),
+        stuck=stuck.drop("t"),
+        state_diffs=_state_diffs(coll),
+        rank_facts=_rank_facts(load, coll, v),
+        root_group=v.root,
+        culprit_ranks=v.culprits,
+        culprit_kind=v.kind,
+        summary=_summary(v, missing, mismatches, stuck),
+        culprit_frames=_culprit_frames(load, v.culprits),
+        notes=tuple(_notes(load, coll)),
+    )

@@ -122,9 +122,16 @@ def _pattern(raw: dict, origin: str) -> Pattern:
         if not any(a in ex.line for a in anchors):
             raise CatalogError(f"{where}: example does not contain any anchor: {ex.line!r}")
     return Pattern(
-        id=raw["id"], kind=raw["kind"], anchors=anchors, regex=raw["regex"], fields=fields,
-        severity=severity, origin=origin, examples=examples,
-        counterexamples=tuple(c["line"] for c in raw.get("counterexample", [])), notes=raw.get("notes", ""),
+        id=raw["id"],
+        kind=raw["kind"],
+        anchors=anchors,
+        regex=raw["regex"],
+        fields=fields,
+        severity=severity,
+        origin=origin,
+        examples=examples,
+        counterexamples=tuple(c["line"] for c in raw.get("counterexample", [])),
+        notes=raw.get("notes", ""),
     )
 
 

@@ -39,9 +39,19 @@ def _row(src: Source, doc: dict) -> dict | None:
     with contextlib.suppress(ValueError, OverflowError, OSError):
         ts = datetime.fromtimestamp(int(str(info.get("timestamp", "")).strip()), tz=UTC).replace(tzinfo=None)
     row = dict.fromkeys(EVENTS_SCHEMA.keys())
-    row |= {"source": src.name, "line": 1, "rank": rank, "ts": ts, "level": "E", "event": "elastic.error_file",
-            "kind": "exception", "severity": "error", "text": msg.strip()[:2000],
-            "error_type": exc["type"] if exc else None, "detail": (exc["msg"] or "").strip()[:2000] if exc else None}
+    row |= {
+        "source": src.name,
+        "line": 1,
+        "rank": rank,
+        "ts": ts,
+        "level": "E",
+        "event": "elastic.error_file",
+        "kind": "exception",
+        "severity": "error",
+        "text": msg.strip()[:2000],
+        "error_type": exc["type"] if exc else None,
+        "detail": (exc["msg"] or "").strip()[:2000] if exc else None,
+    }
     return row
 
 

@@ -42,16 +42,24 @@ def _mmdd_time(mmdd: str, time: str, year: int) -> pl.Expr:
     t = pl.col(time)
     micro = t.str.slice(9, 6).str.pad_end(6, "0").cast(pl.Int32, strict=False).fill_null(0)
     return pl.datetime(
-        year, md // 100, md % 100,
-        t.str.slice(0, 2).cast(pl.Int32, strict=False), t.str.slice(3, 2).cast(pl.Int32, strict=False),
-        t.str.slice(6, 2).cast(pl.Int32, strict=False), micro, time_unit="us",
+        year,
+        md // 100,
+        md % 100,
+        t.str.slice(0, 2).cast(pl.Int32, strict=False),
+        t.str.slice(3, 2).cast(pl.Int32, strict=False),
+        t.str.slice(6, 2).cast(pl.Int32, strict=False),
+        micro,
+        time_unit="us",
     )
 
 
 def _reference_year(env: pl.DataFrame) -> int:
     """Year for timestamps that have none (glog MMDD): the newest year any dated line of the job shows."""
-    years = env.select(pl.max_horizontal(_iso("ts_iso").dt.year().max(), _iso("ts_iso2").dt.year().max(),
-                                         _iso("nccl_ts").dt.year().max())).item()
+    years = env.select(
+        pl.max_horizontal(
+            _iso("ts_iso").dt.year().max(), _iso("ts_iso2").dt.year().max(), _iso("nccl_ts").dt.year().max()
+        )
+    ).item()
     return int(years) if years else 1970
 
 
@@ -74,8 +82,11 @@ def _with_envelope(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
 def _resolve_rank(env: pl.DataFrame) -> pl.Expr:
     tag_is_global = pl.col("tag_pg_id").is_null() | (pl.col("tag_pg_id") == "0")
     direct = pl.coalesce(
-        _int("c10_rank"), _int("mpi_rank"), _int("slurm_task"),
-        pl.when(tag_is_global).then(_int("tag_rank")), _int("script_rank"),
+        _int("c10_rank"),
+        _int("mpi_rank"),
+        _int("slurm_task"),
+        pl.when(tag_is_global).then(_int("tag_rank")),
+        _int("script_rank"),
     )
     return direct
 
@@ -98,8 +109,13 @@ def _fill_ranks(env: pl.DataFrame) -> pl.DataFrame:
         pl.coalesce(
             "_direct",
             pl.when(pl.col("tr_local").is_not_null()).then("_stream_rank"),
-            _int("tr_local"), "_file_single", _int("file_rank"), _int("file_local"),
-        ).cast(pl.Int32).alias("rank")
+            _int("tr_local"),
+            "_file_single",
+            _int("file_rank"),
+            _int("file_local"),
+        )
+        .cast(pl.Int32)
+        .alias("rank")
     )
 
 
@@ -108,29 +124,35 @@ def parse_lines(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
     env = _fill_ranks(_with_envelope(kept, catalog))
     year = _reference_year(env)
     nccl_level = (
-        pl.when(pl.col("message").str.contains("NCCL WARN", literal=True)).then(pl.lit("W"))
-        .when(pl.col("nccl_host").is_not_null()).then(pl.lit("I"))
+        pl.when(pl.col("message").str.contains("NCCL WARN", literal=True))
+        .then(pl.lit("W"))
+        .when(pl.col("nccl_host").is_not_null())
+        .then(pl.lit("I"))
     )
     return env.select(
-        "source", "line", "rank",
+        "source",
+        "line",
+        "rank",
         pl.coalesce("nccl_host", "ray_ip").alias("host"),
         pl.coalesce(_int("nccl_pid"), _int("ray_pid"), _int("py_pid")).cast(pl.Int64).alias("pid"),
         pl.coalesce(
-            _iso("ts_iso2"), _iso("nccl_ts"), _iso("ts_iso"), _mmdd_time("py_mmdd", "py_time", year),
-            _mmdd_time("gl_mmdd", "gl_time", year), _mmdd_time("cpp_mmdd", "cpp_time", year),
+            _iso("ts_iso2"),
+            _iso("nccl_ts"),
+            _iso("ts_iso"),
+            _mmdd_time("py_mmdd", "py_time", year),
+            _mmdd_time("gl_mmdd", "gl_time", year),
+            _mmdd_time("cpp_mmdd", "cpp_time", year),
         ).alias("ts"),
         pl.coalesce("cpp_level", "py_level", "gl_level", "old_level", nccl_level).alias("level"),
-        "message", "raw",
+        "message",
+        "raw",
         pl.coalesce("tag_guid", "tag_pg_id").alias("tag_pg"),
         pl.coalesce("tag_desc", "tag_desc2").alias("tag_pg_desc"),
     )
 
 
 def _pattern_events(parsed: pl.DataFrame, p: Pattern) -> pl.DataFrame:
-    hits = parsed.filter(
-        pl.col("message").str.contains_any(list(p.anchors))
-        & pl.col("message").str.contains(p.regex)
-    )
+    hits = parsed.filter(pl.col("message").str.contains_any(list(p.anchors)) & pl.col("message").str.contains(p.regex))
     if hits.is_empty():
         return pl.DataFrame(schema=EVENTS_SCHEMA)
     hits = hits.with_columns(pl.col("message").str.extract_groups(p.regex).alias("_m"))
@@ -142,9 +164,19 @@ def _pattern_events(parsed: pl.DataFrame, p: Pattern) -> pl.DataFrame:
         else:
             cols.append(pl.lit(None, dtype).alias(name))
     out = hits.select(
-        "source", "line", "rank", "host", "ts", "level",
-        pl.lit(p.id).alias("event"), pl.lit(p.kind).alias("kind"), pl.lit(p.severity).alias("severity"),
-        pl.col("raw").alias("text"), *cols, "tag_pg", "tag_pg_desc",
+        "source",
+        "line",
+        "rank",
+        "host",
+        "ts",
+        "level",
+        pl.lit(p.id).alias("event"),
+        pl.lit(p.kind).alias("kind"),
+        pl.lit(p.severity).alias("severity"),
+        pl.col("raw").alias("text"),
+        *cols,
+        "tag_pg",
+        "tag_pg_desc",
     )
     return out.with_columns(
         pl.coalesce("pg", "tag_pg").alias("pg"), pl.coalesce("pg_desc", "tag_pg_desc").alias("pg_desc")

@@ -50,19 +50,39 @@ from ncclpm.ingest.fr_decode import (  # noqa: F401  (re-exported: public schema
     version_tuple,
 )
 
-FR_GROUPS_SCHEMA = pl.Schema({
-    "group_key": pl.String, "pg_name": pl.String, "pg_desc": pl.String, "ranks": pl.List(pl.Int32),
-    "size": pl.Int32, "membership_source": pl.String,
-})
-FR_STATUS_SCHEMA = pl.Schema({
-    "rank": pl.Int32, "pg_id": pl.Int64, "group_key": pl.String, "last_enqueued": pl.Int64,
-    "last_started": pl.Int64, "last_completed": pl.Int64,
-})
-FR_DUMPS_SCHEMA = pl.Schema({
-    "source": pl.String, "rank": pl.Int32, "format": pl.String, "version": pl.String,
-    "comm_lib_version": pl.String, "n_entries": pl.Int64, "newest_created_ns": pl.Int64,
-    "used": pl.Boolean, "note": pl.String,
-})
+FR_GROUPS_SCHEMA = pl.Schema(
+    {
+        "group_key": pl.String,
+        "pg_name": pl.String,
+        "pg_desc": pl.String,
+        "ranks": pl.List(pl.Int32),
+        "size": pl.Int32,
+        "membership_source": pl.String,
+    }
+)
+FR_STATUS_SCHEMA = pl.Schema(
+    {
+        "rank": pl.Int32,
+        "pg_id": pl.Int64,
+        "group_key": pl.String,
+        "last_enqueued": pl.Int64,
+        "last_started": pl.Int64,
+        "last_completed": pl.Int64,
+    }
+)
+FR_DUMPS_SCHEMA = pl.Schema(
+    {
+        "source": pl.String,
+        "rank": pl.Int32,
+        "format": pl.String,
+        "version": pl.String,
+        "comm_lib_version": pl.String,
+        "n_entries": pl.Int64,
+        "newest_created_ns": pl.Int64,
+        "used": pl.Boolean,
+        "note": pl.String,
+    }
+)
 _HEAD_KEYS = (b"version", b"pg_config", b"entries")
 _JSON_META = (b'"pg_config"', b'"version"', b'"comm_lib_version"', b'"nccl_version"')
 _NAME_HINT = re.compile(r"(nccl_trace_rank|_dump_|comm_lib_trace_rank|trace_rank|fr_trace)", re.I)
@@ -103,16 +123,19 @@ def _choose(dumps: list[_Dump]) -> list[str]:
             d.used, d.note = False, f"superseded by {group[0].source} (newer or richer dump of rank {d.rank})"
             superseded += 1
     if superseded:
-        return [f"{superseded} duplicate dump(s) superseded by a newer/richer dump of the same rank "
-                "(see dumps.note)"]
+        return [f"{superseded} duplicate dump(s) superseded by a newer/richer dump of the same rank (see dumps.note)"]
     return []
 
 
 def _normalise(raw: pl.DataFrame) -> pl.DataFrame:
     name = pl.col("pg_name").fill_null("")
-    zero_null = [pl.when(pl.col(c) > 0).then(pl.col(c)).alias(t) for c, t in
-                 (("time_discovered_started_ns", "time_started_ns"),
-                  ("time_discovered_completed_ns", "time_completed_ns"))]
+    zero_null = [
+        pl.when(pl.col(c) > 0).then(pl.col(c)).alias(t)
+        for c, t in (
+            ("time_discovered_started_ns", "time_started_ns"),
+            ("time_discovered_completed_ns", "time_completed_ns"),
+        )
+    ]
     out = raw.with_columns(
         pl.when(name != "").then(name).otherwise(pl.format("pg_id:{}", pl.col("pg_id"))).alias("group_key"),
         pl.col("profiling_name").str.replace(r"^[A-Za-z_]+:", "").str.replace(r"\s.*$", "").alias("op"),
@@ -124,7 +147,8 @@ def _normalise(raw: pl.DataFrame) -> pl.DataFrame:
 
 def _groups_table(used: list[_Dump], entries: pl.DataFrame) -> pl.DataFrame:
     seen = entries.group_by("group_key").agg(
-        pl.col("pg_name").first(), pl.col("pg_desc").first(), pl.col("rank").unique().sort().alias("held"))
+        pl.col("pg_name").first(), pl.col("pg_desc").first(), pl.col("rank").unique().sort().alias("held")
+    )
     cfg: dict[str, tuple[str, set[int]]] = {}
     for d in used:
         pg_config = d.data.get("pg_config")
@@ -168,7 +192,7 @@ def _status_table(used: list[_Dump], entries: pl.DataFrame) -> pl.DataFrame:
     rows: dict[str, list] = {k: [] for k in FR_STATUS_SCHEMA.names() if k != "group_key"}
     for d in used:
         st = d.data.get("pg_status")
-        for pg_id, v in (st.items() if isinstance(st, dict) else ()):
+        for pg_id, v in st.items() if isinstance(st, dict) else ():
             if _as_int(pg_id) is None or not isinstance(v, dict):
                 continue
             rows["rank"].append(d.rank)
@@ -185,11 +209,17 @@ def _dumps_table(dumps: list[_Dump]) -> pl.DataFrame:
     rows = {k: [] for k in FR_DUMPS_SCHEMA.names()}
     for d in dumps:
         ver = d.data.get("comm_lib_version", d.data.get("nccl_version"))
-        for k, v in (("source", d.source), ("rank", d.rank), ("format", d.fmt),
-                     ("version", str(d.data.get("version", ""))), ("comm_lib_version", str(ver or "")),
-                     ("n_entries", d.n),
-                     ("newest_created_ns", d.newest[0] if d.newest[0] >= 0 else None),
-                     ("used", d.used), ("note", d.note)):
+        for k, v in (
+            ("source", d.source),
+            ("rank", d.rank),
+            ("format", d.fmt),
+            ("version", str(d.data.get("version", ""))),
+            ("comm_lib_version", str(ver or "")),
+            ("n_entries", d.n),
+            ("newest_created_ns", d.newest[0] if d.newest[0] >= 0 else None),
+            ("used", d.used),
+            ("note", d.note),
+        ):
             rows[k].append(v)
     return pl.DataFrame(rows, schema=FR_DUMPS_SCHEMA)
 
@@ -216,5 +246,10 @@ def load_fr_dumps(items: Iterable[tuple[str, bytes]], *, frames: str = "tail") -
     raw = raw.filter(pl.col("_id").is_in([d.uid for d in used])).sort("rank", maintain_order=True)
     entries = _normalise(raw)
     table = _dumps_table(sorted(dumps, key=lambda d: (d.rank, d.source)))
-    return FRLoad(entries=entries, groups=_groups_table(used, entries), status=_status_table(used, entries),
-                  dumps=table, warnings=tuple(warnings))
+    return FRLoad(
+        entries=entries,
+        groups=_groups_table(used, entries),
+        status=_status_table(used, entries),
+        dumps=table,
+        warnings=tuple(warnings),
+    )

@@ -40,21 +40,56 @@ import polars as pl
 MAX_DUMP_BYTES = 512 * 1024 * 1024
 STATES = ["scheduled", "started", "completed"]
 _FRAME = pl.Struct({"name": pl.String, "filename": pl.String, "line": pl.Int64})
-FR_ENTRIES_SCHEMA = pl.Schema({
-    "rank": pl.Int32, "source": pl.String, "record_id": pl.Int64, "pg_id": pl.Int64,
-    "pg_name": pl.String, "pg_desc": pl.String, "group_key": pl.String,
-    "collective_seq_id": pl.Int64, "p2p_seq_id": pl.Int64, "op_id": pl.Int64, "op": pl.String,
-    "profiling_name": pl.String, "is_p2p": pl.Boolean,
-    "input_sizes": pl.List(pl.List(pl.Int64)), "output_sizes": pl.List(pl.List(pl.Int64)),
-    "input_dtypes": pl.List(pl.String), "output_dtypes": pl.List(pl.String),
-    "state": pl.Enum(STATES), "retired": pl.Boolean, "time_created_ns": pl.Int64,
-    "time_started_ns": pl.Int64, "time_completed_ns": pl.Int64, "timeout_ms": pl.Int64,
-    "duration_ms": pl.Float64, "frames": pl.List(_FRAME), "thread_name": pl.String,
-})
+FR_ENTRIES_SCHEMA = pl.Schema(
+    {
+        "rank": pl.Int32,
+        "source": pl.String,
+        "record_id": pl.Int64,
+        "pg_id": pl.Int64,
+        "pg_name": pl.String,
+        "pg_desc": pl.String,
+        "group_key": pl.String,
+        "collective_seq_id": pl.Int64,
+        "p2p_seq_id": pl.Int64,
+        "op_id": pl.Int64,
+        "op": pl.String,
+        "profiling_name": pl.String,
+        "is_p2p": pl.Boolean,
+        "input_sizes": pl.List(pl.List(pl.Int64)),
+        "output_sizes": pl.List(pl.List(pl.Int64)),
+        "input_dtypes": pl.List(pl.String),
+        "output_dtypes": pl.List(pl.String),
+        "state": pl.Enum(STATES),
+        "retired": pl.Boolean,
+        "time_created_ns": pl.Int64,
+        "time_started_ns": pl.Int64,
+        "time_completed_ns": pl.Int64,
+        "timeout_ms": pl.Int64,
+        "duration_ms": pl.Float64,
+        "frames": pl.List(_FRAME),
+        "thread_name": pl.String,
+    }
+)
 # raw entry keys read as they are -> output column (frames/process_group/time_discovered handled apart)
-_RAW_KEYS = ("record_id", "pg_id", "collective_seq_id", "p2p_seq_id", "op_id", "profiling_name", "is_p2p",
-             "input_sizes", "output_sizes", "input_dtypes", "output_dtypes", "state", "retired",
-             "time_created_ns", "timeout_ms", "duration_ms", "thread_name")
+_RAW_KEYS = (
+    "record_id",
+    "pg_id",
+    "collective_seq_id",
+    "p2p_seq_id",
+    "op_id",
+    "profiling_name",
+    "is_p2p",
+    "input_sizes",
+    "output_sizes",
+    "input_dtypes",
+    "output_dtypes",
+    "state",
+    "retired",
+    "time_created_ns",
+    "timeout_ms",
+    "duration_ms",
+    "thread_name",
+)
 _EXTRA_KEYS = ("process_group", "time_discovered_started_ns", "time_discovered_completed_ns", "frames")
 _ALL_KEYS = _RAW_KEYS + _EXTRA_KEYS
 _CHUNK_ROWS = 65536
@@ -99,8 +134,18 @@ class _Dump:
         return isinstance(cfg, dict) and any(k and _ranks(v) for k, v in cfg.items())
 
     def meta(self) -> tuple:
-        return (self.source, self.rank, self.fmt, self.data, self.newest, self.n, self.uid, self.used,
-                self.bad, self.note)
+        return (
+            self.source,
+            self.rank,
+            self.fmt,
+            self.data,
+            self.newest,
+            self.n,
+            self.uid,
+            self.used,
+            self.bad,
+            self.note,
+        )
 
     @classmethod
     def from_meta(cls, m: tuple) -> _Dump:
@@ -163,8 +208,15 @@ def _newest(entries: list[dict]) -> tuple[int, int]:
 
 
 _SCALARS = {k: FR_ENTRIES_SCHEMA.get(k, pl.String) for k in _RAW_KEYS if k not in _NESTED_KEYS}
-_SCALARS.update({"state": pl.String, "time_discovered_started_ns": pl.Int64,
-                 "time_discovered_completed_ns": pl.Int64, "pg_name": pl.String, "pg_desc": pl.String})
+_SCALARS.update(
+    {
+        "state": pl.String,
+        "time_discovered_started_ns": pl.Int64,
+        "time_discovered_completed_ns": pl.Int64,
+        "pg_name": pl.String,
+        "pg_desc": pl.String,
+    }
+)
 
 
 def _str_list_keys(values: list) -> list:
@@ -197,8 +249,9 @@ class _Interner:
         for k, v in local.items():
             if k not in index:
                 if _too_big(v):
-                    raise ValueError(f"implausibly large nested value (> {MAX_NESTED} elements): a pickle "
-                                     "reference bomb?")
+                    raise ValueError(
+                        f"implausibly large nested value (> {MAX_NESTED} elements): a pickle reference bomb?"
+                    )
                 index[k] = len(uniq)
                 uniq.append(v)
         return list(map(index.__getitem__, keys))
@@ -209,8 +262,9 @@ class _Interner:
         except Exception:  # a malformed value (corrupt or hostile dump): that value becomes null, not the chunk
             ok = [_converts(v, self.dtype) for v in self.uniq]
             self.bad = {i for i, good in enumerate(ok) if not good}
-            base = pl.Series(name, [v if good else None for v, good in zip(self.uniq, ok, strict=True)],
-                             dtype=self.dtype)
+            base = pl.Series(
+                name, [v if good else None for v, good in zip(self.uniq, ok, strict=True)], dtype=self.dtype
+            )
         return base.gather(idx) if idx else pl.Series(name, [], dtype=self.dtype)
 
 
@@ -258,8 +312,10 @@ def _tail_frames(cols: dict, n: int, keep: int) -> list:
         return frames
     retired, state = cols.get("retired") or [None] * n, cols.get("state") or [None] * n
     cut = n - keep
-    return [f if i >= cut or not (r is True or s == "completed") else None
-            for i, (f, r, s) in enumerate(zip(frames, retired, state, strict=True))]
+    return [
+        f if i >= cut or not (r is True or s == "completed") else None
+        for i, (f, r, s) in enumerate(zip(frames, retired, state, strict=True))
+    ]
 
 
 def _pg_names(pg: list | tuple) -> tuple[list, list]:
@@ -294,11 +350,11 @@ def _repeat_index(counts: list[int]) -> list[int]:
     return list(chain.from_iterable([i] * c for i, c in enumerate(counts)))
 
 
-def _build(cols: list[_Cols], ranks: list[int], sources: list[str], ids: list[int],
-           interners: dict[str, _Interner]) -> pl.DataFrame:
+def _build(
+    cols: list[_Cols], ranks: list[int], sources: list[str], ids: list[int], interners: dict[str, _Interner]
+) -> pl.DataFrame:
     flat = chain.from_iterable
-    data = {k: pl.Series(k, list(flat(c.scalars[k] for c in cols)), dtype=t, strict=True)
-            for k, t in _SCALARS.items()}
+    data = {k: pl.Series(k, list(flat(c.scalars[k] for c in cols)), dtype=t, strict=True) for k, t in _SCALARS.items()}
     for k in _NESTED_KEYS:
         data[k] = interners[k].series(k, list(flat(c.nested[k] for c in cols)))
     n = [c.n for c in cols]
@@ -353,8 +409,13 @@ class _Chunks:
                 warnings.append(f"{d.source}: malformed {', '.join(hit)} in some entries; shown as missing")
 
     def _build(self, dumps: list[_Dump]) -> pl.DataFrame:
-        return _build([d.cols for d in dumps], [d.rank for d in dumps], [d.source for d in dumps],
-                      [d.uid for d in dumps], self.interners)
+        return _build(
+            [d.cols for d in dumps],
+            [d.rank for d in dumps],
+            [d.source for d in dumps],
+            [d.uid for d in dumps],
+            self.interners,
+        )
 
     def _check(self, d: _Dump, warnings: list[str]) -> bool:
         try:
@@ -366,8 +427,9 @@ class _Chunks:
             return False
 
 
-def _read_one(name: str, data: bytes, interners: dict[str, _Interner],
-              keep_frames: int) -> tuple[_Dump | None, str | None]:
+def _read_one(
+    name: str, data: bytes, interners: dict[str, _Interner], keep_frames: int
+) -> tuple[_Dump | None, str | None]:
     obj, fmt, warn = _decode(name, data)
     if warn:
         return None, warn
@@ -422,6 +484,7 @@ def load_batch(files: list[tuple[str, bytes]], base: int, keep_frames: int) -> B
 
 # ---- batching and the worker processes -------------------------------------------------------------
 
+
 def _batches(items: Iterable[tuple[str, bytes]]) -> Iterator[tuple[int, list[tuple[str, bytes]], int]]:
     """(base index, files, bytes) in item order, each about `_BATCH_BYTES`."""
     files: list[tuple[str, bytes]] = []
@@ -456,9 +519,13 @@ class _Worker:
 
     def __init__(self) -> None:
         env = {**os.environ, "POLARS_MAX_THREADS": "1"}
-        self.proc = subprocess.Popen([sys.executable, "-P", os.path.abspath(__file__), "--worker"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-P", os.path.abspath(__file__), "--worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
 
     def run(self, base: int, files: list[tuple[str, bytes]], keep_frames: int) -> BatchOut:
         w = self.proc.stdin

@@ -89,8 +89,11 @@ def read_kept_lines(sources: list[Source], anchors: list[str], warnings: list[st
     frames: dict[str, pl.DataFrame | None] = {}
     for i in range(0, len(plain), BATCH):
         batch = plain[i : i + BATCH]
-        lazies = [_keep(pl.scan_lines(s.path, name="raw", row_index_name="line", row_index_offset=1), s.name, anchors)
-                  for s in batch if s.path is not None]
+        lazies = [
+            _keep(pl.scan_lines(s.path, name="raw", row_index_name="line", row_index_offset=1), s.name, anchors)
+            for s in batch
+            if s.path is not None
+        ]
         try:
             frames |= {s.name: f for s, f in zip(batch, pl.collect_all(lazies), strict=True)}
         except (OSError, pl.exceptions.PolarsError):

@@ -51,8 +51,15 @@ def stitch_tracebacks(lines: pl.DataFrame) -> pl.DataFrame:
             continue
         exc = _EXC.match(msg)
         if exc:
-            rows.append({**tb, "end_line": r["line"], "error_type": exc["type"], "detail": exc["msg"],
-                         "ts": tb["ts"] or r["ts"]})
+            rows.append(
+                {
+                    **tb,
+                    "end_line": r["line"],
+                    "error_type": exc["type"],
+                    "detail": exc["msg"],
+                    "ts": tb["ts"] or r["ts"],
+                }
+            )
             del open_tb[key]
     return pl.DataFrame(rows, schema=TRACEBACKS_SCHEMA) if rows else pl.DataFrame(schema=TRACEBACKS_SCHEMA)
 

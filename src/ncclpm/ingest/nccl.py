@@ -11,9 +11,18 @@ from __future__ import annotations
 
 import polars as pl
 
-COMMS_SCHEMA = pl.Schema({"host": pl.String(), "pid": pl.Int64(), "cuda_dev": pl.Int64(), "rank": pl.Int32(),
-                          "nranks": pl.Int64(), "comm_id": pl.String(), "bus_id": pl.String(),
-                          "version": pl.String()})
+COMMS_SCHEMA = pl.Schema(
+    {
+        "host": pl.String(),
+        "pid": pl.Int64(),
+        "cuda_dev": pl.Int64(),
+        "rank": pl.Int32(),
+        "nranks": pl.Int64(),
+        "comm_id": pl.String(),
+        "bus_id": pl.String(),
+        "version": pl.String(),
+    }
+)
 
 
 def _process_key(frame: pl.DataFrame) -> pl.DataFrame:
@@ -28,16 +37,25 @@ def nccl_comms(events: pl.DataFrame) -> pl.DataFrame:
     init = _process_key(events.filter(pl.col("kind") == "nccl_comm_init"))
     if init.is_empty():
         return pl.DataFrame(schema=COMMS_SCHEMA)
-    versions = (_process_key(events.filter(pl.col("kind") == "nccl_version"))
-                .group_by("_host", "_pid").agg(pl.col("version").first()))
+    versions = (
+        _process_key(events.filter(pl.col("kind") == "nccl_version"))
+        .group_by("_host", "_pid")
+        .agg(pl.col("version").first())
+    )
     host_versions = versions.group_by("_host").agg(pl.col("version").first().alias("_host_version"))
-    comms = (init.join(versions, on=["_host", "_pid"], how="left", suffix="_v")
-             .join(host_versions, on="_host", how="left"))
+    comms = init.join(versions, on=["_host", "_pid"], how="left", suffix="_v").join(
+        host_versions, on="_host", how="left"
+    )
     all_versions = events.filter(pl.col("kind") == "nccl_version")["version"].drop_nulls().unique()
     job_version = all_versions[0] if all_versions.len() == 1 else None  # a bare banner with no host prefix
     return comms.select(
-        pl.col("_host").alias("host"), pl.col("_pid").alias("pid"), "cuda_dev",
-        pl.col("subject_rank").cast(pl.Int32).alias("rank"), "nranks", "comm_id", "bus_id",
+        pl.col("_host").alias("host"),
+        pl.col("_pid").alias("pid"),
+        "cuda_dev",
+        pl.col("subject_rank").cast(pl.Int32).alias("rank"),
+        "nranks",
+        "comm_id",
+        "bus_id",
         pl.coalesce("version_v", "_host_version", pl.lit(job_version, pl.String)).alias("version"),
     ).unique(maintain_order=True)
 
@@ -45,12 +63,15 @@ def nccl_comms(events: pl.DataFrame) -> pl.DataFrame:
 def rank_map(comms: pl.DataFrame) -> pl.DataFrame:
     """(host, pid) → global rank, from each process's largest communicator (the world one)."""
     if comms.is_empty():
-        return pl.DataFrame(schema={"host": pl.String(), "pid": pl.Int64(), "nccl_rank": pl.Int32(),
-                                    "nccl_nranks": pl.Int64()})
+        return pl.DataFrame(
+            schema={"host": pl.String(), "pid": pl.Int64(), "nccl_rank": pl.Int32(), "nccl_nranks": pl.Int64()}
+        )
     world = comms.filter(pl.col("nranks") == pl.col("nranks").max())
-    return (world.group_by("host", "pid").agg(pl.col("rank").first().alias("nccl_rank"),
-                                              pl.col("nranks").first().alias("nccl_nranks"))
-            .filter(pl.col("host").is_not_null() & pl.col("pid").is_not_null()))
+    return (
+        world.group_by("host", "pid")
+        .agg(pl.col("rank").first().alias("nccl_rank"), pl.col("nranks").first().alias("nccl_nranks"))
+        .filter(pl.col("host").is_not_null() & pl.col("pid").is_not_null())
+    )
 
 
 def _prefer_init_rank(frame: pl.DataFrame, ranks: pl.DataFrame) -> bool:
@@ -82,11 +103,29 @@ def fill_line_ranks(lines: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
     return joined.with_columns(_merged(joined, _prefer_init_rank(lines, ranks))).select(lines.columns)
 
 
-RESULTS = {1: "ncclUnhandledCudaError", 2: "ncclSystemError", 3: "ncclInternalError", 4: "ncclInvalidArgument",
-           5: "ncclInvalidUsage", 6: "ncclRemoteError", 7: "ncclInProgress"}
-WARNINGS_SCHEMA = pl.Schema({"host": pl.String(), "pid": pl.Int64(), "tid": pl.Int64(), "rank": pl.Int32(),
-                             "where": pl.String(), "message": pl.String(), "chain": pl.List(pl.String()),
-                             "result": pl.String(), "file": pl.String(), "line": pl.Int64()})
+RESULTS = {
+    1: "ncclUnhandledCudaError",
+    2: "ncclSystemError",
+    3: "ncclInternalError",
+    4: "ncclInvalidArgument",
+    5: "ncclInvalidUsage",
+    6: "ncclRemoteError",
+    7: "ncclInProgress",
+}
+WARNINGS_SCHEMA = pl.Schema(
+    {
+        "host": pl.String(),
+        "pid": pl.Int64(),
+        "tid": pl.Int64(),
+        "rank": pl.Int32(),
+        "where": pl.String(),
+        "message": pl.String(),
+        "chain": pl.List(pl.String()),
+        "result": pl.String(),
+        "file": pl.String(),
+        "line": pl.Int64(),
+    }
+)
 _TID = r"[\w.-]+:\d+:(\d+) \[\d+\]"
 
 
@@ -95,20 +134,29 @@ def nccl_warnings(events: pl.DataFrame) -> pl.DataFrame:
     (`proxy.cc:1390 -> 3`, ...) and the ncclResult_t it ends in (nccl.h codes)."""
     rows = _process_key(events.filter(pl.col("kind").is_in(["nccl_warn", "nccl_retcode"])))
     rows = rows.filter(pl.col("_host").is_not_null()).with_columns(
-        pl.col("text").str.extract(_TID, 1).cast(pl.Int64, strict=False).alias("_tid"))
+        pl.col("text").str.extract(_TID, 1).cast(pl.Int64, strict=False).alias("_tid")
+    )
     if rows.is_empty():
         return pl.DataFrame(schema=WARNINGS_SCHEMA)
     thread = ["source", "_host", "_pid", "_tid"]
     rows = rows.sort("source", "line").with_columns(
-        (pl.col("kind") == "nccl_warn").cast(pl.Int32).cum_sum().over(thread).alias("_n"))
-    chain = (rows.filter((pl.col("kind") == "nccl_retcode") & (pl.col("_n") > 0))
-             .group_by([*thread, "_n"]).agg(pl.format("{} -> {}", "detail", "exit_code").alias("chain"),
-                                            pl.col("exit_code").last().alias("_code")))
+        (pl.col("kind") == "nccl_warn").cast(pl.Int32).cum_sum().over(thread).alias("_n")
+    )
+    chain = (
+        rows.filter((pl.col("kind") == "nccl_retcode") & (pl.col("_n") > 0))
+        .group_by([*thread, "_n"])
+        .agg(pl.format("{} -> {}", "detail", "exit_code").alias("chain"), pl.col("exit_code").last().alias("_code"))
+    )
     warns = rows.filter(pl.col("kind") == "nccl_warn").join(chain, on=[*thread, "_n"], how="left")
     return warns.select(
-        pl.col("_host").alias("host"), pl.col("_pid").alias("pid"), pl.col("_tid").alias("tid"), "rank",
-        pl.col("detail").alias("where"), pl.col("value").alias("message"),
+        pl.col("_host").alias("host"),
+        pl.col("_pid").alias("pid"),
+        pl.col("_tid").alias("tid"),
+        "rank",
+        pl.col("detail").alias("where"),
+        pl.col("value").alias("message"),
         pl.col("chain").fill_null(pl.lit([], pl.List(pl.String))),
         pl.col("_code").replace_strict(RESULTS, default=None, return_dtype=pl.String).alias("result"),
-        pl.col("source").alias("file"), "line",
+        pl.col("source").alias("file"),
+        "line",
     ).cast(WARNINGS_SCHEMA)  # type: ignore[arg-type]

@@ -20,64 +20,91 @@ def _ref(prefix: str = "") -> pl.Expr:
 
 
 def _first_by_time(frame: pl.DataFrame, cols: list[pl.Expr]) -> pl.DataFrame:
-    return (
-        frame.sort(["rank", "ts", "source", "line"], nulls_last=True)
-        .group_by("rank", maintain_order=True)
-        .agg(cols)
-    )
+    return frame.sort(["rank", "ts", "source", "line"], nulls_last=True).group_by("rank", maintain_order=True).agg(cols)
 
 
-def build_ranks(lines: pl.DataFrame, events: pl.DataFrame, elastic: pl.DataFrame,
-                comms: pl.DataFrame | None = None) -> pl.DataFrame:
+def build_ranks(
+    lines: pl.DataFrame, events: pl.DataFrame, elastic: pl.DataFrame, comms: pl.DataFrame | None = None
+) -> pl.DataFrame:
     ranked = events.filter(pl.col("rank").is_not_null())
     base = (
         pl.concat([lines.select("rank"), ranked.select("rank"), elastic.select("rank")])
-        .drop_nulls().unique().sort("rank")
+        .drop_nulls()
+        .unique()
+        .sort("rank")
     )
-    hosts = lines.filter(pl.col("rank").is_not_null()).group_by("rank").agg(
-        pl.col("host").drop_nulls().mode().first().alias("host"), pl.col("pid").drop_nulls().first().alias("pid"),
+    hosts = (
+        lines.filter(pl.col("rank").is_not_null())
+        .group_by("rank")
+        .agg(
+            pl.col("host").drop_nulls().mode().first().alias("host"),
+            pl.col("pid").drop_nulls().first().alias("pid"),
+        )
     )
     counts = ranked.group_by("rank").agg(pl.len().cast(pl.UInt32).alias("n_events"))
-    timeouts = _first_by_time(ranked.filter(pl.col("kind") == "collective_timeout"), [
-        pl.lit(True).alias("timed_out"), pl.col("op").first().alias("timeout_op"),
-        pl.col("seq").first().alias("timeout_seq"),
-    ])
-    status = ranked.filter(pl.col("kind") == "watchdog_status").group_by("rank").agg(
-        pl.col("last_enqueued").max(), pl.col("last_completed").max()
+    timeouts = _first_by_time(
+        ranked.filter(pl.col("kind") == "collective_timeout"),
+        [
+            pl.lit(True).alias("timed_out"),
+            pl.col("op").first().alias("timeout_op"),
+            pl.col("seq").first().alias("timeout_seq"),
+        ],
     )
-    errors = _first_by_time(ranked.filter(pl.col("severity") == "error"), [
-        pl.col("ts").first().alias("first_error_ts"), pl.col("text").first().str.slice(0, 300).alias("first_error"),
-        _ref().first().alias("first_error_ref"),
-    ])
+    status = (
+        ranked.filter(pl.col("kind") == "watchdog_status")
+        .group_by("rank")
+        .agg(pl.col("last_enqueued").max(), pl.col("last_completed").max())
+    )
+    errors = _first_by_time(
+        ranked.filter(pl.col("severity") == "error"),
+        [
+            pl.col("ts").first().alias("first_error_ts"),
+            pl.col("text").first().str.slice(0, 300).alias("first_error"),
+            _ref().first().alias("first_error_ref"),
+        ],
+    )
     exits = (
-        elastic.filter(pl.col("rank").is_not_null()).sort("root_cause")
-        .group_by("rank").agg(pl.col("exit_code").last(), pl.col("signal").last())
+        elastic.filter(pl.col("rank").is_not_null())
+        .sort("root_cause")
+        .group_by("rank")
+        .agg(pl.col("exit_code").last(), pl.col("signal").last())
     )
     activity = (
         ranked.filter(pl.col("kind").is_in(ACTIVITY_KINDS))
         .sort(["rank", "ts", "source", "line"], nulls_last=False)
         .group_by("rank", maintain_order=True)
-        .agg(pl.col("ts").last().alias("last_activity_ts"),
-             pl.col("text").last().str.slice(0, 300).alias("last_activity"),
-             _ref().last().alias("last_activity_ref"))
+        .agg(
+            pl.col("ts").last().alias("last_activity_ts"),
+            pl.col("text").last().str.slice(0, 300).alias("last_activity"),
+            _ref().last().alias("last_activity_ref"),
+        )
     )
     # The NCCL version a rank itself reports (torch's `NCCL error ..., NCCL version X`, its own banner): used when no
     # Init COMPLETE line ties it to a communicator (init failed).
-    own_version = ranked.filter(pl.col("kind").is_in(["nccl_version", "nccl_error"]) & pl.col("version").is_not_null()
-                                ).group_by("rank").agg(pl.col("version").mode().sort().first().alias("_own_version"))
+    own_version = (
+        ranked.filter(pl.col("kind").is_in(["nccl_version", "nccl_error"]) & pl.col("version").is_not_null())
+        .group_by("rank")
+        .agg(pl.col("version").mode().sort().first().alias("_own_version"))
+    )
     parts = [hosts, counts, timeouts, status, errors, exits, activity, own_version]
     if comms is not None and not comms.is_empty():
         world = comms.filter(pl.col("nranks") == pl.col("nranks").max())
         base = pl.concat([base, world.select("rank")]).unique().sort("rank")
-        parts.append(world.group_by("rank").agg(
-            pl.col("host").first().alias("nccl_host"), pl.col("pid").first().alias("nccl_pid"),
-            pl.col("cuda_dev").first(), pl.col("version").first().alias("nccl_version")))
+        parts.append(
+            world.group_by("rank").agg(
+                pl.col("host").first().alias("nccl_host"),
+                pl.col("pid").first().alias("nccl_pid"),
+                pl.col("cuda_dev").first(),
+                pl.col("version").first().alias("nccl_version"),
+            )
+        )
     out = base
     for part in parts:
         out = out.join(part, on="rank", how="left")
     if "nccl_host" in out.columns:
-        out = out.with_columns(pl.coalesce("host", "nccl_host").alias("host"),
-                               pl.coalesce("pid", "nccl_pid").alias("pid"))
+        out = out.with_columns(
+            pl.coalesce("host", "nccl_host").alias("host"), pl.coalesce("pid", "nccl_pid").alias("pid")
+        )
     out = out.with_columns(pl.col("timed_out").fill_null(False), pl.col("n_events").fill_null(0))
     out = out.with_columns(pl.lit(None, pl.Int64).alias(c) for c in ("cuda_dev",) if c not in out.columns)
     out = out.with_columns(pl.lit(None, pl.String).alias(c) for c in ("nccl_version",) if c not in out.columns)

@@ -28,8 +28,9 @@ def check_pattern_example(catalog: Catalog, p: Pattern, ex: Example) -> list[str
         return [f"{where}: matched {mine.height} times, expected once"]
     env_keys = (ENVELOPE_KEYS & ex.expect.keys()) - set(p.fields)
     field_keys = set(ex.expect) - env_keys
-    return (_mismatches(parsed.row(0, named=True), ex.expect, env_keys, where)
-            + _mismatches(mine.row(0, named=True), ex.expect, field_keys, where))
+    return _mismatches(parsed.row(0, named=True), ex.expect, env_keys, where) + _mismatches(
+        mine.row(0, named=True), ex.expect, field_keys, where
+    )
 
 
 def check_counterexample(catalog: Catalog, p: Pattern, line: str) -> list[str]:
@@ -40,8 +41,12 @@ def check_counterexample(catalog: Catalog, p: Pattern, line: str) -> list[str]:
 
 def check_envelope_example(catalog: Catalog, e: Envelope, ex: Example) -> list[str]:
     parsed, _ = parse_one(catalog, ex.line)
-    return _mismatches(parsed.row(0, named=True), ex.expect, set(ENVELOPE_KEYS & ex.expect.keys()),
-                       f"{e.origin}: {e.id} example {ex.line[:60]!r}")
+    return _mismatches(
+        parsed.row(0, named=True),
+        ex.expect,
+        set(ENVELOPE_KEYS & ex.expect.keys()),
+        f"{e.origin}: {e.id} example {ex.line[:60]!r}",
+    )
 
 
 def run_examples(catalog: Catalog) -> list[str]:

@@ -16,8 +16,16 @@ import polars as pl
 
 from ncclpm.resources import data_dir
 
-SETTINGS_SCHEMA = pl.Schema({"var": pl.String(), "value": pl.String(), "file": pl.String(), "line": pl.Int64(),
-                             "verdict": pl.String(), "severity": pl.String()})
+SETTINGS_SCHEMA = pl.Schema(
+    {
+        "var": pl.String(),
+        "value": pl.String(),
+        "file": pl.String(),
+        "line": pl.Int64(),
+        "verdict": pl.String(),
+        "severity": pl.String(),
+    }
+)
 SEVERITY_ORDER = {"error": 0, "warn": 1, "info": 2}
 FALSE_VALUES = {"0", "false", "no", "off", ""}
 
@@ -89,7 +97,15 @@ def settings_table(events: pl.DataFrame) -> pl.DataFrame:
         text, severity = verdict(r["var"], r["value"] or "")
         if r["var"] in TIMEOUT_VARS and severity == "error":
             text += seen
-        out.append({"var": r["var"], "value": r["value"], "file": r["source"], "line": r["line"],
-                    "verdict": text, "severity": severity})
+        out.append(
+            {
+                "var": r["var"],
+                "value": r["value"],
+                "file": r["source"],
+                "line": r["line"],
+                "verdict": text,
+                "severity": severity,
+            }
+        )
     table = pl.DataFrame(out, schema=SETTINGS_SCHEMA)
     return table.sort(pl.col("severity").replace_strict(SEVERITY_ORDER, return_dtype=pl.Int8), "var")

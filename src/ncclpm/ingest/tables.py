@@ -98,9 +98,17 @@ def build_tables(job: Job, catalog: Catalog) -> Tables:
     if not job.sources:
         warnings.append("no readable log, error file or flight-recorder dump found")
     return Tables(
-        job_name=job.name, lines=lines, events=events, tracebacks=stitch_tracebacks(parsed), elastic=elastic,
-        ranks=build_ranks(lines, events, elastic, comms), world_size=world_size(events, elastic, fr),
+        job_name=job.name,
+        lines=lines,
+        events=events,
+        tracebacks=stitch_tracebacks(parsed),
+        elastic=elastic,
+        ranks=build_ranks(lines, events, elastic, comms),
+        world_size=world_size(events, elastic, fr),
         world_size_declared=world_size_is_declared(events, fr),
-        sources=tuple(s.name for s in job.sources), warnings=tuple(warnings), fr=fr, fr_analysis=fr_analysis,
+        sources=tuple(s.name for s in job.sources),
+        warnings=tuple(warnings),
+        fr=fr,
+        fr_analysis=fr_analysis,
         extra={"nccl_comms": comms, "nccl_warnings": nccl_warnings(events), "settings": settings_table(events)},
     )

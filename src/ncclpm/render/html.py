@@ -23,5 +23,12 @@ def inline_code(text: str) -> Markup:
 
 
 def render_html(d: Diagnosis) -> str:
-    return render_template("report.html", d, timeline=build_timeline(d), version=__version__,
-                           schema_version=SCHEMA_VERSION, inline=inline_code, clean=strip_prefix)
+    return render_template(
+        "report.html",
+        d,
+        timeline=build_timeline(d),
+        version=__version__,
+        schema_version=SCHEMA_VERSION,
+        inline=inline_code,
+        clean=strip_prefix,
+    )

@@ -40,7 +40,10 @@ def _md_cell(value: Any, width: int = 160) -> str:
 def environment() -> Environment:
     env = Environment(
         loader=FileSystemLoader(str(data_dir("templates"))),
-        undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
         autoescape=select_autoescape(enabled_extensions=("html", "html.j2"), default_for_string=False),
     )
     env.filters.update(duration_ms=_duration_ms, ts=_ts, md_cell=_md_cell, md_text=_md_text)

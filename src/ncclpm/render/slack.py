@@ -64,15 +64,21 @@ def view(d: Diagnosis, line_chars: int = LINE_CHARS) -> dict[str, Any]:
         where = f"`{_cut(ev.file, 120).replace('`', chr(39))}" + (f":{ev.line}" if ev.line is not None else "") + "`"
         where = escape(where) + (f", rank {ev.rank}" if ev.rank is not None else "")
     return {
-        "icon": ICONS.get(d.band, ""), "category": escape(d.category), "band": d.band,
-        "confidence": f"{d.confidence:.2f}", "job": escape(_cut(d.job, 120)),
+        "icon": ICONS.get(d.band, ""),
+        "category": escape(d.category),
+        "band": d.band,
+        "confidence": f"{d.confidence:.2f}",
+        "job": escape(_cut(d.job, 120)),
         "summary": escape(_cut(d.summary, PROSE_CHARS)).replace("*", "∗"),  # inside *bold*
         "culprits": escape(ranks_text(d.culprit_ranks)) if d.culprit_ranks else "",
-        "collective": _collective(d), "world": _world(d),
-        "line": _code(ev.text, line_chars) if ev is not None else "", "where": where,
+        "collective": _collective(d),
+        "world": _world(d),
+        "line": _code(ev.text, line_chars) if ev is not None else "",
+        "where": where,
         "fix": escape(_cut(d.primary.fixes[0], PROSE_CHARS)) if d.primary.fixes else "",
         "more_fixes": max(len(d.primary.fixes) - 1, 0),
-        "rule": escape(f"{d.primary.rule} {d.primary.name}"), "rule_id": escape(d.primary.rule),
+        "rule": escape(f"{d.primary.rule} {d.primary.name}"),
+        "rule_id": escape(d.primary.rule),
     }
 
 
@@ -102,7 +108,8 @@ def slack_payload(d: Diagnosis) -> dict[str, Any]:
     blocks = _blocks(d, LINE_CHARS)
     sections: list[dict[str, Any]] = [
         {"type": "section", "text": {"type": "mrkdwn", "text": blocks[name][:MAX_CHARS]}}
-        for name in ("verdict", "facts", "evidence", "fix") if blocks[name]
+        for name in ("verdict", "facts", "evidence", "fix")
+        if blocks[name]
     ]
     sections.append({"type": "context", "elements": [{"type": "mrkdwn", "text": blocks["footer"][:MAX_CHARS]}]})
     fallback = f"{d.category}: {_cut(d.summary, 200)}"

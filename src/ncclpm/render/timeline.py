@@ -31,8 +31,34 @@ LABEL_CHARS = 17  # monospace 11.5px in the label column, before the role tag
 ROW_H, TOP, BOTTOM = 22, 58, 34
 MAX_ROWS = 40
 TIMEOUT_TEXT = re.compile(r"time[d ]?out|watchdog", re.IGNORECASE)
-STEPS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800,
-         21600, 43200, 86400, 172800, 604800)  # tick steps in seconds
+STEPS = (
+    0.01,
+    0.02,
+    0.05,
+    0.1,
+    0.2,
+    0.5,
+    1,
+    2,
+    5,
+    10,
+    15,
+    30,
+    60,
+    120,
+    300,
+    600,
+    900,
+    1800,
+    3600,
+    7200,
+    10800,
+    21600,
+    43200,
+    86400,
+    172800,
+    604800,
+)  # tick steps in seconds
 ORDINAL = {"activity": 0.12, "wait": 0.38, "error": 0.62, "timeout": 0.86}
 
 
@@ -145,8 +171,9 @@ def _ticks(t0: datetime, t1: datetime) -> list[tuple[datetime, float]]:
 
 
 def _exit_text(members: list[dict]) -> str:
-    exits = {(m.get("exit_code"), m.get("signal")) for m in members
-             if m.get("exit_code") is not None or m.get("signal")}
+    exits = {
+        (m.get("exit_code"), m.get("signal")) for m in members if m.get("exit_code") is not None or m.get("signal")
+    }
     if not exits:
         return ""
     if len(exits) > 1:
@@ -185,12 +212,19 @@ def _scaled_marks(members: list[dict], sc: _Scale, timeout_ms: int | None, span:
     if waits and fires:
         op = rep.get("timeout_op") or "the collective"
         seq = f" #{rep['timeout_seq']}" if rep.get("timeout_seq") is not None else ""
-        marks.append(Mark("wait", sc.x(waits[0]), sc.x(fires[-1]), f"blocked in {op}{seq} from about "
-                          f"{_fmt(waits[0], span)} until the watchdog fired"))
+        marks.append(
+            Mark(
+                "wait",
+                sc.x(waits[0]),
+                sc.x(fires[-1]),
+                f"blocked in {op}{seq} from about {_fmt(waits[0], span)} until the watchdog fired",
+            )
+        )
     act = _times(members, "last_activity_ts")
     if act:
-        marks.append(_point_or_spread("activity", act, sc, f"last activity: {(rep.get('last_activity') or '')[:120]}",
-                                      span))
+        marks.append(
+            _point_or_spread("activity", act, sc, f"last activity: {(rep.get('last_activity') or '')[:120]}", span)
+        )
     err = _times(members, "first_error_ts")
     if err:
         kind = _error_kind(rep)
@@ -269,30 +303,67 @@ def build_timeline(d: Diagnosis) -> Timeline | None:
     groups = rank_groups(d)
     groups, members = _cap(groups, _members(d, groups))
     timeout_ms = (d.failing_collective or {}).get("timeout_ms")
-    stamps = [t for ms in members for m in ms for t in (
-        m.get("first_error_ts"), m.get("last_activity_ts"), _wait_start(m, timeout_ms)) if isinstance(t, datetime)]
+    stamps = [
+        t
+        for ms in members
+        for m in ms
+        for t in (m.get("first_error_ts"), m.get("last_activity_ts"), _wait_start(m, timeout_ms))
+        if isinstance(t, datetime)
+    ]
     sc = _Scale(min(stamps, default=None), max(stamps, default=None), LABEL_W, PLOT_W)
     span = (sc.t1 - sc.t0).total_seconds() if sc.scaled else 0.0  # type: ignore[operator]
     rows = []
     for i, (g, ms) in enumerate(zip(groups, members, strict=True)):
         rep = {**ms[0], "role": g.row["role"]}
         dated = any(isinstance(m.get(k), datetime) for m in ms for k in ("first_error_ts", "last_activity_ts"))
-        marks = _scaled_marks(ms, sc, timeout_ms, span) if sc.scaled and dated else (
-            _ordinal_marks(rep, sc) if not sc.scaled else [])
+        marks = (
+            _scaled_marks(ms, sc, timeout_ms, span)
+            if sc.scaled and dated
+            else (_ordinal_marks(rep, sc) if not sc.scaled else [])
+        )
         note, note_x, anchor = _note(rep, marks, sc, dated)
-        rows.append(Row(_short_label(g), g.label, _tag(g, rep["role"]), len(g.ranks), rep["role"], TOP + i * ROW_H,
-                        tuple(marks), _exit_text(ms), note, note_x, anchor, dated))
-    fires = sorted(m["first_error_ts"] for ms in members for m in ms
-                   if m.get("timed_out") and isinstance(m.get("first_error_ts"), datetime))
+        rows.append(
+            Row(
+                _short_label(g),
+                g.label,
+                _tag(g, rep["role"]),
+                len(g.ranks),
+                rep["role"],
+                TOP + i * ROW_H,
+                tuple(marks),
+                _exit_text(ms),
+                note,
+                note_x,
+                anchor,
+                dated,
+            )
+        )
+    fires = sorted(
+        m["first_error_ts"]
+        for ms in members
+        for m in ms
+        if m.get("timed_out") and isinstance(m.get("first_error_ts"), datetime)
+    )
     fire_x = sc.x(fires[0]) if sc.scaled and fires else None
     ticks = tuple((sc.x(t), _fmt(t, s)) for t, s in _ticks(sc.t0, sc.t1)) if sc.scaled else ()  # type: ignore[arg-type]
-    caption = ("Time runs left to right; hover a mark for its line."
-               if sc.scaled else "The logs carry no usable timestamps: events are shown in order, not to scale.")
+    caption = (
+        "Time runs left to right; hover a mark for its line."
+        if sc.scaled
+        else "The logs carry no usable timestamps: events are shown in order, not to scale."
+    )
     if sc.scaled and sc.t0 is not None and sc.t0.year > 1970:
         caption = f"{sc.t0:%Y-%m-%d}. " + caption
     return Timeline(
-        rows=tuple(rows), ticks=ticks, scaled=sc.scaled, width=LABEL_W + PLOT_W + EXIT_W,
-        height=TOP + len(rows) * ROW_H + BOTTOM, plot_x=LABEL_W, plot_w=PLOT_W, exit_x=LABEL_W + PLOT_W + 12,
-        title=_title(d), caption=caption, fire_x=fire_x,
+        rows=tuple(rows),
+        ticks=ticks,
+        scaled=sc.scaled,
+        width=LABEL_W + PLOT_W + EXIT_W,
+        height=TOP + len(rows) * ROW_H + BOTTOM,
+        plot_x=LABEL_W,
+        plot_w=PLOT_W,
+        exit_x=LABEL_W + PLOT_W + 12,
+        title=_title(d),
+        caption=caption,
+        fire_x=fire_x,
         fire_label=f"first watchdog timeout {_fmt(fires[0], span)}" if fire_x is not None else "",
     )

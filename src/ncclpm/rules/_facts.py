@@ -12,8 +12,14 @@ import polars as pl
 from ncclpm.ingest.tables import Tables
 
 VICTIM_KINDS = [
-    "collective_timeout", "watchdog_status", "teardown", "heartbeat_stuck", "peer_closed", "comm_aborted",
-    "agent_signal", "monitored_barrier",
+    "collective_timeout",
+    "watchdog_status",
+    "teardown",
+    "heartbeat_stuck",
+    "peer_closed",
+    "comm_aborted",
+    "agent_signal",
+    "monitored_barrier",
 ]
 # Exceptions whose text is itself a symptom of another rank's failure.
 VICTIM_TEXT = (

@@ -21,13 +21,16 @@ def entry_evidence(t: Tables, keys: pl.DataFrame, limit: int = 6) -> tuple[Evide
     """Evidence for FR entries identified by (rank, group_key, collective_seq_id) rows of `keys`."""
     if t.fr is None or keys.is_empty():
         return ()
-    e = t.fr.entries.join(keys.select("rank", "group_key", "collective_seq_id").unique(),
-                          on=["rank", "group_key", "collective_seq_id"])
+    e = t.fr.entries.join(
+        keys.select("rank", "group_key", "collective_seq_id").unique(), on=["rank", "group_key", "collective_seq_id"]
+    )
     out = []
     for r in e.sort("collective_seq_id", "rank").head(limit).iter_rows(named=True):
-        text = (f"rank {r['rank']}: {r['op']} #{r['collective_seq_id']} of {r['pg_desc'] or r['group_key']} "
-                f"in={r['input_sizes']} {r['input_dtypes']} state={r['state']}"
-                + (f" retired={r['retired']}" if r["retired"] is not None else ""))
+        text = (
+            f"rank {r['rank']}: {r['op']} #{r['collective_seq_id']} of {r['pg_desc'] or r['group_key']} "
+            f"in={r['input_sizes']} {r['input_dtypes']} state={r['state']}"
+            + (f" retired={r['retired']}" if r["retired"] is not None else "")
+        )
         frames = _fmt_frames(r["frames"])
         out.append(Evidence(r["source"], None, f"{text}; stack: {frames}" if frames else text, r["rank"]))
     return tuple(out)
@@ -37,8 +40,12 @@ def last_entry_evidence(t: Tables, ranks: list[int], limit: int = 4) -> tuple[Ev
     """The last recorded entry of each rank (what it did last, and from where)."""
     if t.fr is None:
         return ()
-    last = (t.fr.entries.filter(pl.col("rank").is_in(ranks)).sort("time_created_ns", "record_id")
-            .group_by("rank", maintain_order=True).last())
+    last = (
+        t.fr.entries.filter(pl.col("rank").is_in(ranks))
+        .sort("time_created_ns", "record_id")
+        .group_by("rank", maintain_order=True)
+        .last()
+    )
     return entry_evidence(t, last, limit)
 
 
@@ -62,13 +69,18 @@ def changed_call_sites(t: Tables, group: str, seq: int, ranks: list[int], histor
     """
     if t.fr is None:
         return {}
-    e = t.fr.entries.filter((pl.col("group_key") == group) & pl.col("rank").is_in(ranks)
-                            & pl.col("collective_seq_id").is_between(seq - history, seq))
+    e = t.fr.entries.filter(
+        (pl.col("group_key") == group)
+        & pl.col("rank").is_in(ranks)
+        & pl.col("collective_seq_id").is_between(seq - history, seq)
+    )
     changed: dict[int, str] = {}
     for rank in ranks:
         mine = e.filter(pl.col("rank") == rank).sort("collective_seq_id")
-        sites = [(s, _call_site(f))
-                 for s, f in zip(mine["collective_seq_id"].to_list(), mine["frames"].to_list(), strict=True)]
+        sites = [
+            (s, _call_site(f))
+            for s, f in zip(mine["collective_seq_id"].to_list(), mine["frames"].to_list(), strict=True)
+        ]
         now = next((c for s, c in sites if s == seq), None)
         before = [c for s, c in sites if s < seq and c is not None]
         if now is None or not before:

@@ -28,8 +28,9 @@ def host_ranks(t: Tables) -> pl.DataFrame:
     if comms is not None and not comms.is_empty():
         world = comms.filter(pl.col("nranks") == pl.col("nranks").max())
         known = world.select(pl.col("host").cast(pl.String), pl.col("rank").cast(pl.Int32)).drop_nulls()
-    rest = pl.concat([f.select(pl.col("host").cast(pl.String), pl.col("rank").cast(pl.Int32))
-                      for f in (t.ranks, t.events)]).drop_nulls()
+    rest = pl.concat(
+        [f.select(pl.col("host").cast(pl.String), pl.col("rank").cast(pl.Int32)) for f in (t.ranks, t.events)]
+    ).drop_nulls()
     rest = rest.filter(~pl.col("host").is_in(known["host"].to_list()) & ~pl.col("rank").is_in(known["rank"].to_list()))
     return pl.concat([known, rest]).unique().sort("host", "rank")
 
@@ -49,7 +50,8 @@ def address_book(t: Tables) -> dict[str, str]:
         return {}
     pairs = (
         lines.select("host", pl.col("message").str.extract_all(_IFACE_ADDR).alias("m"))
-        .explode("m").drop_nulls()
+        .explode("m")
+        .drop_nulls()
         .with_columns(pl.col("m").str.extract(r":([^:<]+(?::[^<]*)?)<\d+>$", 1).alias("ip"))
     )
     return {ip: host for host, ip in pairs.select("host", "ip").unique().iter_rows() if ip}

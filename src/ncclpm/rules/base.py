@@ -63,11 +63,18 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "rule": self.rule, "name": self.name, "category": str(self.category),
-            "confidence": round(self.confidence, 3), "band": self.band,
-            "culprit_ranks": list(self.culprit_ranks), "summary": self.summary,
-            "explanation": self.explanation, "evidence": [e.to_dict() for e in self.evidence],
-            "fixes": list(self.fixes), "dont": list(self.dont), "verify": list(self.verify),
+            "rule": self.rule,
+            "name": self.name,
+            "category": str(self.category),
+            "confidence": round(self.confidence, 3),
+            "band": self.band,
+            "culprit_ranks": list(self.culprit_ranks),
+            "summary": self.summary,
+            "explanation": self.explanation,
+            "evidence": [e.to_dict() for e in self.evidence],
+            "fixes": list(self.fixes),
+            "dont": list(self.dont),
+            "verify": list(self.verify),
             "facts": self.facts,
         }
 

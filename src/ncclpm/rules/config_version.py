@@ -53,11 +53,14 @@ class VersionsDifferAcrossRanks(Rule):
         b = banners.join(host_ranks, on="host", how="left").with_columns(
             # one host runs one image: a banner speaks for every rank of its host when the host is known
             pl.when(pl.col("_hr").is_not_null()).then("_hr").otherwise(pl.concat_list(pl.col("rank"))).alias("_r"),
-            pl.coalesce(pl.col("host"), pl.col("rank").cast(pl.String), pl.col("source")).alias("_w"))
-        return (b.explode("_r").group_by("kind", "version")
-                .agg(pl.col("_r").drop_nulls().unique().sort().alias("ranks"),
-                     pl.col("_w").unique().sort().alias("where"))
-                .sort("kind", "version"))
+            pl.coalesce(pl.col("host"), pl.col("rank").cast(pl.String), pl.col("source")).alias("_w"),
+        )
+        return (
+            b.explode("_r")
+            .group_by("kind", "version")
+            .agg(pl.col("_r").drop_nulls().unique().sort().alias("ranks"), pl.col("_w").unique().sort().alias("where"))
+            .sort("kind", "version")
+        )
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         banners = ev.filter(pl.col("kind").is_in(["nccl_version", "torch_version"]))
@@ -66,24 +69,30 @@ class VersionsDifferAcrossRanks(Rule):
         detail = "NCCL reports a version mismatch with a peer"
         if not banners.is_empty():
             per = self._ranks_per_version(t, banners)
-            detail = "; ".join(f"{k.replace('_version', '')} {v} on " + (ranks_text(r) if r else ", ".join(w[:4]))
-                               for k, v, r, w in per.iter_rows())
+            detail = "; ".join(
+                f"{k.replace('_version', '')} {v} on " + (ranks_text(r) if r else ", ".join(w[:4]))
+                for k, v, r, w in per.iter_rows()
+            )
             for _kind, group in per.group_by("kind"):
                 sizes = group.with_columns(pl.col("ranks").list.len().alias("n")).sort("n", descending=True)
                 if sizes.height > 1 and sizes["n"][0] > sizes["n"][1]:  # a clear majority: the rest is the odd one
                     culprits |= {r for rs in sizes.slice(1)["ranks"].to_list() for r in rs}
         confidence = 0.92 if explicit else self.base_confidence
         return self.finding(
-            confidence=confidence, culprit_ranks=tuple(sorted(culprits)),
+            confidence=confidence,
+            culprit_ranks=tuple(sorted(culprits)),
             summary=f"Versions differ within the job: {detail}"
-            + (f" (odd ones out: {ranks_text(sorted(culprits))})" if culprits else "") + ".",
+            + (f" (odd ones out: {ranks_text(sorted(culprits))})" if culprits else "")
+            + ".",
             explanation="Every rank must run the same NCCL and PyTorch build; mixed versions break the wire "
             "protocol or the collective bookkeeping and look like hangs or network errors.",
             evidence=quotes(ev),
-            fixes=("Run every rank from one image/environment; pin torch (and with it NCCL) in the job's "
-                   "requirements and rebuild the odd node's container.",
-                   "Log `torch.__version__`, `torch.cuda.nccl.version()` and `nvidia-smi --query-gpu=driver_version "
-                   "--format=csv` on every rank at start-up."),
+            fixes=(
+                "Run every rank from one image/environment; pin torch (and with it NCCL) in the job's "
+                "requirements and rebuild the odd node's container.",
+                "Log `torch.__version__`, `torch.cuda.nccl.version()` and `nvidia-smi --query-gpu=driver_version "
+                "--format=csv` on every rank at start-up.",
+            ),
             dont=("No NCCL environment variable makes two NCCL versions interoperate.",),
             verify=("All ranks print the same versions at start-up.",),
         )

@@ -50,10 +50,12 @@ class CudaOutOfMemory(Rule):
             explanation="An out-of-memory error stops the rank mid-step; the other ranks block in the next "
             "collective until the process-group timeout.",
             evidence=quotes(ev),
-            fixes=("Lower the per-rank micro-batch or sequence length, or enable activation checkpointing.",
-                   "Set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` when the message shows a large "
-                   "reserved-but-unallocated amount (fragmentation).",
-                   "Check what is special about the OOM rank (rank-0-only evaluation/logging, longest batch)."),
+            fixes=(
+                "Lower the per-rank micro-batch or sequence length, or enable activation checkpointing.",
+                "Set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` when the message shows a large "
+                "reserved-but-unallocated amount (fragmentation).",
+                "Check what is special about the OOM rank (rank-0-only evaluation/logging, longest batch).",
+            ),
             dont=("Do not raise the collective timeout: the rank is dead, waiting longer changes nothing.",),
             verify=("`torch.cuda.max_memory_allocated()` per rank stays below capacity for a few hundred steps.",),
             facts={"victim_ranks": sorted(others)},

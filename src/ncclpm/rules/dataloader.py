@@ -49,29 +49,43 @@ class DataloaderFailure(Rule):
         others = victim_ranks(t) - set(culprits)
         conf = self.base_confidence + (0.1 if others else 0.0) - (0.15 if not culprits else 0.0)
         text = " ".join(ev["text"].to_list()).lower()
-        fixes = ["Set `DataLoader(..., timeout=120)` (well below the process-group timeout) so a stuck worker "
-                 "raises on the rank that owns it instead of hanging the whole job."]
+        fixes = [
+            "Set `DataLoader(..., timeout=120)` (well below the process-group timeout) so a stuck worker "
+            "raises on the rank that owns it instead of hanging the whole job."
+        ]
         if "bus error" in text or "shared memory" in text:
-            fixes.append("Raise the shared-memory limit: `docker run --shm-size=16g` / Kubernetes `emptyDir: "
-                         "{medium: Memory}` on `/dev/shm`; check `df -h /dev/shm` on the node.")
+            fixes.append(
+                "Raise the shared-memory limit: `docker run --shm-size=16g` / Kubernetes `emptyDir: "
+                "{medium: Memory}` on `/dev/shm`; check `df -h /dev/shm` on the node."
+            )
         if "open files" in text or "ancdata" in text:
-            fixes.append("Raise the file-descriptor limit (`ulimit -n 65536`) or use "
-                         "`torch.multiprocessing.set_sharing_strategy('file_system')`; fewer `num_workers`.")
+            fixes.append(
+                "Raise the file-descriptor limit (`ulimit -n 65536`) or use "
+                "`torch.multiprocessing.set_sharing_strategy('file_system')`; fewer `num_workers`."
+            )
         if "killed" in text:
-            fixes.append("A worker was SIGKILLed (usually the kernel OOM killer): lower `num_workers` / "
-                         "`prefetch_factor`, check `dmesg` for `Out of memory: Killed process`.")
+            fixes.append(
+                "A worker was SIGKILLed (usually the kernel OOM killer): lower `num_workers` / "
+                "`prefetch_factor`, check `dmesg` for `Out of memory: Killed process`."
+            )
         fixes.append("Find the slow read: `py-spy dump --pid <worker pid>` on the stuck rank shows the frame.")
         who = ranks_text(culprits) if culprits else "one rank"
         return self.finding(
-            confidence=conf, culprit_ranks=culprits,
+            confidence=conf,
+            culprit_ranks=culprits,
             summary=f"The DataLoader on {who} failed ({ev['text'][0][:120].strip()}); "
             f"{'the other ranks waited for it in a collective' if others else 'its rank stopped training'}.",
             explanation="A rank whose input pipeline stalls stops issuing collectives, so every other rank "
             "waits in its next all-reduce until the process-group timeout; their timeouts are a symptom.",
-            evidence=quotes(ev), fixes=tuple(fixes),
-            dont=("Do not raise the NCCL/process-group timeout: it only makes the job hang longer.",
-                  "Do not set NCCL_P2P_DISABLE / NCCL_IB_DISABLE: the network is not involved."),
-            verify=("Re-run with the DataLoader timeout set: the failure must now be raised on the same rank, "
-                    "naming the worker.",),
+            evidence=quotes(ev),
+            fixes=tuple(fixes),
+            dont=(
+                "Do not raise the NCCL/process-group timeout: it only makes the job hang longer.",
+                "Do not set NCCL_P2P_DISABLE / NCCL_IB_DISABLE: the network is not involved.",
+            ),
+            verify=(
+                "Re-run with the DataLoader timeout set: the failure must now be raised on the same rank, "
+                "naming the worker.",
+            ),
             facts={"victim_ranks": sorted(others)},
         )

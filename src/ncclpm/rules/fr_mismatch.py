@@ -54,23 +54,31 @@ class FlightRecorderCollectivesDisagree(Rule):
         moved = {} if decided else changed_call_sites(t, g, seq, list(culprits))
         if moved:
             culprits = tuple(sorted(moved))
-            who = (f"no majority, but {ranks_text(culprits)} issued it from another line of code than its previous "
-                   f"collectives ({'; '.join(f'rank {r}: {c}' for r, c in sorted(moved.items()))})")
+            who = (
+                f"no majority, but {ranks_text(culprits)} issued it from another line of code than its previous "
+                f"collectives ({'; '.join(f'rank {r}: {c}' for r, c in sorted(moved.items()))})"
+            )
         else:
-            who = (f"{ranks_text(culprits)} differ from the majority" if decided
-                   else f"{ranks_text(culprits)} disagree and no majority can say who is wrong")
+            who = (
+                f"{ranks_text(culprits)} differ from the majority"
+                if decided
+                else f"{ranks_text(culprits)} disagree and no majority can say who is wrong"
+            )
         more = f"; {first['cascade']} later sequence numbers differ too" if first.get("cascade") else ""
         return self.finding(
-            confidence=self.base_confidence + (0.1 if decided else 0.05 if moved else 0.0), culprit_ranks=culprits,
+            confidence=self.base_confidence + (0.1 if decided else 0.05 if moved else 0.0),
+            culprit_ranks=culprits,
             summary=f"Flight recorder: {first['kind']} mismatch at {first['pg_desc'] or 'group'} "
             f"(pg {g}) collective #{seq}: {who} ({first['ranks_by_value']}){more}.",
             explanation="Entries of every rank's dump were aligned on the process group's collective sequence "
             "number; at this one the ranks issued different collectives, so none of them can complete.",
             evidence=entry_evidence(t, keys),
-            fixes=("Compare the stacks of the differing entries above and make every rank issue the same "
-                   "collectives, with the same shapes and dtypes, in the same order.",
-                   "Re-run once with `TORCH_DISTRIBUTED_DEBUG=DETAIL` to have every collective's fingerprint "
-                   "checked before it runs."),
+            fixes=(
+                "Compare the stacks of the differing entries above and make every rank issue the same "
+                "collectives, with the same shapes and dtypes, in the same order.",
+                "Re-run once with `TORCH_DISTRIBUTED_DEBUG=DETAIL` to have every collective's fingerprint "
+                "checked before it runs.",
+            ),
             dont=("No timeout or NCCL setting fixes a program that issues different collectives on different ranks.",),
             verify=("The next run's dumps (or DETAIL mode) show the same op/size/dtype on every rank at this step.",),
             facts={"group": g, "seq": seq, "kind": first["kind"], "decided": decided, "call_site_changed": moved},

@@ -78,8 +78,10 @@ class FlightRecorderRankStopped(Rule):
     @staticmethod
     def _how(fa: FRAnalysis) -> str:
         kinds = set(fa.rank_facts.filter(pl.col("culprit"))["culprit_kind"].drop_nulls().to_list())
-        parts = {"never_joined": "never joined a collective the other ranks were waiting in",
-                 "stopped_completing": "stopped completing collectives its peers had already finished"}
+        parts = {
+            "never_joined": "never joined a collective the other ranks were waiting in",
+            "stopped_completing": "stopped completing collectives its peers had already finished",
+        }
         return " or ".join(parts[k] for k in sorted(kinds) if k in parts) or "stopped"
 
     @staticmethod
@@ -106,19 +108,32 @@ class FlightRecorderRankStopped(Rule):
         evidence = entry_evidence(t, keys.head(3)) + last_entry_evidence(t, culprits)
         if stuck:
             evidence += entry_evidence(t, fa.stuck.filter(pl.col("rank").is_in(culprits)).head(3))
-        why = ("its log lines" if by_logs else "the stack of its last flight-recorder entries" if by_frames
-               else "nothing else in the job (no log line or stack says what it was doing)")
+        why = (
+            "its log lines"
+            if by_logs
+            else "the stack of its last flight-recorder entries"
+            if by_frames
+            else "nothing else in the job (no log line or stack says what it was doing)"
+        )
         return self.finding(
-            category=category, confidence=conf, culprit_ranks=tuple(culprits),
+            category=category,
+            confidence=conf,
+            culprit_ranks=tuple(culprits),
             summary=f"Flight recorder: {fa.summary}.",
             explanation=f"{ranks_text(culprits).capitalize()}: {self._how(fa)}; the category comes from {why}."
-            + (" A rank whose collectives stay incomplete while its peers finished them points below Python: "
-               "a GPU fault or hung CUDA call, or a blocked watchdog/GIL." if stuck and not by_logs else ""),
+            + (
+                " A rank whose collectives stay incomplete while its peers finished them points below Python: "
+                "a GPU fault or hung CUDA call, or a blocked watchdog/GIL."
+                if stuck and not by_logs
+                else ""
+            ),
             evidence=evidence,
-            fixes=("Look at what the culprit rank was doing (its last lines and the stack above); on the next "
-                   "hang run `py-spy dump --pid <pid>` on it.",
-                   "Keep `TORCH_NCCL_TRACE_BUFFER_SIZE=2000` and `TORCH_NCCL_DUMP_ON_TIMEOUT=1` set so every "
-                   "failure leaves dumps like these.")
+            fixes=(
+                "Look at what the culprit rank was doing (its last lines and the stack above); on the next "
+                "hang run `py-spy dump --pid <pid>` on it.",
+                "Keep `TORCH_NCCL_TRACE_BUFFER_SIZE=2000` and `TORCH_NCCL_DUMP_ON_TIMEOUT=1` set so every "
+                "failure leaves dumps like these.",
+            )
             + (("Check the GPU of that rank: `nvidia-smi`, `dmesg | grep -i xid`.",) if stuck else ()),
             dont=("Do not raise the timeout or disable P2P/IB before knowing why this rank stopped.",),
             verify=("In the next run's dumps every rank reaches the same last sequence number in every group.",),

@@ -47,23 +47,29 @@ class InsufficientEvidence(Rule):
         if absent:
             missing.append(f"logs of ranks {', '.join(map(str, absent[:16]))} (no line from them was found)")
         if t.fr is None:
-            missing.append("flight-recorder dumps: run with `TORCH_NCCL_TRACE_BUFFER_SIZE=2000` and "
-                           "`TORCH_NCCL_DUMP_ON_TIMEOUT=1` (dumps land in `TORCH_FR_DUMP_TEMP_FILE`, default "
-                           "`~/.cache/torch/comm_lib_trace_rank_<rank>`)")
+            missing.append(
+                "flight-recorder dumps: run with `TORCH_NCCL_TRACE_BUFFER_SIZE=2000` and "
+                "`TORCH_NCCL_DUMP_ON_TIMEOUT=1` (dumps land in `TORCH_FR_DUMP_TEMP_FILE`, default "
+                "`~/.cache/torch/comm_lib_trace_rank_<rank>`)"
+            )
         if t.lines.filter(pl.col("message").str.contains("NCCL (?:INFO|WARN)")).is_empty():
             missing.append("NCCL's own log: `NCCL_DEBUG=INFO` (or `WARN`), `NCCL_DEBUG_FILE=/path/nccl.%h.%p`")
         missing.append("stack dumps of the hung ranks: `py-spy dump --pid <pid>` on each rank while it hangs")
         victims = victim_lines(t)
         return self.finding(
             culprit_ranks=(),
-            summary="Nothing conclusive: the logs show " + ("ranks waiting in a collective" if not victims.is_empty()
-                                                              else "no recognised failure") + " but not why.",
+            summary="Nothing conclusive: the logs show "
+            + ("ranks waiting in a collective" if not victims.is_empty() else "no recognised failure")
+            + " but not why.",
             explanation="No rule found a rank that died, stalled, mismatched or failed on its own. Collect: "
-            + "; ".join(missing) + ".",
+            + "; ".join(missing)
+            + ".",
             evidence=quotes(victims, 4),
             fixes=tuple(f"Collect {m}." for m in missing),
-            dont=("Do not set NCCL_P2P_DISABLE=1 / NCCL_IB_DISABLE=1 or an `NCCL_TIMEOUT` (read by nothing) "
-                  "without evidence: they hide faults and slow every job.",),
+            dont=(
+                "Do not set NCCL_P2P_DISABLE=1 / NCCL_IB_DISABLE=1 or an `NCCL_TIMEOUT` (read by nothing) "
+                "without evidence: they hide faults and slow every job.",
+            ),
             verify=("The next failure leaves per-rank logs and dumps; run `ncclpm diagnose` on them.",),
             facts={"missing_evidence": missing},
         )

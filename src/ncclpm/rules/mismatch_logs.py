@@ -57,15 +57,16 @@ class CollectivesDisagreeInLogs(Rule):
     def evidence(self, t: Tables) -> pl.DataFrame:
         detected = t.kinds("mismatch_detected")
         to = timeouts(t).filter(pl.col("seq").is_not_null())
-        disagree = to.filter(
-            pl.struct("seq", "op", "numel_in").n_unique().over(pl.col("pg").fill_null("?")) > 1
-        )
+        disagree = to.filter(pl.struct("seq", "op", "numel_in").n_unique().over(pl.col("pg").fill_null("?")) > 1)
         return pl.concat([detected, disagree]).sort("ts", "source", "line", nulls_last=True)
 
     def _culprits(self, t: Tables, ev: pl.DataFrame) -> tuple[tuple[int, ...], str]:
-        fps = ev.filter(pl.col("event") == "pg.collective_mismatch_detected").with_columns(
-            pl.col("text").str.extract_groups(_OWN_FP).alias("_f")
-        ).unnest("_f").filter(pl.col("who").is_not_null())
+        fps = (
+            ev.filter(pl.col("event") == "pg.collective_mismatch_detected")
+            .with_columns(pl.col("text").str.extract_groups(_OWN_FP).alias("_f"))
+            .unnest("_f")
+            .filter(pl.col("who").is_not_null())
+        )
         if not fps.is_empty():
             votes = fps.select(pl.col("who").cast(pl.Int32).alias("rank"), "fp").unique()
             aspects = ev["detail"].drop_nulls()
@@ -74,7 +75,8 @@ class CollectivesDisagreeInLogs(Rule):
         if not to.is_empty():
             votes = to.select("rank", pl.format("{} #{} numel {}", "op", "seq", "numel_in").alias("call")).unique()
             return minority(votes, "call"), "the timed-out collectives differ: " + ", ".join(
-                f"rank {r}: {c}" for r, c in sorted(votes.iter_rows()))
+                f"rank {r}: {c}" for r, c in sorted(votes.iter_rows())
+            )
         # gloo's size check names no peer: the aborting rank and the ranks that lost it are all involved.
         ranks = tuple(sorted(set(ev["rank"].drop_nulls().to_list()) | victim_ranks(t)))
         return ranks, "the byte counts of one collective differ across ranks"
@@ -86,19 +88,25 @@ class CollectivesDisagreeInLogs(Rule):
         detected = (ev["kind"] == "mismatch_detected").any()
         # A tie names no culprit: evidence that can (the flight recorder's call sites) should win over it.
         conf = self.base_confidence + (0.0 if not detected else 0.05 if tie else 0.15)
-        who = (f"{ranks_text(involved)} disagree (a tie: the logs cannot say which side is wrong)" if tie
-               else f"{ranks_text(culprits)} issued a different collective than the others")
+        who = (
+            f"{ranks_text(involved)} disagree (a tie: the logs cannot say which side is wrong)"
+            if tie
+            else f"{ranks_text(culprits)} issued a different collective than the others"
+        )
         return self.finding(
-            confidence=conf, culprit_ranks=culprits,
+            confidence=conf,
+            culprit_ranks=culprits,
             summary=f"Mismatched collectives: {who}; {how}.",
             explanation="Collectives are matched by call order on every rank of a group; a rank that skips, adds "
             "or reshapes one leaves the others waiting (or reduces garbage).",
             evidence=quotes(ev),
-            fixes=("Find the rank-dependent code path at that step (a collective under `if rank == 0`, an early "
-                   "`continue`/`break`, an uneven last batch, DDP with unused parameters) and make every rank "
-                   "issue the same collectives with the same shapes and dtypes.",
-                   "Run once with `TORCH_DISTRIBUTED_DEBUG=DETAIL` (checks every collective's fingerprint) and "
-                   "`TORCH_NCCL_TRACE_BUFFER_SIZE=2000` (flight-recorder dumps) to get the exact call site."),
+            fixes=(
+                "Find the rank-dependent code path at that step (a collective under `if rank == 0`, an early "
+                "`continue`/`break`, an uneven last batch, DDP with unused parameters) and make every rank "
+                "issue the same collectives with the same shapes and dtypes.",
+                "Run once with `TORCH_DISTRIBUTED_DEBUG=DETAIL` (checks every collective's fingerprint) and "
+                "`TORCH_NCCL_TRACE_BUFFER_SIZE=2000` (flight-recorder dumps) to get the exact call site.",
+            ),
             dont=("Raising the timeout or setting NCCL_P2P_DISABLE / NCCL_IB_DISABLE cannot fix a program bug.",),
             verify=("`TORCH_DISTRIBUTED_DEBUG=DETAIL` passes the step without a 'Detected mismatch' error.",),
             facts={"involved_ranks": involved},

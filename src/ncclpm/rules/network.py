@@ -14,7 +14,7 @@ from ncclpm.schema import Category
 # ibv_wc_status values NCCL prints after `status=` (verbs.h); the ones seen in failing jobs.
 IB_STATUS = {
     "12": "IBV_WC_RETRY_EXC_ERR: the transport retry counter was exceeded - the peer's port did not answer "
-          "(link down or flapping, congestion, or the peer's NIC/process gone)",
+    "(link down or flapping, congestion, or the peer's NIC/process gone)",
     "13": "IBV_WC_RNR_RETRY_EXC_ERR: the receiver was not ready too many times",
     "5": "IBV_WC_WR_FLUSH_ERR: work flushed after an earlier error on the same queue pair (a consequence)",
     "4": "IBV_WC_LOC_PROT_ERR: local protection error (memory registration)",
@@ -24,8 +24,11 @@ IB_STATUS = {
 # What each class of line says about the network (confidence before the crash check).
 CLASSES = [
     ("ib", r"Got completion from peer|async fatal event|Call to ibv_", 0.88),
-    ("interface", r"No interface found in the same subnet|no socket interface found|No usable listening interface",
-     0.87),
+    (
+        "interface",
+        r"No interface found in the same subnet|no socket interface found|No usable listening interface",
+        0.87,
+    ),
     ("connect", r"socketStartConnect|socketPollConnect|socketFinalizeAccept|Call to recv from", 0.7),
     ("closed", r"Connection closed by remote peer|Connection reset by peer", 0.5),
     ("remote_exited", r"remote process exited or there was a network error", 0.45),
@@ -84,21 +87,28 @@ class NcclTransportError(Rule):
             strength = pl.when(hit).then(pl.lit(conf)).otherwise(strength)
         peer = pl.coalesce("peer", pl.col("text").str.extract(_PEER_IN_TEXT, 1))
         # Strongest kind of line first (an IB completion error says more than torch's summary of it).
-        return (ev.with_columns(cls.alias("cls"), strength.alias("strength"), peer.alias("peer"))
-                .filter(pl.col("cls").is_not_null())
-                .sort(["strength", "ts", "source", "line"], descending=[True, False, False, False], nulls_last=True))
+        return (
+            ev.with_columns(cls.alias("cls"), strength.alias("strength"), peer.alias("peer"))
+            .filter(pl.col("cls").is_not_null())
+            .sort(["strength", "ts", "source", "line"], descending=[True, False, False, False], nulls_last=True)
+        )
 
-    def _summary(self, t: Tables, ev: pl.DataFrame, culprit_hosts: list[str], reporters: list[str],
-                 pairs: list) -> str:
+    def _summary(self, t: Tables, ev: pl.DataFrame, culprit_hosts: list[str], reporters: list[str], pairs: list) -> str:
         detail = self._detail(ev.row(0, named=True))
         if set(ev["cls"].to_list()) <= {"interface"}:
-            ifname = t.kinds("setting").filter((pl.col("var") == "NCCL_SOCKET_IFNAME")
-                                               & pl.col("host").is_in(culprit_hosts))["value"].unique().to_list()
+            ifname = (
+                t.kinds("setting")
+                .filter((pl.col("var") == "NCCL_SOCKET_IFNAME") & pl.col("host").is_in(culprit_hosts))["value"]
+                .unique()
+                .to_list()
+            )
             how = f" with NCCL_SOCKET_IFNAME={'/'.join(ifname)}" if ifname else ""
             return f"NCCL on {where(t, culprit_hosts)} found no usable network interface{how}: {detail}"
         if len(culprit_hosts) == 1 and len(pairs) > 1:
-            return (f"Every failing NCCL connection goes through {where(t, culprit_hosts)} ({len(pairs)} host pairs, "
-                    f"reported by {', '.join(reporters)}): {detail}")
+            return (
+                f"Every failing NCCL connection goes through {where(t, culprit_hosts)} ({len(pairs)} host pairs, "
+                f"reported by {', '.join(reporters)}): {detail}"
+            )
         if len(culprit_hosts) == 2:
             ends = [f"{ranks_text(r)} on {h}" for h, r in link_ends(t, ev, culprit_hosts).items()]
             hca = ev["text"].str.extract(r" hca (\w+)", 1).drop_nulls().unique().to_list()
@@ -118,8 +128,10 @@ class NcclTransportError(Rule):
         detail = self._detail(ev.row(0, named=True))
         summary = self._summary(t, ev, culprit_hosts, reporters, pairs)
         if symptom:
-            summary = (f"NCCL network errors on {where(t, reporters)} ({detail}) are what a dead peer looks like: "
-                       f"{ranks_text(sorted(crashed))} died first (crashed, or lost with their node).")
+            summary = (
+                f"NCCL network errors on {where(t, reporters)} ({detail}) are what a dead peer looks like: "
+                f"{ranks_text(sorted(crashed))} died first (crashed, or lost with their node)."
+            )
         return self.finding(
             category=Category.SYMPTOM if symptom else self.category,
             confidence=0.4 if symptom else strongest,
@@ -138,13 +150,19 @@ class NcclTransportError(Rule):
                 "between the hosts; for IB status 12 on a congested but healthy fabric raise `NCCL_IB_TIMEOUT` "
                 "(e.g. 22).",
             ),
-            dont=("`NCCL_IB_DISABLE=1` only moves the traffic to TCP sockets - an order of magnitude slower - "
-                  "and hides the bad link.",
-                  "Raising the process-group timeout or setting `NCCL_TIMEOUT` (read by nothing) does not make a "
-                  "broken link deliver."),
+            dont=(
+                "`NCCL_IB_DISABLE=1` only moves the traffic to TCP sockets - an order of magnitude slower - "
+                "and hides the bad link.",
+                "Raising the process-group timeout or setting `NCCL_TIMEOUT` (read by nothing) does not make a "
+                "broken link deliver.",
+            ),
             verify=("nccl-tests across the named hosts reach the expected bus bandwidth with no NCCL WARN.",),
-            facts={"hosts": culprit_hosts, "reporting_hosts": reporters,
-                   "host_pairs": sorted(sorted(p) for p in pairs), "classes": sorted(set(ev["cls"].to_list()))},
+            facts={
+                "hosts": culprit_hosts,
+                "reporting_hosts": reporters,
+                "host_pairs": sorted(sorted(p) for p in pairs),
+                "classes": sorted(set(ev["cls"].to_list())),
+            },
         )
 
     @staticmethod
@@ -175,4 +193,4 @@ class NcclTransportError(Rule):
             return f"InfiniBand completion status {status} ({IB_STATUS[status]})"
         text = row["text"] or ""
         cut = text.find("NCCL WARN ")
-        return (text[cut + 10:] if cut >= 0 else text).strip()[:160]
+        return (text[cut + 10 :] if cut >= 0 else text).strip()[:160]

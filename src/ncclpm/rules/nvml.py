@@ -63,8 +63,9 @@ class NvmlDriverFailure(Rule):
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         culprits = tuple(sorted(set(ev["rank"].drop_nulls().to_list()) | self._ranks_on_gpus(t, ev)))
         hosts = sorted(set(ev["host"].drop_nulls().to_list()))
-        xids = [f"Xid {x}: {XID[str(x)]['meaning']}" for x in sorted(set(ev["xid"].drop_nulls().to_list()))
-                if str(x) in XID]
+        xids = [
+            f"Xid {x}: {XID[str(x)]['meaning']}" for x in sorted(set(ev["xid"].drop_nulls().to_list())) if str(x) in XID
+        ]
         where = ranks_text(culprits) if culprits else (f"host {', '.join(hosts)}" if hosts else "a node")
         return self.finding(
             culprit_ranks=culprits,
@@ -73,14 +74,20 @@ class NvmlDriverFailure(Rule):
             "init or a collective fail on that node and the other ranks then time out."
             + ("".join(f" {x}." for x in xids)),
             evidence=quotes(ev),
-            fixes=("Run `nvidia-smi` on that node; if it errors, drain the node and reboot or reload the "
-                   "driver (driver and user-space library versions must match).",
-                   "Check the container sees the GPUs (`--gpus all`, `NVIDIA_VISIBLE_DEVICES`, device cgroup).",
-                   "Check `dmesg | grep -i xid` for GPU faults on that node."),
-            dont=("NCCL_P2P_DISABLE=1 / NCCL_IB_DISABLE=1 do not repair a driver; they only slow every job.",
-                  "NCCL_TIMEOUT is read by nothing (neither NCCL nor PyTorch)."),
-            verify=("`nvidia-smi` and `python -c 'import torch; print(torch.cuda.device_count())'` succeed "
-                    "on every node before the job is resubmitted.",),
+            fixes=(
+                "Run `nvidia-smi` on that node; if it errors, drain the node and reboot or reload the "
+                "driver (driver and user-space library versions must match).",
+                "Check the container sees the GPUs (`--gpus all`, `NVIDIA_VISIBLE_DEVICES`, device cgroup).",
+                "Check `dmesg | grep -i xid` for GPU faults on that node.",
+            ),
+            dont=(
+                "NCCL_P2P_DISABLE=1 / NCCL_IB_DISABLE=1 do not repair a driver; they only slow every job.",
+                "NCCL_TIMEOUT is read by nothing (neither NCCL nor PyTorch).",
+            ),
+            verify=(
+                "`nvidia-smi` and `python -c 'import torch; print(torch.cuda.device_count())'` succeed "
+                "on every node before the job is resubmitted.",
+            ),
             facts={"hosts": hosts, "xid": sorted(set(ev["xid"].drop_nulls().to_list()))},
         )
 

@@ -10,8 +10,18 @@ from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
 # Kinds another rule explains better: their ranks are not "crashes" for this rule.
-EXPLAINED_KINDS = ["dataloader_error", "fd_exhaustion", "cuda_oom", "nvml_error", "mismatch_detected",
-                   "store_timeout", "store_connect", "store_bind", "rendezvous_timeout", "store_error"]
+EXPLAINED_KINDS = [
+    "dataloader_error",
+    "fd_exhaustion",
+    "cuda_oom",
+    "nvml_error",
+    "mismatch_detected",
+    "store_timeout",
+    "store_connect",
+    "store_bind",
+    "rendezvous_timeout",
+    "store_error",
+]
 FATAL_SIGNALS = ["SIGKILL", "SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT"]
 
 
@@ -54,9 +64,11 @@ class RankDiedFirst(Rule):
         explained = set(t.kinds(*EXPLAINED_KINDS)["rank"].drop_nulls().to_list())
         victims_at = victim_lines(t).group_by("rank").agg(pl.col("ts").min().alias("victim_ts"))
         exc = exceptions_not_victim(t, EXPLAINED_KINDS).with_columns(pl.lit("exception").alias("how"))
-        sig = t.kinds("crash_signal", "cuda_error").filter(
-            pl.col("rank").is_not_null() & ~pl.col("error_type").fill_null("").str.contains("DistBackendError")
-        ).with_columns(pl.lit("signal").alias("how"))
+        sig = (
+            t.kinds("crash_signal", "cuda_error")
+            .filter(pl.col("rank").is_not_null() & ~pl.col("error_type").fill_null("").str.contains("DistBackendError"))
+            .with_columns(pl.lit("signal").alias("how"))
+        )
         exits = self._exits(t).with_columns(pl.lit("exit").alias("how"))
         cols = ["source", "line", "rank", "ts", "text", "how"]
         ev = pl.concat([exc.select(cols), sig.select(cols), exits.select(cols)])
@@ -76,7 +88,8 @@ class RankDiedFirst(Rule):
         rows = el.filter(fatal.fill_null(False) & sigabrt_ok.fill_null(True))
         return rows.with_columns(
             pl.format("rank {} exited with code {} {}", "rank", "exit_code", pl.col("signal").fill_null(""))
-            .str.strip_chars().alias("text")
+            .str.strip_chars()
+            .alias("text")
         )
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
@@ -92,26 +105,43 @@ class RankDiedFirst(Rule):
         oom_hit = bool(culprit_pids & set(oom["pid"].drop_nulls().to_list()))
         if oom_hit:
             conf += 0.2  # the kernel names the culprit's own pid: the reason is known
-        oom_fix = ("The kernel's OOM killer ended a process (host RAM, not GPU memory): lower DataLoader workers / "
-                   "prefetch, pinned-memory buffers and per-rank host copies, or ask for more memory "
-                   "(`#SBATCH --mem`).",) if not oom.is_empty() else ()
+        oom_fix = (
+            (
+                "The kernel's OOM killer ended a process (host RAM, not GPU memory): lower DataLoader workers / "
+                "prefetch, pinned-memory buffers and per-rank host copies, or ask for more memory "
+                "(`#SBATCH --mem`).",
+            )
+            if not oom.is_empty()
+            else ()
+        )
         return self.finding(
-            confidence=conf, culprit_ranks=culprits,
+            confidence=conf,
+            culprit_ranks=culprits,
             summary=f"{ranks_text(culprits).capitalize()} died first ({shown['text'][0].strip()[:140]})"
             + (" - killed by the kernel's OOM killer (host memory, not GPU memory)" if oom_hit else "")
             + (f"; {ranks_text(sorted(others))} then failed waiting for it." if others else "."),
             explanation="The first rank to fail on its own is the cause; timeouts and 'connection closed by "
             "peer' errors on the other ranks are what a dead peer looks like from the outside. torchrun's "
             "'Root Cause' only names the first rank that reported.",
-            evidence=(*quotes(shown), *quotes(oom, 2),
-                      *quotes(victim_lines(t).filter(pl.col("rank").is_in(list(others))), 2)),
-            fixes=(*oom_fix, "Fix the failure on the culprit rank (its traceback above); for SIGKILL check the host's "
-                   "kernel log (`dmesg -T | grep -i 'killed process'`) for the OOM killer.",
-                   "Keep `TORCH_NCCL_ASYNC_ERROR_HANDLING=1` (torchrun's default) so the survivors abort "
-                   "promptly instead of hanging for the full timeout."),
-            dont=("Do not raise the collective timeout: the peer is gone, waiting longer changes nothing.",
-                  "Do not chase the SIGABRT/SIGTERM of the other ranks: they are torn down because of this one."),
-            verify=("The culprit rank's log ends with its own error, earlier than any timeout elsewhere; "
-                    "after the fix the job passes the step where it died.",),
+            evidence=(
+                *quotes(shown),
+                *quotes(oom, 2),
+                *quotes(victim_lines(t).filter(pl.col("rank").is_in(list(others))), 2),
+            ),
+            fixes=(
+                *oom_fix,
+                "Fix the failure on the culprit rank (its traceback above); for SIGKILL check the host's "
+                "kernel log (`dmesg -T | grep -i 'killed process'`) for the OOM killer.",
+                "Keep `TORCH_NCCL_ASYNC_ERROR_HANDLING=1` (torchrun's default) so the survivors abort "
+                "promptly instead of hanging for the full timeout.",
+            ),
+            dont=(
+                "Do not raise the collective timeout: the peer is gone, waiting longer changes nothing.",
+                "Do not chase the SIGABRT/SIGTERM of the other ranks: they are torn down because of this one.",
+            ),
+            verify=(
+                "The culprit rank's log ends with its own error, earlier than any timeout elsewhere; "
+                "after the fix the job passes the step where it died.",
+            ),
             facts={"victim_ranks": sorted(others)},
         )

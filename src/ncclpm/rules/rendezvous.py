@@ -8,8 +8,10 @@ from ncclpm.ingest.tables import Tables
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
-SET_DEVICE = ("Call `torch.cuda.set_device(int(os.environ['LOCAL_RANK']))` before `init_process_group` (or pass "
-              "`device_id=`), and check CUDA_VISIBLE_DEVICES and --nproc_per_node match the GPUs of the node.")
+SET_DEVICE = (
+    "Call `torch.cuda.set_device(int(os.environ['LOCAL_RANK']))` before `init_process_group` (or pass "
+    "`device_id=`), and check CUDA_VISIBLE_DEVICES and --nproc_per_node match the GPUs of the node."
+)
 INIT_KINDS = ["store_timeout", "store_connect", "store_bind", "rendezvous_timeout", "store_error", "duplicate_gpu"]
 
 
@@ -74,20 +76,27 @@ class ProcessGroupNeverFormed(Rule):
         conf = self.base_confidence - (0.25 if (ev["kind"] == "store_error").all() else 0.0)
         who = f" ({ranks_text(culprits)})" if culprits else ""
         return self.finding(
-            confidence=conf, culprit_ranks=culprits,
+            confidence=conf,
+            culprit_ranks=culprits,
             summary=f"The process group never formed: {how}{who}.",
             explanation="The failure happened before any collective: the processes did not all reach the "
             "rendezvous/TCPStore. This is a launch or network-setup problem, not a training or NCCL bug.",
             evidence=quotes(ev),
-            fixes=(*((SET_DEVICE,) if "same GPU" in how else ()),
-                   "Give every node the same `MASTER_ADDR`/`MASTER_PORT` (or `--rdzv-endpoint`) and check it is "
-                   "reachable from each node: `nc -zv $MASTER_ADDR $MASTER_PORT`.",
-                   "Make the number of processes started equal WORLD_SIZE (`--nnodes` × `--nproc_per_node`); "
-                   "make sure every node's launcher actually started.",
-                   "If the port is in use, pick a free one or let torchrun choose (`--rdzv-backend=c10d "
-                   "--rdzv-endpoint=host:0` / `--master-port` unset)."),
-            dont=("No NCCL variable (NCCL_P2P_DISABLE, NCCL_IB_DISABLE, NCCL_SOCKET_IFNAME) affects the "
-                  "TCPStore rendezvous that failed here.",),
-            verify=("All ranks print past `init_process_group`; `torch.distributed.barrier()` right after init "
-                    "returns on every rank.",),
+            fixes=(
+                *((SET_DEVICE,) if "same GPU" in how else ()),
+                "Give every node the same `MASTER_ADDR`/`MASTER_PORT` (or `--rdzv-endpoint`) and check it is "
+                "reachable from each node: `nc -zv $MASTER_ADDR $MASTER_PORT`.",
+                "Make the number of processes started equal WORLD_SIZE (`--nnodes` × `--nproc_per_node`); "
+                "make sure every node's launcher actually started.",
+                "If the port is in use, pick a free one or let torchrun choose (`--rdzv-backend=c10d "
+                "--rdzv-endpoint=host:0` / `--master-port` unset).",
+            ),
+            dont=(
+                "No NCCL variable (NCCL_P2P_DISABLE, NCCL_IB_DISABLE, NCCL_SOCKET_IFNAME) affects the "
+                "TCPStore rendezvous that failed here.",
+            ),
+            verify=(
+                "All ranks print past `init_process_group`; `torch.distributed.barrier()` right after init "
+                "returns on every rank.",
+            ),
         )

@@ -43,8 +43,11 @@ class JobCancelledByScheduler(Rule):
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         # A cancel without a reason is a user or admin killing the job - usually because it hung: a consequence.
-        return (t.kinds("scheduler_cancel").filter(pl.col("error_type").is_not_null())
-                .sort("ts", "source", "line", nulls_last=True))
+        return (
+            t.kinds("scheduler_cancel")
+            .filter(pl.col("error_type").is_not_null())
+            .sort("ts", "source", "line", nulls_last=True)
+        )
 
     @staticmethod
     def _still_progressing(t: Tables, cancel_at: str | None) -> bool:
@@ -69,20 +72,31 @@ class JobCancelledByScheduler(Rule):
         culprits = tuple(ranks_on(t, lost_nodes))
         return self.finding(
             category=Category.RANK_CRASH if node_failure else Category.TIMEOUT_TOO_SHORT,
-            confidence=0.9 if (alive or node_failure) else self.base_confidence, culprit_ranks=culprits,
-            summary=(f"Node {where(t, lost_nodes)} failed and the scheduler cancelled step {r['detail']}: this is not "
-                     "an NCCL failure." if lost_nodes else
-                     f"The scheduler cancelled step {r['detail']} on {r['value']} due to {reason.lower()}: "
-                     "this is not an NCCL failure."),
-            explanation=("A node of the job failed; every rank on it died." if node_failure else
-                         "The job's wall-clock limit, not a collective timeout, ended it: the work needs more time "
-                         "than the job asked for (or it got slower)."),
+            confidence=0.9 if (alive or node_failure) else self.base_confidence,
+            culprit_ranks=culprits,
+            summary=(
+                f"Node {where(t, lost_nodes)} failed and the scheduler cancelled step {r['detail']}: this is not "
+                "an NCCL failure."
+                if lost_nodes
+                else f"The scheduler cancelled step {r['detail']} on {r['value']} due to {reason.lower()}: "
+                "this is not an NCCL failure."
+            ),
+            explanation=(
+                "A node of the job failed; every rank on it died."
+                if node_failure
+                else "The job's wall-clock limit, not a collective timeout, ended it: the work needs more time "
+                "than the job asked for (or it got slower)."
+            ),
             evidence=quotes(lost) + quotes(ev),
-            fixes=(("Resubmit excluding the failed node (`--exclude=<node>`) and report it to the admins.",)
-                   if node_failure else
-                   ("Ask for more time (`#SBATCH --time=...`) or checkpoint regularly and requeue "
+            fixes=(
+                ("Resubmit excluding the failed node (`--exclude=<node>`) and report it to the admins.",)
+                if node_failure
+                else (
+                    "Ask for more time (`#SBATCH --time=...`) or checkpoint regularly and requeue "
                     "(`#SBATCH --requeue`, resume from the last checkpoint).",
-                    "Compare step times before the cancel with earlier runs: if the job got slower, find out why.")),
+                    "Compare step times before the cancel with earlier runs: if the job got slower, find out why.",
+                )
+            ),
             dont=("Do not change NCCL settings or the collective timeout: NCCL did not fail.",),
             verify=("The next run finishes (or checkpoints) before its time limit.",),
         )

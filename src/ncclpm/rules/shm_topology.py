@@ -49,18 +49,28 @@ class ShmOrP2pFailure(Rule):
         if shm and not size.is_empty():
             what += f" (/dev/shm is {size['detail'][0]}, {size['value'][0]} used)"
         where = (ranks_text(culprits) if culprits else "") + (f" on {', '.join(hosts)}" if hosts else "")
-        fixes = (("Give the container a real /dev/shm: `docker run --shm-size=16g` (or `--ipc=host`); Kubernetes: "
-                  "mount an `emptyDir: {medium: Memory}` volume at /dev/shm. Check with `df -h /dev/shm`.",) if shm else
-                 ("Enable peer access on the host: disable PCIe ACS in the BIOS / set `iommu=pt`; check "
-                  "`nvidia-smi topo -m` and `nvidia-smi topo -p2p r`.",))
+        fixes = (
+            (
+                "Give the container a real /dev/shm: `docker run --shm-size=16g` (or `--ipc=host`); Kubernetes: "
+                "mount an `emptyDir: {medium: Memory}` volume at /dev/shm. Check with `df -h /dev/shm`.",
+            )
+            if shm
+            else (
+                "Enable peer access on the host: disable PCIe ACS in the BIOS / set `iommu=pt`; check "
+                "`nvidia-smi topo -m` and `nvidia-smi topo -p2p r`.",
+            )
+        )
         return self.finding(
             culprit_ranks=culprits,
             summary=f"Intra-node transport setup failed{' (' + where.strip() + ')' if where.strip() else ''}: {what}.",
             explanation="NCCL connects GPUs of one node through shared memory or CUDA peer-to-peer; when that "
             "fails the communicator cannot be built and every rank fails or waits.",
-            evidence=quotes(ev) + (quotes(size, 1) if shm else ()), fixes=fixes,
-            dont=("`NCCL_SHM_DISABLE=1` / `NCCL_P2P_DISABLE=1` route intra-node traffic through slower paths; use "
-                  "them only as a stop-gap while the host is fixed.",),
+            evidence=quotes(ev) + (quotes(size, 1) if shm else ()),
+            fixes=fixes,
+            dont=(
+                "`NCCL_SHM_DISABLE=1` / `NCCL_P2P_DISABLE=1` route intra-node traffic through slower paths; use "
+                "them only as a stop-gap while the host is fixed.",
+            ),
             verify=("`nccl-tests` `all_reduce_perf -g <gpus per node>` on one node passes at NVLink/PCIe bandwidth.",),
             facts={"hosts": hosts},
         )

@@ -81,8 +81,12 @@ class RankBusyOutsideCollectives(Rule):
             act = act.filter(pl.col("ts").is_null() | (pl.col("ts") <= first))
         # The work that kept a rank away started after its last progress line: quote where it started
         # ("Saving checkpoint ..."), not where it ended ("Checkpoint saved in 270 s").
-        progress = (t.kinds("progress").filter(pl.col("rank").is_in(ranks))
-                    .group_by("rank", "source").agg(pl.col("line").max().alias("_last_progress")))
+        progress = (
+            t.kinds("progress")
+            .filter(pl.col("rank").is_in(ranks))
+            .group_by("rank", "source")
+            .agg(pl.col("line").max().alias("_last_progress"))
+        )
         act = act.join(progress, on=["rank", "source"], how="left").sort("source", "line")
         after = act.filter(pl.col("_last_progress").is_null() | (pl.col("line") > pl.col("_last_progress")))
         started = after.group_by("rank", maintain_order=True).first()
@@ -100,9 +104,13 @@ class RankBusyOutsideCollectives(Rule):
             conf += 0.1
         to = timeouts(t)
         barrier = to.filter(((pl.col("op") == "ALLREDUCE") & (pl.col("numel_in") == 1)) | (pl.col("op") == "BARRIER"))
-        in_barrier = not barrier.is_empty() or t.tracebacks.filter(
-            pl.col("frames").list.eval(pl.element().str.starts_with("barrier")).list.any()
-        ).height > 0
+        in_barrier = (
+            not barrier.is_empty()
+            or t.tracebacks.filter(
+                pl.col("frames").list.eval(pl.element().str.starts_with("barrier")).list.any()
+            ).height
+            > 0
+        )
         if in_barrier:
             conf += 0.05
         busy = set(act["rank"].to_list()) if not act.is_empty() else set(silent)
@@ -113,28 +121,40 @@ class RankBusyOutsideCollectives(Rule):
         timeout_ms = to["timeout_ms"].drop_nulls().max() if not to.is_empty() else None
         limit = f" (timeout {timedelta(milliseconds=int(timeout_ms))})" if timeout_ms else ""
         return self.finding(
-            confidence=conf, culprit_ranks=culprits,
+            confidence=conf,
+            culprit_ranks=culprits,
             summary=f"{ranks_text(culprits).capitalize()} was busy outside collectives{doing} while "
             f"{ranks_text(victims)} waited {wait} and timed out{limit}.",
-            explanation=(f"{ranks_text(culprits).capitalize()} reported no timeout: it never entered the collective "
-                         "the others were waiting in. "
-                         + ("Its last line shows what it was doing." if not act.is_empty() else
-                            "No line says what it was doing: a long rank-local step, a stalled DataLoader or a "
-                            "host-side hang are all possible; a `py-spy dump` of that rank tells which.")),
+            explanation=(
+                f"{ranks_text(culprits).capitalize()} reported no timeout: it never entered the collective "
+                "the others were waiting in. "
+                + (
+                    "Its last line shows what it was doing."
+                    if not act.is_empty()
+                    else "No line says what it was doing: a long rank-local step, a stalled DataLoader or a "
+                    "host-side hang are all possible; a `py-spy dump` of that rank tells which."
+                )
+            ),
             evidence=quotes(act) + quotes(victim_lines(t), 3),
-            fixes=("Move the slow rank-local work out of the synchronised section: checkpoint with "
-                   "`torch.distributed.checkpoint.async_save`, shard evaluation/sampling across all ranks, or let "
-                   "the other ranks continue and synchronise later.",
-                   "If the work must stay, give the process group a timeout longer than it: "
-                   "`dist.init_process_group(backend, timeout=datetime.timedelta(hours=1))` (or a dedicated "
-                   "`dist.new_group(timeout=...)` for the barrier around it).",
-                   "Set `TORCH_NCCL_TRACE_BUFFER_SIZE=2000` and `TORCH_NCCL_DUMP_ON_TIMEOUT=1` so the next "
-                   "failure leaves flight-recorder dumps that name the missing rank."),
-            dont=("`NCCL_TIMEOUT` is read by nothing; the timeout is the `timeout=` of `init_process_group`.",
-                  "`NCCL_P2P_DISABLE=1` / `NCCL_IB_DISABLE=1` do not help: the network is idle, not broken.",
-                  "`NCCL_BLOCKING_WAIT` / `NCCL_ASYNC_ERROR_HANDLING` are deprecated torch aliases and do not "
-                  "change how long a rank may be busy."),
-            verify=("Time the rank-local step (checkpoint/eval/sampling) and compare it with the timeout; after the "
-                    "fix the other ranks no longer report a timeout at that step.",),
+            fixes=(
+                "Move the slow rank-local work out of the synchronised section: checkpoint with "
+                "`torch.distributed.checkpoint.async_save`, shard evaluation/sampling across all ranks, or let "
+                "the other ranks continue and synchronise later.",
+                "If the work must stay, give the process group a timeout longer than it: "
+                "`dist.init_process_group(backend, timeout=datetime.timedelta(hours=1))` (or a dedicated "
+                "`dist.new_group(timeout=...)` for the barrier around it).",
+                "Set `TORCH_NCCL_TRACE_BUFFER_SIZE=2000` and `TORCH_NCCL_DUMP_ON_TIMEOUT=1` so the next "
+                "failure leaves flight-recorder dumps that name the missing rank.",
+            ),
+            dont=(
+                "`NCCL_TIMEOUT` is read by nothing; the timeout is the `timeout=` of `init_process_group`.",
+                "`NCCL_P2P_DISABLE=1` / `NCCL_IB_DISABLE=1` do not help: the network is idle, not broken.",
+                "`NCCL_BLOCKING_WAIT` / `NCCL_ASYNC_ERROR_HANDLING` are deprecated torch aliases and do not "
+                "change how long a rank may be busy.",
+            ),
+            verify=(
+                "Time the rank-local step (checkpoint/eval/sampling) and compare it with the timeout; after the "
+                "fix the other ranks no longer report a timeout at that step.",
+            ),
             facts={"victim_ranks": victims, "waiting_in_barrier": in_barrier},
         )

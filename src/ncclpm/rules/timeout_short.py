@@ -59,19 +59,24 @@ class AllRanksTimedOutTogether(Rule):
         conf += 0.05 if (row["seq"] or 0) <= 2 else 0.0
         limit = timedelta(milliseconds=timeout_ms)
         return self.finding(
-            confidence=conf, culprit_ranks=(),
+            confidence=conf,
+            culprit_ranks=(),
             summary=f"All {ev['rank'].n_unique()} ranks timed out together in {row['op']} #{row['seq']} after "
             f"{limit}: every rank joined, so the collective itself did not finish within the timeout.",
             explanation="No rank is missing or behind and none failed on its own; either the timeout is too "
             "short for this collective (first collective with lazy init, very large tensors, slow link) or the "
             "transport is degraded.",
             evidence=quotes(ev, 4),
-            fixes=(f"Raise the process-group timeout above {limit}: "
-                   "`dist.init_process_group(backend, timeout=datetime.timedelta(minutes=30))`.",
-                   "Run with `NCCL_DEBUG=INFO` and check the transport (`via NET/IB` vs `via NET/Socket`) and any "
-                   "`NCCL WARN` lines before assuming it is only the timeout."),
+            fixes=(
+                f"Raise the process-group timeout above {limit}: "
+                "`dist.init_process_group(backend, timeout=datetime.timedelta(minutes=30))`.",
+                "Run with `NCCL_DEBUG=INFO` and check the transport (`via NET/IB` vs `via NET/Socket`) and any "
+                "`NCCL WARN` lines before assuming it is only the timeout.",
+            ),
             dont=("`NCCL_TIMEOUT` does nothing - only `timeout=` in `init_process_group`/`new_group` counts.",),
-            verify=("Time the collective with `TORCH_NCCL_ENABLE_TIMING=1` and a flight-recorder dump; it must "
-                    "finish well inside the new timeout.",),
+            verify=(
+                "Time the collective with `TORCH_NCCL_ENABLE_TIMING=1` and a flight-recorder dump; it must "
+                "finish well inside the new timeout.",
+            ),
             facts={"timeout_ms": timeout_ms},
         )

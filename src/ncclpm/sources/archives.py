@@ -68,9 +68,20 @@ MAX_EXAMPLES = 5
 
 # Exceptions that mean "this content is bad", raised by the stdlib readers on hostile or damaged input.
 BAD_CONTENT: tuple[type[BaseException], ...] = (
-    tarfile.TarError, zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, zlib.error,
-    lzma.LZMAError, struct.error, ValueError, NotImplementedError, RuntimeError, UnicodeError,
-    OverflowError, MemoryError,
+    tarfile.TarError,
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    OSError,
+    EOFError,
+    zlib.error,
+    lzma.LZMAError,
+    struct.error,
+    ValueError,
+    NotImplementedError,
+    RuntimeError,
+    UnicodeError,
+    OverflowError,
+    MemoryError,
 )
 
 
@@ -221,8 +232,10 @@ class _Budget:
             raise _LimitHit(f"more than max_total_bytes={lim.max_total_bytes} decompressed")
         ratio = self.total / self.compressed
         if self.total > lim.ratio_min_bytes and ratio > lim.max_ratio:
-            raise _LimitHit(f"decompressed/compressed ratio over max_ratio={lim.max_ratio:g} "
-                            f"({self.total} bytes from {self.compressed}) - decompression bomb?")
+            raise _LimitHit(
+                f"decompressed/compressed ratio over max_ratio={lim.max_ratio:g} "
+                f"({self.total} bytes from {self.compressed}) - decompression bomb?"
+            )
 
     def count_member(self) -> None:
         self.members += 1
@@ -288,13 +301,14 @@ class _Scan:
     def flush(self, warnings: list[str]) -> None:
         if self.special:
             counts = ", ".join(f"{n} {kind}" for kind, n in sorted(self.special.items()))
-            warnings.append(f"{self.name}: skipped {counts} - links and special files are never "
-                            "followed or read")
+            warnings.append(f"{self.name}: skipped {counts} - links and special files are never followed or read")
         if self.renamed:
             raw, safe = self.renamed[0]
             example = f"{_short(raw)} -> {_short(safe or '(skipped)')}"
-            warnings.append(f"{self.name}: {len(self.renamed)} member name(s) were absolute, had '..' or "
-                            f"control characters - made relative (e.g. {example})")
+            warnings.append(
+                f"{self.name}: {len(self.renamed)} member name(s) were absolute, had '..' or "
+                f"control characters - made relative (e.g. {example})"
+            )
         for reason, names in self.skipped.items():
             shown = ", ".join(_short(n) for n in names[:MAX_EXAMPLES])
             more = f" (+{len(names) - MAX_EXAMPLES} more)" if len(names) > MAX_EXAMPLES else ""
@@ -307,7 +321,7 @@ class _Scan:
 def _short(name: str, limit: int = 160) -> str:
     """repr() of a member name for a warning, cut in the middle when a hostile name is very long."""
     text = repr(name)
-    return text if len(text) <= limit else f"{text[: limit // 2]}...{text[-limit // 2:]}"
+    return text if len(text) <= limit else f"{text[: limit // 2]}...{text[-limit // 2 :]}"
 
 
 def _safe_name(raw: str) -> tuple[str, bool]:
@@ -367,8 +381,7 @@ def _special_kind(info: tarfile.TarInfo) -> str:
     return "FIFO(s)" if info.isfifo() else "other special entry(ies)"
 
 
-def _tar_member(tf: tarfile.TarFile, info: tarfile.TarInfo, scan: _Scan, ctx: _Ctx,
-                depth: int) -> Iterator[Member]:
+def _tar_member(tf: tarfile.TarFile, info: tarfile.TarInfo, scan: _Scan, ctx: _Ctx, depth: int) -> Iterator[Member]:
     if info.isdir():
         return
     if not info.isreg():
@@ -390,11 +403,15 @@ def _check_tar_end(tf: tarfile.TarFile, scan: _Scan, warnings: list[str]) -> Non
     """A complete tar ends with two zero blocks; tarfile silently stops at a truncated or bad header."""
     rest = tf.fileobj.read(SNIFF_BYTES) if tf.fileobj is not None else b""
     if len(rest) < BLOCK:
-        warnings.append(f"{scan.name}: truncated - it ends {tf.offset} bytes in without its end-of-archive "
-                        "marker; members read before were kept")
+        warnings.append(
+            f"{scan.name}: truncated - it ends {tf.offset} bytes in without its end-of-archive "
+            "marker; members read before were kept"
+        )
     elif rest.count(0) != len(rest):
-        warnings.append(f"{scan.name}: unreadable tar header or data after the end-of-archive marker at "
-                        f"offset {tf.offset} - the rest is ignored")
+        warnings.append(
+            f"{scan.name}: unreadable tar header or data after the end-of-archive marker at "
+            f"offset {tf.offset} - the rest is ignored"
+        )
 
 
 def _iter_tar(fh: IO[bytes], kind: str, scan: _Scan, ctx: _Ctx, depth: int) -> Iterator[Member]:
@@ -422,8 +439,7 @@ def _zip_special(mode: int) -> str | None:
     return "FIFO(s)" if stat.S_ISFIFO(mode) else "other special entry(ies)"
 
 
-def _zip_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, scan: _Scan, ctx: _Ctx,
-                depth: int) -> Iterator[Member]:
+def _zip_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, scan: _Scan, ctx: _Ctx, depth: int) -> Iterator[Member]:
     mode = info.external_attr >> 16
     if info.filename.endswith("/") or stat.S_ISDIR(mode):
         return
@@ -455,8 +471,7 @@ def _iter_zip(fh: IO[bytes], scan: _Scan, ctx: _Ctx, depth: int) -> Iterator[Mem
         zf = zipfile.ZipFile(fh)
     except zipfile.BadZipFile as exc:
         outcome = yield from _iter_zip_salvage(fh, scan, ctx, depth)
-        ctx.warnings.append(f"{scan.name}: zip central directory missing or damaged ({exc}) - truncated? "
-                            f"{outcome}")
+        ctx.warnings.append(f"{scan.name}: zip central directory missing or damaged ({exc}) - truncated? {outcome}")
         return
     with zf:
         for info in zf.infolist():
@@ -590,13 +605,16 @@ def _iter_kind(fh: IO[bytes], name: str, kind: str, ctx: _Ctx, depth: int) -> It
         scan.flush(ctx.warnings)
         raise
     except _NeedsZstd:
-        ctx.warnings.append(f"{name}: a .tar.zst archive needs the 'zstandard' package "
-                            "(pip install zstandard) - skipped")
+        ctx.warnings.append(
+            f"{name}: a .tar.zst archive needs the 'zstandard' package (pip install zstandard) - skipped"
+        )
     except _bad_content() as exc:
         where = _short(ctx.budget.current)
-        ctx.warnings.append(f"{name}: damaged or truncated {kind} archive while reading {where} "
-                            f"({type(exc).__name__}: {exc}) - members read before were kept, the rest is "
-                            "skipped")
+        ctx.warnings.append(
+            f"{name}: damaged or truncated {kind} archive while reading {where} "
+            f"({type(exc).__name__}: {exc}) - members read before were kept, the rest is "
+            "skipped"
+        )
     scan.flush(ctx.warnings)
 
 
@@ -608,8 +626,9 @@ def _open(data_or_path: bytes | Path) -> tuple[IO[bytes], int]:
     return fh, os.fstat(fh.fileno()).st_size
 
 
-def iter_archive(data_or_path: bytes | Path, display_name: str, warnings: list[str],
-                 limits: Limits = DEFAULT_LIMITS, depth: int = 0) -> Iterator[Member]:
+def iter_archive(
+    data_or_path: bytes | Path, display_name: str, warnings: list[str], limits: Limits = DEFAULT_LIMITS, depth: int = 0
+) -> Iterator[Member]:
     """Yield the regular files of an archive (nested archives expanded), never raising for bad content.
 
     Problems are appended to ``warnings``, each naming the archive, the member and the limit involved.
@@ -625,11 +644,12 @@ def iter_archive(data_or_path: bytes | Path, display_name: str, warnings: list[s
         fh.seek(0)
         kind = archive_kind(display_name, head)
         if kind is None:
-            warnings.append(f"{display_name}: not a recognised archive "
-                            "(tar, tar.gz/bz2/xz/zst, zip, gz) - skipped")
+            warnings.append(f"{display_name}: not a recognised archive (tar, tar.gz/bz2/xz/zst, zip, gz) - skipped")
             return
         try:
             yield from _iter_kind(fh, display_name, kind, ctx, depth)
         except _LimitHit as hit:
-            warnings.append(f"{display_name}: stopped while reading {_short(ctx.budget.current)}: {hit} - "
-                            "members read before were kept")
+            warnings.append(
+                f"{display_name}: stopped while reading {_short(ctx.budget.current)}: {hit} - "
+                "members read before were kept"
+            )

@@ -107,7 +107,8 @@ def _add_gzip(path: Path, display: str, job: Job) -> None:
                     if total > MAX_TEXT_BYTES or (total > lim.ratio_min_bytes and total > lim.max_ratio * compressed):
                         job.warnings.append(
                             f"{display}: decompresses to over {total} bytes from {compressed} (more than "
-                            f"{lim.max_ratio:g} times its size) - gzip bomb? skipped")
+                            f"{lim.max_ratio:g} times its size) - gzip bomb? skipped"
+                        )
                         return
         except (OSError, EOFError, zlib.error) as exc:
             problem = str(exc) or type(exc).__name__
@@ -116,11 +117,13 @@ def _add_gzip(path: Path, display: str, job: Job) -> None:
     elif total == 0:
         job.warnings.append(f"{display}: cannot be read (corrupt gzip: {problem}) - skipped")
     elif total > lim.max_member_bytes:
-        job.warnings.append(f"{display}: corrupt gzip ({problem}) after {total} bytes, too many to hold in memory"
-                            " - skipped")
+        job.warnings.append(
+            f"{display}: corrupt gzip ({problem}) after {total} bytes, too many to hold in memory - skipped"
+        )
     else:
-        job.warnings.append(f"{display}: truncated or corrupt gzip ({problem}); the {total} bytes before the "
-                            "damage were read")
+        job.warnings.append(
+            f"{display}: truncated or corrupt gzip ({problem}); the {total} bytes before the damage were read"
+        )
         _add_classified(display, head, job, data=_gzip_prefix(path, total))
 
 
@@ -128,8 +131,11 @@ def _gzip_prefix(path: Path, size: int) -> bytes:
     """The first `size` decompressed bytes of a damaged gzip file (what `_add_gzip` found readable)."""
     parts: list[bytes] = []
     got = 0
-    with path.open("rb") as raw, gzip.GzipFile(fileobj=raw, mode="rb") as gz, \
-            contextlib.suppress(OSError, EOFError, zlib.error):
+    with (
+        path.open("rb") as raw,
+        gzip.GzipFile(fileobj=raw, mode="rb") as gz,
+        contextlib.suppress(OSError, EOFError, zlib.error),
+    ):
         while got < size and (chunk := gz.read1(min(archives.CHUNK, size - got))):
             parts.append(chunk)
             got += len(chunk)
@@ -157,7 +163,8 @@ def _walk(root: Path, job: Job) -> Iterator[Path]:
                     continue
                 if not inside:
                     job.warnings.append(
-                        f"{path.relative_to(root)}: symlink to a file outside the job folder - not followed")
+                        f"{path.relative_to(root)}: symlink to a file outside the job folder - not followed"
+                    )
                     continue
             yield path
 
@@ -182,8 +189,7 @@ def _add_file(path: Path, display: str, job: Job) -> None:
     _add_classified(display, raw_head, job, path=path)
 
 
-def _add_classified(display: str, head: bytes, job: Job, path: Path | None = None,
-                    data: bytes | None = None) -> None:
+def _add_classified(display: str, head: bytes, job: Job, path: Path | None = None, data: bytes | None = None) -> None:
     if not head:
         job.warnings.append(f"{display}: empty file")
         return

@@ -42,14 +42,38 @@ HARD_WIDTHS = frozenset({64, 70, 72, 76, 78, 79, 80, 100, 120, 132})  # columns 
 
 _ENTITY = re.compile(r"&(?:gt|lt|amp|quot|apos|nbsp|#\d{1,7}|#[xX][0-9a-fA-F]{1,6});")
 _NAMED = {"gt": ">", "lt": "<", "amp": "&", "quot": '"', "apos": "'", "nbsp": "\u00a0"}
-_CHARS = str.maketrans({
-    "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'",
-    "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u201f": '"', "\u2033": '"',
-    "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-", "\u2015": "-", "\u2212": "-",
-    "\u00a0": " ", "\u2007": " ", "\u202f": " ", "\u2009": " ", "\u200a": " ",
-    "\u200b": None, "\u200c": None, "\u200d": None, "\u2060": None, "\ufeff": None,
-    "\u2026": "...",
-})
+_CHARS = str.maketrans(
+    {
+        "\u2018": "'",
+        "\u2019": "'",
+        "\u201a": "'",
+        "\u201b": "'",
+        "\u2032": "'",
+        "\u201c": '"',
+        "\u201d": '"',
+        "\u201e": '"',
+        "\u201f": '"',
+        "\u2033": '"',
+        "\u2010": "-",
+        "\u2011": "-",
+        "\u2012": "-",
+        "\u2013": "-",
+        "\u2014": "-",
+        "\u2015": "-",
+        "\u2212": "-",
+        "\u00a0": " ",
+        "\u2007": " ",
+        "\u202f": " ",
+        "\u2009": " ",
+        "\u200a": " ",
+        "\u200b": None,
+        "\u200c": None,
+        "\u200d": None,
+        "\u2060": None,
+        "\ufeff": None,
+        "\u2026": "...",
+    }
+)
 _QUOTE = re.compile(r"^(?:[ \t]?>[ \t]?)+")
 _FENCE_LINE = re.compile(r"^\s*(?:```+|~~~+)[\w+-]*\s*$|^\s*\{(?:code|noformat)(?::[^}]*)?\}\s*$")
 _FENCE_EDGE = re.compile(r"^\s*```+|```+\s*$")  # only at the start or the end of a line
@@ -108,7 +132,7 @@ def _dedent(lines: list[str]) -> list[str]:
     margin = min(indents, key=len) if indents else ""
     if not all(i.startswith(margin) for i in indents):
         return lines
-    return [ln[len(margin):] if ln.startswith(margin) else ln for ln in lines] if margin else lines
+    return [ln[len(margin) :] if ln.startswith(margin) else ln for ln in lines] if margin else lines
 
 
 def _continues(prev: str, line: str, width: int, hard: bool) -> str | None:

@@ -104,7 +104,7 @@ def _rank_ops(rank: int, sched: list[_Op], fault: str | None, culprit: int | Non
     if fault in ("op_mismatch", "size_mismatch", "dtype_mismatch"):
         return [*sched[:fault_idx], _mutate(sched[fault_idx], fault)]
     if fault == "skip":
-        nxt = next(o for o in sched[fault_idx + 1:] if o.kind == 0)
+        nxt = next(o for o in sched[fault_idx + 1 :] if o.kind == 0)
         return [*sched[:fault_idx], nxt]
     return sched
 
@@ -151,8 +151,9 @@ def _entry(rank: int, rid: int, op: _Op, seq: int, done: bool, culprit_tail: boo
     }
 
 
-def _rank_dump(rank: int, sched: list[_Op], n_entries: int, n_groups: int, fault: str | None,
-               culprit: int | None, n_ranks: int) -> dict:
+def _rank_dump(
+    rank: int, sched: list[_Op], n_entries: int, n_groups: int, fault: str | None, culprit: int | None, n_ranks: int
+) -> dict:
     ops = _rank_ops(rank, sched, fault, culprit)
     limit = _done_limit(rank, sched, fault, culprit)
     seqs = [0] * n_groups
@@ -168,10 +169,18 @@ def _rank_dump(rank: int, sched: list[_Op], n_entries: int, n_groups: int, fault
         desc = "default_pg" if kind == 0 else f"GROUP_KIND_{kind}"
         pg_config[name] = {"name": name, "desc": desc, "ranks": str(members)}
         done = sum(1 for o in ops if o.kind == kind and o.idx < limit)
-        pg_status[str(kind)] = {"last_enqueued_collective": seqs[kind], "last_started_collective": -1,
-                                "last_completed_collective": done}
-    return {"version": "2.10", "pg_config": pg_config, "comm_lib_version": "2.21.5",
-            "pg_status": pg_status, "entries": entries}
+        pg_status[str(kind)] = {
+            "last_enqueued_collective": seqs[kind],
+            "last_started_collective": -1,
+            "last_completed_collective": done,
+        }
+    return {
+        "version": "2.10",
+        "pg_config": pg_config,
+        "comm_lib_version": "2.21.5",
+        "pg_status": pg_status,
+        "entries": entries,
+    }
 
 
 def _to_json(dump: dict) -> bytes:
@@ -189,8 +198,9 @@ def _to_json(dump: dict) -> bytes:
     return json.dumps(d, sort_keys=True).encode()
 
 
-def generate(n_ranks: int, n_entries: int, n_groups: int = 3, fault: str | None = None, seed: int = 0,
-             fmt: str = "pickle") -> dict[str, bytes]:
+def generate(
+    n_ranks: int, n_entries: int, n_groups: int = 3, fault: str | None = None, seed: int = 0, fmt: str = "pickle"
+) -> dict[str, bytes]:
     """Return {file name: dump bytes} for every rank (see module docstring)."""
     if fault is not None and fault not in FAULTS:
         raise ValueError(f"unknown fault {fault!r}; choose from {FAULTS}")

@@ -12,5 +12,14 @@ from ncclpm.triage.summary import render_summary
 from ncclpm.triage.table import TABLE_SCHEMA, to_frame, write_table
 from ncclpm.triage.worker import triage_job
 
-__all__ = ["TABLE_SCHEMA", "JobRef", "find_jobs", "render_summary", "run_local", "run_ray", "to_frame",
-           "triage_job", "write_table"]
+__all__ = [
+    "TABLE_SCHEMA",
+    "JobRef",
+    "find_jobs",
+    "render_summary",
+    "run_local",
+    "run_ray",
+    "to_frame",
+    "triage_job",
+    "write_table",
+]

@@ -69,16 +69,26 @@ def _novel(kind: str, rng: random.Random) -> dict[str, bytes]:
     world = rng.choice((2, 4, 8, 16))
     bad = rng.randrange(world)
     host = f"node{rng.randint(1, 400):03d}"
-    lines = [f"[default{r}]:[2026-03-0{rng.randint(1, 9)}T10:0{r % 10}:00.000] rank{r} pid{4000 + r}: torch 2.6.0 "
-             f"host={host} init_process_group(nccl) WORLD_SIZE={world}" for r in range(world)]
-    lines += [f"[default{r}]:[2026-03-01T10:10:00.000] rank{r} pid{4000 + r}: step {s} loss {rng.random():.4f}"
-              for s in range(1, 4) for r in range(world)]
+    lines = [
+        f"[default{r}]:[2026-03-0{rng.randint(1, 9)}T10:0{r % 10}:00.000] rank{r} pid{4000 + r}: torch 2.6.0 "
+        f"host={host} init_process_group(nccl) WORLD_SIZE={world}"
+        for r in range(world)
+    ]
+    lines += [
+        f"[default{r}]:[2026-03-01T10:10:00.000] rank{r} pid{4000 + r}: step {s} loss {rng.random():.4f}"
+        for s in range(1, 4)
+        for r in range(world)
+    ]
     if kind == "checksum":
-        msg = (f"FATAL: checkpoint shard {rng.randint(0, 63)} of 64 has checksum 0x{rng.getrandbits(32):08x}, "
-               f"expected 0x{rng.getrandbits(32):08x} (/lustre/ckpt/run{rng.randint(1, 99)}/shard.pt)")
+        msg = (
+            f"FATAL: checkpoint shard {rng.randint(0, 63)} of 64 has checksum 0x{rng.getrandbits(32):08x}, "
+            f"expected 0x{rng.getrandbits(32):08x} (/lustre/ckpt/run{rng.randint(1, 99)}/shard.pt)"
+        )
     else:
-        msg = (f"lustre: ldlm_cli_enqueue failed for /lustre/scratch/u{rng.randint(100, 999)}/data/part-"
-               f"{rng.randint(0, 999):05d}.bin: rc = -108 (ESHUTDOWN) on {host}")
+        msg = (
+            f"lustre: ldlm_cli_enqueue failed for /lustre/scratch/u{rng.randint(100, 999)}/data/part-"
+            f"{rng.randint(0, 999):05d}.bin: rc = -108 (ESHUTDOWN) on {host}"
+        )
     lines.append(f"[default{bad}]:[2026-03-01T10:12:00.000] rank{bad} pid{4000 + bad}: {msg}")
     return {"console.log": ("\n".join(lines) + "\n").encode()}
 
@@ -110,8 +120,10 @@ def _broken(kind: str, rng: random.Random, sample: list[tuple[str, bytes]]) -> t
         return ".tar.gz", rng.randbytes(50_000)
     if kind == "bomb":
         buf = io.BytesIO()
-        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as zf, \
-                zf.open("logs/rank0.log", "w", force_zip64=True) as fh:
+        with (
+            zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as zf,
+            zf.open("logs/rank0.log", "w", force_zip64=True) as fh,
+        ):
             block = b"\0" * (1 << 20)
             for _ in range(300):
                 fh.write(block)

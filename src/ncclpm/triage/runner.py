@@ -62,8 +62,12 @@ def _triage_reporting(path: str, name: str) -> Row:
 
 
 def _pool(workers: int, started: Any = None) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_init_worker, initargs=(started,))
+    return ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_init_worker,
+        initargs=(started,),
+    )
 
 
 def _alone(job: JobRef) -> Row:

@@ -21,30 +21,53 @@ def _clusters(frame: pl.DataFrame) -> list[dict[str, Any]]:
         frame.with_columns(pl.col("signature").fill_null("").replace("", "(no error message found)"))
         .sort("job")
         .group_by("signature", maintain_order=True)
-        .agg(pl.len().alias("n"), pl.col("job"), pl.col("top_error").drop_nulls().first().alias("example"),
-             pl.col("top_evidence").drop_nulls().first().alias("where"), pl.col("error").drop_nulls().first())
+        .agg(
+            pl.len().alias("n"),
+            pl.col("job"),
+            pl.col("top_error").drop_nulls().first().alias("example"),
+            pl.col("top_evidence").drop_nulls().first().alias("where"),
+            pl.col("error").drop_nulls().first(),
+        )
         .sort(["n", "signature"], descending=[True, False])
     )
-    return [{**r, "jobs": r["job"][:MAX_JOBS_LISTED], "more": max(0, r["n"] - MAX_JOBS_LISTED)}
-            for r in grouped.head(MAX_CLUSTERS).iter_rows(named=True)]
+    return [
+        {**r, "jobs": r["job"][:MAX_JOBS_LISTED], "more": max(0, r["n"] - MAX_JOBS_LISTED)}
+        for r in grouped.head(MAX_CLUSTERS).iter_rows(named=True)
+    ]
 
 
 def summary_context(frame: pl.DataFrame) -> dict[str, Any]:
     """Everything the summary template shows, computed with polars from the triage table."""
     failed = frame.filter(pl.col("error").is_not_null())
     readable = frame.filter(pl.col("error").is_null())
-    counts = (readable.group_by("category").agg(pl.len().alias("n"), pl.col("confidence").median().alias("conf"))
-              .sort(["n", "category"], descending=[True, False]))
+    counts = (
+        readable.group_by("category")
+        .agg(pl.len().alias("n"), pl.col("confidence").median().alias("conf"))
+        .sort(["n", "category"], descending=[True, False])
+    )
     per_category = []
     for c in counts.iter_rows(named=True):
-        rows = readable.filter(pl.col("category") == c["category"]).sort(["confidence", "job"],
-                                                                        descending=[True, False])
-        per_category.append({**c, "rows": list(rows.head(MAX_JOBS_LISTED).iter_rows(named=True)),
-                             "more": max(0, rows.height - MAX_JOBS_LISTED)})
+        rows = readable.filter(pl.col("category") == c["category"]).sort(
+            ["confidence", "job"], descending=[True, False]
+        )
+        per_category.append(
+            {
+                **c,
+                "rows": list(rows.head(MAX_JOBS_LISTED).iter_rows(named=True)),
+                "more": max(0, rows.height - MAX_JOBS_LISTED),
+            }
+        )
     unknown = readable.filter(pl.col("category") == "unknown")
-    return {"total": frame.height, "n_failed": failed.height, "counts": list(counts.iter_rows(named=True)),
-            "per_category": per_category, "unknown_clusters": _clusters(unknown), "n_unknown": unknown.height,
-            "error_clusters": _clusters(failed), "max_clusters": MAX_CLUSTERS}
+    return {
+        "total": frame.height,
+        "n_failed": failed.height,
+        "counts": list(counts.iter_rows(named=True)),
+        "per_category": per_category,
+        "unknown_clusters": _clusters(unknown),
+        "n_unknown": unknown.height,
+        "error_clusters": _clusters(failed),
+        "max_clusters": MAX_CLUSTERS,
+    }
 
 
 def render_summary(frame: pl.DataFrame, title: str = "ncclpm triage") -> str:

@@ -14,14 +14,30 @@ import polars as pl
 
 from ncclpm.triage.worker import ROW_KEYS
 
-TABLE_SCHEMA = pl.Schema({
-    "job": pl.String(), "category": pl.String(), "confidence": pl.Float64(), "band": pl.String(),
-    "rule": pl.String(), "culprit_ranks": pl.List(pl.Int64()), "failing_op": pl.String(),
-    "failing_seq": pl.Int64(), "world_size": pl.Int64(), "torch_version": pl.String(),
-    "nccl_version": pl.String(), "top_evidence": pl.String(), "top_evidence_text": pl.String(),
-    "top_error": pl.String(), "signature": pl.String(), "summary": pl.String(), "n_sources": pl.Int64(),
-    "n_warnings": pl.Int64(), "error": pl.String(), "seconds": pl.Float64(),
-})
+TABLE_SCHEMA = pl.Schema(
+    {
+        "job": pl.String(),
+        "category": pl.String(),
+        "confidence": pl.Float64(),
+        "band": pl.String(),
+        "rule": pl.String(),
+        "culprit_ranks": pl.List(pl.Int64()),
+        "failing_op": pl.String(),
+        "failing_seq": pl.Int64(),
+        "world_size": pl.Int64(),
+        "torch_version": pl.String(),
+        "nccl_version": pl.String(),
+        "top_evidence": pl.String(),
+        "top_evidence_text": pl.String(),
+        "top_error": pl.String(),
+        "signature": pl.String(),
+        "summary": pl.String(),
+        "n_sources": pl.Int64(),
+        "n_warnings": pl.Int64(),
+        "error": pl.String(),
+        "seconds": pl.Float64(),
+    }
+)
 assert tuple(TABLE_SCHEMA) == ROW_KEYS
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".ndjson": "ndjson", ".jsonl": "ndjson"}
 
@@ -36,8 +52,7 @@ def table_format(path: Path) -> str:
     try:
         return FORMATS[path.suffix.lower()]
     except KeyError:
-        raise ValueError(f"{path}: the table format comes from the extension: "
-                         f"{', '.join(sorted(FORMATS))}") from None
+        raise ValueError(f"{path}: the table format comes from the extension: {', '.join(sorted(FORMATS))}") from None
 
 
 def write_table(frame: pl.DataFrame, path: Path) -> None:

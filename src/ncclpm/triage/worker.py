@@ -19,12 +19,32 @@ _STRONG = re.compile(r"\b(?:FATAL|Fatal|ERROR|[A-Z]\w*(?:Error|Exception)\b|erro
 _WEAK = re.compile(r"(?i)\b(?:error|failed|failure|abort\w*|killed|cannot|unable)\b")
 _CONSEQUENCE = re.compile(
     r"ChildFailedError|failed \(exitcode|Traceback|Sending process|SIGTERM|exitcode|Root Cause|"
-    r"torch\.distributed\.elastic|errors/__init__|^\W*$")
+    r"torch\.distributed\.elastic|errors/__init__|^\W*$"
+)
 RAW_SCAN_BYTES = 4 << 20
 
-ROW_KEYS = ("job", "category", "confidence", "band", "rule", "culprit_ranks", "failing_op", "failing_seq",
-            "world_size", "torch_version", "nccl_version", "top_evidence", "top_evidence_text", "top_error",
-            "signature", "summary", "n_sources", "n_warnings", "error", "seconds")
+ROW_KEYS = (
+    "job",
+    "category",
+    "confidence",
+    "band",
+    "rule",
+    "culprit_ranks",
+    "failing_op",
+    "failing_seq",
+    "world_size",
+    "torch_version",
+    "nccl_version",
+    "top_evidence",
+    "top_evidence_text",
+    "top_error",
+    "signature",
+    "summary",
+    "n_sources",
+    "n_warnings",
+    "error",
+    "seconds",
+)
 MAX_TEXT = 400
 
 
@@ -76,13 +96,23 @@ def _fill(row: dict[str, Any], tables: Any, d: Any, job: Any) -> None:
     ev = (d.decisive or d.primary.evidence or (None,))[0]
     top = _top_error(tables, d, job)
     row.update(
-        category=str(d.category), confidence=round(float(d.confidence), 3), band=d.band, rule=d.primary.rule,
-        culprit_ranks=[int(r) for r in d.culprit_ranks], failing_op=fc.get("op"), failing_seq=fc.get("seq"),
-        world_size=d.world_size, torch_version=d.versions.get("torch"), nccl_version=d.versions.get("nccl"),
+        category=str(d.category),
+        confidence=round(float(d.confidence), 3),
+        band=d.band,
+        rule=d.primary.rule,
+        culprit_ranks=[int(r) for r in d.culprit_ranks],
+        failing_op=fc.get("op"),
+        failing_seq=fc.get("seq"),
+        world_size=d.world_size,
+        torch_version=d.versions.get("torch"),
+        nccl_version=d.versions.get("nccl"),
         top_evidence=None if ev is None else f"{ev.file}:{ev.line}" if ev.line is not None else ev.file,
         top_evidence_text=None if ev is None else strip_prefix(ev.text)[:MAX_TEXT],
-        top_error=None if top is None else strip_prefix(top)[:MAX_TEXT], signature=signature(top),
-        summary=d.summary[:MAX_TEXT], n_sources=d.n_sources, n_warnings=len(d.warnings),
+        top_error=None if top is None else strip_prefix(top)[:MAX_TEXT],
+        signature=signature(top),
+        summary=d.summary[:MAX_TEXT],
+        n_sources=d.n_sources,
+        n_warnings=len(d.warnings),
     )
     if d.n_sources == 0:
         reason = d.warnings[0] if d.warnings else "nothing readable"
