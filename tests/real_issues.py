@@ -15,7 +15,7 @@ import os
 import tomllib
 from collections import Counter
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,7 +58,7 @@ class Result:
         return 0.5 if self.category in self.secondary else 0.0
 
 
-@lru_cache(maxsize=None)
+@cache
 def run_case(name: str) -> Result:
     from ncclpm.api import diagnose
 
