@@ -68,8 +68,13 @@ def run_case(name: str) -> Result:
     d = diagnose(files, name=name)
     culprits = label.get("culprit_ranks")
     return Result(
-        case=name, label=label["category"], secondary=tuple(label.get("secondary") or ()), category=str(d.category),
-        band=d.band, confidence=round(d.confidence, 2), culprits=tuple(d.culprit_ranks),
+        case=name,
+        label=label["category"],
+        secondary=tuple(label.get("secondary") or ()),
+        category=str(d.category),
+        band=d.band,
+        confidence=round(d.confidence, 2),
+        culprits=tuple(d.culprit_ranks),
         label_culprits=tuple(culprits) if culprits is not None else None,
     )
 
@@ -100,7 +105,10 @@ def confusion_table(results: list[Result]) -> str:
 
 
 def calibration_table(results: list[Result]) -> str:
-    rows = ["| band | answers | right (label) | half (secondary) | wrong | right rate |", "|---|---:|---:|---:|---:|---:|"]
+    rows = [
+        "| band | answers | right (label) | half (secondary) | wrong | right rate |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for band in BANDS:
         rs = [r for r in results if r.band == band]
         right = sum(r.score == 1.0 for r in rs)
@@ -124,12 +132,14 @@ def misses_table(results: list[Result]) -> str:
 def generated(results: list[Result]) -> str:
     score = total(results)
     n = len(results)
-    return "\n\n".join([
-        f"**Score: {score:g} / {n} ({score / n:.1%})** - 1 for the labelled category, 0.5 for a labelled secondary.",
-        "### Confusion (rows: label, columns: ncclpm's answer)\n\n" + confusion_table(results),
-        "### Calibration (per confidence band)\n\n" + calibration_table(results),
-        "### Remaining misses\n\n" + misses_table(results),
-    ])
+    return "\n\n".join(
+        [
+            f"**Score: {score:g} / {n} ({score / n:.1%})** - 1 for the labelled category, 0.5 for a labelled secondary.",
+            "### Confusion (rows: label, columns: ncclpm's answer)\n\n" + confusion_table(results),
+            "### Calibration (per confidence band)\n\n" + calibration_table(results),
+            "### Remaining misses\n\n" + misses_table(results),
+        ]
+    )
 
 
 def doc_with(results: list[Result], text: str) -> str:
@@ -142,6 +152,8 @@ if __name__ == "__main__":
     res = run_all()
     for r in res:
         mark = {1.0: "ok  ", 0.5: "half", 0.0: "MISS"}[r.score]
-        print(f"{mark} {r.case} label={r.label:<24} got={r.category:<24} {r.band:<10} {r.confidence:.2f} "
-              f"culprits={list(r.culprits)} label_culprits={r.label_culprits}")
+        print(
+            f"{mark} {r.case} label={r.label:<24} got={r.category:<24} {r.band:<10} {r.confidence:.2f} "
+            f"culprits={list(r.culprits)} label_culprits={r.label_culprits}"
+        )
     print(generated(res))
