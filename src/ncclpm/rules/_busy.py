@@ -13,6 +13,7 @@ from datetime import timedelta
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
 from ncclpm.rules._facts import timeouts, victim_lines
 
 
@@ -22,7 +23,7 @@ def _first_symptom(t: Tables):
 
 def _with_elapsed(t: Tables, act: pl.DataFrame) -> pl.DataFrame:
     """The elapsed time of the tqdm bar printed on the same line, if any (`ran_ms`)."""
-    bars = t.kinds("progress_bar").select(
+    bars = t.kinds(K.progress_bar).select(
         "source", "line", pl.col("ran_ms").alias("bar_ms"), pl.col("count").alias("bar_pct")
     )
     return act.join(bars, on=["source", "line"], how="left")
@@ -30,7 +31,7 @@ def _with_elapsed(t: Tables, act: pl.DataFrame) -> pl.DataFrame:
 
 def rank_local_work(t: Tables, ranks: list[int], attribute_unranked: bool = False) -> pl.DataFrame:
     """One activity row per rank of `ranks` (where it started, with `bar_ms`/`bar_pct` and `attributed`)."""
-    act = t.kinds("activity")
+    act = t.kinds(K.activity)
     mine = act.filter(pl.col("rank").is_in(ranks)).with_columns(pl.lit(False).alias("attributed"))
     if attribute_unranked and len(ranks) == 1:
         victim_sources = victim_lines(t)["source"].unique().to_list()
@@ -47,7 +48,7 @@ def rank_local_work(t: Tables, ranks: list[int], attribute_unranked: bool = Fals
     # The work that kept a rank away started after its last progress line: quote where it started
     # ("Saving checkpoint ..."), not where it ended ("Checkpoint saved in 270 s").
     progress = (
-        t.kinds("progress")
+        t.kinds(K.progress)
         .filter(pl.col("rank").is_in(ranks))
         .group_by("rank", "source")
         .agg(pl.col("line").max().alias("_last_progress"))
@@ -67,7 +68,7 @@ def waiting_in_barrier(t: Tables) -> bool:
     to = timeouts(t)
     tiny = to.filter(((pl.col("op") == "ALLREDUCE") & (pl.col("numel_in") == 1)) | (pl.col("op") == "BARRIER"))
     frames = t.tracebacks.filter(pl.col("frames").list.eval(pl.element().str.starts_with("barrier")).list.any())
-    return not tiny.is_empty() or frames.height > 0 or not t.kinds("main_first_wait").is_empty()
+    return not tiny.is_empty() or frames.height > 0 or not t.kinds(K.main_first_wait).is_empty()
 
 
 def busy_text(act: pl.DataFrame) -> str:

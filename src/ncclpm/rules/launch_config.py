@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
@@ -53,10 +54,10 @@ class LaunchMisconfigured(Rule):
     explains = ("CT01", "CR01", "RZ01")
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        return t.kinds("duplicate_gpu", "launcher_args").sort("ts", "source", "line", nulls_last=True)
+        return t.kinds(K.duplicate_gpu, K.launcher_args).sort("ts", "source", "line", nulls_last=True)
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
-        dup = ev.filter(pl.col("kind") == "duplicate_gpu")
+        dup = ev.filter(pl.col("kind") == K.duplicate_gpu)
         if not dup.is_empty():
             ranks = set(dup["subject_rank"].drop_nulls().to_list())
             ranks |= {int(p) for p in dup["peer"].drop_nulls() if str(p).isdigit()}
@@ -75,7 +76,7 @@ class LaunchMisconfigured(Rule):
                 dont=("Do not retry on other nodes: the mapping is wrong everywhere.",),
                 verify=("Each rank logs a different `cuda:N` / NCCL busId at init.",),
             )
-        args = ev.filter(pl.col("kind") == "launcher_args")
+        args = ev.filter(pl.col("kind") == K.launcher_args)
         exits_2 = t.elastic.filter(pl.col("exit_code") == 2)
         local_rank = args["value"].fill_null("").str.contains("--local[-_]rank").any()
         conf = self.base_confidence - (0.0 if local_rank or not exits_2.is_empty() else 0.1)

@@ -7,6 +7,7 @@ import tomllib
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
 from ncclpm.resources import data_dir
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
 from ncclpm.schema import Category
@@ -14,7 +15,7 @@ from ncclpm.schema import Category
 XID: dict[str, dict] = tomllib.loads((data_dir("parsers") / "xid_codes.toml").read_text(encoding="utf-8"))["xid"]
 # How much each kind of line proves on its own. An NVLS setup failure is the NVSwitch fabric most of the time,
 # but also a driver too old for the NCCL in the wheel: likely, not conclusive.
-STRENGTH = {"nvml_error": 0.9, "xid": 0.9, "gpu_lost": 0.9, "gpu_hw_error": 0.9, "gpu_fabric_error": 0.85}
+STRENGTH = {K.nvml_error: 0.9, K.xid: 0.9, K.gpu_lost: 0.9, K.gpu_hw_error: 0.9, K.gpu_fabric_error: 0.85}
 NVLS_STRENGTH = 0.75
 FABRIC_FIX = (
     "NVSwitch systems: `systemctl status nvidia-fabricmanager` must show it active, at exactly the driver's "
@@ -91,8 +92,8 @@ class NvmlDriverFailure(Rule):
         where = ranks_text(culprits) if culprits else (f"host {', '.join(hosts)}" if hosts else "a node")
         kinds = set(ev["kind"].to_list())
         extra = (
-            *((FABRIC_FIX,) if "gpu_fabric_error" in kinds else ()),
-            *((HW_FIX,) if "gpu_hw_error" in kinds else ()),
+            *((FABRIC_FIX,) if K.gpu_fabric_error in kinds else ()),
+            *((HW_FIX,) if K.gpu_hw_error in kinds else ()),
         )
         return self.finding(
             confidence=float(ev["strength"].max()),  # type: ignore[arg-type]

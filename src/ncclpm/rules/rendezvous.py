@@ -5,11 +5,12 @@ from __future__ import annotations
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
 from ncclpm.rules.store_wait import store_waits
 from ncclpm.schema import Category
 
-INIT_KINDS = ["store_timeout", "store_connect", "store_bind", "rendezvous_timeout"]
+INIT_KINDS = [K.store_timeout, K.store_connect, K.store_bind, K.rendezvous_timeout]
 
 
 class ProcessGroupNeverFormed(Rule):
@@ -52,10 +53,10 @@ class ProcessGroupNeverFormed(Rule):
 
     def _culprits(self, t: Tables, ev: pl.DataFrame) -> tuple[tuple[int, ...], str]:
         # The server that cannot listen explains its clients' connect errors: check it first.
-        bind = ev.filter(pl.col("kind") == "store_bind")["rank"].drop_nulls().unique().to_list()
-        if not ev.filter(pl.col("kind") == "store_bind").is_empty():
+        bind = ev.filter(pl.col("kind") == K.store_bind)["rank"].drop_nulls().unique().to_list()
+        if not ev.filter(pl.col("kind") == K.store_bind).is_empty():
             return tuple(sorted(bind)), "the store could not listen on its port (already in use)"
-        connect = ev.filter(pl.col("kind") == "store_connect")["rank"].drop_nulls().unique().to_list()
+        connect = ev.filter(pl.col("kind") == K.store_connect)["rank"].drop_nulls().unique().to_list()
         if connect:
             return tuple(sorted(connect)), "could not reach the store (MASTER_ADDR/MASTER_PORT)"
         joined = ev.filter(pl.col("event") == "store.clients_timeout")

@@ -7,13 +7,14 @@ from datetime import timedelta
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
 from ncclpm.rules._busy import busy_text, rank_local_work, waiting_in_barrier
 from ncclpm.rules._facts import known_ranks, late_timeouts, timeouts, victim_lines, victim_ranks
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
 from ncclpm.rules.rank_crash import crashed_ranks
 from ncclpm.schema import Category
 
-BUSY_KINDS = ["dataloader_error", "fd_exhaustion", "cuda_oom", "nvml_error", "crash_signal", "cuda_error"]
+BUSY_KINDS = [K.dataloader_error, K.fd_exhaustion, K.cuda_oom, K.nvml_error, K.crash_signal, K.cuda_error]
 
 
 class RankBusyOutsideCollectives(Rule):
@@ -48,7 +49,7 @@ class RankBusyOutsideCollectives(Rule):
     explains = ("CT01",)
 
     def _named(self, t: Tables) -> set[int]:
-        named = set(t.kinds("monitored_barrier")["subject_rank"].drop_nulls().to_list())
+        named = set(t.kinds(K.monitored_barrier)["subject_rank"].drop_nulls().to_list())
         fa = t.fr_analysis
         if fa is not None and fa.culprit_kind == "never_joined":
             named |= set(fa.culprit_ranks)
@@ -73,8 +74,8 @@ class RankBusyOutsideCollectives(Rule):
         cut_excerpt = unseen == silent and (len(unseen) > 1 or len(victims) < 2 or not silent)
         if cut_excerpt and (not waiting_in_barrier(t) or (t.world_size_declared and not silent)):
             return pl.DataFrame()
-        if not silent and not seen <= victims:
-            return pl.DataFrame()
+        if not silent and not (len(seen) == 1 and seen <= victims):
+            return pl.DataFrame()  # nobody unaccounted for, unless the logs are one waiting rank's excerpt
         if len(silent) > len(known) / 2 and not named and not cut_excerpt:
             return pl.DataFrame()
         if not silent:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
 from ncclpm.rules._busy import busy_text, rank_local_work
 from ncclpm.rules._facts import in_context, progress_before
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
@@ -18,10 +19,10 @@ def store_waits(t: Tables) -> pl.DataFrame:
     """Store timeouts that happened after the process group had formed, with the rank waited for (if known):
     a rank waiting for another's NCCL unique id, a DataLoader waiting for rank 0's shared seed, or any store
     wait after training had made progress."""
-    nccl_id = t.kinds("store_error").with_columns(
+    nccl_id = t.kinds(K.store_error).with_columns(
         pl.col("subject_rank").alias("awaited"), pl.lit("nccl_id").alias("how")
     )
-    timeouts = t.kinds("store_timeout")
+    timeouts = t.kinds(K.store_timeout)
     seed = in_context(t, timeouts, ["frame_dataloader"]).with_columns(
         pl.lit(SEED_PUBLISHER, pl.Int64).alias("awaited"), pl.lit("dataloader_seed").alias("how")
     )
