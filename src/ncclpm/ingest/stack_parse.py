@@ -98,7 +98,8 @@ def _gdb_func(rest: str) -> tuple[str, str | None, int | None, bool]:
             if depth == 0:
                 cut = i
                 break
-    return rest[:cut].strip() or rest.strip(), file, line, True
+    func = rest[:cut].strip() or rest.strip()
+    return re.sub(r"\(\)(?: const)?$", "", func), file, line, True  # C++ `f() const ()` -> `f`
 
 
 class _Reader:
