@@ -87,8 +87,18 @@ def test_dataloader_workers_belong_to_their_rank() -> None:
     ("case", "category", "odd", "where"),
     [
         ("stacks__checkpoint_pyspy_only", "slow_rank_work", [2], "torch.save ← save_checkpoint (hang_train.py:53)"),
-        ("stacks__dataloader_pyspy_json_only", "dataloader_hang", [1], "DataLoader __next__ ← main (hang_train.py:101)"),
-        ("stacks__collective_faulthandler_only", "mismatched_collectives", [3], "all_gather ← evaluate (hang_train.py:83)"),
+        (
+            "stacks__dataloader_pyspy_json_only",
+            "dataloader_hang",
+            [1],
+            "DataLoader __next__ ← main (hang_train.py:101)",
+        ),
+        (
+            "stacks__collective_faulthandler_only",
+            "mismatched_collectives",
+            [3],
+            "all_gather ← evaluate (hang_train.py:83)",
+        ),
     ],
 )
 def test_folder_of_only_stack_dumps_names_the_odd_rank(case: str, category: str, odd: list[int], where: str) -> None:
@@ -146,23 +156,28 @@ def test_tree_in_markdown_html_and_json() -> None:
 
 
 def test_sniffing_by_content() -> None:
-    assert stack_format(b"Process 12: python train.py\nPython v3.11.7\n\nThread 12 (idle): \"MainThread\"\n") == "text"
+    assert stack_format(b'Process 12: python train.py\nPython v3.11.7\n\nThread 12 (idle): "MainThread"\n') == "text"
     assert stack_format(b'Thread 0x7FA6E7C01740 (idle): "MainThread"\n    wait (threading.py:302)\n') == "text"
     assert stack_format(b'[\n  {\n    "pid": 1,\n    "thread_id": 2,\n    "frames": []\n  }\n]') == "json"
     fh = b'Current thread 0x00007f (most recent call first):\n  File "t.py", line 3 in f\n'
     assert stack_format(fh) == "text"
     assert stack_format(fh + b"Traceback (most recent call last):\n") is None  # a log holding a dump stays a log
-    assert stack_format(b"[New LWP 5]\nwarning: x\n\nThread 1 (Thread 0x7f (LWP 5) \"python\"):\n#0  0x1 in f ()\n") == "text"
+    assert (
+        stack_format(b'[New LWP 5]\nwarning: x\n\nThread 1 (Thread 0x7f (LWP 5) "python"):\n#0  0x1 in f ()\n')
+        == "text"
+    )
     assert stack_format(b"2026-01-01 INFO starting\nThread 1 started\n") is None
 
 
 def test_hostile_dump_text_is_read_safely(tmp_path: Path) -> None:
     evil = "<script>alert(1)</script>`"
     dumps = {
-        "rank0.txt": f'Process 10: x\n\nThread 10 (idle): "MainThread"\n    all_reduce (torch/distributed/distributed_c10d.py:1)\n'
-        f"    step (t.py:5)\n    <module> (t.py:9)\n",
+        "rank0.txt": 'Process 10: x\n\nThread 10 (idle): "MainThread"\n    all_reduce (torch/distributed/distributed_c10d.py:1)\n'
+        "    step (t.py:5)\n    <module> (t.py:9)\n",
         "rank1.txt": f'Process 11: x\n\nThread 11 (idle): "MainThread"\n    {evil} (t.py:7)\n    <module> (t.py:9)\n'
-        + "    " + "x" * 100_000 + " (t.py:1\n",  # a huge, cut line
+        + "    "
+        + "x" * 100_000
+        + " (t.py:1\n",  # a huge, cut line
         "rank2.json": '[{"pid": "x", "thread_id": [], "frames": [{"name": 5, "line": "7"}, null, 3]}]',
         "rank3.txt": "Process 13: x\n\nThread 13 (idle)\n" + "    (unbalanced ((( (t.py:x)\n" * 50,
     }
