@@ -173,15 +173,22 @@ def _fold(frames: list[StackFrame], is_leaf: bool, outer: StackFrame | None) -> 
     """Labels of a path segment: the user's frames, the library calls they made that name an activity
     (`torch.save`, `DataLoader __next__`), and the innermost library frame at the leaf."""
     rules = frame_rules()
-    out = []
+    out: list[str] = []
+    shown_act = None  # the activity named by the last label, so its own inner frames are not named again
     for i, f in enumerate(frames):
         caller = frames[i - 1] if i else outer
         if f.user:
             out.append(f.label())
+            shown_act = None
         elif caller is not None and caller.user and (act := rules.match(f.func, f.file, caller.func, False)):
             out.append(act.show.format(func=f.func.rsplit(".", 1)[-1]))
-    if is_leaf and frames and not frames[-1].user and out[-1:] != [frames[-1].func.rsplit(".", 1)[-1]]:
-        out.append(frames[-1].func.rsplit(".", 1)[-1])
+            shown_act = act.id
+    leaf = frames[-1] if is_leaf and frames and not frames[-1].user else None
+    if leaf is not None:
+        name = leaf.func.rsplit(".", 1)[-1]
+        same = shown_act is not None and (act := rules.match(leaf.func, leaf.file, None, False)) and act.id == shown_act
+        if not same and out[-1:] != [name]:
+            out.append(name)
     if not out and frames:
         out.append("…")
     return tuple(out)
