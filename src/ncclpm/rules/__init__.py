@@ -19,6 +19,7 @@ from ncclpm.rules.scheduler import JobCancelledByScheduler
 from ncclpm.rules.shm_topology import ShmOrP2pFailure
 from ncclpm.rules.slow_rank import RankBusyOutsideCollectives
 from ncclpm.rules.store_wait import RankAwaitedThroughStore
+from ncclpm.rules.stacks import StacksOddRankOut
 from ncclpm.rules.timeout_short import AllRanksTimedOutTogether
 from ncclpm.rules.timeout_symptom import CollectiveTimeoutSymptom
 
@@ -40,6 +41,7 @@ ALL_RULES: tuple[type[Rule], ...] = (
     JobCancelledByScheduler,
     LaunchMisconfigured,
     RankAwaitedThroughStore,
+    StacksOddRankOut,
     InsufficientEvidence,
 )
 
