@@ -43,12 +43,20 @@ class DataloaderFailure(Rule):
     explains = ("CT01",)
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        return t.kinds(K.dataloader_error, K.fd_exhaustion).sort("ts", "source", "line", nulls_last=True)
+        errors = t.kinds(K.dataloader_error, K.fd_exhaustion)
+        if errors.is_empty():
+            # No DataLoader error line, but a traceback that runs into DataLoader code: the rank failed (or was
+            # stopped) while fetching or starting to iterate its data; the error itself was cut from the logs.
+            errors = t.kinds(K.frame_dataloader).sort("source", "line").unique(["source", "rank"], keep="last")
+        return errors.sort("ts", "source", "line", nulls_last=True)
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         culprits = tuple(sorted(set(ev["rank"].drop_nulls().to_list())))
         others = victim_ranks(t) - set(culprits)
         conf = self.base_confidence + (0.1 if others else 0.0) - (0.15 if not culprits else 0.0)
+        if (ev["kind"] == K.frame_dataloader).all():
+            conf = 0.5  # where it failed, not why: a lead
+            return self._in_dataloader_code(t, ev, culprits, conf)
         text = " ".join(ev["text"].to_list()).lower()
         fixes = [
             "Set `DataLoader(..., timeout=120)` (well below the process-group timeout) so a stuck worker "
@@ -89,4 +97,30 @@ class DataloaderFailure(Rule):
                 "naming the worker.",
             ),
             facts={"victim_ranks": sorted(others)},
+        )
+
+    def _in_dataloader_code(self, t: Tables, ev: pl.DataFrame, culprits: tuple[int, ...], conf: float) -> Finding:
+        who = ranks_text(culprits) if culprits else "a rank"
+        where = ev["value"].drop_nulls()
+        return self.finding(
+            confidence=conf,
+            culprit_ranks=culprits,
+            summary=f"{who.capitalize()} failed inside DataLoader code ({where[0] if where.len() else 'its iterator'}"
+            "); the error line itself is not in these logs.",
+            explanation="The traceback runs into the DataLoader - creating its iterator (worker start-up, the "
+            "shared-seed exchange of distributed samplers) or fetching a batch - so the rank's data pipeline is "
+            "where it stopped. The exception line that says why was cut from the paste; the rank's full stderr "
+            "(or its error file) has it.",
+            evidence=quotes(ev, 3),
+            fixes=(
+                "Read the end of that rank's traceback (its stderr or torchrun's error file): a worker killed "
+                "by a signal, a `timeout` expiring, or a store `Socket Timeout` in the seed exchange.",
+                "If ranks' data iterators have different lengths (uneven shards), make them equal "
+                "(`drop_last=True`, `DistributedSampler`, datapipes `fullsync()`): a rank that starts its next "
+                "epoch early waits for the others.",
+                "Set `DataLoader(..., timeout=120)` so a stuck worker raises on its own rank.",
+            ),
+            dont=("Do not debug NCCL: the rank stopped in its input pipeline, before any collective.",),
+            verify=("The rank's full traceback ends in the DataLoader with the reason.",),
+            facts={"victim_ranks": sorted(victim_ranks(t) - set(culprits))},
         )

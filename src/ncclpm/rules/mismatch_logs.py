@@ -57,8 +57,17 @@ class CollectivesDisagreeInLogs(Rule):
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         detected = t.kinds(K.mismatch_detected)
-        to = timeouts(t).filter(pl.col("seq").is_not_null())
-        disagree = to.filter(pl.struct("seq", "op", "numel_in").n_unique().over(pl.col("pg").fill_null("?")) > 1)
+        # One timeout per rank and group, its last: a rank that reports two different collectives was restarted,
+        # or the paste mixes runs - that is not two ranks disagreeing.
+        to = (
+            timeouts(t)
+            .filter(pl.col("seq").is_not_null())
+            .with_columns(pl.col("pg").fill_null("?").alias("_pg"))
+            .sort("ts", "source", "line", nulls_last=False)
+            .group_by("rank", "_pg", maintain_order=True)
+            .last()
+        )
+        disagree = to.filter(pl.struct("seq", "op", "numel_in").n_unique().over("_pg") > 1).select(detected.columns)
         return pl.concat([detected, disagree]).sort("ts", "source", "line", nulls_last=True)
 
     def _culprits(self, t: Tables, ev: pl.DataFrame) -> tuple[tuple[int, ...], str]:
@@ -74,7 +83,8 @@ class CollectivesDisagreeInLogs(Rule):
             return minority(votes, "fp"), (aspects[0] if aspects.len() else "the collective fingerprints differ")
         to = ev.filter(pl.col("kind") == K.collective_timeout)
         if not to.is_empty():
-            votes = to.select("rank", pl.format("{} #{} numel {}", "op", "seq", "numel_in").alias("call")).unique()
+            numel = pl.format(" numel {}", "numel_in").fill_null("")  # older wordings print no size
+            votes = to.select("rank", pl.concat_str(pl.format("{} #{}", "op", "seq"), numel).alias("call")).unique()
             return minority(votes, "call"), "the timed-out collectives differ: " + ", ".join(
                 f"rank {r}: {c}" for r, c in sorted(votes.iter_rows())
             )

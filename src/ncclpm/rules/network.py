@@ -24,17 +24,20 @@ IB_STATUS = {
 }
 # What each class of line says about the network (confidence before the crash check).
 CLASSES = [
-    ("ib", r"Got completion from peer|async fatal event|Call to ibv_", 0.88),
+    ("ib", r"Got completion (?:from peer|with error)|async fatal event|Call to ibv_", 0.88),
     (
         "interface",
         r"No interface found in the same subnet|no socket interface found|No usable listening interface",
         0.87,
     ),
-    ("connect", r"socketStartConnect|socketPollConnect|socketFinalizeAccept|Call to recv from", 0.7),
+    ("connect", r"socketStartConnect|socketPollConnect|socketFinalizeAccept|Call to recv from|connect \[", 0.7),
     ("closed", r"Connection closed by remote peer|Connection reset by peer", 0.5),
     ("remote_exited", r"remote process exited or there was a network error", 0.45),
 ]
 _PEER_IN_TEXT = r"(?:from peer|remote peer|Connect to|recv from|remote address) (\S+?)(?:\s|,|$)"
+# Addresses a peer must never advertise to another host: loopback (a hostname that resolves to 127.0.1.1 in
+# /etc/hosts), link-local, the default docker bridge. A connection to one is the wrong interface, not a fault.
+WRONG_ADDRESS = r"^(?:127\.0\.1\.1\b|169\.254\.|172\.17\.|fe80:)"
 
 
 class NcclTransportError(Rule):
@@ -87,15 +90,27 @@ class NcclTransportError(Rule):
             cls = pl.when(hit).then(pl.lit(name)).otherwise(cls)
             strength = pl.when(hit).then(pl.lit(conf)).otherwise(strength)
         peer = pl.coalesce("peer", pl.col("text").str.extract(_PEER_IN_TEXT, 1))
+        wrong = (pl.col("cls") == "connect") & pl.col("peer").fill_null("").str.contains(WRONG_ADDRESS)
         # Strongest kind of line first (an IB completion error says more than torch's summary of it).
         return (
             ev.with_columns(cls.alias("cls"), strength.alias("strength"), peer.alias("peer"))
+            .with_columns(
+                pl.when(wrong).then(pl.lit("interface")).otherwise("cls").alias("cls"),
+                pl.when(wrong).then(pl.lit(0.8)).otherwise("strength").alias("strength"),
+            )
             .filter(pl.col("cls").is_not_null())
             .sort(["strength", "ts", "source", "line"], descending=[True, False, False, False], nulls_last=True)
         )
 
     def _summary(self, t: Tables, ev: pl.DataFrame, culprit_hosts: list[str], reporters: list[str], pairs: list) -> str:
         detail = self._detail(ev.row(0, named=True))
+        advertised = ev.filter(pl.col("peer").fill_null("").str.contains(WRONG_ADDRESS))["peer"].unique().to_list()
+        if advertised:
+            return (
+                f"A peer advertised {', '.join(advertised)} for cross-host connections - a loopback, link-local or "
+                "docker-bridge address no other host can reach: the wrong network interface was picked "
+                f"(GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME unset or wrong). {detail}"
+            )
         if set(ev["cls"].to_list()) <= {"interface"}:
             ifname = (
                 t.kinds(K.setting)
