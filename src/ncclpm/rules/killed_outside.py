@@ -10,6 +10,7 @@ from ncclpm.rules._facts import victim_lines
 from ncclpm.rules.base import Finding, Rule, quotes
 from ncclpm.schema import Category
 
+SIGNAL_NAMES = {"15": "SIGTERM (15)", "2": "SIGINT (2)", "9": "SIGKILL (9)", "1": "SIGHUP (1)"}
 # A rank's own failure before the kill would explain it (the agent is then torn down as a consequence).
 OWN_FAILURES = [
     K.exception,
@@ -70,17 +71,21 @@ class JobKilledFromOutside(Rule):
         return killed if before.is_empty() else killed.clear()
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
-        last = t.kinds(K.progress, K.activity, K.progress_bar).filter(
+        before = t.kinds(K.progress, K.activity, K.progress_bar).filter(
             (pl.col("source") != ev["source"][0]) | (pl.col("line") < ev["line"][0])
         )
-        last = last.sort("ts", "source", "line", nulls_last=False).tail(1)
+        # The last thing printed before the kill: in the launcher's own console if it shows it, else anywhere.
+        same = before.filter(pl.col("source") == ev["source"][0])
+        last = (same if not same.is_empty() else before).sort("ts", "source", "line", nulls_last=False).tail(1)
+        signal = ev["signal"][0] or "a death signal"
+        signal = SIGNAL_NAMES.get(signal, f"signal {signal}") if signal.isdigit() else signal
         after = f" right after `{last['text'][0].strip()[:100]}`" if not last.is_empty() else ""
         oom = t.kinds(K.oom_killer)
         return self.finding(
             confidence=self.base_confidence + (0.05 if not last.is_empty() else 0.0),
             culprit_ranks=(),
             summary="The job was killed from outside: the torchrun agent received "
-            f"{ev['signal'][0] or 'a death signal'}{after}, with no error in any rank before it - host memory, the "
+            f"{signal}{after}, with no error in any rank before it - host memory, the "
             "scheduler or a person stopped it.",
             explanation="The launcher tears its workers down when it is signalled itself; the workers' SIGTERM exits "
             "are collateral. No rank failed first, so the sender is outside the job: the host's OOM handling (CPU "
