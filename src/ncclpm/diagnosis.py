@@ -47,6 +47,7 @@ class Diagnosis:
     n_sources: int = 0
     supporting: tuple[Finding, ...] = ()
     cross_check: str | None = None
+    code_files: tuple[str, ...] = ()  # code and configuration files: read for settings only, never as evidence
 
     @property
     def category(self) -> Category:
@@ -97,5 +98,6 @@ class Diagnosis:
                 "warnings": list(self.warnings),
                 "not_evaluated": list(self.not_evaluated),
                 "sources": self.n_sources,
+                "code_files": list(self.code_files),
             }
         )

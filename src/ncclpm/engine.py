@@ -142,4 +142,5 @@ def diagnose_tables(t: Tables, select: Iterable[str] = (), ignore: Iterable[str]
         n_sources=len(t.sources),
         cross_check=cross_check(t, primary),
         settings=settings_rows(t),
+        code_files=t.code_sources,
     )

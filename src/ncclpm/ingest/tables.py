@@ -4,6 +4,8 @@ Tables (schemas in `schema.py`): `lines` (prefiltered, envelope resolved), `even
 matches + torchelastic error files), `tracebacks`, `elastic` (torchrun failure summary entries), `ranks`
 (one row per rank: what it last did, whether and where it timed out, its first error, how it exited), and,
 when the job holds flight-recorder dumps, `fr` (loaded dumps) and `fr_analysis` (cross-rank matching).
+Code and configuration files are not evidence: they only feed `extra["code_settings"]` (`code_settings.py`) and
+the settings table, and are listed in `code_sources`, not in `sources`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from ncclpm.ingest.catalog import Catalog
+from ncclpm.ingest.code_settings import code_settings_table
 from ncclpm.ingest.errorfiles import read_error_files
 from ncclpm.ingest.extract import extract_events, lines_table, parse_lines
 from ncclpm.ingest.lines import read_kept_lines
@@ -44,6 +47,7 @@ class Tables:
     fr: FRLoad | None = None
     fr_analysis: FRAnalysis | None = None
     extra: dict[str, pl.DataFrame] = field(default_factory=dict)
+    code_sources: tuple[str, ...] = ()  # code and configuration files, read for settings only
 
     def has(self, name: str) -> bool:
         """True when the table exists and holds rows (rules declare what they need)."""
@@ -95,8 +99,12 @@ def build_tables(job: Job, catalog: Catalog) -> Tables:
     lines = fill_line_ranks(lines_table(parsed), process_ranks)
     elastic = parse_elastic_summaries(parsed)
     fr, fr_analysis = _read_dumps(job, warnings)
-    if not job.sources:
-        warnings.append("no readable log, error file or flight-recorder dump found")
+    code = job.of_kind("code")
+    code_settings = code_settings_table(code, warnings)
+    evidence = [s for s in job.sources if s.kind != "code"]
+    if not evidence:
+        only_code = f" ({len(code)} code file{'s' if len(code) != 1 else ''} read for settings only)" if code else ""
+        warnings.append(f"no readable log, error file or flight-recorder dump found{only_code}")
     return Tables(
         job_name=job.name,
         lines=lines,
@@ -106,9 +114,15 @@ def build_tables(job: Job, catalog: Catalog) -> Tables:
         ranks=build_ranks(lines, events, elastic, comms),
         world_size=world_size(events, elastic, fr),
         world_size_declared=world_size_is_declared(events, fr),
-        sources=tuple(s.name for s in job.sources),
+        sources=tuple(s.name for s in evidence),
         warnings=tuple(warnings),
         fr=fr,
         fr_analysis=fr_analysis,
-        extra={"nccl_comms": comms, "nccl_warnings": nccl_warnings(events), "settings": settings_table(events)},
+        extra={
+            "nccl_comms": comms,
+            "nccl_warnings": nccl_warnings(events),
+            "settings": settings_table(events, code_settings),
+            "code_settings": code_settings,
+        },
+        code_sources=tuple(s.name for s in code),
     )
