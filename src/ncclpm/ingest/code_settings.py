@@ -6,8 +6,8 @@ Input: `Source`s of kind "code" (recognised by `sources/code.py`). Output: the `
 (`number`, in `unit`: "s" for durations, "count" for counts; null when the value is decided at run time), and
 where (`source`, `line`, `text` = that physical line). Two kinds of rows are derived: a timeout given by a name
 bound to a literal in the same file (`PG_TIMEOUT = timedelta(minutes=45)`) gets that number; and
-`cuda_set_device` = "absent" when the code calls `init_process_group` but neither `torch.cuda.set_device` nor
-`device_id=` shows anywhere in the code read. Nothing here becomes an event.
+`cuda_set_device` = "absent" when the code calls `init_process_group` (with a backend other than gloo alone)
+but neither `torch.cuda.set_device` nor `device_id=` shows anywhere in the code read. Nothing here becomes an event.
 
 Rules read the facts with `code_facts(t, setting)` and `configured_pg_timeout(t)`.
 """
@@ -266,7 +266,7 @@ def _read_source(src: Source, warnings: list[str]) -> list[dict[str, Any]]:
 
 def _set_device_absent(facts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One derived row when the code creates a process group but never pins a GPU per rank."""
-    calls = [f for f in facts if f["setting"] == "pg_init"]
+    calls = [f for f in facts if f["setting"] == "pg_init" and f["value"] != "gloo"]  # gloo alone: CPU only
     if not calls or any(f["setting"] == "cuda_set_device" for f in facts):
         return []
     first = calls[0]

@@ -24,6 +24,7 @@ from pathlib import PurePosixPath
 
 LANGUAGES = ("python", "notebook", "shell", "yaml", "toml", "json", "dockerfile")
 MAX_LINES = 400  # lines looked at: a code snapshot is code from its first line, a log is a log early on
+PARSE_CHARS = 16384  # what the Python parser is given: enough to tell, and the parse stays a few ms
 _BY_SUFFIX = {
     ".py": "python",
     ".pyw": "python",
@@ -60,12 +61,12 @@ _LOG_ANCHORED = re.compile(
     |^\s*Thread\ 0x[0-9A-Fa-f]+
     |^\s*\S+\ \([^()]*\.py:\d+\)\s*$
     |^\s*what\(\):
-    |^terminate\ called[ ]
-    |.*\((?:core\ dumped|Segmentation\ fault)\)""",
+    |^terminate\ called[ ]""",
     re.X,
 )
 _LOG_ANYWHERE = re.compile(
     r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d|\b\d\d:\d\d:\d\d[.,]\d{3}|\d%\||\bit/s\]|s/it\]|\bNCCL (?:INFO|WARN)\b"
+    r"|\((?:core dumped|Segmentation fault)\)"
 )
 _FRAME = re.compile(r'^\s*File "[^"]+", line \d+')
 _STRINGS = re.compile(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'')
@@ -94,8 +95,11 @@ _SHELL = re.compile(
        |apptainer\s+exec|cd|source|module\s+(?:load|purge|use)|conda\s+activate|pip\s+install|set\s+[-+][a-z]+
        |unset|mkdir|rm|cp|mv|echo|printf|sleep|wait|exec|ulimit|trap|sbatch|scontrol|nvidia-smi)(?:\s|$)
     |[A-Za-z_]\w*=(?:"[^"]*"|'[^']*'|\$\(.*\)|\$\{.*\}|[^\s"'=]*)\s*(?:\#.*)?$
-    |(?:if|elif|while|until)\s+\[\[?\s
+    |(?:grep|egrep|sed|awk|cat|find|ls|tail|head|tee|test|touch|chmod|ln)\s+[-"'$/.~\w]
+    |(?:local|declare|readonly|read)\s+-?\w
+    |(?:if|elif|while|until)\s+(?:\[\[?\s|!?\s*\w.*;\s*(?:then|do)\b)
     |(?:then|fi|do|done|else|esac|\{|\})\s*(?:;.*)?$
+    |.*;\s*(?:fi|done)\s*$
     |for\s+\w+\s+in\s
     |(?:function\s+)?[A-Za-z_][\w-]*\s*\(\)\s*\{?$)
     |\s\\$""",
@@ -210,6 +214,8 @@ def _tally(text: str) -> _Tally:
             t.log += 1
             after_frame = bool(_FRAME.match(line))  # the next line is the frame's source line: log text too
             depth, continued = 0, False
+            if t.log >= 20 and t.log * 2 > t.total:
+                break  # a log: the rest cannot make it code
             continue
         if set(s) <= set("-=*_~ "):
             continue  # separators: in logs and in YAML alike
@@ -234,20 +240,20 @@ def _tally(text: str) -> _Tally:
 def _parses_as_python(text: str, truncated: bool) -> bool:
     """True when the text is a Python program with real statements (imports, definitions, assignments,
     control flow, or a call spread over several lines) - never true for a log."""
-    attempts = [text]
-    if truncated and (cut := list(_TOP_LEVEL.finditer(text))):
-        attempts.append(text[: cut[-1].start() + 1])  # the head may end inside a block: parse what precedes it
-    for candidate in attempts:
-        try:
-            tree = ast.parse(candidate)
-        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
-            continue
-        return any(
-            isinstance(node, _STRONG_STATEMENTS)
-            or (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and node.end_lineno != node.lineno)
-            for node in tree.body
-        )
-    return False
+    if len(text) > PARSE_CHARS:
+        text, truncated = text[:PARSE_CHARS], True
+    if truncated:  # the head may end inside a block: parse what precedes the last top-level statement
+        cut = [m.start() for m in _TOP_LEVEL.finditer(text)]
+        text = text[: cut[-1] + 1] if cut else text
+    try:
+        tree = ast.parse(text)  # a failing parse costs a second, slower pass in CPython: parse once
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return False
+    return any(
+        isinstance(node, _STRONG_STATEMENTS)
+        or (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and node.end_lineno != node.lineno)
+        for node in tree.body
+    )
 
 
 def _json_kind(text: str, hint: str | None, truncated: bool) -> str | None:
