@@ -12,6 +12,7 @@ from typing import Any
 import polars as pl
 
 from ncclpm.ingest.code_settings import READINGS_FILE
+from ncclpm.kinds import K
 from ncclpm.resources import data_dir
 
 NCCL_DEFAULT_TIMEOUT_S = 600
@@ -37,7 +38,7 @@ def human_seconds(seconds: float) -> str:
 
 
 def _observed_ms(events: pl.DataFrame) -> list[int]:
-    ms = events.filter(pl.col("kind") == "collective_timeout")["timeout_ms"].drop_nulls().unique().sort()
+    ms = events.filter(pl.col("kind") == K.collective_timeout)["timeout_ms"].drop_nulls().unique().sort()
     return [int(v) for v in ms.to_list()]
 
 

@@ -16,6 +16,7 @@ from functools import lru_cache
 import polars as pl
 
 from ncclpm.ingest.code_verdicts import code_setting_rows, env_rows
+from ncclpm.kinds import K
 from ncclpm.resources import data_dir
 
 SETTINGS_SCHEMA = pl.Schema(
@@ -78,7 +79,7 @@ TIMEOUT_VARS = ("NCCL_TIMEOUT", "TORCH_NCCL_TIMEOUT", "NCCL_TIMEOUT_MS")
 
 def _observed_timeout(events: pl.DataFrame) -> str:
     """`; this job's collectives still timed out after 10 min (Timeout(ms)=600000)` when the logs show it."""
-    ms = events.filter(pl.col("kind") == "collective_timeout")["timeout_ms"].drop_nulls()
+    ms = events.filter(pl.col("kind") == K.collective_timeout)["timeout_ms"].drop_nulls()
     if ms.is_empty():
         return ""
     value = int(ms.max())  # type: ignore[arg-type]
@@ -88,7 +89,7 @@ def _observed_timeout(events: pl.DataFrame) -> str:
 def settings_table(events: pl.DataFrame, code: pl.DataFrame | None = None) -> pl.DataFrame:
     """One row per variable. Where it is set (script, env dump, `os.environ`) wins over NCCL's echo of it (which only
     proves the setting reached NCCL), then the last occurrence. Then one row per other setting found in code."""
-    rows = events.filter((pl.col("kind") == "setting") & pl.col("var").is_not_null())
+    rows = events.filter((pl.col("kind") == K.setting) & pl.col("var").is_not_null())
     rows = rows.select("var", "value", "source", "line", "event")
     if code is not None:
         rows = pl.concat([rows, env_rows(code)], how="vertical_relaxed")
