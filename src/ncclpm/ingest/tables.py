@@ -3,9 +3,10 @@
 Tables (schemas in `schema.py`): `lines` (prefiltered, envelope resolved), `events` (typed catalog
 matches + torchelastic error files), `tracebacks`, `elastic` (torchrun failure summary entries), `ranks`
 (one row per rank: what it last did, whether and where it timed out, its first error, how it exited), and,
-when the job holds flight-recorder dumps, `fr` (loaded dumps) and `fr_analysis` (cross-rank matching).
-Code and configuration files are not evidence: they only feed `extra["code_settings"]` (`code_settings.py`) and
-the settings table, and are listed in `code_sources`, not in `sources`.
+when the job holds flight-recorder dumps, `fr` (loaded dumps) and `fr_analysis` (cross-rank matching); in
+`extra`: `stacks` (every frame of every stack dump, `ingest/stacks.py`), NCCL communicators and warnings,
+settings, `code_settings`. Code and configuration files are not evidence: they only feed `code_settings`
+(`code_settings.py`) and the settings table, and are listed in `code_sources`, not in `sources`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ncclpm.ingest.multiline import parse_elastic_summaries, stitch_tracebacks
 from ncclpm.ingest.nccl import fill_line_ranks, fill_ranks, nccl_comms, nccl_warnings, rank_map
 from ncclpm.ingest.ranks import build_ranks, world_size, world_size_is_declared
 from ncclpm.ingest.settings import settings_table
+from ncclpm.ingest.stacks import build_stacks, pid_rank_map
 from ncclpm.kinds import K
 from ncclpm.schema import EVENTS_SCHEMA
 from ncclpm.sources.discover import Job
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
     from ncclpm.ingest.flight_recorder import FRLoad
 
 # Derived tables in `Tables.extra`, and every name a rule may list in `needs` (checked when a rule is defined).
-EXTRA_TABLES = ("nccl_comms", "nccl_warnings", "settings", "code_settings")
+EXTRA_TABLES = ("nccl_comms", "nccl_warnings", "settings", "stacks", "code_settings")
 TABLE_NAMES = frozenset(
     {"lines", "events", "tracebacks", "elastic", "ranks", "fr_entries", "fr_analysis", *EXTRA_TABLES}
 )
@@ -106,12 +108,13 @@ def build_tables(job: Job, catalog: Catalog) -> Tables:
     lines = fill_line_ranks(lines_table(parsed), process_ranks)
     elastic = parse_elastic_summaries(parsed)
     fr, fr_analysis = _read_dumps(job, warnings)
+    stacks = build_stacks(job, lines, pid_rank_map(lines, events, elastic, process_ranks), fr, warnings)
     code = job.of_kind("code")
     code_settings = code_settings_table(code, warnings)
     evidence = [s for s in job.sources if s.kind != "code"]
     if not evidence:
         only_code = f" ({len(code)} code file{'s' if len(code) != 1 else ''} read for settings only)" if code else ""
-        warnings.append(f"no readable log, error file or flight-recorder dump found{only_code}")
+        warnings.append(f"no readable log, error file, flight-recorder or stack dump found{only_code}")
     return Tables(
         job_name=job.name,
         lines=lines,
@@ -128,7 +131,7 @@ def build_tables(job: Job, catalog: Catalog) -> Tables:
         extra=dict(
             zip(
                 EXTRA_TABLES,
-                (comms, nccl_warnings(events), settings_table(events, code_settings), code_settings),
+                (comms, nccl_warnings(events), settings_table(events, code_settings), stacks, code_settings),
                 strict=True,
             )
         ),

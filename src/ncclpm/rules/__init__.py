@@ -17,6 +17,7 @@ from ncclpm.rules.rendezvous import ProcessGroupNeverFormed
 from ncclpm.rules.scheduler import JobCancelledByScheduler
 from ncclpm.rules.shm_topology import ShmOrP2pFailure
 from ncclpm.rules.slow_rank import RankBusyOutsideCollectives
+from ncclpm.rules.stacks import StacksOddRankOut
 from ncclpm.rules.timeout_short import AllRanksTimedOutTogether
 from ncclpm.rules.timeout_symptom import CollectiveTimeoutSymptom
 
@@ -36,6 +37,7 @@ ALL_RULES: tuple[type[Rule], ...] = (
     ShmOrP2pFailure,
     VersionsDifferAcrossRanks,
     JobCancelledByScheduler,
+    StacksOddRankOut,
     InsufficientEvidence,
 )
 
