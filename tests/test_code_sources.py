@@ -278,3 +278,25 @@ def test_the_real_launch_command_gives_its_launcher_arguments() -> None:
     assert args["colossalai run --nproc_per_node"] == "3"
     assert args["colossalai run --master_addr"] == "GPU03"
     assert args["colossalai run --host"] == "GPU03,GPU01"
+
+
+@pytest.mark.parametrize(
+    ("sample", "rule"), [("nccl_allgather_timeout_4gpu", "TO01"), ("nccl_rank0_sample_generation", "ST01")]
+)
+def test_rules_say_where_the_timeout_in_force_was_set(tmp_path: Path, sample: str, rule: str) -> None:
+    job = tmp_path / sample
+    shutil.copytree(ROOT / "sample_logs" / sample, job)
+    timeout_ms = diagnose([job]).failing_collective["timeout_ms"]
+    dist = job / "dist.py"
+    dist.write_text(
+        f"import datetime\nimport torch.distributed as dist\n\nTIMEOUT = datetime.timedelta(seconds={timeout_ms // 1000})\n"
+        "dist.init_process_group('nccl', timeout=TIMEOUT)\n"
+    )
+    d = diagnose([job])
+    assert d.primary.rule == rule and "set by `init_process_group(timeout=)` = `TIMEOUT` at dist.py:5" in d.summary
+    dist.write_text(
+        "import datetime\nimport torch.distributed as dist\n\n"
+        "dist.init_process_group('nccl', timeout=datetime.timedelta(hours=2))\n"
+    )
+    d = diagnose([job])
+    assert d.primary.rule == rule and "the code sets 2 h" in d.summary and "never reached" in d.summary

@@ -1,19 +1,23 @@
 """What the settings section says about the settings found in code: the process-group timeout and whether it
 is the one the logs show in force, DataLoader workers and timeout, a GPU never pinned per rank, launcher
 arguments (notes in `parsers/code_settings.toml`). Rows have the settings table's columns (var, value, file,
-line, verdict, severity); environment variables set in code go through the env-var lint instead (`env_rows`)."""
+line, verdict, severity); environment variables set in code go through the env-var lint instead (`env_rows`).
+`timeout_origin` gives rules the sentence naming where the timeout in force was set."""
 
 from __future__ import annotations
 
 import tomllib
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from ncclpm.ingest.code_settings import READINGS_FILE
+from ncclpm.ingest.code_settings import READINGS_FILE, configured_pg_timeout
 from ncclpm.kinds import K
 from ncclpm.resources import data_dir
+
+if TYPE_CHECKING:
+    from ncclpm.ingest.tables import Tables
 
 NCCL_DEFAULT_TIMEOUT_S = 600
 
@@ -108,4 +112,20 @@ def env_rows(code: pl.DataFrame) -> pl.DataFrame:
     """Environment variables set in code, shaped like `setting` events (var, value, source, line, event)."""
     return code.filter(pl.col("setting") == "env").select(
         pl.col("name").alias("var"), "value", "source", "line", pl.col("reading").alias("event")
+    )
+
+
+def timeout_origin(t: Tables, observed_ms: int | None) -> str:
+    """Where the timeout in force comes from, as a clause for a rule's text: "set by `init_process_group(timeout=)`
+    = `timedelta(seconds=60)` at distributed.py:41"; or, when the code sets another value than the one the logs
+    show, a clause saying so; "" when the code read does not set it."""
+    conf = configured_pg_timeout(t)
+    if conf is None:
+        return ""
+    where = f"`{conf['name']}` = `{conf['value']}` at {conf['file']}:{conf['line']}"
+    if observed_ms is None or round(conf["seconds"] * 1000) == observed_ms:
+        return f"set by {where}"
+    return (
+        f"the code sets {human_seconds(conf['seconds'])} with {where}, but {human_seconds(observed_ms / 1000)} was "
+        "in force: that setting never reached this process group"
     )

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import polars as pl
 
+from ncclpm.ingest.code_verdicts import timeout_origin
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.rules._facts import known_ranks, late_timeouts, timeouts, victim_lines, victim_ranks
@@ -120,7 +121,9 @@ class RankBusyOutsideCollectives(Rule):
         wait = "at a barrier" if in_barrier else "in a collective"
         victims = sorted(victim_ranks(t) - set(culprits))
         timeout_ms = to["timeout_ms"].drop_nulls().max() if not to.is_empty() else None
-        limit = f" (timeout {timedelta(milliseconds=int(timeout_ms))})" if timeout_ms else ""
+        origin = timeout_origin(t, int(timeout_ms) if timeout_ms else None)
+        origin = f", {origin}" if origin else ""
+        limit = f" (timeout {timedelta(milliseconds=int(timeout_ms))}{origin})" if timeout_ms else ""
         return self.finding(
             confidence=conf,
             culprit_ranks=culprits,
