@@ -81,5 +81,5 @@ class AllRanksTimedOutTogether(Rule):
                 "Time the collective with `TORCH_NCCL_ENABLE_TIMING=1` and a flight-recorder dump; it must "
                 "finish well inside the new timeout.",
             ),
-            facts={"timeout_ms": timeout_ms, "timeout_origin": origin},
+            facts={"timeout_ms": timeout_ms} | ({"timeout_origin": origin} if origin else {}),
         )
