@@ -148,4 +148,5 @@ def diagnose_tables(t: Tables, select: Iterable[str] = (), ignore: Iterable[str]
         stack_check=stack_check,
         noticed=who_noticed(t),
         settings=settings_rows(t),
+        code_files=t.code_sources,
     )
