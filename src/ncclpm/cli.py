@@ -131,12 +131,14 @@ def diagnose(
 
 @main.command("rules")
 def list_rules() -> None:
-    """List the rules."""
-    from ncclpm.rules import ALL_RULES
+    """List the rules in precedence order: within a confidence band, an earlier rule wins over a later one."""
+    from ncclpm.precedence import PRECEDENCE
+    from ncclpm.rules import by_id
 
-    for r in ALL_RULES:
+    for place, (rule_id, why) in enumerate(PRECEDENCE, 1):
+        r = by_id(rule_id)
         title = " ".join(r.doc().split("\n\n")[0].split())
-        click.echo(f"{r.id}  {r.name:<34} {r.category!s:<22} {title}")
+        click.echo(f"{r.id}  {r.name:<34} {r.category!s:<22} {title}\n      precedence {place}: {why}")
 
 
 @main.command()

@@ -18,8 +18,17 @@ from ncclpm.ingest.errorfiles import read_error_files
 from ncclpm.ingest.extract import extract_events, lines_table, parse_lines
 from ncclpm.ingest.lines import read_kept_lines
 from ncclpm.ingest.multiline import parse_elastic_summaries, stitch_tracebacks
-from ncclpm.ingest.nccl import fill_line_ranks, fill_ranks, nccl_comms, nccl_warnings, rank_map
+from ncclpm.ingest.nccl import (
+    fill_line_ranks,
+    fill_ranks,
+    has_nccl_log,
+    nccl_addresses,
+    nccl_comms,
+    nccl_warnings,
+    rank_map,
+)
 from ncclpm.ingest.ranks import build_ranks, world_size, world_size_is_declared
+from ncclpm.ingest.readings import apply_readings
 from ncclpm.ingest.settings import settings_table
 from ncclpm.kinds import K
 from ncclpm.schema import EVENTS_SCHEMA
@@ -30,7 +39,7 @@ if TYPE_CHECKING:
     from ncclpm.ingest.flight_recorder import FRLoad
 
 # Derived tables in `Tables.extra`, and every name a rule may list in `needs` (checked when a rule is defined).
-EXTRA_TABLES = ("nccl_comms", "nccl_warnings", "settings")
+EXTRA_TABLES = ("nccl_comms", "nccl_warnings", "nccl_addresses", "settings")
 TABLE_NAMES = frozenset(
     {"lines", "events", "tracebacks", "elastic", "ranks", "fr_entries", "fr_analysis", *EXTRA_TABLES}
 )
@@ -51,6 +60,7 @@ class Tables:
     fr: FRLoad | None = None
     fr_analysis: FRAnalysis | None = None
     extra: dict[str, pl.DataFrame] = field(default_factory=dict)
+    nccl_log: bool = False  # the job holds NCCL's own log (NCCL_DEBUG output)
 
     def has(self, name: str) -> bool:
         """True when the table exists and holds rows (rules declare what they need)."""
@@ -93,9 +103,8 @@ def build_tables(job: Job, catalog: Catalog) -> Tables:
     warnings = list(job.warnings)
     kept = read_kept_lines(job.of_kind("text"), catalog.anchors, warnings)
     parsed = parse_lines(kept, catalog)
-    events = pl.concat(
-        [extract_events(parsed, catalog), read_error_files(job.of_kind("errorfile"), warnings)], how="vertical"
-    ).cast(EVENTS_SCHEMA)  # type: ignore[arg-type]
+    error_files = apply_readings(read_error_files(job.of_kind("errorfile"), warnings), catalog.kinds)
+    events = pl.concat([extract_events(parsed, catalog), error_files], how="vertical").cast(EVENTS_SCHEMA)  # type: ignore[arg-type]
     comms = nccl_comms(events)
     process_ranks = rank_map(comms)
     events = fill_ranks(events, process_ranks)
@@ -117,5 +126,12 @@ def build_tables(job: Job, catalog: Catalog) -> Tables:
         warnings=tuple(warnings),
         fr=fr,
         fr_analysis=fr_analysis,
-        extra=dict(zip(EXTRA_TABLES, (comms, nccl_warnings(events), settings_table(events)), strict=True)),
+        extra=dict(
+            zip(
+                EXTRA_TABLES,
+                (comms, nccl_warnings(events), nccl_addresses(lines), settings_table(events)),
+                strict=True,
+            )
+        ),
+        nccl_log=has_nccl_log(lines),
     )

@@ -113,9 +113,7 @@ class Rule:
     needs: ClassVar[frozenset[str]] = frozenset({"events"})
     base_confidence: ClassVar[float] = 0.5
     explains: ClassVar[tuple[str, ...]] = ()
-    status: ClassVar[str] = "stable"
     fallback: ClassVar[bool] = False  # run only when no other rule found a root cause
-    priority: ClassVar[int] = 50  # specificity: breaks ties between findings of the same confidence band
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)

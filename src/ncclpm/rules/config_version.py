@@ -34,7 +34,6 @@ class VersionsDifferAcrossRanks(Rule):
     name = "versions-differ-across-ranks"
     category = Category.CONFIG_VERSION
     base_confidence = 0.8
-    priority = 78
     explains = ("CT01", "CR01", "NW01")
 
     def evidence(self, t: Tables) -> pl.DataFrame:

@@ -35,7 +35,6 @@ class CudaOutOfMemory(Rule):
     name = "cuda-out-of-memory"
     category = Category.CUDA_OOM
     base_confidence = 0.9
-    priority = 90
     explains = ("CT01", "CR01")
 
     def evidence(self, t: Tables) -> pl.DataFrame:

@@ -39,7 +39,6 @@ class DataloaderFailure(Rule):
     name = "dataloader-failure"
     category = Category.DATALOADER_HANG
     base_confidence = 0.8
-    priority = 80
     explains = ("CT01",)
 
     def evidence(self, t: Tables) -> pl.DataFrame:
@@ -49,22 +48,22 @@ class DataloaderFailure(Rule):
         culprits = tuple(sorted(set(ev["rank"].drop_nulls().to_list())))
         others = victim_ranks(t) - set(culprits)
         conf = self.base_confidence + (0.1 if others else 0.0) - (0.15 if not culprits else 0.0)
-        text = " ".join(ev["text"].to_list()).lower()
+        exhausted = set(ev["exhausted"].drop_nulls().to_list())  # the kinds' readings: what ran out
         fixes = [
             "Set `DataLoader(..., timeout=120)` (well below the process-group timeout) so a stuck worker "
             "raises on the rank that owns it instead of hanging the whole job."
         ]
-        if "bus error" in text or "shared memory" in text:
+        if "shm" in exhausted:
             fixes.append(
                 "Raise the shared-memory limit: `docker run --shm-size=16g` / Kubernetes `emptyDir: "
                 "{medium: Memory}` on `/dev/shm`; check `df -h /dev/shm` on the node."
             )
-        if "open files" in text or "ancdata" in text:
+        if "fds" in exhausted:
             fixes.append(
                 "Raise the file-descriptor limit (`ulimit -n 65536`) or use "
                 "`torch.multiprocessing.set_sharing_strategy('file_system')`; fewer `num_workers`."
             )
-        if "killed" in text:
+        if ev["signal"].is_not_null().any():  # `worker (pid N) is killed by signal: ...`
             fixes.append(
                 "A worker was SIGKILLed (usually the kernel OOM killer): lower `num_workers` / "
                 "`prefetch_factor`, check `dmesg` for `Out of memory: Killed process`."

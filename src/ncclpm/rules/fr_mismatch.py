@@ -38,7 +38,6 @@ class FlightRecorderCollectivesDisagree(Rule):
     category = Category.MISMATCHED_COLLECTIVES
     needs = frozenset({"fr_analysis"})
     base_confidence = 0.85
-    priority = 88
     explains = ("CT01", "CR01", "ST01", "TO01")
 
     def evidence(self, t: Tables) -> pl.DataFrame:

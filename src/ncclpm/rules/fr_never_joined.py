@@ -57,7 +57,6 @@ class FlightRecorderRankStopped(Rule):
     category = Category.SLOW_RANK_WORK
     needs = frozenset({"fr_analysis"})
     base_confidence = 0.55
-    priority = 55
     explains = ("CT01",)
 
     def evidence(self, t: Tables) -> pl.DataFrame:

@@ -34,7 +34,6 @@ class InsufficientEvidence(Rule):
     name = "insufficient-evidence"
     category = Category.UNKNOWN
     base_confidence = 0.2
-    priority = -1
     fallback = True
 
     def evidence(self, t: Tables) -> pl.DataFrame:
@@ -52,7 +51,7 @@ class InsufficientEvidence(Rule):
                 "`TORCH_NCCL_DUMP_ON_TIMEOUT=1` (dumps land in `TORCH_FR_DUMP_TEMP_FILE`, default "
                 "`~/.cache/torch/comm_lib_trace_rank_<rank>`)"
             )
-        if t.lines.filter(pl.col("message").str.contains("NCCL (?:INFO|WARN)")).is_empty():
+        if not t.nccl_log:
             missing.append("NCCL's own log: `NCCL_DEBUG=INFO` (or `WARN`), `NCCL_DEBUG_FILE=/path/nccl.%h.%p`")
         missing.append("stack dumps of the hung ranks: `py-spy dump --pid <pid>` on each rank while it hangs")
         victims = victim_lines(t)

@@ -10,8 +10,6 @@ from ncclpm.rules._facts import timeouts, victim_ranks
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
-_OWN_FP = r"Rank (?<who>\d+) is running collective: CollectiveFingerPrint\((?<fp>[^)]*\)[^)]*)\)"
-
 
 def minority(votes: pl.DataFrame, key: str) -> tuple[int, ...]:
     """Ranks whose `key` value is held by fewer ranks than the most common one (all ranks on a tie)."""
@@ -52,7 +50,6 @@ class CollectivesDisagreeInLogs(Rule):
     name = "collectives-disagree-in-logs"
     category = Category.MISMATCHED_COLLECTIVES
     base_confidence = 0.8
-    priority = 85
     explains = ("CT01", "CR01")
 
     def evidence(self, t: Tables) -> pl.DataFrame:
@@ -62,14 +59,11 @@ class CollectivesDisagreeInLogs(Rule):
         return pl.concat([detected, disagree]).sort("ts", "source", "line", nulls_last=True)
 
     def _culprits(self, t: Tables, ev: pl.DataFrame) -> tuple[tuple[int, ...], str]:
-        fps = (
-            ev.filter(pl.col("event") == "pg.collective_mismatch_detected")
-            .with_columns(pl.col("text").str.extract_groups(_OWN_FP).alias("_f"))
-            .unnest("_f")
-            .filter(pl.col("who").is_not_null())
-        )
-        if not fps.is_empty():
-            votes = fps.select(pl.col("who").cast(pl.Int32).alias("rank"), "fp").unique()
+        # DETAIL mode's line: "Rank <subject_rank> is running collective: CollectiveFingerPrint(<its own call>)"
+        fps = ev.filter((pl.col("kind") == K.mismatch_detected) & pl.col("subject_rank").is_not_null())
+        own = pl.struct("seq", "op", "shape", "dtype").alias("fp")
+        votes = fps.select(pl.col("subject_rank").cast(pl.Int32).alias("rank"), own).unique()
+        if votes["rank"].n_unique() > 1:  # a vote needs two voters; one rank's line alone names nobody
             aspects = ev["detail"].drop_nulls()
             return minority(votes, "fp"), (aspects[0] if aspects.len() else "the collective fingerprints differ")
         to = ev.filter(pl.col("kind") == K.collective_timeout)

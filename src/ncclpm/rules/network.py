@@ -22,19 +22,6 @@ IB_STATUS = {
     "10": "IBV_WC_REM_ACCESS_ERR: remote access error",
     "11": "IBV_WC_REM_OP_ERR: remote operation error",
 }
-# What each class of line says about the network (confidence before the crash check).
-CLASSES = [
-    ("ib", r"Got completion from peer|async fatal event|Call to ibv_", 0.88),
-    (
-        "interface",
-        r"No interface found in the same subnet|no socket interface found|No usable listening interface",
-        0.87,
-    ),
-    ("connect", r"socketStartConnect|socketPollConnect|socketFinalizeAccept|Call to recv from", 0.7),
-    ("closed", r"Connection closed by remote peer|Connection reset by peer", 0.5),
-    ("remote_exited", r"remote process exited or there was a network error", 0.45),
-]
-_PEER_IN_TEXT = r"(?:from peer|remote peer|Connect to|recv from|remote address) (\S+?)(?:\s|,|$)"
 
 
 class NcclTransportError(Rule):
@@ -72,31 +59,19 @@ class NcclTransportError(Rule):
     name = "nccl-network-error"
     category = Category.NETWORK_TRANSPORT
     base_confidence = 0.85
-    # Above CR01: a rank that raised an NCCL network error "crashed" because of the network. When another rank
-    # really died first, this rule demotes itself to a symptom instead (see `_crashed_first`).
-    priority = 72
+    # Before CR01 in precedence.py: a rank that raised an NCCL network error "crashed" because of the network.
+    # When another rank really died first, this rule demotes itself to a symptom instead (see `_crashed_first`).
     explains = ("CT01", "CR01")
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        net = t.kinds(K.network_error)
-        remote = t.kinds(K.nccl_error).filter(pl.col("text").str.contains(CLASSES[-1][1]))
-        ev = pl.concat([net, remote])
-        cls, strength = pl.lit(None, pl.String), pl.lit(None, pl.Float64)
-        for name, rx, conf in reversed(CLASSES):
-            hit = pl.col("text").str.contains(rx)
-            cls = pl.when(hit).then(pl.lit(name)).otherwise(cls)
-            strength = pl.when(hit).then(pl.lit(conf)).otherwise(strength)
-        peer = pl.coalesce("peer", pl.col("text").str.extract(_PEER_IN_TEXT, 1))
-        # Strongest kind of line first (an IB completion error says more than torch's summary of it).
-        return (
-            ev.with_columns(cls.alias("cls"), strength.alias("strength"), peer.alias("peer"))
-            .filter(pl.col("cls").is_not_null())
-            .sort(["strength", "ts", "source", "line"], descending=[True, False, False, False], nulls_last=True)
-        )
+        # net_class / strength are the kinds' readings (parsers/kinds.toml); strongest kind of line first (an IB
+        # completion error says more than torch's summary of it)
+        ev = t.kinds(K.network_error, K.nccl_error).filter(pl.col("net_class").is_not_null())
+        return ev.sort(["strength", "ts", "source", "line"], descending=[True, False, False, False], nulls_last=True)
 
     def _summary(self, t: Tables, ev: pl.DataFrame, culprit_hosts: list[str], reporters: list[str], pairs: list) -> str:
         detail = self._detail(ev.row(0, named=True))
-        if set(ev["cls"].to_list()) <= {"interface"}:
+        if set(ev["net_class"].to_list()) <= {"interface"}:
             ifname = (
                 t.kinds(K.setting)
                 .filter((pl.col("var") == "NCCL_SOCKET_IFNAME") & pl.col("host").is_in(culprit_hosts))["value"]
@@ -112,14 +87,14 @@ class NcclTransportError(Rule):
             )
         if len(culprit_hosts) == 2:
             ends = [f"{ranks_text(r)} on {h}" for h, r in link_ends(t, ev, culprit_hosts).items()]
-            hca = ev["text"].str.extract(r" hca (\w+)", 1).drop_nulls().unique().to_list()
+            hca = ev["hca"].drop_nulls().unique().to_list()
             via = f" (HCA {', '.join(hca)})" if hca else ""
             return f"NCCL's connection between {' and '.join(ends)} failed{via}: {detail}"
         return f"NCCL's network transport failed on {where(t, culprit_hosts or reporters)}: {detail}"
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         reporters, pairs = failing_pairs(t, ev)
-        culprit_hosts = implicated_hosts(set(ev["cls"].to_list()) <= {"interface"}, reporters, pairs)
+        culprit_hosts = implicated_hosts(set(ev["net_class"].to_list()) <= {"interface"}, reporters, pairs)
         culprits = tuple(ranks_on(t, culprit_hosts))
         if len(culprit_hosts) == 2 and len(pairs) == 1:  # one link: the processes at its ends, where known
             culprits = tuple(sorted({r for ranks in link_ends(t, ev, culprit_hosts).values() for r in ranks}))
@@ -162,7 +137,7 @@ class NcclTransportError(Rule):
                 "hosts": culprit_hosts,
                 "reporting_hosts": reporters,
                 "host_pairs": sorted(sorted(p) for p in pairs),
-                "classes": sorted(set(ev["cls"].to_list())),
+                "classes": sorted(set(ev["net_class"].to_list())),
             },
         )
 
@@ -171,7 +146,7 @@ class NcclTransportError(Rule):
         """Ranks that died on their own and explain these lines (a dead peer closes its connections and stops
         answering IB): any crash for weak lines; for IB errors a crash on an implicated host or earlier than
         the first error. Interface errors are configuration, never a dead peer."""
-        if "interface" in set(ev["cls"].to_list()):
+        if "interface" in set(ev["net_class"].to_list()):
             return set()
         lost = set(ranks_on(t, t.kinds(K.node_failure)["value"].drop_nulls().to_list()))  # nodes Slurm saw fail
         if lost:
@@ -190,7 +165,7 @@ class NcclTransportError(Rule):
     @staticmethod
     def _detail(row: dict) -> str:
         status = (row.get("error_type") or "").split("(")[-1].rstrip(")")
-        if row["cls"] == "ib" and status in IB_STATUS:
+        if row["net_class"] == "ib" and status in IB_STATUS:
             return f"InfiniBand completion status {status} ({IB_STATUS[status]})"
         text = row["text"] or ""
         cut = text.find("NCCL WARN ")

@@ -55,7 +55,6 @@ class NvmlDriverFailure(Rule):
     name = "nvml-driver-failure"
     category = Category.NVML_DRIVER_FAILURE
     base_confidence = 0.9
-    priority = 95
     explains = ("CT01", "CR01")
 
     def evidence(self, t: Tables) -> pl.DataFrame:
@@ -109,7 +108,7 @@ class NvmlDriverFailure(Rule):
         found: set[int] = set()
         for r in xid.iter_rows(named=True):
             bus = nccl_bus_id(r["pci"])
-            hosts = {h for h in known_hosts if h in r["text"].split() or h in r["source"].split("/")}
+            hosts = {h for h in known_hosts if h == r["node"] or h in r["source"].split("/")}
             hit = comms.filter(pl.col("bus_id").str.to_lowercase().str.strip_chars_start("0") == bus)
             if hosts:
                 hit = hit.filter(pl.col("host").is_in(list(hosts)))

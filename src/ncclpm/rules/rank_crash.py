@@ -58,7 +58,6 @@ class RankDiedFirst(Rule):
     name = "rank-died-first"
     category = Category.RANK_CRASH
     base_confidence = 0.75
-    priority = 70
     explains = ("CT01",)
 
     def evidence(self, t: Tables) -> pl.DataFrame:

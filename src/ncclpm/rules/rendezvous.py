@@ -44,7 +44,6 @@ class ProcessGroupNeverFormed(Rule):
     name = "process-group-never-formed"
     category = Category.INIT_RENDEZVOUS
     base_confidence = 0.85
-    priority = 75
     explains = ("CT01", "CR01")
 
     def evidence(self, t: Tables) -> pl.DataFrame:
@@ -62,7 +61,7 @@ class ProcessGroupNeverFormed(Rule):
         connect = ev.filter(pl.col("kind") == K.store_connect)["rank"].drop_nulls().unique().to_list()
         if connect:
             return tuple(sorted(connect)), "could not reach the store (MASTER_ADDR/MASTER_PORT)"
-        joined = ev.filter(pl.col("event") == "store.clients_timeout")
+        joined = ev.filter((pl.col("kind") == K.store_timeout) & pl.col("expected").is_not_null())
         if not joined.is_empty():
             expected = int(joined["expected"].max())
             seen = set(t.ranks["rank"].to_list())

@@ -39,7 +39,6 @@ class JobCancelledByScheduler(Rule):
     name = "job-cancelled-by-scheduler"
     category = Category.TIMEOUT_TOO_SHORT
     base_confidence = 0.7
-    priority = 40
     explains = ("CT01", "CR01", "ST01", "TO01", "NW01")
 
     def evidence(self, t: Tables) -> pl.DataFrame:

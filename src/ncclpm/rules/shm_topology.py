@@ -35,7 +35,6 @@ class ShmOrP2pFailure(Rule):
     name = "shm-or-p2p-failure"
     category = Category.SHM_P2P_TOPOLOGY
     base_confidence = 0.85
-    priority = 84
     explains = ("CT01", "CR01")
 
     def evidence(self, t: Tables) -> pl.DataFrame:

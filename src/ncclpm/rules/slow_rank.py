@@ -44,7 +44,6 @@ class RankBusyOutsideCollectives(Rule):
     name = "rank-busy-outside-collectives"
     category = Category.SLOW_RANK_WORK
     base_confidence = 0.55
-    priority = 60
     explains = ("CT01",)
 
     def _named(self, t: Tables) -> set[int]:

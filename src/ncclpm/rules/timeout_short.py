@@ -40,7 +40,6 @@ class AllRanksTimedOutTogether(Rule):
     name = "all-ranks-timed-out-together"
     category = Category.TIMEOUT_TOO_SHORT
     base_confidence = 0.5
-    priority = 30
     explains = ("CT01",)
 
     def evidence(self, t: Tables) -> pl.DataFrame:

@@ -37,7 +37,6 @@ class CollectiveTimeoutSymptom(Rule):
     name = "collective-timeout-symptom"
     category = Category.SYMPTOM
     base_confidence = 0.9
-    priority = 0
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         return victim_lines(t).sort("ts", "source", "line", nulls_last=True)
