@@ -18,10 +18,10 @@ import click
 
 from ncclpm import __version__
 from ncclpm.render import RENDERERS, render
-from ncclpm.rules.base import band
+from ncclpm.schema import Band, Category
 
 EXIT_OK, EXIT_FAIL_ON, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
-BANDS = ("possible", "likely", "conclusive")
+BANDS = tuple(str(b) for b in Band)
 
 
 def _write(text: str, output: Path | None, force: bool) -> None:
@@ -125,7 +125,7 @@ def diagnose(
         _write(render(d, fmt), output, force)
         sys.exit(EXIT_INPUT)
     _write(render(d, fmt), output, force)
-    if fail_on and d.category not in ("unknown",) and BANDS.index(band(d.confidence)) >= BANDS.index(fail_on):
+    if fail_on and d.category != Category.UNKNOWN and d.band.rank >= Band(fail_on).rank:
         sys.exit(EXIT_FAIL_ON)
 
 

@@ -19,8 +19,6 @@ from ncclpm.rules import ALL_RULES
 from ncclpm.rules.base import Finding, Rule
 from ncclpm.schema import Category
 
-BAND_ORDER = {"conclusive": 2, "likely": 1, "possible": 0}
-
 
 def select_rules(select: Iterable[str] = (), ignore: Iterable[str] = ()) -> list[type[Rule]]:
     sel = {s.lower() for s in select}
@@ -57,7 +55,7 @@ def evaluate(t: Tables, rules: list[type[Rule]]) -> tuple[list[Finding], list[st
 
 def _rank_key(f: Finding) -> tuple:
     """Band, then the rule's place in `precedence.PRECEDENCE` (earlier wins), then confidence."""
-    return (BAND_ORDER[f.band], -precedence.RANK[f.rule], f.confidence, f.rule)
+    return (f.band.rank, -precedence.RANK[f.rule], f.confidence, f.rule)
 
 
 def _why_not(rival: Finding, primary: Finding) -> str:

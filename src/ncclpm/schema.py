@@ -29,6 +29,33 @@ class Category(StrEnum):
     UNKNOWN = "unknown"
 
 
+class Band(StrEnum):
+    """Named confidence bands, weakest first: conclusive ≥ 0.85, likely ≥ 0.6, possible below."""
+
+    POSSIBLE = "possible"
+    LIKELY = "likely"
+    CONCLUSIVE = "conclusive"
+
+    @classmethod
+    def of(cls, confidence: float) -> Band:
+        if confidence >= 0.85:
+            return cls.CONCLUSIVE
+        return cls.LIKELY if confidence >= 0.6 else cls.POSSIBLE
+
+    @property
+    def rank(self) -> int:
+        """0 for possible ... 2 for conclusive (to compare bands)."""
+        return list(Band).index(self)
+
+
+class FRCulprit(StrEnum):
+    """How the flight-recorder dumps implicate a rank (cf. torch's fr_trace MatchState)."""
+
+    MISMATCH = "mismatch"  # it issued a different collective than the majority at the same sequence number
+    NEVER_JOINED = "never_joined"  # it never reached a collective its peers were waiting in
+    STOPPED_COMPLETING = "stopped_completing"  # its collectives stayed incomplete after its peers finished them
+
+
 LEVELS = ["F", "E", "W", "I", "V", "C"]
 
 # Fields a catalog pattern may extract into the `events` table, with their dtype. A catalog that names a

@@ -32,7 +32,7 @@ from ncclpm.ingest.readings import apply_readings
 from ncclpm.ingest.settings import settings_table
 from ncclpm.kinds import K
 from ncclpm.schema import EVENTS_SCHEMA
-from ncclpm.sources.discover import Job
+from ncclpm.sources.discover import Job, SourceKind
 
 if TYPE_CHECKING:
     from ncclpm.analysis.fr_match import FRAnalysis
@@ -79,7 +79,7 @@ class Tables:
 
 
 def _read_dumps(job: Job, warnings: list[str]) -> tuple[FRLoad | None, FRAnalysis | None]:
-    dumps = job.of_kind("fr")
+    dumps = job.of_kind(SourceKind.FR)
     if not dumps:
         return None, None
     from ncclpm.analysis.fr_match import analyze_fr
@@ -101,9 +101,9 @@ def _read_dumps(job: Job, warnings: list[str]) -> tuple[FRLoad | None, FRAnalysi
 def build_tables(job: Job, catalog: Catalog) -> Tables:
     """Read every source of the job once and build all tables."""
     warnings = list(job.warnings)
-    kept = read_kept_lines(job.of_kind("text"), catalog.anchors, warnings)
+    kept = read_kept_lines(job.of_kind(SourceKind.TEXT), catalog.anchors, warnings)
     parsed = parse_lines(kept, catalog)
-    error_files = apply_readings(read_error_files(job.of_kind("errorfile"), warnings), catalog.kinds)
+    error_files = apply_readings(read_error_files(job.of_kind(SourceKind.ERROR_FILE), warnings), catalog.kinds)
     events = pl.concat([extract_events(parsed, catalog), error_files], how="vertical").cast(EVENTS_SCHEMA)  # type: ignore[arg-type]
     comms = nccl_comms(events)
     process_ranks = rank_map(comms)

@@ -50,13 +50,13 @@ def check_registry(rules: tuple[type[Rule], ...]) -> None:
         if dupes:
             raise RuleError(f"rule {attr}s registered twice: {dupes}")
     ids = {r.id for r in rules}
-    problems = precedence.check(ids)
-    if problems:
-        raise RuleError(f"src/ncclpm/precedence.py: {'; '.join(problems)}")
     for rule in rules:
         unknown = sorted(set(rule.explains) - ids)
         if unknown:
             raise RuleError(f"{rule.id} ({rule.__module__}): `explains` names unknown rule ids {unknown}")
+    problems = precedence.check(ids)
+    if problems:
+        raise RuleError(f"src/ncclpm/precedence.py: {'; '.join(problems)}")
 
 
 check_registry(ALL_RULES)

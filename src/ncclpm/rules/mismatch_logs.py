@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.rules._facts import timeouts, victim_ranks
-from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
 
@@ -39,11 +41,6 @@ class CollectivesDisagreeInLogs(Rule):
     ## Example
     `Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=3, OpType=ALLREDUCE,
     TensorShape=[768], ...), but Rank 1 is running collective: ...TensorShape=[1536]...`
-
-    ## How to fix
-    Find the rank-dependent branch around that step (`if rank == 0:` around a collective, data-dependent
-    early exits, unused parameters with DDP, uneven last batches) and make every rank issue the same
-    collectives in the same order; run once with `TORCH_DISTRIBUTED_DEBUG=DETAIL` to get the exact call.
     """
 
     id = "MC01"
@@ -51,6 +48,17 @@ class CollectivesDisagreeInLogs(Rule):
     category = Category.MISMATCHED_COLLECTIVES
     base_confidence = 0.8
     explains = ("CT01", "CR01")
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "same_collectives": Fix(
+            "Find the rank-dependent code path at that step (a collective under `if rank == 0`, an early "
+            "`continue`/`break`, an uneven last batch, DDP with unused parameters) and make every rank "
+            "issue the same collectives with the same shapes and dtypes."
+        ),
+        "debug_detail": Fix(
+            "Run once with `TORCH_DISTRIBUTED_DEBUG=DETAIL` (checks every collective's fingerprint) and "
+            "`TORCH_NCCL_TRACE_BUFFER_SIZE=2000` (flight-recorder dumps) to get the exact call site."
+        ),
+    }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         detected = t.kinds(K.mismatch_detected)
@@ -95,13 +103,7 @@ class CollectivesDisagreeInLogs(Rule):
             explanation="Collectives are matched by call order on every rank of a group; a rank that skips, adds "
             "or reshapes one leaves the others waiting (or reduces garbage).",
             evidence=quotes(ev),
-            fixes=(
-                "Find the rank-dependent code path at that step (a collective under `if rank == 0`, an early "
-                "`continue`/`break`, an uneven last batch, DDP with unused parameters) and make every rank "
-                "issue the same collectives with the same shapes and dtypes.",
-                "Run once with `TORCH_DISTRIBUTED_DEBUG=DETAIL` (checks every collective's fingerprint) and "
-                "`TORCH_NCCL_TRACE_BUFFER_SIZE=2000` (flight-recorder dumps) to get the exact call site.",
-            ),
+            fixes=self.fixes(),
             dont=("Raising the timeout or setting NCCL_P2P_DISABLE / NCCL_IB_DISABLE cannot fix a program bug.",),
             verify=("`TORCH_DISTRIBUTED_DEBUG=DETAIL` passes the step without a 'Detected mismatch' error.",),
             facts={"involved_ranks": involved},

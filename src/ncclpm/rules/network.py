@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.rules._hosts import ranks_on, where
 from ncclpm.rules._links import failing_pairs, implicated_hosts, link_ends
-from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.rules.rank_crash import RankDiedFirst
 from ncclpm.schema import Category
 
@@ -47,12 +49,6 @@ class NcclTransportError(Rule):
     `node12:4411:4502 [5] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer
     10.0.3.14<41524> with error 12, opcode 0, len 0, vendor err 129 (Recv)` on node12 while node14 (10.0.3.14)
     is the only peer named.
-
-    ## How to fix
-    Check the named hosts' ports (`ibstat`, `ibv_devinfo`, link-down/symbol-error counters with `perfquery`
-    or `ibdiagnet`), drain the host whose port is bad, and run `nccl-tests` `all_reduce_perf` across the two
-    hosts. For interface errors set `NCCL_SOCKET_IFNAME` to the interface that routes between the hosts.
-    `NCCL_IB_TIMEOUT` (e.g. 22) helps only on congested but healthy fabrics.
     """
 
     id = "NW01"
@@ -62,6 +58,21 @@ class NcclTransportError(Rule):
     # Before CR01 in precedence.py: a rank that raised an NCCL network error "crashed" because of the network.
     # When another rank really died first, this rule demotes itself to a symptom instead (see `_crashed_first`).
     explains = ("CT01", "CR01")
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "check_ports": Fix(
+            "Check the ports of {hosts|the named hosts}: `ibstat` / `ibv_devinfo` "
+            "(state, rate), link-down and symbol-error counters (`perfquery`, `ibdiagnet`); drain a host whose "
+            "port flaps and reseat/replace the cable or switch port."
+        ),
+        "nccl_tests": Fix(
+            "Reproduce outside the job with nccl-tests (`all_reduce_perf -b 8 -e 1G`) across the named hosts."
+        ),
+        "interfaces": Fix(
+            "For interface errors pin `NCCL_SOCKET_IFNAME` (and `NCCL_IB_HCA`) to the interfaces that route "
+            "between the hosts; for IB status 12 on a congested but healthy fabric raise `NCCL_IB_TIMEOUT` "
+            "(e.g. 22)."
+        ),
+    }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         # net_class / strength are the kinds' readings (parsers/kinds.toml); strongest kind of line first (an IB
@@ -117,15 +128,7 @@ class NcclTransportError(Rule):
             "process died first, the host common to every failing pair is where the link, port or "
             "interface configuration is bad; every other rank then waits on the collective that crosses it.",
             evidence=quotes(ev),
-            fixes=(
-                f"Check the ports of {', '.join(culprit_hosts) or 'the named hosts'}: `ibstat` / `ibv_devinfo` "
-                "(state, rate), link-down and symbol-error counters (`perfquery`, `ibdiagnet`); drain a host whose "
-                "port flaps and reseat/replace the cable or switch port.",
-                "Reproduce outside the job with nccl-tests (`all_reduce_perf -b 8 -e 1G`) across the named hosts.",
-                "For interface errors pin `NCCL_SOCKET_IFNAME` (and `NCCL_IB_HCA`) to the interfaces that route "
-                "between the hosts; for IB status 12 on a congested but healthy fabric raise `NCCL_IB_TIMEOUT` "
-                "(e.g. 22).",
-            ),
+            fixes=self.fixes(hosts=", ".join(culprit_hosts) or "the named hosts"),
             dont=(
                 "`NCCL_IB_DISABLE=1` only moves the traffic to TCP sockets - an order of magnitude slower - "
                 "and hides the bad link.",

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import tomllib
+from typing import ClassVar
 
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.resources import data_dir
-from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
 XID: dict[str, dict] = tomllib.loads((data_dir("parsers") / "xid_codes.toml").read_text(encoding="utf-8"))["xid"]
@@ -44,11 +45,6 @@ class NvmlDriverFailure(Rule):
     ## Example
     `[rank1]: torch.distributed.DistBackendError: NCCL error ...` followed by
     `nvmlDeviceGetHandleByIndex(0) failed: Unknown Error`.
-
-    ## How to fix
-    Run `nvidia-smi` on the named node; if it fails, drain the node and reboot / reload the driver (driver
-    and user-space library versions must match); check the container runtime exposes the GPUs
-    (`--gpus all`, `NVIDIA_VISIBLE_DEVICES`); look at `dmesg` for Xid errors.
     """
 
     id = "NV01"
@@ -56,6 +52,16 @@ class NvmlDriverFailure(Rule):
     category = Category.NVML_DRIVER_FAILURE
     base_confidence = 0.9
     explains = ("CT01", "CR01")
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "check_driver": Fix(
+            "Run `nvidia-smi` on that node; if it errors, drain the node and reboot or reload the "
+            "driver (driver and user-space library versions must match)."
+        ),
+        "check_container": Fix(
+            "Check the container sees the GPUs (`--gpus all`, `NVIDIA_VISIBLE_DEVICES`, device cgroup)."
+        ),
+        "check_xid": Fix("Check `dmesg | grep -i xid` for GPU faults on that node."),
+    }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         return t.kinds(K.nvml_error, K.xid, K.gpu_lost).sort("ts", "source", "line", nulls_last=True)
@@ -74,12 +80,7 @@ class NvmlDriverFailure(Rule):
             "init or a collective fail on that node and the other ranks then time out."
             + ("".join(f" {x}." for x in xids)),
             evidence=quotes(ev),
-            fixes=(
-                "Run `nvidia-smi` on that node; if it errors, drain the node and reboot or reload the "
-                "driver (driver and user-space library versions must match).",
-                "Check the container sees the GPUs (`--gpus all`, `NVIDIA_VISIBLE_DEVICES`, device cgroup).",
-                "Check `dmesg | grep -i xid` for GPU faults on that node.",
-            ),
+            fixes=self.fixes(),
             dont=(
                 "NCCL_P2P_DISABLE=1 / NCCL_IB_DISABLE=1 do not repair a driver; they only slow every job.",
                 "NCCL_TIMEOUT is read by nothing (neither NCCL nor PyTorch).",

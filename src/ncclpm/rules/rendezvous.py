@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
-from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
-SET_DEVICE = (
-    "Call `torch.cuda.set_device(int(os.environ['LOCAL_RANK']))` before `init_process_group` (or pass "
-    "`device_id=`), and check CUDA_VISIBLE_DEVICES and --nproc_per_node match the GPUs of the node."
-)
+DUPLICATE_GPU = "two ranks were given the same GPU (Duplicate GPU detected)"
 INIT_KINDS = [K.store_timeout, K.store_connect, K.store_bind, K.rendezvous_timeout, K.store_error, K.duplicate_gpu]
 
 
@@ -33,11 +32,6 @@ class ProcessGroupNeverFormed(Rule):
     ## Example
     Rank 0: `Timed out after 11 seconds waiting for clients. 1/2 clients joined.`; rank 1: `The client
     socket has timed out after 10000ms while trying to connect to (127.0.0.1, 39652).`
-
-    ## How to fix
-    Check that every node got the same MASTER_ADDR/MASTER_PORT (or rendezvous endpoint) and that the port is
-    free and reachable (`nc -zv host port`), that the number of processes started equals WORLD_SIZE
-    (`--nnodes` × `--nproc_per_node`), and that all nodes were actually started.
     """
 
     id = "RZ01"
@@ -45,6 +39,25 @@ class ProcessGroupNeverFormed(Rule):
     category = Category.INIT_RENDEZVOUS
     base_confidence = 0.85
     explains = ("CT01", "CR01")
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "set_device": Fix(
+            "Call `torch.cuda.set_device(int(os.environ['LOCAL_RANK']))` before `init_process_group` (or pass "
+            "`device_id=`), and check CUDA_VISIBLE_DEVICES and --nproc_per_node match the GPUs of the node.",
+            when="two ranks were given the same GPU",
+        ),
+        "same_address": Fix(
+            "Give every node the same `MASTER_ADDR`/`MASTER_PORT` (or `--rdzv-endpoint`) and check it is "
+            "reachable from each node: `nc -zv $MASTER_ADDR $MASTER_PORT`."
+        ),
+        "all_started": Fix(
+            "Make the number of processes started equal WORLD_SIZE (`--nnodes` × `--nproc_per_node`); "
+            "make sure every node's launcher actually started."
+        ),
+        "port": Fix(
+            "If the port is in use, pick a free one or let torchrun choose (`--rdzv-backend=c10d "
+            "--rdzv-endpoint=host:0` / `--master-port` unset)."
+        ),
+    }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         return t.kinds(*INIT_KINDS).sort("ts", "source", "line", nulls_last=True)
@@ -53,7 +66,7 @@ class ProcessGroupNeverFormed(Rule):
         dup = ev.filter(pl.col("kind") == K.duplicate_gpu)
         if not dup.is_empty():
             ranks = set(dup["subject_rank"].drop_nulls().to_list()) | {int(p) for p in dup["peer"].drop_nulls()}
-            return tuple(sorted(ranks)), "two ranks were given the same GPU (Duplicate GPU detected)"
+            return tuple(sorted(ranks)), DUPLICATE_GPU
         # The server that cannot listen explains its clients' connect errors: check it first.
         bind = ev.filter(pl.col("kind") == K.store_bind)["rank"].drop_nulls().unique().to_list()
         if not ev.filter(pl.col("kind") == K.store_bind).is_empty():
@@ -82,15 +95,7 @@ class ProcessGroupNeverFormed(Rule):
             explanation="The failure happened before any collective: the processes did not all reach the "
             "rendezvous/TCPStore. This is a launch or network-setup problem, not a training or NCCL bug.",
             evidence=quotes(ev),
-            fixes=(
-                *((SET_DEVICE,) if "same GPU" in how else ()),
-                "Give every node the same `MASTER_ADDR`/`MASTER_PORT` (or `--rdzv-endpoint`) and check it is "
-                "reachable from each node: `nc -zv $MASTER_ADDR $MASTER_PORT`.",
-                "Make the number of processes started equal WORLD_SIZE (`--nnodes` × `--nproc_per_node`); "
-                "make sure every node's launcher actually started.",
-                "If the port is in use, pick a free one or let torchrun choose (`--rdzv-backend=c10d "
-                "--rdzv-endpoint=host:0` / `--master-port` unset).",
-            ),
+            fixes=self.fixes(*(["set_device"] if how == DUPLICATE_GPU else []), "same_address", "all_started", "port"),
             dont=(
                 "No NCCL variable (NCCL_P2P_DISABLE, NCCL_IB_DISABLE, NCCL_SOCKET_IFNAME) affects the "
                 "TCPStore rendezvous that failed here.",

@@ -16,6 +16,7 @@ import stat
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from ncclpm.sources import archives
@@ -24,12 +25,20 @@ HEAD_BYTES = 65536
 MAX_TEXT_BYTES = 16 * 1024**3  # a decompressed .gz log larger than this is refused (gzip bomb)
 
 
+class SourceKind(StrEnum):
+    """What a source is, from its content."""
+
+    TEXT = "text"  # a log
+    FR = "fr"  # a flight-recorder dump (pickle or JSON)
+    ERROR_FILE = "errorfile"  # a torchelastic error file (error.json)
+
+
 @dataclass(frozen=True)
 class Source:
     """One input file: on disk (`path`) or in memory (`data`, from an archive or stdin)."""
 
     name: str
-    kind: str  # "text" | "fr" | "errorfile"
+    kind: SourceKind
     path: Path | None = None
     data: bytes | None = None
 
@@ -49,7 +58,7 @@ class Job:
     sources: list[Source] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
-    def of_kind(self, kind: str) -> list[Source]:
+    def of_kind(self, kind: SourceKind) -> list[Source]:
         return [s for s in self.sources if s.kind == kind]
 
 
@@ -78,17 +87,17 @@ def _looks_like_error_file(name: str, head: bytes) -> bool:
     return name.endswith(".json") and b'"message"' in head[:4096] and b"{" in head[:16]
 
 
-def classify(name: str, head: bytes) -> str | None:
+def classify(name: str, head: bytes) -> SourceKind | None:
     """Kind of a source from its name and first bytes; None = not something ncclpm reads."""
     from ncclpm.ingest.flight_recorder import looks_like_fr_dump
 
     if looks_like_fr_dump(name, head):
-        return "fr"
+        return SourceKind.FR
     if _looks_like_error_file(name, head):
-        return "errorfile"
+        return SourceKind.ERROR_FILE
     if looks_binary(head):
         return None
-    return "text"
+    return SourceKind.TEXT
 
 
 def _add_gzip(path: Path, display: str, job: Job) -> None:
