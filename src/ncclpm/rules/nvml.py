@@ -14,6 +14,8 @@ from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
 XID: dict[str, dict] = tomllib.loads((data_dir("parsers") / "xid_codes.toml").read_text(encoding="utf-8"))["xid"]
+# The kinds this rule reads; how much each line proves on its own is their `strength` reading (kinds.toml).
+GPU_KINDS = [K.nvml_error, K.xid, K.gpu_lost, K.gpu_hw_error, K.gpu_fabric_error]
 
 
 def nccl_bus_id(pci: str) -> str | None:
@@ -35,7 +37,10 @@ class NvmlDriverFailure(Rule):
     ## What it detects
     `nvmlDeviceGetHandleByIndex(0) failed: Unknown Error`, `Failed to initialize NVML: Driver/library version
     mismatch`, `NVML_SUCCESS == r INTERNAL ASSERT FAILED`, `CUDA driver initialization failed`, nvidia-smi's
-    `Unable to determine the device handle`, and kernel `NVRM: Xid` lines.
+    `Unable to determine the device handle`, kernel `NVRM: Xid` lines, GPU hardware faults (`uncorrectable ECC
+    error encountered`), and NVSwitch fabric failures: CUDA error 802 `system not yet initialized`, a failed
+    `nvidia-fabricmanager` service, NCCL's `transport/nvls.cc ... Cuda failure 'invalid argument'` (NVLS buffer
+    setup through the fabric; likely rather than conclusive: a driver too old for the wheel's NCCL does it too).
 
     ## Why it matters
     NCCL queries NVML for topology; when the driver is broken (updated under a running container, GPU fallen
@@ -53,6 +58,17 @@ class NvmlDriverFailure(Rule):
     base_confidence = 0.9
     explains = ("CT01", "CR01")
     FIXES: ClassVar[dict[str, Fix]] = {
+        "fabric": Fix(
+            "NVSwitch systems: `systemctl status nvidia-fabricmanager` must show it active, at exactly the driver's "
+            "version (`nvidia-smi` vs `nv-fabricmanager --version`); after a fabric-manager restart reset the GPUs "
+            "(`nvidia-smi -r`) or reboot the node. `NCCL_NVLS_ENABLE=0` avoids NVLS until then.",
+            when="the NVSwitch fabric failed",
+        ),
+        "ecc": Fix(
+            "An uncorrectable ECC error is a GPU memory fault: drain the node, reset the GPU (`nvidia-smi -r`), check "
+            "`nvidia-smi -q -d ECC` and retired pages, and have the GPU replaced if it recurs.",
+            when="a GPU hardware fault",
+        ),
         "check_driver": Fix(
             "Run `nvidia-smi` on that node; if it errors, drain the node and reboot or reload the "
             "driver (driver and user-space library versions must match)."
@@ -64,7 +80,8 @@ class NvmlDriverFailure(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        return t.kinds(K.nvml_error, K.xid, K.gpu_lost).sort("ts", "source", "line", nulls_last=True)
+        ev = t.kinds(*GPU_KINDS)
+        return ev.sort("strength", "ts", "source", "line", descending=[True, False, False, False], nulls_last=True)
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         culprits = tuple(sorted(set(ev["rank"].drop_nulls().to_list()) | self._ranks_on_gpus(t, ev)))
@@ -73,14 +90,17 @@ class NvmlDriverFailure(Rule):
             f"Xid {x}: {XID[str(x)]['meaning']}" for x in sorted(set(ev["xid"].drop_nulls().to_list())) if str(x) in XID
         ]
         where = ranks_text(culprits) if culprits else (f"host {', '.join(hosts)}" if hosts else "a node")
+        kinds = set(ev["kind"].to_list())
+        extra = [*(["fabric"] if K.gpu_fabric_error in kinds else []), *(["ecc"] if K.gpu_hw_error in kinds else [])]
         return self.finding(
+            confidence=float(ev["strength"].max()),  # type: ignore[arg-type]
             culprit_ranks=culprits,
             summary=f"The GPU driver / NVML failed on {where}: {ev['text'][0].strip()[:160]}",
             explanation="NCCL and PyTorch query NVML for the device; a broken driver makes communicator "
             "init or a collective fail on that node and the other ranks then time out."
             + ("".join(f" {x}." for x in xids)),
             evidence=quotes(ev),
-            fixes=self.fixes(),
+            fixes=self.fixes(*extra, "check_driver", "check_container", "check_xid"),
             dont=(
                 "NCCL_P2P_DISABLE=1 / NCCL_IB_DISABLE=1 do not repair a driver; they only slow every job.",
                 "NCCL_TIMEOUT is read by nothing (neither NCCL nor PyTorch).",

@@ -3,7 +3,7 @@
 Folders are walked recursively without following symlinks (no loops, nothing outside the tree); FIFOs,
 devices and unreadable files are skipped with a warning. Archives are read in memory member by member
 (`archives.py`). Every source is classified by its content: flight-recorder dump, torchelastic error file,
-text log, or binary junk. Nothing is written anywhere.
+stack dump, text log, or binary junk. Nothing is written anywhere.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ class SourceKind(StrEnum):
     TEXT = "text"  # a log
     FR = "fr"  # a flight-recorder dump (pickle or JSON)
     ERROR_FILE = "errorfile"  # a torchelastic error file (error.json)
+    STACK = "stack"  # a stack dump of a hung process (py-spy, gdb, faulthandler)
 
 
 @dataclass(frozen=True)
@@ -90,11 +91,14 @@ def _looks_like_error_file(name: str, head: bytes) -> bool:
 def classify(name: str, head: bytes) -> SourceKind | None:
     """Kind of a source from its name and first bytes; None = not something ncclpm reads."""
     from ncclpm.ingest.flight_recorder import looks_like_fr_dump
+    from ncclpm.ingest.stack_sniff import looks_like_stack_dump
 
     if looks_like_fr_dump(name, head):
         return SourceKind.FR
     if _looks_like_error_file(name, head):
         return SourceKind.ERROR_FILE
+    if looks_like_stack_dump(name, head):
+        return SourceKind.STACK
     if looks_binary(head):
         return None
     return SourceKind.TEXT
