@@ -3,7 +3,8 @@
 Folders are walked recursively without following symlinks (no loops, nothing outside the tree); FIFOs,
 devices and unreadable files are skipped with a warning. Archives are read in memory member by member
 (`archives.py`). Every source is classified by its content: flight-recorder dump, torchelastic error file,
-stack dump, text log, or binary junk. Nothing is written anywhere.
+stack dump, code or configuration (`code.py`: read for settings only, never as evidence), text log, or binary
+junk. Nothing is written anywhere.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from ncclpm.sources import archives
+from ncclpm.sources.code import code_language
 
 HEAD_BYTES = 65536
 MAX_TEXT_BYTES = 16 * 1024**3  # a decompressed .gz log larger than this is refused (gzip bomb)
@@ -32,6 +34,7 @@ class SourceKind(StrEnum):
     FR = "fr"  # a flight-recorder dump (pickle or JSON)
     ERROR_FILE = "errorfile"  # a torchelastic error file (error.json)
     STACK = "stack"  # a stack dump of a hung process (py-spy, gdb, faulthandler)
+    CODE = "code"  # a script or configuration file, read for settings only
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,8 @@ def classify(name: str, head: bytes) -> SourceKind | None:
         return SourceKind.STACK
     if looks_binary(head):
         return None
+    if code_language(name, head, truncated=len(head) >= HEAD_BYTES):
+        return SourceKind.CODE
     return SourceKind.TEXT
 
 
