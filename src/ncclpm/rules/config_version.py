@@ -39,8 +39,9 @@ class VersionsDifferAcrossRanks(Rule):
             "requirements and rebuild the odd node's container."
         ),
         "log_versions": Fix(
-            "Log `torch.__version__`, `torch.cuda.nccl.version()` and `nvidia-smi --query-gpu=driver_version "
-            "--format=csv` on every rank at start-up."
+            "Print the versions on every rank at start-up in a form ncclpm reads: "
+            "`print(f\"torch {torch.__version__} NCCL version {'.'.join(map(str, torch.cuda.nccl.version()))}\")` "
+            "(or run with `NCCL_DEBUG=INFO`, whose banner names the NCCL version)."
         ),
     }
 

@@ -56,7 +56,10 @@ class DataloaderFailure(Rule):
             "`prefetch_factor`, check `dmesg` for `Out of memory: Killed process`.",
             when="a worker was killed by a signal",
         ),
-        "slow_read": Fix("Find the slow read: `py-spy dump --pid <worker pid>` on the stuck rank shows the frame."),
+        "slow_read": Fix(
+            "Find the slow read: `py-spy dump --pid <rank pid> --subprocesses` on the stuck rank shows its workers' "
+            "frames; keep the output beside the logs for ncclpm."
+        ),
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:

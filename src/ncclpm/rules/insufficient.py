@@ -24,7 +24,12 @@ MISSING = {
         "NCCL's own log: `NCCL_DEBUG=INFO` (or `WARN`), `NCCL_DEBUG_FILE=/path/nccl.%h.%p`",
         "no NCCL_DEBUG output in the job",
     ),
-    "stacks": ("stack dumps of the hung ranks: `py-spy dump --pid <pid>` on each rank while it hangs", ""),
+    "stacks": (
+        "stack dumps of the hung ranks while they hang: `py-spy dump --pid <pid>` on each rank (add "
+        "`--subprocesses` for DataLoader workers), or `faulthandler.register(signal.SIGUSR1)` in the script "
+        "and `kill -USR1 <pid>`; keep the files beside the logs",
+        "no stack dumps in the job",
+    ),
 }
 
 
@@ -56,11 +61,12 @@ class InsufficientEvidence(Rule):
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         seen = set(t.ranks["rank"].to_list())
         absent = sorted(known_ranks(t) - seen)
+        no_stacks = not t.has("stacks") or (t.extra["stacks"]["format"] == "fr").all()
         wanted = [
             *(["logs"] if absent else []),
             *(["dumps"] if t.fr is None else []),
             *(["nccl_log"] if not t.nccl_log else []),
-            "stacks",
+            *(["stacks"] if no_stacks else []),
         ]
         missing = [Fix(MISSING[k][0]).render({"ranks": ", ".join(map(str, absent[:16]))}) for k in wanted]
         victims = victim_lines(t)
@@ -73,7 +79,7 @@ class InsufficientEvidence(Rule):
             + "; ".join(missing)
             + ".",
             evidence=quotes(victims, 4),
-            fixes=self.fixes(*wanted, ranks=", ".join(map(str, absent[:16]))),
+            fixes=self.fixes(*wanted, ranks=", ".join(map(str, absent[:16]))) if wanted else (),
             dont=(
                 "Do not set NCCL_P2P_DISABLE=1 / NCCL_IB_DISABLE=1 or an `NCCL_TIMEOUT` (read by nothing) "
                 "without evidence: they hide faults and slow every job.",
