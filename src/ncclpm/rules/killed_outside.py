@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.rules._facts import victim_lines
-from ncclpm.rules.base import Finding, Rule, quotes
+from ncclpm.rules.base import Finding, Fix, Rule, quotes
 from ncclpm.schema import Category
 
 SIGNAL_NAMES = {"15": "SIGTERM (15)", "2": "SIGINT (2)", "9": "SIGKILL (9)", "1": "SIGHUP (1)"}
@@ -43,19 +45,24 @@ class JobKilledFromOutside(Rule):
     `Val: 100%|...| 9/9 [09:26<00:00]` then `W0304 01:00:36 ... api.py:725] Received Signals.SIGTERM death signal,
     shutting down workers` and four `Sending process ... closing signal SIGTERM`.
 
-    ## How to fix
-    Find the sender: `dmesg -T | grep -i -E 'killed process|out of memory'` and `journalctl -k` on the node (host
-    OOM), the scheduler's record (`sacct -j JOB -o State,ExitCode,Reason`, Kubernetes events: OOMKilled,
-    preemption). For host-memory kills during a checkpoint, save sharded (`torch.distributed.checkpoint`,
-    DeepSpeed's ZeRO checkpoint) instead of gathering the full state dict on one host.
     """
 
     id = "EX01"
     name = "job-killed-from-outside"
     category = Category.RANK_CRASH
     base_confidence = 0.55
-    priority = 40
     explains = ("CT01",)
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "find_sender": Fix(
+            "On the node: `dmesg -T | grep -i -E 'killed process|out of memory'` (host OOM); the scheduler's "
+            "record for the job (`sacct -j JOB -o State,ExitCode,Reason`, Kubernetes pod events)."
+        ),
+        "shard_checkpoint": Fix(
+            "If host memory ran out at a checkpoint or evaluation step: save sharded (`torch.distributed.checkpoint`, "
+            "ZeRO checkpoints) rather than a full state dict gathered on one host, and lower DataLoader workers / "
+            "pinned buffers."
+        ),
+    }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         killed = t.kinds(K.agent_killed).sort("ts", "source", "line", nulls_last=True)
@@ -91,13 +98,7 @@ class JobKilledFromOutside(Rule):
             "are collateral. No rank failed first, so the sender is outside the job: the host's OOM handling (CPU "
             "memory, often at a checkpoint save or evaluation), the scheduler, or a user.",
             evidence=quotes(last, 1) + quotes(ev, 2) + quotes(oom, 2) + quotes(victim_lines(t), 2),
-            fixes=(
-                "On the node: `dmesg -T | grep -i -E 'killed process|out of memory'` (host OOM); the scheduler's "
-                "record for the job (`sacct -j JOB -o State,ExitCode,Reason`, Kubernetes pod events).",
-                "If host memory ran out at a checkpoint or evaluation step: save sharded "
-                "(`torch.distributed.checkpoint`, ZeRO checkpoints) rather than a full state dict gathered on one "
-                "host, and lower DataLoader workers / pinned buffers.",
-            ),
+            fixes=self.fixes(),
             dont=("Do not debug NCCL or the network: no collective failed.",),
             verify=("The node's kernel log or the scheduler names who sent the signal.",),
         )

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
-from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
 MAIN_PROCESS = 0
@@ -32,18 +34,20 @@ class MainProcessFirstOutlastedTimeout(Rule):
     Several ranks' tracebacks end in `with training_args.main_process_first(desc="dataset map tokenization"):`;
     torchrun's summary: `rank : 1 (local_rank: 1)`, `exitcode : 1`.
 
-    ## How to fix
-    Preprocess the dataset once before the distributed run (or in a separate job) and load it from the cache;
-    or raise the timeout that applies: Trainer's `ddp_timeout` (seconds), accelerate's
-    `InitProcessGroupKwargs(timeout=...)`, `init_process_group(timeout=...)`.
     """
 
     id = "MP01"
     name = "main-process-first-outlasted-timeout"
     category = Category.SLOW_RANK_WORK
     base_confidence = 0.65
-    priority = 55
     explains = ("CT01", "CR01")
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "preprocess_once": Fix("Preprocess the dataset once outside the distributed run and load the cached result."),
+        "raise_timeout": Fix(
+            "Or raise the timeout that applies: Trainer's `ddp_timeout` (seconds; default 1800), accelerate's "
+            "`InitProcessGroupKwargs(timeout=timedelta(hours=2))`, `init_process_group(timeout=...)`."
+        ),
+    }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         sections = t.kinds(K.main_first_wait)
@@ -67,11 +71,7 @@ class MainProcessFirstOutlastedTimeout(Rule):
             explanation="Inside `main_process_first()` the main process works alone while the other ranks wait in "
             "a barrier; if the work outlasts the timeout, the waiting ranks fail. Their errors are symptoms.",
             evidence=quotes(ev, 3),
-            fixes=(
-                "Preprocess the dataset once outside the distributed run and load the cached result.",
-                "Or raise the timeout that applies: Trainer's `ddp_timeout` (seconds; default 1800), accelerate's "
-                "`InitProcessGroupKwargs(timeout=timedelta(hours=2))`, `init_process_group(timeout=...)`.",
-            ),
+            fixes=self.fixes(),
             dont=("`NCCL_TIMEOUT` is read by nothing; `NCCL_BLOCKING_WAIT` does not lengthen the wait.",),
             verify=("The main process's log shows the section's work finishing after the others' failure time.",),
             facts={"victim_ranks": waiting},
