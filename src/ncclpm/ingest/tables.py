@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from ncclpm.ingest.bounds import bound
 from ncclpm.ingest.catalog import Catalog
 from ncclpm.ingest.errorfiles import read_error_files
 from ncclpm.ingest.extract import extract_events, lines_table, parse_lines
@@ -86,9 +87,11 @@ def build_tables(job: Job, catalog: Catalog) -> Tables:
     warnings = list(job.warnings)
     kept = read_kept_lines(job.of_kind("text"), catalog.anchors, warnings)
     parsed = parse_lines(kept, catalog)
+    parsed = bound(parsed, warnings)
     events = pl.concat(
         [extract_events(parsed, catalog), read_error_files(job.of_kind("errorfile"), warnings)], how="vertical"
     ).cast(EVENTS_SCHEMA)  # type: ignore[arg-type]
+    events = bound(events, warnings)
     comms = nccl_comms(events)
     process_ranks = rank_map(comms)
     events = fill_ranks(events, process_ranks)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import polars as pl
 
+from ncclpm.clamp import MAX_RANK
 from ncclpm.ingest.tables import Tables
 from ncclpm.rules._facts import timeouts, victim_ranks
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
+CALL = ("op", "seq", "numel_in")
 _OWN_FP = r"Rank (?<who>\d+) is running collective: CollectiveFingerPrint\((?<fp>[^)]*\)[^)]*)\)"
 
 
@@ -68,14 +70,16 @@ class CollectivesDisagreeInLogs(Rule):
             .filter(pl.col("who").is_not_null())
         )
         if not fps.is_empty():
-            votes = fps.select(pl.col("who").cast(pl.Int32).alias("rank"), "fp").unique()
+            rank = pl.col("who").cast(pl.Int64, strict=False)
+            votes = fps.select(rank.alias("rank"), "fp").filter(pl.col("rank").is_between(0, MAX_RANK)).unique()
             aspects = ev["detail"].drop_nulls()
             return minority(votes, "fp"), (aspects[0] if aspects.len() else "the collective fingerprints differ")
         to = ev.filter(pl.col("kind") == "collective_timeout")
         if not to.is_empty():
-            votes = to.select("rank", pl.format("{} #{} numel {}", "op", "seq", "numel_in").alias("call")).unique()
+            call = pl.format("{} #{} numel {}", *(pl.col(c).cast(pl.String).fill_null("?") for c in CALL))
+            votes = to.select("rank", call.alias("call")).unique().sort("rank", "call")
             return minority(votes, "call"), "the timed-out collectives differ: " + ", ".join(
-                f"rank {r}: {c}" for r, c in sorted(votes.iter_rows())
+                f"rank {r}: {c}" for r, c in votes.iter_rows()
             )
         # gloo's size check names no peer: the aborting rank and the ranks that lost it are all involved.
         ranks = tuple(sorted(set(ev["rank"].drop_nulls().to_list()) | victim_ranks(t)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from ncclpm.clamp import MAX_LISTED_RANKS
 from ncclpm.ingest.tables import Tables
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
 from ncclpm.schema import Category
@@ -62,11 +63,13 @@ class ProcessGroupNeverFormed(Rule):
         if connect:
             return tuple(sorted(connect)), "could not reach the store (MASTER_ADDR/MASTER_PORT)"
         joined = ev.filter(pl.col("event") == "store.clients_timeout")
-        if not joined.is_empty():
-            expected = int(joined["expected"].max())
+        expected, arrived = joined["expected"].max(), joined["nranks"].min()
+        if not joined.is_empty() and expected is not None:
             seen = set(t.ranks["rank"].to_list())
-            missing = tuple(r for r in range(expected) if r not in seen)
-            return missing, f"only {int(joined['nranks'].min())} of {expected} processes joined"
+            # a count from a log: the missing ranks are listed only when there are few enough to list
+            missing = tuple(r for r in range(int(expected)) if r not in seen) if expected <= MAX_LISTED_RANKS else ()
+            got = "some" if arrived is None else str(int(arrived))
+            return missing, f"only {got} of {int(expected)} processes joined"
         if not ev.filter(pl.col("kind") == "store_error").is_empty():
             return (0,), "ranks could not fetch the NCCL unique id from rank 0 through the store"
         return (), "the rendezvous never completed"

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import polars as pl
 
+from ncclpm.clamp import duration_text
 from ncclpm.ingest.tables import Tables
 from ncclpm.rules._facts import known_ranks, late_timeouts, timeouts, victim_lines, victim_ranks
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
@@ -119,7 +118,7 @@ class RankBusyOutsideCollectives(Rule):
         wait = "at a barrier" if in_barrier else "in a collective"
         victims = sorted(victim_ranks(t) - set(culprits))
         timeout_ms = to["timeout_ms"].drop_nulls().max() if not to.is_empty() else None
-        limit = f" (timeout {timedelta(milliseconds=int(timeout_ms))})" if timeout_ms else ""
+        limit = f" (timeout {duration_text(timeout_ms)})" if timeout_ms else ""
         return self.finding(
             confidence=conf,
             culprit_ranks=culprits,

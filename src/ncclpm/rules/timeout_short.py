@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import polars as pl
 
+from ncclpm.clamp import duration_text
 from ncclpm.ingest.tables import Tables
 from ncclpm.rules._facts import known_ranks, late_timeouts, timeouts
 from ncclpm.rules.base import Finding, Rule, quotes
@@ -57,7 +56,7 @@ class AllRanksTimedOutTogether(Rule):
         row = ev.row(0, named=True)
         conf = self.base_confidence + (0.15 if timeout_ms and timeout_ms < DEFAULT_NCCL_TIMEOUT_MS else 0.0)
         conf += 0.05 if (row["seq"] or 0) <= 2 else 0.0
-        limit = timedelta(milliseconds=timeout_ms)
+        limit = duration_text(timeout_ms)
         return self.finding(
             confidence=conf,
             culprit_ranks=(),
