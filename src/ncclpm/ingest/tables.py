@@ -3,7 +3,9 @@
 Tables (schemas in `schema.py`): `lines` (prefiltered, envelope resolved), `events` (typed catalog
 matches + torchelastic error files), `tracebacks`, `elastic` (torchrun failure summary entries), `ranks`
 (one row per rank: what it last did, whether and where it timed out, its first error, how it exited), and,
-when the job holds flight-recorder dumps, `fr` (loaded dumps) and `fr_analysis` (cross-rank matching).
+when the job holds flight-recorder dumps, `fr` (loaded dumps) and `fr_analysis` (cross-rank matching); in
+`extra`: `stacks` (every frame of every stack dump, `ingest/stacks.py`), NCCL communicators and warnings,
+settings.
 """
 
 from __future__ import annotations
@@ -22,12 +24,20 @@ from ncclpm.ingest.multiline import parse_elastic_summaries, stitch_tracebacks
 from ncclpm.ingest.nccl import fill_line_ranks, fill_ranks, nccl_comms, nccl_warnings, rank_map
 from ncclpm.ingest.ranks import build_ranks, world_size, world_size_is_declared
 from ncclpm.ingest.settings import settings_table
+from ncclpm.ingest.stacks import build_stacks, pid_rank_map
+from ncclpm.kinds import K
 from ncclpm.schema import EVENTS_SCHEMA
 from ncclpm.sources.discover import Job
 
 if TYPE_CHECKING:
     from ncclpm.analysis.fr_match import FRAnalysis
     from ncclpm.ingest.flight_recorder import FRLoad
+
+# Derived tables in `Tables.extra`, and every name a rule may list in `needs` (checked when a rule is defined).
+EXTRA_TABLES = ("nccl_comms", "nccl_warnings", "settings", "stacks")
+TABLE_NAMES = frozenset(
+    {"lines", "events", "tracebacks", "elastic", "ranks", "fr_entries", "fr_analysis", *EXTRA_TABLES}
+)
 
 
 @dataclass(frozen=True)
@@ -58,8 +68,8 @@ class Tables:
         return isinstance(frame, pl.DataFrame) and not frame.is_empty()
 
     def kinds(self, *kinds: str) -> pl.DataFrame:
-        """Events of the given kinds."""
-        return self.events.filter(pl.col("kind").is_in(list(kinds)))
+        """Events of the given kinds (declared kinds only: a misspelt one raises `UnknownKind`)."""
+        return self.events.filter(pl.col("kind").is_in(list(K.check(*kinds, where="Tables.kinds"))))
 
 
 def _read_dumps(job: Job, warnings: list[str]) -> tuple[FRLoad | None, FRAnalysis | None]:
@@ -98,8 +108,9 @@ def build_tables(job: Job, catalog: Catalog) -> Tables:
     lines = fill_line_ranks(lines_table(parsed), process_ranks)
     elastic = parse_elastic_summaries(parsed)
     fr, fr_analysis = _read_dumps(job, warnings)
+    stacks = build_stacks(job, lines, pid_rank_map(lines, events, elastic, process_ranks), fr, warnings)
     if not job.sources:
-        warnings.append("no readable log, error file or flight-recorder dump found")
+        warnings.append("no readable log, error file, flight-recorder or stack dump found")
     return Tables(
         job_name=job.name,
         lines=lines,
@@ -113,5 +124,5 @@ def build_tables(job: Job, catalog: Catalog) -> Tables:
         warnings=tuple(warnings),
         fr=fr,
         fr_analysis=fr_analysis,
-        extra={"nccl_comms": comms, "nccl_warnings": nccl_warnings(events), "settings": settings_table(events)},
+        extra=dict(zip(EXTRA_TABLES, (comms, nccl_warnings(events), settings_table(events), stacks), strict=True)),
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ncclpm.rules.base import Rule
+from ncclpm.rules.base import Rule, RuleError
 from ncclpm.rules.config_version import VersionsDifferAcrossRanks
 from ncclpm.rules.cuda_oom import CudaOutOfMemory
 from ncclpm.rules.dataloader import DataloaderFailure
@@ -17,6 +17,7 @@ from ncclpm.rules.rendezvous import ProcessGroupNeverFormed
 from ncclpm.rules.scheduler import JobCancelledByScheduler
 from ncclpm.rules.shm_topology import ShmOrP2pFailure
 from ncclpm.rules.slow_rank import RankBusyOutsideCollectives
+from ncclpm.rules.stacks import StacksOddRankOut
 from ncclpm.rules.timeout_short import AllRanksTimedOutTogether
 from ncclpm.rules.timeout_symptom import CollectiveTimeoutSymptom
 
@@ -36,8 +37,26 @@ ALL_RULES: tuple[type[Rule], ...] = (
     ShmOrP2pFailure,
     VersionsDifferAcrossRanks,
     JobCancelledByScheduler,
+    StacksOddRankOut,
     InsufficientEvidence,
 )
+
+
+def check_registry(rules: tuple[type[Rule], ...]) -> None:
+    """Ids and names are unique and every `explains` id is a registered rule (else `RuleError` at import)."""
+    for attr in ("id", "name"):
+        values = [getattr(r, attr) for r in rules]
+        dupes = sorted({v for v in values if values.count(v) > 1})
+        if dupes:
+            raise RuleError(f"rule {attr}s registered twice: {dupes}")
+    ids = {r.id for r in rules}
+    for rule in rules:
+        unknown = sorted(set(rule.explains) - ids)
+        if unknown:
+            raise RuleError(f"{rule.id} ({rule.__module__}): `explains` names unknown rule ids {unknown}")
+
+
+check_registry(ALL_RULES)
 
 
 def by_id(rule_id: str) -> type[Rule]:
