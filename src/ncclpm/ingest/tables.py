@@ -72,28 +72,23 @@ class Tables:
         return self.events.filter(pl.col("kind").is_in(list(K.check(*kinds, where="Tables.kinds"))))
 
 
-def _read_dumps(job: Job, warnings: list[str]) -> tuple[FRLoad | None, FRAnalysis | None]:
+def _read_dumps(job: Job, warnings: list[str], columns: str) -> tuple[FRLoad | None, FRAnalysis | None]:
     dumps = job.of_kind("fr")
     if not dumps:
         return None, None
     from ncclpm.analysis.fr_match import analyze_fr
     from ncclpm.ingest.flight_recorder import load_fr_dumps
 
-    items = []
-    for src in dumps:
-        try:
-            items.append((src.name, src.read_bytes()))
-        except (OSError, ValueError) as exc:
-            warnings.append(f"{src.name}: flight-recorder dump unreadable ({exc}) - skipped")
-    fr = load_fr_dumps(items)
+    # each dump's bytes are read when the loader gets to it (one dump in memory at a time)
+    fr = load_fr_dumps([(src.name, src.read_bytes) for src in dumps], columns=columns)
     warnings.extend(fr.warnings)
     if fr.entries.is_empty():
         return fr, None
     return fr, analyze_fr(fr)
 
 
-def build_tables(job: Job, catalog: Catalog) -> Tables:
-    """Read every source of the job once and build all tables."""
+def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") -> Tables:
+    """Read every source of the job once and build all tables (`fr_columns`: see `load_fr_dumps`)."""
     warnings = list(job.warnings)
     kept = read_kept_lines(job.of_kind("text"), catalog.anchors, warnings)
     parsed = parse_lines(kept, catalog)
@@ -107,7 +102,7 @@ def build_tables(job: Job, catalog: Catalog) -> Tables:
     events = fill_ranks(events, process_ranks)
     lines = fill_line_ranks(lines_table(parsed), process_ranks)
     elastic = parse_elastic_summaries(parsed)
-    fr, fr_analysis = _read_dumps(job, warnings)
+    fr, fr_analysis = _read_dumps(job, warnings, fr_columns)
     stacks = build_stacks(job, lines, pid_rank_map(lines, events, elastic, process_ranks), fr, warnings)
     if not job.sources:
         warnings.append("no readable log, error file, flight-recorder or stack dump found")
