@@ -3,7 +3,8 @@
 Folders are walked recursively without following symlinks (no loops, nothing outside the tree); FIFOs,
 devices and unreadable files are skipped with a warning. Archives are read in memory member by member
 (`archives.py`). Every source is classified by its content: flight-recorder dump, torchelastic error file,
-stack dump, text log, or binary junk. Nothing is written anywhere.
+stack dump, code or configuration (`code.py`: read for settings only, never as evidence), text log, or binary
+junk. Nothing is written anywhere.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from ncclpm.escape import clean_name
 from ncclpm.sources import archives
+from ncclpm.sources.code import code_language
 from ncclpm.sources.names import unique_names
 
 HEAD_BYTES = 65536
@@ -31,7 +33,7 @@ class Source:
     """One input file: on disk (`path`) or in memory (`data`, from an archive or stdin)."""
 
     name: str
-    kind: str  # "text" | "fr" | "errorfile" | "stack"
+    kind: str  # "text" | "fr" | "errorfile" | "stack" | "code"
     path: Path | None = None
     data: bytes | None = None
 
@@ -105,6 +107,8 @@ def classify(name: str, head: bytes) -> str | None:
         return "stack"
     if looks_binary(head):
         return None
+    if code_language(name, head, truncated=len(head) >= HEAD_BYTES):
+        return "code"
     return "text"
 
 
