@@ -24,6 +24,7 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager, suppress
 from typing import Any
 
+from ncclpm.schema import Category
 from ncclpm.triage.jobs import JobRef
 from ncclpm.triage.signature import signature
 from ncclpm.triage.worker import empty_row, triage_job
@@ -42,7 +43,7 @@ class Interrupted(Exception):
 
 
 def _error_row(job: JobRef, message: str) -> Row:
-    return empty_row(job.name) | {"category": "unknown", "error": message, "signature": signature(message)}
+    return empty_row(job.name) | {"category": str(Category.UNKNOWN), "error": message, "signature": signature(message)}
 
 
 @contextmanager
