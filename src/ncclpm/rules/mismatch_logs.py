@@ -13,6 +13,7 @@ from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
 
+
 def minority(votes: pl.DataFrame, key: str) -> tuple[int, ...]:
     """Ranks whose `key` value is held by fewer ranks than the most common one (all ranks on a tie)."""
     counts = votes.group_by(key).agg(pl.col("rank").unique().alias("ranks"), pl.col("rank").n_unique().alias("n"))
@@ -86,9 +87,10 @@ class CollectivesDisagreeInLogs(Rule):
         to = ev.filter(pl.col("kind") == K.collective_timeout)
         if not to.is_empty():
             numel = pl.format(" numel {}", "numel_in").fill_null("")  # older wordings print no size
-            votes = to.select("rank", pl.concat_str(pl.format("{} #{}", "op", "seq"), numel).alias("call")).unique()
+            call = pl.concat_str(pl.format("{} #{}", "op", "seq"), numel)
+            votes = to.select("rank", call.alias("call")).unique().sort("rank", "call")
             return minority(votes, "call"), "the timed-out collectives differ: " + ", ".join(
-                f"rank {r}: {c}" for r, c in sorted(votes.iter_rows())
+                f"rank {r}: {c}" for r, c in votes.iter_rows()
             )
         # gloo's size check names no peer: the aborting rank and the ranks that lost it are all involved.
         ranks = tuple(sorted(set(ev["rank"].drop_nulls().to_list()) | victim_ranks(t)))
