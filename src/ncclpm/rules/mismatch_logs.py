@@ -13,7 +13,6 @@ from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
 
-
 def minority(votes: pl.DataFrame, key: str) -> tuple[int, ...]:
     """Ranks whose `key` value is held by fewer ranks than the most common one (all ranks on a tie)."""
     counts = votes.group_by(key).agg(pl.col("rank").unique().alias("ranks"), pl.col("rank").n_unique().alias("n"))
