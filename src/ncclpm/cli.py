@@ -18,10 +18,10 @@ import click
 
 from ncclpm import __version__
 from ncclpm.render import RENDERERS, render
-from ncclpm.rules.base import band
+from ncclpm.schema import Band, Category
 
 EXIT_OK, EXIT_FAIL_ON, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
-BANDS = ("possible", "likely", "conclusive")
+BANDS = tuple(str(b) for b in Band)
 
 
 def _write(text: str, output: Path | None, force: bool) -> None:
@@ -125,18 +125,20 @@ def diagnose(
         _write(render(d, fmt), output, force)
         sys.exit(EXIT_INPUT)
     _write(render(d, fmt), output, force)
-    if fail_on and d.category not in ("unknown",) and BANDS.index(band(d.confidence)) >= BANDS.index(fail_on):
+    if fail_on and d.category != Category.UNKNOWN and d.band.rank >= Band(fail_on).rank:
         sys.exit(EXIT_FAIL_ON)
 
 
 @main.command("rules")
 def list_rules() -> None:
-    """List the rules."""
-    from ncclpm.rules import ALL_RULES
+    """List the rules in precedence order: within a confidence band, an earlier rule wins over a later one."""
+    from ncclpm.precedence import PRECEDENCE
+    from ncclpm.rules import by_id
 
-    for r in ALL_RULES:
+    for place, (rule_id, why) in enumerate(PRECEDENCE, 1):
+        r = by_id(rule_id)
         title = " ".join(r.doc().split("\n\n")[0].split())
-        click.echo(f"{r.id}  {r.name:<34} {r.category!s:<22} {title}")
+        click.echo(f"{r.id}  {r.name:<34} {r.category!s:<22} {title}\n      precedence {place}: {why}")
 
 
 @main.command()

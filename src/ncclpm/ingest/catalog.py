@@ -157,12 +157,31 @@ def _envelope(raw: dict, origin: str) -> Envelope:
     return env_mod.parse_envelope(raw, origin, _check_regex, CatalogError, _examples(raw, "example"))
 
 
+_PY_TYPES = {pl.String: str, pl.Float64: (int, float), pl.Int64: int, pl.Boolean: bool}
+
+
+def _check_readings(decl: KindDecl) -> None:
+    where = f"{decl.origin}: kind {decl.name!r} reading"
+    for r in decl.readings:
+        if r.when is not None:
+            _check_regex(r.when, where)
+        for attr, value in r.set.items():
+            if attr not in EVENT_FIELDS:
+                raise CatalogError(f"{where}: {attr!r} is not an events column (see schema.EVENT_FIELDS)")
+            expected = _PY_TYPES[type(EVENT_FIELDS[attr])]
+            if not isinstance(value, expected) or (isinstance(value, bool) and expected is not bool):
+                raise CatalogError(f"{where}: {attr} = {value!r} is not a {EVENT_FIELDS[attr]}")
+
+
 def _kinds(dirs: tuple[Path, ...]) -> dict[str, KindDecl]:
     """Every kinds.toml of the shipped and user directories, merged (a name declared twice is an error)."""
     try:
-        return merge_kinds([d for directory in dirs if (p := directory / KINDS_FILE).is_file() for d in load_kinds(p)])
+        kinds = merge_kinds([d for directory in dirs if (p := directory / KINDS_FILE).is_file() for d in load_kinds(p)])
     except KindError as exc:
         raise CatalogError(str(exc)) from exc
+    for decl in kinds.values():
+        _check_readings(decl)
+    return kinds
 
 
 def load_catalog(extra_dirs: tuple[Path, ...] = ()) -> Catalog:

@@ -17,6 +17,7 @@ import stat
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from ncclpm.sources import archives
@@ -26,12 +27,22 @@ HEAD_BYTES = 65536
 MAX_TEXT_BYTES = 16 * 1024**3  # a decompressed .gz log larger than this is refused (gzip bomb)
 
 
+class SourceKind(StrEnum):
+    """What a source is, from its content."""
+
+    TEXT = "text"  # a log
+    FR = "fr"  # a flight-recorder dump (pickle or JSON)
+    ERROR_FILE = "errorfile"  # a torchelastic error file (error.json)
+    STACK = "stack"  # a stack dump of a hung process (py-spy, gdb, faulthandler)
+    CODE = "code"  # a script or configuration file, read for settings only
+
+
 @dataclass(frozen=True)
 class Source:
     """One input file: on disk (`path`) or in memory (`data`, from an archive or stdin)."""
 
     name: str
-    kind: str  # "text" | "fr" | "errorfile" | "stack" | "code"
+    kind: SourceKind
     path: Path | None = None
     data: bytes | None = None
 
@@ -51,7 +62,7 @@ class Job:
     sources: list[Source] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
-    def of_kind(self, kind: str) -> list[Source]:
+    def of_kind(self, kind: SourceKind) -> list[Source]:
         return [s for s in self.sources if s.kind == kind]
 
 
@@ -80,22 +91,22 @@ def _looks_like_error_file(name: str, head: bytes) -> bool:
     return name.endswith(".json") and b'"message"' in head[:4096] and b"{" in head[:16]
 
 
-def classify(name: str, head: bytes) -> str | None:
+def classify(name: str, head: bytes) -> SourceKind | None:
     """Kind of a source from its name and first bytes; None = not something ncclpm reads."""
     from ncclpm.ingest.flight_recorder import looks_like_fr_dump
     from ncclpm.ingest.stack_sniff import looks_like_stack_dump
 
     if looks_like_fr_dump(name, head):
-        return "fr"
+        return SourceKind.FR
     if _looks_like_error_file(name, head):
-        return "errorfile"
+        return SourceKind.ERROR_FILE
     if looks_like_stack_dump(name, head):
-        return "stack"
+        return SourceKind.STACK
     if looks_binary(head):
         return None
     if code_language(name, head, truncated=len(head) >= HEAD_BYTES):
-        return "code"
-    return "text"
+        return SourceKind.CODE
+    return SourceKind.TEXT
 
 
 def _add_gzip(path: Path, display: str, job: Job) -> None:

@@ -19,6 +19,7 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from typing import Any
 
+from ncclpm.schema import Category
 from ncclpm.triage.jobs import JobRef
 from ncclpm.triage.signature import signature
 from ncclpm.triage.worker import empty_row, triage_job
@@ -29,7 +30,7 @@ MAX_ROUNDS = 8
 
 
 def _error_row(job: JobRef, message: str) -> Row:
-    return empty_row(job.name) | {"category": "unknown", "error": message, "signature": signature(message)}
+    return empty_row(job.name) | {"category": str(Category.UNKNOWN), "error": message, "signature": signature(message)}
 
 
 @contextmanager
