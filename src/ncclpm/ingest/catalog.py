@@ -195,13 +195,18 @@ def load_catalog(extra_dirs: tuple[Path, ...] = ()) -> Catalog:
         for path in sorted(directory.glob("*.toml")):
             try:
                 doc = tomllib.loads(path.read_text(encoding="utf-8"))
-            except tomllib.TOMLDecodeError as exc:
+            except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as exc:
                 raise CatalogError(f"{path.name}: invalid TOML: {exc}") from exc
             if "kind" in doc and path.name != KINDS_FILE:
                 raise CatalogError(f"{path.name}: [[kind]] entries belong in {KINDS_FILE}")
-            envelopes += [_envelope(e, path.name) for e in doc.get("envelope", [])]
-            patterns += [_pattern(p, path.name, kinds) for p in doc.get("pattern", [])]
-            keep += doc.get("prefilter", {}).get("keep", [])
+            try:
+                envelopes += [_envelope(e, path.name) for e in doc.get("envelope", [])]
+                patterns += [_pattern(p, path.name, kinds) for p in doc.get("pattern", [])]
+                keep += [str(k) for k in doc.get("prefilter", {}).get("keep", [])]
+            except (KeyError, TypeError, AttributeError, ValueError) as exc:  # a table where a list was due...
+                if isinstance(exc, CatalogError):
+                    raise
+                raise CatalogError(f"{path.name}: malformed catalog entry ({type(exc).__name__}: {exc})") from exc
     ids = [p.id for p in patterns] + [e.id for e in envelopes]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from ncclpm.ingest.bounds import bound
 from ncclpm.ingest.catalog import Catalog
 from ncclpm.ingest.code_settings import code_settings_table
 from ncclpm.ingest.errorfiles import read_error_files
@@ -103,8 +104,10 @@ def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") ->
     warnings = list(job.warnings)
     kept = read_kept_lines(job.of_kind(SourceKind.TEXT), catalog.anchors, warnings)
     parsed = parse_lines(kept, catalog)
+    parsed = bound(parsed, warnings)
     error_files = apply_readings(read_error_files(job.of_kind(SourceKind.ERROR_FILE), warnings), catalog.kinds)
     events = pl.concat([extract_events(parsed, catalog), error_files], how="vertical").cast(EVENTS_SCHEMA)  # type: ignore[arg-type]
+    events = bound(events, warnings)
     comms = nccl_comms(events)
     process_ranks = rank_map(comms)
     events = fill_ranks(events, process_ranks)

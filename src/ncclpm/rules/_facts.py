@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from ncclpm.clamp import MAX_LISTED_RANKS
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 
@@ -55,8 +56,10 @@ def first_symptom_ts(t: Tables):
 
 
 def known_ranks(t: Tables) -> set[int]:
-    ranks = set(t.ranks["rank"].to_list())
-    if t.world_size:
+    """Ranks seen in the job, plus every rank below the world size when there are at most MAX_LISTED_RANKS:
+    a world size is a number from a log, and `WORLD_SIZE=999999999` must not become a billion-element set."""
+    ranks = set(t.ranks["rank"].drop_nulls().to_list())
+    if t.world_size and t.world_size <= MAX_LISTED_RANKS:
         ranks |= set(range(t.world_size))
     return ranks
 

@@ -12,6 +12,8 @@ from ncclpm.rules._facts import timeouts, victim_ranks
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
+CALL = ("op", "seq", "numel_in")
+
 
 def minority(votes: pl.DataFrame, key: str) -> tuple[int, ...]:
     """Ranks whose `key` value is held by fewer ranks than the most common one (all ranks on a tie)."""
@@ -76,9 +78,10 @@ class CollectivesDisagreeInLogs(Rule):
             return minority(votes, "fp"), (aspects[0] if aspects.len() else "the collective fingerprints differ")
         to = ev.filter(pl.col("kind") == K.collective_timeout)
         if not to.is_empty():
-            votes = to.select("rank", pl.format("{} #{} numel {}", "op", "seq", "numel_in").alias("call")).unique()
+            call = pl.format("{} #{} numel {}", *(pl.col(c).cast(pl.String).fill_null("?") for c in CALL))
+            votes = to.select("rank", call.alias("call")).unique().sort("rank", "call")
             return minority(votes, "call"), "the timed-out collectives differ: " + ", ".join(
-                f"rank {r}: {c}" for r, c in sorted(votes.iter_rows())
+                f"rank {r}: {c}" for r, c in votes.iter_rows()
             )
         # gloo's size check names no peer: the aborting rank and the ranks that lost it are all involved.
         ranks = tuple(sorted(set(ev["rank"].drop_nulls().to_list()) | victim_ranks(t)))

@@ -6,6 +6,7 @@ from typing import ClassVar
 
 import polars as pl
 
+from ncclpm.clamp import MAX_LISTED_RANKS
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
@@ -70,11 +71,13 @@ class ProcessGroupNeverFormed(Rule):
         if connect:
             return tuple(sorted(connect)), "could not reach the store (MASTER_ADDR/MASTER_PORT)"
         joined = ev.filter((pl.col("kind") == K.store_timeout) & pl.col("expected").is_not_null())
-        if not joined.is_empty():
-            expected = int(joined["expected"].max())
+        expected, arrived = joined["expected"].max(), joined["nranks"].min()
+        if not joined.is_empty() and expected is not None:
             seen = set(t.ranks["rank"].to_list())
-            missing = tuple(r for r in range(expected) if r not in seen)
-            return missing, f"only {int(joined['nranks'].min())} of {expected} processes joined"
+            # a count from a log: the missing ranks are listed only when there are few enough to list
+            missing = tuple(r for r in range(int(expected)) if r not in seen) if expected <= MAX_LISTED_RANKS else ()
+            got = "some" if arrived is None else str(int(arrived))
+            return missing, f"only {got} of {int(expected)} processes joined"
         return (), "the rendezvous never completed"
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import ClassVar
 
 import polars as pl
 
+from ncclpm.clamp import duration_text
 from ncclpm.ingest.code_verdicts import timeout_origin
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
@@ -127,7 +127,7 @@ class RankBusyOutsideCollectives(Rule):
         victims = sorted(victim_ranks(t) - set(culprits))
         origin = timeout_origin(t, int(timeout_ms) if timeout_ms else None)
         origin = f", {origin}" if origin else ""
-        limit = f" (timeout {timedelta(milliseconds=int(timeout_ms))}{origin})" if timeout_ms else ""
+        limit = f" (timeout {duration_text(timeout_ms)}{origin})" if timeout_ms else ""
         who = (
             ranks_text(culprits).capitalize()
             if culprits

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import ClassVar
 
 import polars as pl
 
+from ncclpm.clamp import duration_text
 from ncclpm.ingest.code_verdicts import timeout_origin
 from ncclpm.ingest.tables import Tables
 from ncclpm.rules._facts import known_ranks, late_timeouts, timeouts
@@ -63,7 +63,7 @@ class AllRanksTimedOutTogether(Rule):
         row = ev.row(0, named=True)
         conf = self.base_confidence + (0.15 if timeout_ms and timeout_ms < DEFAULT_NCCL_TIMEOUT_MS else 0.0)
         conf += 0.05 if (row["seq"] or 0) <= 2 else 0.0
-        limit = timedelta(milliseconds=timeout_ms)
+        limit = duration_text(timeout_ms)
         origin = timeout_origin(t, timeout_ms or None)
         return self.finding(
             confidence=conf,
