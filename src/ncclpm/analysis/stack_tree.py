@@ -18,7 +18,7 @@ import polars as pl
 
 from ncclpm.ingest.stack_frames import frame_rules, short_file
 
-FORMAT_PREFERENCE = {"py-spy": 0, "py-spy-json": 1, "faulthandler": 2, "gdb-py": 3, "gdb": 4, "fr": 5}
+FORMAT_PREFERENCE = {"py-spy": 0, "py-spy-json": 1, "faulthandler": 2, "traceback": 2, "gdb-py": 3, "gdb": 4, "fr": 5}
 
 
 @dataclass(frozen=True)
