@@ -132,6 +132,10 @@ class _Reader:
 
     def feed(self, lineno: int | None, text: str, rank_hint: int | None) -> None:
         text = text.rstrip("\r\n")
+        head = text[:2]
+        if self.block is not None and (head[:1] in (" ", "\t") or (head[:1] == "#" and head[1:].isdigit())):
+            self._frame(lineno, text)
+            return
         if m := _SECTION.match(text):
             self.section_rank = _int(m["rank"])
             host = _ADDR_HOST.match(m["addr"].strip())
