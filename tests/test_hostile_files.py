@@ -265,14 +265,26 @@ def _rss_mb(pid: int) -> int:
     return 0
 
 
-def _capped_cli(args: list[str], cap_mb: int, timeout: float = 180) -> tuple[int, dict, str]:
+def _capped_cli(
+    args: list[str], cap_mb: int, timeout: float = 180, env: dict[str, str] | None = None
+) -> tuple[int, dict, str]:
     """`ncclpm <args>` in a child that is killed if its resident memory passes `cap_mb` (polled; an address-space
     rlimit does not work: polars reserves far more virtual memory than it touches)."""
+    return _capped_python(_CHILD, args, cap_mb, timeout, env)
+
+
+def _capped_python(
+    code: str, args: list[str], cap_mb: int, timeout: float = 180, env: dict[str, str] | None = None
+) -> tuple[int, dict, str]:
+    """`python -c code args` in a memory-watched child (see `_capped_cli`); the code prints `USAGE {json}` on
+    stderr. `env` adds variables; its PYTHONPATH goes first."""
     if not Path("/proc/self/status").exists():
         pytest.skip("needs Linux /proc to watch the child's memory")
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "RUST_BACKTRACE": "0"}
+    extra = dict(env or {})
+    path = [p for p in (extra.pop("PYTHONPATH", ""), str(ROOT / "src"), str(ROOT)) if p]
+    env = {**os.environ, **extra, "PYTHONPATH": os.pathsep.join(path), "RUST_BACKTRACE": "0"}
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([sys.executable, "-c", _CHILD, *args], env=env, stdout=out, stderr=err, text=True)
+        proc = subprocess.Popen([sys.executable, "-c", code, *args], env=env, stdout=out, stderr=err, text=True)
         started, killed = time.monotonic(), ""
         while proc.poll() is None:
             if _rss_mb(proc.pid) > cap_mb:
@@ -564,3 +576,17 @@ def test_a_dump_whose_rank_does_not_fit_int32_is_skipped_not_fatal(tmp_path: Pat
     d = diagnose([job])
     assert any(w.startswith("fr/raw/fr_trace_rank_99999999999: ") for w in d.warnings)
     assert (str(d.category), list(d.culprit_ranks)) == (clean.category, clean.culprits)
+
+
+def test_a_dump_with_oddly_typed_values_does_not_take_the_others_down() -> None:
+    """Found by scripts/fuzz_long.py: one dump's malformed nested value made the whole chunk fail to convert."""
+    from ncclpm.ingest.flight_recorder import load_fr_dumps
+    from ncclpm.ingest.fr_decode import _NoGlobalsUnpickler
+
+    good = (CASE / "fr" / "raw" / "fr_trace_rank_1").read_bytes()
+    odd = _NoGlobalsUnpickler(io.BytesIO(good)).load()
+    odd["pg_status"] = {"0": {"last_enqueued_collective": 3, "x": "y"}, "1": [1, 2]}
+    odd["entries"][0]["input_sizes"] = [[1, "two"], None]
+    fr = load_fr_dumps([("fr_trace_rank_1", good), ("odd_rank_2", pickle.dumps(odd))])
+    assert set(fr.entries["rank"].unique().to_list()) >= {1}
+    assert fr.entries.filter(fr.entries["rank"] == 1).height == 10

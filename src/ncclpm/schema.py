@@ -6,28 +6,9 @@ the right columns and a rule never has to guess a dtype.
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 import polars as pl
 
-
-class Category(StrEnum):
-    """Root-cause categories (stable ids used in the JSON output)."""
-
-    SLOW_RANK_WORK = "slow_rank_work"
-    DATALOADER_HANG = "dataloader_hang"
-    NVML_DRIVER_FAILURE = "nvml_driver_failure"
-    MISMATCHED_COLLECTIVES = "mismatched_collectives"
-    RANK_CRASH = "rank_crash"
-    CUDA_OOM = "cuda_oom"
-    TIMEOUT_TOO_SHORT = "timeout_too_short"
-    NETWORK_TRANSPORT = "network_transport"
-    SHM_P2P_TOPOLOGY = "shm_p2p_topology"
-    INIT_RENDEZVOUS = "init_rendezvous"
-    CONFIG_VERSION = "config_version"
-    SYMPTOM = "symptom"
-    UNKNOWN = "unknown"
-
+from ncclpm.model import Band, Category, FRCulprit  # noqa: F401 - the closed vocabularies, re-exported
 
 LEVELS = ["F", "E", "W", "I", "V", "C"]
 
@@ -63,7 +44,17 @@ EVENT_FIELDS: dict[str, pl.DataType] = {
     "var": pl.String(),
     "value": pl.String(),
     "subject_rank": pl.Int64(),
+    "hca": pl.String(),  # an InfiniBand HCA a line names (`hca mlx5_3`)
+    "node": pl.String(),  # the host a kernel/syslog line names (`Apr  2 16:31:54 node7 kernel: ...`)
+    "shape": pl.String(),  # a collective's tensor shape as printed (`[768]`)
+    "dtype": pl.String(),  # a collective's tensor dtype as printed (`Float`)
+    # Attributes set by the kind declarations (parsers/kinds.toml), not by regex groups:
+    "victim": pl.Boolean(),  # printed because ANOTHER rank failed (never makes its rank a culprit)
+    "net_class": pl.String(),  # network errors: ib / interface / connect / closed / remote_exited
+    "strength": pl.Float64(),  # network errors: how much the line alone says the network is at fault (0-1)
+    "exhausted": pl.String(),  # DataLoader failures: the resource that ran out (shm / fds)
 }
+ATTRS_SET_BY_KINDS = ("victim", "net_class", "strength", "exhausted")
 
 DTYPE_NAMES: dict[str, pl.DataType] = {
     "str": pl.String(),

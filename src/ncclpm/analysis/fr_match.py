@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from ncclpm.ingest.flight_recorder import FRLoad
+from ncclpm.schema import FRCulprit
 
 SIZE_CHECKED_OPS = frozenset(
     {
@@ -73,14 +74,13 @@ class FRAnalysis:
     missing: pl.DataFrame
     mismatches: pl.DataFrame
     stuck: pl.DataFrame
-    state_diffs: pl.DataFrame
     rank_facts: pl.DataFrame
     root_group: str | None
     culprit_ranks: tuple[int, ...]
-    culprit_kind: str | None
+    culprit_kind: FRCulprit | None
     summary: str
     culprit_frames: pl.DataFrame
-    notes: tuple[str, ...]
+    notes: tuple[str, ...]  # caveats the report shows (dumps missing from ranks, ...)
 
 
 def _collectives(load: FRLoad) -> pl.DataFrame:
@@ -305,35 +305,6 @@ def _mismatches(coll: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema).sort("t", "group_key", "kind")
 
 
-def _state_diffs(coll: pl.DataFrame) -> pl.DataFrame:
-    st = pl.col("state").cast(pl.String).fill_null("unknown")
-    at = ["group_key", "seq"]
-    differ = (pl.col("state").to_physical().fill_null(9).n_unique().over(at) > 1) | (
-        pl.col("done").n_unique().over(at) > 1
-    )
-    per = (
-        coll.filter(differ)
-        .with_columns(st.alias("st"))
-        .group_by("group_key", "seq")
-        .agg(
-            pl.col("op").first(),
-            pl.col("st").n_unique().alias("k"),
-            *[
-                pl.col("rank").filter(pl.col("st") == v).sort().alias(f"{v}_ranks")
-                for v in ("scheduled", "started", "completed")
-            ],
-            pl.col("rank").filter(pl.col("done")).sort().alias("retired_ranks"),
-            pl.col("done").n_unique().alias("kd"),
-        )
-    )
-    return (
-        per.filter((pl.col("k") > 1) | (pl.col("kd") > 1))
-        .drop("k", "kd")
-        .rename({"seq": "collective_seq_id"})
-        .sort("group_key", "collective_seq_id")
-    )
-
-
 def _sink_ranks(missing: pl.DataFrame) -> set[int]:
     """Ranks in sink SCCs of the wait-for graph (holder -> missing rank)."""
     edges = (
@@ -398,28 +369,28 @@ def _scc(graph: dict[int, set[int]]) -> dict[int, int]:
 @dataclass(frozen=True)
 class _Verdict:
     culprits: tuple[int, ...]
-    kind: str | None
+    kind: FRCulprit | None
     root: str | None
-    kinds: dict[int, str]
+    kinds: dict[int, FRCulprit]
 
 
 def _verdict(missing: pl.DataFrame, mismatches: pl.DataFrame, stuck: pl.DataFrame, sizes: dict[str, int]) -> _Verdict:
     if not mismatches.is_empty():
         first = mismatches.row(0, named=True)
         culprits = tuple(sorted(first["culprit_ranks"]))
-        return _Verdict(culprits, "mismatch", first["group_key"], dict.fromkeys(culprits, "mismatch"))
+        return _Verdict(culprits, FRCulprit.MISMATCH, first["group_key"], dict.fromkeys(culprits, FRCulprit.MISMATCH))
     sinks = _sink_ranks(missing) if not missing.is_empty() else set()
     stuck_ranks = set(stuck["rank"].to_list())
-    kinds = {**dict.fromkeys(stuck_ranks, "stopped_completing"), **dict.fromkeys(sinks, "never_joined")}
+    kinds = {**dict.fromkeys(stuck_ranks, FRCulprit.STOPPED_COMPLETING), **dict.fromkeys(sinks, FRCulprit.NEVER_JOINED)}
     if sinks:
         rows = missing.filter(pl.col("missing_rank").is_in(sorted(sinks))).with_columns(
             pl.col("group_key").replace_strict(sizes, default=0).alias("size")
         )
         root = rows.sort(["t", "size"], descending=[False, True]).row(0, named=True)["group_key"]
-        return _Verdict(tuple(sorted(kinds)), "never_joined", root, kinds)
+        return _Verdict(tuple(sorted(kinds)), FRCulprit.NEVER_JOINED, root, kinds)
     if stuck_ranks:
         return _Verdict(
-            tuple(sorted(kinds)), "stopped_completing", stuck.sort("t").row(0, named=True)["group_key"], kinds
+            tuple(sorted(kinds)), FRCulprit.STOPPED_COMPLETING, stuck.sort("t").row(0, named=True)["group_key"], kinds
         )
     return _Verdict((), None, None, {})
 
@@ -515,7 +486,7 @@ def _peers(n: int) -> str:
 def _summary(v: _Verdict, missing: pl.DataFrame, mismatches: pl.DataFrame, stuck: pl.DataFrame) -> str:
     if v.kind is None:
         return "flight recorder: no missing, mismatched or stuck collective found"
-    if v.kind == "mismatch":
+    if v.kind == FRCulprit.MISMATCH:
         m = mismatches.row(0, named=True)
         who = (
             f"rank(s) {m['culprit_ranks']} differ from the majority" if m["decided"] else "ranks disagree (no majority)"
@@ -526,7 +497,7 @@ def _summary(v: _Verdict, missing: pl.DataFrame, mismatches: pl.DataFrame, stuck
         )
     parts = []
     for r in v.culprits:
-        if v.kinds[r] == "never_joined":
+        if v.kinds[r] == FRCulprit.NEVER_JOINED:
             mine = missing.filter(pl.col("missing_rank") == r)
             row = mine.filter(pl.col("group_key") == v.root).vstack(mine).row(0, named=True)
             parts.append(
@@ -555,7 +526,6 @@ def analyze_fr(load: FRLoad) -> FRAnalysis:
         missing=missing.drop("t"),
         mismatches=mismatches.drop("t"),
         stuck=stuck.drop("t"),
-        state_diffs=_state_diffs(coll),
         rank_facts=_rank_facts(load, coll, v),
         root_group=v.root,
         culprit_ranks=v.culprits,

@@ -3,7 +3,8 @@
 Tables (schemas in `schema.py`): `lines` (prefiltered, envelope resolved), `events` (typed catalog
 matches + torchelastic error files), `tracebacks`, `elastic` (torchrun failure summary entries), `ranks`
 (one row per rank: what it last did, whether and where it timed out, its first error, how it exited), and,
-when the job holds flight-recorder dumps, `fr` (loaded dumps) and `fr_analysis` (cross-rank matching); in
+when the job holds flight-recorder dumps, `fr` (loaded dumps; `fr_analysis`, their cross-rank matching, is
+computed by the analysis stage: `ncclpm.analysis.analysed`); in
 `extra`: `stacks` (every frame of every stack dump, `ingest/stacks.py`), NCCL communicators and warnings,
 settings, `code_settings`. Code and configuration files are not evidence: they only feed `code_settings`
 (`code_settings.py`) and the settings table, and are listed in `code_sources`, not in `sources`.
@@ -16,26 +17,36 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from ncclpm.ingest.bounds import bound
 from ncclpm.ingest.catalog import Catalog
 from ncclpm.ingest.code_settings import code_settings_table
 from ncclpm.ingest.errorfiles import read_error_files
 from ncclpm.ingest.extract import extract_events, lines_table, parse_lines
 from ncclpm.ingest.lines import read_kept_lines
 from ncclpm.ingest.multiline import parse_elastic_summaries, stitch_tracebacks
-from ncclpm.ingest.nccl import fill_line_ranks, fill_ranks, nccl_comms, nccl_warnings, rank_map
+from ncclpm.ingest.nccl import (
+    fill_line_ranks,
+    fill_ranks,
+    has_nccl_log,
+    nccl_addresses,
+    nccl_comms,
+    nccl_warnings,
+    rank_map,
+)
 from ncclpm.ingest.ranks import build_ranks, world_size, world_size_is_declared
+from ncclpm.ingest.readings import apply_readings
 from ncclpm.ingest.settings import settings_table
 from ncclpm.ingest.stacks import build_stacks, pid_rank_map
 from ncclpm.kinds import K
 from ncclpm.schema import EVENTS_SCHEMA
-from ncclpm.sources.discover import Job
+from ncclpm.sources.discover import Job, SourceKind
 
 if TYPE_CHECKING:
     from ncclpm.analysis.fr_match import FRAnalysis
     from ncclpm.ingest.flight_recorder import FRLoad
 
 # Derived tables in `Tables.extra`, and every name a rule may list in `needs` (checked when a rule is defined).
-EXTRA_TABLES = ("nccl_comms", "nccl_warnings", "settings", "stacks", "code_settings")
+EXTRA_TABLES = ("nccl_comms", "nccl_warnings", "nccl_addresses", "settings", "stacks", "code_settings")
 TABLE_NAMES = frozenset(
     {"lines", "events", "tracebacks", "elastic", "ranks", "fr_entries", "fr_analysis", *EXTRA_TABLES}
 )
@@ -54,8 +65,10 @@ class Tables:
     sources: tuple[str, ...]
     warnings: tuple[str, ...]
     fr: FRLoad | None = None
-    fr_analysis: FRAnalysis | None = None
+    fr_analysis: FRAnalysis | None = None  # the cross-rank verdict on `fr`: filled by analysis.analysed()
     extra: dict[str, pl.DataFrame] = field(default_factory=dict)
+    nccl_log: bool = False  # the job holds NCCL's own log (NCCL_DEBUG output)
+    line_prefix: str = ""  # the catalog's envelopes as a Python regex (reports strip them from quoted lines)
     code_sources: tuple[str, ...] = ()  # code and configuration files, read for settings only
 
     def has(self, name: str) -> bool:
@@ -74,39 +87,37 @@ class Tables:
         return self.events.filter(pl.col("kind").is_in(list(K.check(*kinds, where="Tables.kinds"))))
 
 
-def _read_dumps(job: Job, warnings: list[str], columns: str) -> tuple[FRLoad | None, FRAnalysis | None]:
-    dumps = job.of_kind("fr")
+def _read_dumps(job: Job, warnings: list[str], columns: str) -> FRLoad | None:
+    dumps = job.of_kind(SourceKind.FR)
     if not dumps:
-        return None, None
-    from ncclpm.analysis.fr_match import analyze_fr
+        return None
     from ncclpm.ingest.flight_recorder import load_fr_dumps
 
     # each dump's bytes are read when the loader gets to it (one dump in memory at a time)
     fr = load_fr_dumps([(src.name, src.read_bytes) for src in dumps], columns=columns)
     warnings.extend(fr.warnings)
-    if fr.entries.is_empty():
-        return fr, None
-    return fr, analyze_fr(fr)
+    return fr
 
 
 def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") -> Tables:
     """Read every source of the job once and build all tables (`fr_columns`: see `load_fr_dumps`)."""
     warnings = list(job.warnings)
-    kept = read_kept_lines(job.of_kind("text"), catalog.anchors, warnings)
+    kept = read_kept_lines(job.of_kind(SourceKind.TEXT), catalog.anchors, warnings)
     parsed = parse_lines(kept, catalog)
-    events = pl.concat(
-        [extract_events(parsed, catalog), read_error_files(job.of_kind("errorfile"), warnings)], how="vertical"
-    ).cast(EVENTS_SCHEMA)  # type: ignore[arg-type]
+    parsed = bound(parsed, warnings)
+    error_files = apply_readings(read_error_files(job.of_kind(SourceKind.ERROR_FILE), warnings), catalog.kinds)
+    events = pl.concat([extract_events(parsed, catalog), error_files], how="vertical").cast(EVENTS_SCHEMA)  # type: ignore[arg-type]
+    events = bound(events, warnings)
     comms = nccl_comms(events)
     process_ranks = rank_map(comms)
     events = fill_ranks(events, process_ranks)
     lines = fill_line_ranks(lines_table(parsed), process_ranks)
     elastic = parse_elastic_summaries(parsed)
-    fr, fr_analysis = _read_dumps(job, warnings, fr_columns)
+    fr = _read_dumps(job, warnings, fr_columns)
     stacks = build_stacks(job, lines, pid_rank_map(lines, events, elastic, process_ranks), fr, warnings)
-    code = job.of_kind("code")
+    code = job.of_kind(SourceKind.CODE)
     code_settings = code_settings_table(code, warnings)
-    evidence = [s for s in job.sources if s.kind != "code"]
+    evidence = [s for s in job.sources if s.kind != SourceKind.CODE]
     if not evidence:
         only_code = f" ({len(code)} code file{'s' if len(code) != 1 else ''} read for settings only)" if code else ""
         warnings.append(f"no readable log, error file, flight-recorder or stack dump found{only_code}")
@@ -122,13 +133,21 @@ def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") ->
         sources=tuple(s.name for s in evidence),
         warnings=tuple(warnings),
         fr=fr,
-        fr_analysis=fr_analysis,
         extra=dict(
             zip(
                 EXTRA_TABLES,
-                (comms, nccl_warnings(events), settings_table(events, code_settings), stacks, code_settings),
+                (
+                    comms,
+                    nccl_warnings(events),
+                    nccl_addresses(lines),
+                    settings_table(events, code_settings),
+                    stacks,
+                    code_settings,
+                ),
                 strict=True,
             )
         ),
+        nccl_log=has_nccl_log(lines),
+        line_prefix=catalog.prefix_regex(),
         code_sources=tuple(s.name for s in code),
     )

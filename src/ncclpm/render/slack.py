@@ -10,12 +10,11 @@ log line is shown, not acted on); inside a ``` code block a backtick could end t
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 from typing import Any
 
-from ncclpm.diagnosis import Diagnosis
+from ncclpm.clamp import duration_text
+from ncclpm.model import Diagnosis, ranks_text
 from ncclpm.render.jinja import environment
-from ncclpm.rules.base import ranks_text
 
 MAX_CHARS = 3000  # a Block Kit section holds 3,000 characters; Slack truncates messages at 4,000
 LINE_CHARS = 700
@@ -46,7 +45,7 @@ def _collective(d: Diagnosis) -> str:
         return ""
     out = (fc.get("op") or "a collective") + (f" #{fc['seq']}" if fc.get("seq") is not None else "")
     if fc.get("timeout_ms"):
-        out += f" (timeout {timedelta(milliseconds=int(fc['timeout_ms']))})"
+        out += f" (timeout {duration_text(fc['timeout_ms'])})"
     return escape(out)
 
 

@@ -18,13 +18,14 @@ its timeout gets its wait drawn back from that error (the only time known).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from ncclpm.diagnosis import Diagnosis
+from ncclpm.clamp import duration_text, shift, timedelta_ms
+from ncclpm.model import Diagnosis
 from ncclpm.render.rankview import RankGroup, rank_groups
-from ncclpm.triage.signature import strip_prefix
 
 LABEL_W, PLOT_W, EXIT_W = 230, 640, 130
 LABEL_CHARS = 17  # monospace 11.5px in the label column, before the role tag
@@ -126,7 +127,8 @@ def _wait_start(row: dict[str, Any], timeout_ms: int | None) -> datetime | None:
     ts = _error_ts(row)
     if not (row.get("timed_out") and timeout_ms and ts is not None):
         return None
-    return ts - timedelta(milliseconds=int(timeout_ms))
+    wait = timedelta_ms(timeout_ms)
+    return None if wait is None else shift(ts, -wait)
 
 
 def _error_kind(row: dict[str, Any]) -> str:
@@ -139,7 +141,7 @@ def _error_ts(m: dict[str, Any]) -> datetime | None:
     ts, act = m.get("first_error_ts"), m.get("last_activity_ts")
     if not isinstance(ts, datetime):
         return None
-    if ts.microsecond == 0 and isinstance(act, datetime) and ts <= act < ts + timedelta(seconds=1):
+    if ts.microsecond == 0 and isinstance(act, datetime) and ts <= act < shift(ts, timedelta(seconds=1)):
         return act
     return ts
 
@@ -166,7 +168,7 @@ def _ticks(t0: datetime, t1: datetime) -> list[tuple[datetime, float]]:
         k = round(first + i * step, 3)
         if k > (t1 - epoch).total_seconds():
             break
-        out.append((epoch + timedelta(seconds=k), span))
+        out.append((shift(epoch, timedelta(seconds=k)), span))
     return out
 
 
@@ -248,13 +250,15 @@ def _ordinal_marks(rep: dict[str, Any], sc: _Scale) -> list[Mark]:
     return marks
 
 
-def _note(rep: dict[str, Any], marks: list[Mark], sc: _Scale, dated: bool) -> tuple[str, float, str]:
+def _note(
+    rep: dict[str, Any], marks: list[Mark], sc: _Scale, dated: bool, clean: Callable[[str], str]
+) -> tuple[str, float, str]:
     """Text on the row: the culprit's first error after its last mark when there is room; for a rank with no
     dated line in a dated picture, what it last said (its time is unknown)."""
     if sc.scaled and not dated:
         said = rep.get("first_error") if rep.get("role") == "culprit" else None
         said = said or rep.get("last_activity") or rep.get("first_error")
-        text = f"time unknown - last said: {strip_prefix(said)}" if said else "no timestamped line"
+        text = f"time unknown - last said: {clean(said)}" if said else "no timestamped line"
         x = sc.x0 + 12
     elif rep.get("role") == "culprit" and (rep.get("first_error") or rep.get("last_activity")) and marks:
         # what made it the culprit: its error, or - when that error is only its own timeout - what it was doing
@@ -271,7 +275,7 @@ def _note(rep: dict[str, Any], marks: list[Mark], sc: _Scale, dated: bool) -> tu
             x, room, anchor = left, int((left - sc.x0 - 8) / 6.2), "end"
     if room < 12:
         return "", 0.0, anchor
-    text = " ".join(strip_prefix(text).split())
+    text = " ".join(clean(text).split())
     return (text if len(text) <= room else text[: room - 1] + "…"), x, anchor
 
 
@@ -292,7 +296,7 @@ def _title(d: Diagnosis) -> str:
     if not fc:
         return "Per-rank timeline"
     what = (fc.get("op") or "a collective") + (f" #{fc['seq']}" if fc.get("seq") is not None else "")
-    timeout = f" (timeout {timedelta(milliseconds=int(fc['timeout_ms']))})" if fc.get("timeout_ms") else ""
+    timeout = f" (timeout {duration_text(fc['timeout_ms'])})" if fc.get("timeout_ms") else ""
     return f"Per-rank timeline - the job stopped in {what}{timeout}"
 
 
@@ -321,7 +325,7 @@ def build_timeline(d: Diagnosis) -> Timeline | None:
             if sc.scaled and dated
             else (_ordinal_marks(rep, sc) if not sc.scaled else [])
         )
-        note, note_x, anchor = _note(rep, marks, sc, dated)
+        note, note_x, anchor = _note(rep, marks, sc, dated, d.clean)
         rows.append(
             Row(
                 _short_label(g),
