@@ -108,10 +108,10 @@ def md_cell(value: Any, width: int = 160) -> Escaped:
 
 def md_span(value: Any, width: int | None = None, cell: bool = False) -> Escaped:
     """Input text inside a `code span`: one line, backticks made `'` (they would end the span); `|` escaped in
-    a table cell (GFM splits cells before it sees code spans)."""
+    a table cell (GFM splits cells before it sees code spans). Cut like Jinja's `truncate(width, True)`."""
     text = one_line(value).replace("`", "'")
-    if width is not None and len(text) > width:
-        text = text[: width - 1] + "…"
+    if width is not None and len(text) > width + 5:
+        text = text[: width - 3] + "..."
     return Escaped(text.replace("|", "\\|") if cell else text)
 
 
@@ -121,22 +121,41 @@ def md_block(value: Any, indent: str = "    ") -> Escaped:
     return Escaped(("\n" + indent).join(plain(value).split("\n")))
 
 
+_BACKTICKS = re.compile(r"`+")
+
+
+def md_fenced(lines: Any, info: str = "") -> Escaped:
+    """Input lines as a fenced code block whose fence is longer than any run of backticks in them: no line can
+    close it early."""
+    body = [plain(line).replace("\n", " ") for line in lines]
+    fence = "`" * max([3] + [len(m.group(0)) + 1 for line in body for m in _BACKTICKS.finditer(line)])
+    return Escaped("\n".join([fence + info, *body, fence]))
+
+
 _CODE_SPAN = re.compile(r"(`[^`\n]+`)")
 
 
-def md_prose(value: Any) -> Escaped:
+def md_prose(value: Any, width: int | None = None, cell: bool = False) -> Escaped:
     """A rule's own prose (fixes, explanations): its `code spans` kept as written, the rest escaped like
-    `md_text` - the prose may quote host names or values from the logs."""
-    parts = _CODE_SPAN.split(one_line(value))
-    return Escaped("".join(p if i % 2 else _md_inline(p) for i, p in enumerate(parts)))
+    `md_text` - the prose may quote host names or values from the logs. In a table cell: cut to `width`, `|`
+    escaped."""
+    text = one_line(value)[:width] if width is not None else one_line(value)
+    parts = _CODE_SPAN.split(text)
+    out = "".join(p if i % 2 else _md_inline(p) for i, p in enumerate(parts))
+    return Escaped(out.replace("|", "\\|") if cell else out)
 
 
 # ------------------------------------------------------------------------------------------------------- Slack
 
 
 def slack_text(value: Any) -> Escaped:
-    """Slack mrkdwn text: one line, `& < >` as the entities Slack asks for (no `<!channel>`, no `<url|x>`)."""
-    return Escaped(one_line(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
+    """Slack mrkdwn text: one line, `& < >` as the entities Slack asks for (no `<!channel>`, no `<url|x>`), and no
+    ``` that would open a code block over the rest of the message (a single backtick is a rule's inline code)."""
+    text = _BACKTICKS3.sub(lambda m: "'" * len(m.group(0)), one_line(value))
+    return Escaped(text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
+
+
+_BACKTICKS3 = re.compile(r"`{3,}")
 
 
 def slack_code(value: Any) -> Escaped:

@@ -26,7 +26,8 @@ Limits (:class:`Limits`) and why:
   members, zip with millions of entries). Reaching it stops everything.
 - ``max_member_bytes``: one member, decompressed; held in memory at once. Over it the member is skipped.
 - ``max_total_bytes``: every decompressed byte processed (tar stream bytes, zip/gz member bytes, nested
-  archives counted both as the member that holds them and as their contents). Reaching it stops everything.
+  archives counted both as the member that holds them and as their contents, the holes of a sparse tar member
+  counted as the zeros they become). Reaching it stops everything.
 - ``max_ratio``: decompressed bytes so far / size of the outer archive, checked while streaming once more
   than ``ratio_min_bytes`` were produced (small archives of zeros are legitimately very compressible).
   It catches zip/gzip/tar bombs and overlapping-entry zip bombs long before the byte limits. Stops everything.
@@ -395,8 +396,27 @@ def _tar_member(tf: tarfile.TarFile, info: tarfile.TarInfo, scan: _Scan, ctx: _C
         scan.skip(name, f"larger than max_member_bytes={ctx.limits.max_member_bytes}")
         return
     fobj = tf.extractfile(info)
-    data = fobj.read() if fobj is not None else b""
+    try:
+        data = _read_charged(fobj, ctx) if fobj is not None else b""
+    except _TooBig:
+        scan.skip(name, f"larger than max_member_bytes={ctx.limits.max_member_bytes}")
+        return
     yield from _emit(name, data, scan, ctx, depth)
+
+
+def _read_charged(fobj: IO[bytes], ctx: _Ctx) -> bytes:
+    """A tar member's bytes, charging the budget for those the metered stream did not: the holes of a sparse
+    member (GNU `tar -S`) cost nothing in the archive and everything in memory."""
+    budget, parts, size = ctx.budget, [], 0
+    start = budget.total
+    while chunk := fobj.read(CHUNK):
+        size += len(chunk)
+        if (uncharged := size - (budget.total - start)) > 0:
+            budget.charge(uncharged)
+        if size > ctx.limits.max_member_bytes:
+            raise _TooBig(size)
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _check_tar_end(tf: tarfile.TarFile, scan: _Scan, warnings: list[str]) -> None:
