@@ -19,7 +19,7 @@ from markupsafe import Markup
 
 from ncclpm import escape
 from ncclpm.clamp import duration_text
-from ncclpm.diagnosis import Diagnosis
+from ncclpm.model import Diagnosis
 from ncclpm.render.rankview import rank_groups
 from ncclpm.resources import data_dir
 
