@@ -34,6 +34,8 @@ _SEQUENCES = re.compile(
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _SEPARATORS = re.compile(r"\r\n|[\r\u2028\u2029\x0b\x0c\x85]")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
+# Every character a name must not carry (archives replace each with "?"): controls, bidi, separators, surrogates.
+UNSAFE_IN_NAMES = re.compile(_CONTROLS.pattern[:-1] + r"\r\n\t\u2028\u2029\ud800-\udfff]")
 _BREAKS = re.compile(r"\s*\n\s*")
 
 

@@ -62,6 +62,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from ncclpm.escape import UNSAFE_IN_NAMES
+
 CHUNK = 1 << 20
 SNIFF_BYTES = 65536
 BLOCK = 512
@@ -327,7 +329,7 @@ def _short(name: str, limit: int = 160) -> str:
 
 def _safe_name(raw: str) -> tuple[str, bool]:
     """Relative '/'-separated name with '..' resolved inside the archive; True if it had to change."""
-    text = "".join("?" if ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) <= 0xDFFF else c for c in raw)
+    text = UNSAFE_IN_NAMES.sub("?", raw)  # C0/C1 controls, bidi overrides, undecodable bytes
     text = text.replace("\\", "/")
     changed = text != raw.replace("\\", "/") or text.startswith("/")
     if len(text) >= 2 and text[1] == ":" and text[0].isalpha():
