@@ -19,6 +19,7 @@ No import from the rest of ncclpm: sources, renderers and triage all use it.
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Any
 
 # ESC sequences (CSI, OSC, DCS/SOS/PM/APC strings, two-byte ones) and their 8-bit C1 forms.
@@ -67,8 +68,12 @@ def one_line(value: Any) -> str:
 
 def clean_name(value: Any) -> str:
     """A file, member or job name as a label: one printable line. Undecodable bytes of a file name (Python's
-    surrogate escapes) are shown as `\\xe9`, so two names that differ only there stay different."""
-    return one_line(value).strip() or "?"
+    surrogate escapes) are shown as `\\xe9`, so two names that differ only there stay different; invisible
+    format characters (zero-width spaces, BOM, bidi marks) are dropped and other spaces become a space."""
+    text = "".join(
+        " " if (cat := unicodedata.category(c)) == "Zs" else "" if cat == "Cf" else c for c in one_line(value)
+    )
+    return text.strip() or "?"
 
 
 # ---------------------------------------------------------------------------------------------------- terminal

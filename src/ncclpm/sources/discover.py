@@ -304,7 +304,7 @@ def _add_archive(data: bytes | Path, display: str, job: Job) -> None:
     for member in archives.iter_archive(data, display, job.warnings):
         if archives.archive_kind(member.name, member.data[:512]) not in (None, "gz"):
             continue  # nested archives are expanded by iter_archive itself
-        _add_classified(member.name, member.data[:HEAD_BYTES], job, data=member.data)
+        _add_classified(clean_name(member.name), member.data[:HEAD_BYTES], job, data=member.data)
 
 
 def _job_name(paths: list[str | Path]) -> str:
