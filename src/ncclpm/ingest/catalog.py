@@ -83,6 +83,10 @@ class Catalog:
         """Python regex matching any one envelope: what triage strips from the start of an error line."""
         return env_mod.prefix_regex(self.envelopes)
 
+    def line_start_regex(self) -> str:
+        """The envelopes' heads in polars' dialect: what a line that starts a log line starts with."""
+        return "|".join(f"(?:{e.head})" for e in self.envelopes)
+
     def head_regex(self) -> str:
         """Python regex matching the start of any envelope: a line that starts like a log line (paste)."""
         return env_mod.head_regex(self.envelopes)

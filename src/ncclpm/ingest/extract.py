@@ -82,7 +82,9 @@ def _level(catalog: Catalog) -> pl.Expr:
     levels: list[pl.Expr] = []
     for env in catalog.column_sources("level"):
         if "level" in env.columns:
-            levels.append(pl.col(env.columns["level"]))
+            # `E`, or a logging level name (`ERROR`, `WARNING`, `DEBUG`): the levels table's one letter
+            word = pl.col(env.columns["level"]).str.to_uppercase()
+            levels.append(pl.when(word == "DEBUG").then(pl.lit("V")).otherwise(word.str.slice(0, 1)))
             continue
         matched = pl.any_horizontal([pl.col(g).is_not_null() for g in env.groups])
         expr: pl.Expr | pl.expr.whenthen.Then | None = None

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import polars as pl
 
+from ncclpm.ingest.unwrap import python_start, rejoin_wrapped, unwrap_lines
 from ncclpm.sources.discover import Source
 
 MAX_LINE_CHARS = 8192
+SMALL_TEXT = 2 * 1024**2  # a text this small is read whole and re-joined (hard wraps) before the prefilter
 MAX_KEPT_LINES = 200_000  # per source (~1.5 kB each through the pipeline): see `_capped`
 TQDM_END = r"(\[\d+:\d{2}(?::\d{2})?<[^\]\r]{0,80}\])"
 BATCH = 16  # files scanned together: parallel enough for a few cores, bounded memory
@@ -28,8 +30,11 @@ def _decode(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def _frame_from_bytes(data: bytes) -> pl.LazyFrame:
+def _frame_from_bytes(data: bytes, line_start: str = "") -> pl.LazyFrame:
     text = _decode(data)
+    if line_start and len(data) <= SMALL_TEXT:  # copied text: re-join what a terminal hard-wrapped first
+        lines = unwrap_lines(text.split("\n"), python_start(line_start))
+        return pl.LazyFrame(lines, schema={"line": pl.UInt32(), "raw": pl.String()}, orient="row")
     return pl.read_lines(text.encode("utf-8"), name="raw", row_index_name="line", row_index_offset=1).lazy()
 
 
@@ -41,10 +46,10 @@ def _utf8(text: str) -> bool:
     return True
 
 
-def _keep(lf: pl.LazyFrame, name: str, anchors: list[str]) -> pl.LazyFrame:
+def _keep(lf: pl.LazyFrame, name: str, anchors: list[str], line_start: str = "") -> pl.LazyFrame:
     hit = pl.col("raw").str.contains_any(anchors)
     return (
-        lf.filter(hit)
+        rejoin_wrapped(lf, hit, line_start)
         # A tqdm bar ends in "[elapsed<remaining, rate]"; text glued right after it is another line.
         .with_columns(pl.col("raw").str.replace_all(TQDM_END, "$1\r").str.split("\r"))
         .explode("raw")
@@ -68,20 +73,27 @@ def _needs_python_decode(src: Source) -> bool:
         return True
 
 
-def _read_one(src: Source, anchors: list[str], warnings: list[str]) -> pl.DataFrame | None:
+def _small(src: Source) -> bool:
+    try:
+        return src.path is not None and src.path.stat().st_size <= SMALL_TEXT and src.path.suffix != ".gz"
+    except OSError:
+        return False
+
+
+def _read_one(src: Source, anchors: list[str], warnings: list[str], line_start: str = "") -> pl.DataFrame | None:
     """One source on its own, with the lossy-decode fallback for invalid UTF-8."""
     try:
-        if _needs_python_decode(src):
-            return _keep(_frame_from_bytes(src.read_bytes()), src.name, anchors).collect()
+        if _needs_python_decode(src) or (line_start and _small(src)):
+            return _keep(_frame_from_bytes(src.read_bytes(), line_start), src.name, anchors, line_start).collect()
         assert src.path is not None
         lf = pl.scan_lines(src.path, name="raw", row_index_name="line", row_index_offset=1)
         try:
-            return _keep(lf, src.name, anchors).collect()
+            return _keep(lf, src.name, anchors, line_start).collect()
         except pl.exceptions.ComputeError as exc:
             if "utf8" not in str(exc).lower() and "utf-8" not in str(exc).lower():
                 raise
             warnings.append(f"{src.name}: not valid UTF-8; read with invalid bytes replaced")
-            return _keep(_frame_from_bytes(src.read_bytes()), src.name, anchors).collect()
+            return _keep(_frame_from_bytes(src.read_bytes(), line_start), src.name, anchors, line_start).collect()
     except (OSError, ValueError, pl.exceptions.PolarsError) as exc:
         warnings.append(f"{src.name}: could not be read as text ({exc}) - skipped")
         return None
@@ -100,19 +112,29 @@ def _capped(frame: pl.DataFrame, name: str, warnings: list[str]) -> pl.DataFrame
     return pl.concat([frame.head(half), frame.tail(half)])
 
 
-def read_kept_lines(sources: list[Source], anchors: list[str], warnings: list[str]) -> pl.DataFrame:
-    """Prefiltered lines of all text sources, in source order; unreadable sources become warnings.
+def read_kept_lines(
+    sources: list[Source], anchors: list[str], warnings: list[str], line_start: str = ""
+) -> pl.DataFrame:
+    """Prefiltered lines of all text sources, in source order; unreadable sources become warnings. Lines a
+    terminal hard-wrapped are re-joined (`unwrap.py`; `line_start` is the envelopes' head regex).
 
     Plain files on disk are scanned together (`collect_all` runs them in parallel); if that fails because
     one of them is not valid UTF-8 or unreadable, each file is retried on its own so only that one is
     affected.
     """
-    plain = [s for s in sources if s.path is not None and not _needs_python_decode(s)]
+    plain = [
+        s for s in sources if s.path is not None and not _needs_python_decode(s) and not (line_start and _small(s))
+    ]
     frames: dict[str, pl.DataFrame | None] = {}
     for i in range(0, len(plain), BATCH):
         batch = plain[i : i + BATCH]
         lazies = [
-            _keep(pl.scan_lines(s.path, name="raw", row_index_name="line", row_index_offset=1), s.name, anchors)
+            _keep(
+                pl.scan_lines(s.path, name="raw", row_index_name="line", row_index_offset=1),
+                s.name,
+                anchors,
+                line_start,
+            )
             for s in batch
             if s.path is not None
         ]
@@ -122,7 +144,7 @@ def read_kept_lines(sources: list[Source], anchors: list[str], warnings: list[st
             continue  # retried one by one below
     for src in sources:
         if src.name not in frames:
-            frames[src.name] = _read_one(src, anchors, warnings)
+            frames[src.name] = _read_one(src, anchors, warnings, line_start)
     kept = [_capped(f, s.name, warnings) for s in sources if (f := frames[s.name]) is not None]
     if not kept:
         return pl.DataFrame(schema=_SCHEMA)
