@@ -83,7 +83,7 @@ def unwrap_lines(lines: list[str], start: re.Pattern[str]) -> list[tuple[int, st
     out: list[tuple[int, str]] = []
     piece = ""  # the previous physical line
     for number, line in enumerate(lines, start=1):
-        if out and width is not None and len(piece) == width and _continues(line, start):
+        if out and width is not None and len(piece) == width and _cut(piece, line, start, chained=True):
             out[-1] = (out[-1][0], out[-1][1] + line)
         else:
             out.append((number, line))
@@ -95,11 +95,12 @@ def _continues(line: str, start: re.Pattern[str]) -> bool:
     return bool(line) and not line[0].isspace() and not start.match(line) and not _TRACEBACK_PY.match(line)
 
 
-def _cut(line: str, tail: str, start: re.Pattern[str]) -> bool:
-    """`line` looks cut at its end and `tail` looks like its continuation."""
+def _cut(line: str, tail: str, start: re.Pattern[str], chained: bool = False) -> bool:
+    """`line` looks cut at its end and `tail` looks like its continuation (in a chain of pieces, the next piece
+    may be as long as the cut one)."""
     return (
         len(line) >= MIN_WIDTH
-        and len(tail) < len(line)
+        and (len(tail) < len(line) or chained and len(tail) == len(line))
         and _continues(tail, start)
         and bool(_ENDS_IN_TOKEN_PY.search(line) and _STARTS_IN_TOKEN_PY.match(tail))
         and not _RULE_PY.fullmatch(line)
