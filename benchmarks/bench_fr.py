@@ -37,7 +37,8 @@ base = rss()
 paths = sorted(Path(sys.argv[2]).iterdir())
 cpu = lambda: sum(os.times()[:2])
 t0, c0 = time.perf_counter(), cpu()
-load = load_fr_dumps([(p.name, p.read_bytes) for p in paths])
+lazy = sys.argv[3] == "lazy"  # a checkout before the streaming loader takes bytes, read up front as it did
+load = load_fr_dumps([(p.name, p.read_bytes if lazy else p.read_bytes()) for p in paths])
 t1, c1 = time.perf_counter(), cpu()
 a = analyze_fr(load)
 t2, c2 = time.perf_counter(), cpu()
@@ -47,9 +48,12 @@ print(json.dumps({"load": t1 - t0, "load_cpu": c1 - c0, "analyze": t2 - t1, "ana
 """
 
 
-def _ncclpm(src: Path, folder: Path) -> dict:
+def _ncclpm(src: Path, folder: Path, lazy: bool = True) -> dict:
     res = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(src), str(folder)], capture_output=True, text=True, check=True
+        [sys.executable, "-c", _CHILD, str(src), str(folder), "lazy" if lazy else "eager"],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return json.loads(res.stdout)
 
@@ -95,7 +99,7 @@ def bench(folder: Path, n_ranks: int, a: argparse.Namespace, torch_py: str | Non
     for i in range(a.runs):
         new.append(_ncclpm(ROOT / "src", folder))
         if a.baseline:
-            old.append(_ncclpm(Path(a.baseline) / "src", folder))
+            old.append(_ncclpm(Path(a.baseline) / "src", folder, lazy=False))
         if torch_py and i < a.fr_trace_runs:
             fr.append(_fr_trace(torch_py, folder))
         loads.append(os.getloadavg()[0])
