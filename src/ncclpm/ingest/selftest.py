@@ -26,6 +26,9 @@ def check_pattern_example(catalog: Catalog, p: Pattern, ex: Example) -> list[str
     where = f"{p.origin}: {p.id} example {ex.line[:60]!r}"
     if mine.height != 1:
         return [f"{where}: matched {mine.height} times, expected once"]
+    left = sorted(set(events.filter(pl.col("kind").is_in(list(p.supersedes)))["kind"].to_list()))
+    if left:
+        return [f"{where}: superseded kinds {left} still read from the line"]
     env_keys = (ENVELOPE_KEYS & ex.expect.keys()) - set(p.fields)
     field_keys = set(ex.expect) - env_keys
     return _mismatches(parsed.row(0, named=True), ex.expect, env_keys, where) + _mismatches(
