@@ -57,7 +57,7 @@ def test_a_pattern_supersedes_only_declared_kinds(tmp_path) -> None:
         "[[pattern]]\nid='x.y'\nkind='cuda_oom'\nanchor='a'\nregex='''a(?<detail>\\d)'''\nfields={detail='str'}\n"
         "supersedes=['cuda_eror']\n[[pattern.example]]\nline='a1'\n"
     )
-    with pytest.raises(CatalogError, match="cuda_eror.*did you mean 'cuda_error'"):
+    with pytest.raises(CatalogError, match=r"cuda_eror.*did you mean 'cuda_error'"):
         load_catalog((tmp_path,))
 
 

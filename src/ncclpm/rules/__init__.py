@@ -18,8 +18,8 @@ from ncclpm.rules.rendezvous import ProcessGroupNeverFormed
 from ncclpm.rules.scheduler import JobCancelledByScheduler
 from ncclpm.rules.shm_topology import ShmOrP2pFailure
 from ncclpm.rules.slow_rank import RankBusyOutsideCollectives
-from ncclpm.rules.store_wait import RankAwaitedThroughStore
 from ncclpm.rules.stacks import StacksOddRankOut
+from ncclpm.rules.store_wait import RankAwaitedThroughStore
 from ncclpm.rules.timeout_short import AllRanksTimedOutTogether
 from ncclpm.rules.timeout_symptom import CollectiveTimeoutSymptom
 
