@@ -260,7 +260,9 @@ def extract_events(parsed: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
     patterns = _patterns_with_anchor_hits(parsed, catalog.patterns)
     lines = parsed.lazy()
     frames = pl.collect_all([_pattern_events(lines, p) for p in patterns]) if patterns else []
-    got = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+    if not frames:  # (a select of literals on a frame without columns would make one row of nulls)
+        return pl.DataFrame(schema=EVENTS_SCHEMA)
+    got = pl.concat(frames, how="diagonal_relaxed")
     events = got.select(
         [pl.col(c) if c in got.columns else pl.lit(None, dtype).alias(c) for c, dtype in EVENTS_SCHEMA.items()]
     ).cast(EVENTS_SCHEMA)  # type: ignore[arg-type]
