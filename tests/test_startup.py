@@ -49,3 +49,10 @@ def test_import_ncclpm_is_lazy_but_complete() -> None:
     code = "import sys, ncclpm; a = 'polars' in sys.modules; ncclpm.diagnose; ncclpm.Diagnosis; print(a)"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert res.stdout.strip() == "False"
+
+
+def test_the_band_list_is_the_bands() -> None:
+    from ncclpm.cli import BANDS
+    from ncclpm.schema import Band
+
+    assert tuple(str(b) for b in Band) == BANDS

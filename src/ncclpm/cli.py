@@ -17,33 +17,50 @@ from pathlib import Path
 import click
 
 from ncclpm import __version__
+from ncclpm.escape import terminal, terminal_json
+from ncclpm.outfile import OutputError, check_output, write_text
 
-EXIT_OK, EXIT_FAIL_ON, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_OK, EXIT_FAIL_ON, EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+# = the values of ncclpm.schema.Band and sorted(ncclpm.render.RENDERERS), spelt out so that --help and usage errors
+# import no polars (tests check both lists and sys.modules)
 BANDS = ("possible", "likely", "conclusive")
-# = sorted(ncclpm.render.RENDERERS), spelt out so that --help and usage errors import no polars (a test checks)
 FORMATS = ("html", "json", "md", "slack", "slack-json")
+DATA_FORMATS = ("json", "slack-json")  # JSON text: made terminal-safe by escaping, never by dropping characters
 
 
-def _write(text: str, output: Path | None, force: bool) -> None:
+def _say(message: str) -> None:
+    """A diagnostic line on stderr: file names and log text in it never act on the terminal."""
+    click.echo(terminal(message), err=True)
+
+
+def _write(text: str, output: Path | None, force: bool, fmt: str = "md") -> None:
     if output is None:
-        click.echo(text, nl=False)
+        click.echo(terminal_json(text) if fmt in DATA_FORMATS else terminal(text), nl=False)
         return
-    _check_output(output, force)
     try:
-        output.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise click.UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
-    click.echo(f"wrote {output}", err=True)
+        write_text(output, text, force)
+    except OutputError as exc:
+        raise click.UsageError(str(exc)) from None
+    _say(f"wrote {output}")
 
 
 def _check_output(output: Path | None, force: bool) -> None:
     """Refuse before any work: never overwrite without --force, never create folders."""
-    if output is None:
-        return
-    if (output.exists() or output.is_symlink()) and not force:  # a dangling symlink would be written through
-        raise click.UsageError(f"{output} exists; use --force to overwrite it")
-    if not output.parent.is_dir():
-        raise click.UsageError(f"folder {output.parent} does not exist (ncclpm does not create folders)")
+    try:
+        check_output(output, force)
+    except OutputError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _load_patterns(patterns: tuple[Path, ...]) -> None:
+    """A bad --patterns catalog is a usage error (exit 2), found before any work."""
+    from ncclpm.api import catalog
+    from ncclpm.ingest.catalog import CatalogError
+
+    try:
+        catalog(tuple(patterns))
+    except CatalogError as exc:
+        raise click.UsageError(f"--patterns: {exc}") from None
 
 
 def _read_stdin() -> bytes:
@@ -51,23 +68,26 @@ def _read_stdin() -> bytes:
 
 
 class _Main(click.Group):
-    """Turns an unexpected exception into exit code 3 and one line naming it (Python's default would be 1)."""
+    """Turns an unexpected exception into exit code 3 and one line naming it (Python's default would be 1), and
+    Ctrl-C into exit code 130 without a traceback."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort, BrokenPipeError):
             raise
+        except KeyboardInterrupt:
+            _say("ncclpm: interrupted")
+            ctx.exit(EXIT_INTERRUPTED)
         except Exception as exc:
             if os.environ.get("NCCLPM_DEBUG"):
                 raise
             frames = traceback.extract_tb(exc.__traceback__)
             where = next((f for f in reversed(frames) if f"{os.sep}ncclpm{os.sep}" in f.filename), frames[-1])
             first = (str(exc).strip().splitlines() or [""])[0][:300]
-            click.echo(
+            _say(
                 f"ncclpm: internal error: {type(exc).__name__}: {first} (at {Path(where.filename).name}:"
-                f"{where.lineno}) - a bug in ncclpm, please report it; NCCLPM_DEBUG=1 shows the traceback",
-                err=True,
+                f"{where.lineno}) - a bug in ncclpm, please report it; NCCLPM_DEBUG=1 shows the traceback"
             )
             ctx.exit(EXIT_INTERNAL)
 
@@ -107,11 +127,12 @@ def diagnose(
     """Diagnose one job: PATHS are a log folder, files, archives, or `-` for pasted text on stdin."""
     from ncclpm.api import diagnose as run
     from ncclpm.render import render
-    from ncclpm.rules.base import band
+    from ncclpm.schema import Band, Category
 
+    _check_output(output, force)
+    _load_patterns(patterns)
     stdin = _read_stdin() if "-" in paths else None
     files = [p for p in paths if p != "-"]
-    _check_output(output, force)
     d = run(
         files,
         stdin_bytes=stdin,
@@ -121,24 +142,26 @@ def diagnose(
         name=name or ("pasted text" if stdin is not None and not files else None),
     )
     for w in d.warnings:
-        click.echo(f"ncclpm: warning: {w}", err=True)
+        _say(f"ncclpm: warning: {w}")
     if d.n_sources == 0:
-        click.echo("ncclpm: error: nothing readable in the input (see warnings above)", err=True)
-        _write(render(d, fmt), output, force)
+        _say("ncclpm: error: nothing readable in the input (see warnings above)")
+        _write(render(d, fmt), output, force, fmt)
         sys.exit(EXIT_INPUT)
-    _write(render(d, fmt), output, force)
-    if fail_on and d.category not in ("unknown",) and BANDS.index(band(d.confidence)) >= BANDS.index(fail_on):
+    _write(render(d, fmt), output, force, fmt)
+    if fail_on and d.category != Category.UNKNOWN and d.band.rank >= Band(fail_on).rank:
         sys.exit(EXIT_FAIL_ON)
 
 
 @main.command("rules")
 def list_rules() -> None:
-    """List the rules."""
-    from ncclpm.rules import ALL_RULES
+    """List the rules in precedence order: within a confidence band, an earlier rule wins over a later one."""
+    from ncclpm.precedence import PRECEDENCE
+    from ncclpm.rules import by_id
 
-    for r in ALL_RULES:
+    for place, (rule_id, why) in enumerate(PRECEDENCE, 1):
+        r = by_id(rule_id)
         title = " ".join(r.doc().split("\n\n")[0].split())
-        click.echo(f"{r.id}  {r.name:<34} {r.category!s:<22} {title}")
+        click.echo(f"{r.id}  {r.name:<34} {r.category!s:<22} {title}\n      precedence {place}: {why}")
 
 
 @main.command()
@@ -181,9 +204,11 @@ def tables(paths: tuple[str, ...], name: str, fmt: str | None, output: Path | No
         [p for p in paths if p != "-"], stdin_bytes=stdin, fr_columns="all" if name == "fr_entries" else "analysis"
     )
     try:
-        export_table(t, name, fmt, output, force)
-    except (KeyError, FileExistsError) as exc:
+        text = export_table(t, name, fmt, output, force)
+    except (KeyError, OutputError) as exc:
         raise click.UsageError(str(exc.args[0])) from None
+    if text is not None:
+        click.echo(terminal_json(text) if fmt == "ndjson" or not sys.stdout.isatty() else terminal(text), nl=False)
 
 
 @main.command()
@@ -212,7 +237,7 @@ def triage(
     force: bool,
 ) -> None:
     """Triage many jobs: PATHS are jobs (folders, archives) or folders of jobs; one row per job."""
-    from ncclpm.triage import find_jobs, render_summary, run_local, run_ray, to_frame, write_table
+    from ncclpm.triage import Interrupted, find_jobs, render_summary, run_local, run_ray, to_frame, write_table
     from ncclpm.triage.table import table_format
 
     for out in (output, summary_out):
@@ -222,21 +247,35 @@ def triage(
             table_format(output)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
-    jobs = find_jobs(paths)
+    warnings: list[str] = []
+    jobs = find_jobs(paths, warnings)
+    for w in warnings:
+        _say(f"ncclpm: warning: {w}")
+    interrupted = False
     with click.progressbar(length=len(jobs), label=f"triage {len(jobs)} jobs", file=sys.stderr) as bar:
 
         def tick(_row: dict) -> None:
             bar.update(1)
 
-        rows = run_ray(jobs, ray_address, tick) if ray_address else run_local(jobs, workers, tick)
+        try:
+            rows = run_ray(jobs, ray_address, tick) if ray_address else run_local(jobs, workers, tick)
+        except Interrupted as stop:  # Ctrl-C: the pending jobs were cancelled; keep the finished ones
+            rows, interrupted = stop.rows, True
     frame = to_frame(rows)
+    if interrupted:
+        _say(f"ncclpm: interrupted after {frame.height} of {len(jobs)} jobs; pending jobs cancelled")
     if output is not None:
-        write_table(frame, output)
-        click.echo(f"wrote {output}", err=True)
-    if summary_out is not None or output is None:
-        _write(render_summary(frame), summary_out, force=True)
+        try:
+            write_table(frame, output, force)
+        except OutputError as exc:
+            raise click.UsageError(str(exc)) from None
+        _say(f"wrote {output}{' (partial: interrupted)' if interrupted else ''}")
+    if summary_out is not None or (output is None and not interrupted):
+        _write(render_summary(frame), summary_out, force)
     failed = frame["error"].is_not_null().sum()
-    click.echo(f"ncclpm: {frame.height} jobs, {failed} unreadable, {frame['seconds'].sum():.1f} s of work", err=True)
+    _say(f"ncclpm: {frame.height} jobs, {failed} unreadable, {frame['seconds'].sum():.1f} s of work")
+    if interrupted:
+        sys.exit(EXIT_INTERRUPTED)
 
 
 @main.group()

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 import polars as pl
 
 from ncclpm.ingest.catalog import MESSAGE_RANK, Catalog, Pattern
+from ncclpm.ingest.readings import apply_readings
 from ncclpm.schema import DTYPE_NAMES, EVENT_FIELDS, EVENTS_SCHEMA, LINES_SCHEMA
 
 _TAG = (
@@ -261,12 +262,12 @@ def extract_events(parsed: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
     lines = parsed.lazy()
     frames = pl.collect_all([_pattern_events(lines, p) for p in patterns]) if patterns else []
     if not frames:  # (a select of literals on a frame without columns would make one row of nulls)
-        return pl.DataFrame(schema=EVENTS_SCHEMA)
+        return apply_readings(pl.DataFrame(schema=EVENTS_SCHEMA), catalog.kinds)
     got = pl.concat(frames, how="diagonal_relaxed")
     events = got.select(
         [pl.col(c) if c in got.columns else pl.lit(None, dtype).alias(c) for c, dtype in EVENTS_SCHEMA.items()]
     ).cast(EVENTS_SCHEMA)  # type: ignore[arg-type]
-    return _drop_superseded(events, catalog).sort("source", "line", "event")
+    return apply_readings(_drop_superseded(events, catalog).sort("source", "line", "event"), catalog.kinds)
 
 
 def lines_table(parsed: pl.DataFrame) -> pl.DataFrame:

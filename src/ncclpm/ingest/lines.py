@@ -50,6 +50,14 @@ def anchor_regex(anchors: tuple[str, ...]) -> str:
     return "|".join(_META.sub(r"\\\1", a) for a in sorted(set(anchors), key=len, reverse=True))
 
 
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _keep(lf: pl.LazyFrame, name: str, anchors: list[str]) -> pl.LazyFrame:
     hit = pl.col("raw").str.contains(anchor_regex(tuple(anchors)))
     return (
@@ -68,8 +76,8 @@ def _keep(lf: pl.LazyFrame, name: str, anchors: list[str]) -> pl.LazyFrame:
 
 
 def _needs_python_decode(src: Source) -> bool:
-    if src.path is None:
-        return True
+    if src.path is None or not str(src.path).isprintable() or not _utf8(str(src.path)):
+        return True  # polars takes only UTF-8 paths: a Latin-1 file name is read by Python
     try:
         with src.path.open("rb") as fh:
             return fh.read(2) in (b"\xff\xfe", b"\xfe\xff")

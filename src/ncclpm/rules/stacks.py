@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import ClassVar
+
 import polars as pl
 
-from ncclpm.analysis.stack_tree import StackClass, StackTree, build_stack_tree
+from ncclpm.analysis.stack_tree import StackClass, StackTree, build_stack_tree, describe_dumps
 from ncclpm.ingest.tables import Tables
 from ncclpm.rules._facts import known_ranks, victim_ranks
-from ncclpm.rules.base import Evidence, Finding, Rule, ranks_text
+from ncclpm.rules.base import Evidence, Finding, Fix, Rule, ranks_text
 from ncclpm.schema import Category
 
 WAITING = {"collective", "backward"}  # a rank here is waiting for its peers
@@ -39,11 +42,6 @@ class StacksOddRankOut(Rule):
 
     ## Example
     `ranks 0, 1, 3: all_reduce ← train_step (train.py:76); rank 2: torch.save ← save_checkpoint (train.py:53)`.
-
-    ## How to fix
-    Depends on where the odd rank was: move checkpointing/evaluation out of the synchronised section or give it
-    a longer process-group timeout; give the DataLoader a `timeout=` and fix the stalled read; make every rank
-    issue the same collectives in the same order from the same code path.
     """
 
     id = "SK01"
@@ -51,8 +49,47 @@ class StacksOddRankOut(Rule):
     category = Category.SLOW_RANK_WORK
     needs = frozenset({"stacks"})
     base_confidence = 0.6
-    priority = 82
     explains = ("CT01",)
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "dataloader_timeout": Fix(
+            "Give the DataLoader a `timeout=` well below the process-group timeout so the stalled read raises on "
+            "the rank that owns it; dump the worker processes too (`py-spy dump --pid <pid> --subprocesses`) to see "
+            "the read that hangs.",
+            when="the odd rank waited for its DataLoader",
+        ),
+        "fix_read": Fix(
+            "Fix the read itself (network storage, a lock shared across workers) or lower `num_workers`.",
+            when="the odd rank waited for its DataLoader",
+        ),
+        "same_collectives": Fix(
+            "Make every rank issue the same collectives in the same order: move collectives out of rank-dependent "
+            "branches (`if rank == 0: ...`), run evaluation/logging collectives on all ranks.",
+            when="the odd rank was in another collective",
+        ),
+        "debug_detail": Fix(
+            "Run once with `TORCH_DISTRIBUTED_DEBUG=DETAIL` to have torch check each collective across ranks.",
+            when="the odd rank was in another collective",
+        ),
+        "move_work": Fix(
+            "Move the slow rank-local work out of the synchronised section (async checkpointing with "
+            "`torch.distributed.checkpoint.async_save`, evaluation sharded across ranks), or give the process group "
+            "a timeout longer than it (`init_process_group(timeout=timedelta(hours=1))`).",
+            when="the odd rank was busy elsewhere",
+        ),
+        "time_step": Fix(
+            "Time the step the odd rank was in and compare it with the process-group timeout.",
+            when="the odd rank was busy elsewhere",
+        ),
+        "first_dead": Fix(
+            "Find the rank that died or stopped first and fix that: the stuck watchdog is the consequence.",
+            when="a watchdog thread is stuck in an NCCL kernel",
+        ),
+        "keep_monitoring": Fix(
+            "Keep the heartbeat monitor on (`TORCH_NCCL_ENABLE_MONITORING=1`, the default) so a stuck watchdog "
+            "kills its process instead of hanging the job; newer torch releases also abort such hangs.",
+            when="a watchdog thread is stuck in an NCCL kernel",
+        ),
+    }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         stacks = t.extra.get("stacks")
@@ -61,7 +98,7 @@ class StacksOddRankOut(Rule):
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         tree = build_stack_tree(ev)
         if tree is None:
-            return None
+            return self._stuck_thread(ev)
         waiting = [c for c in tree.classes if c.activity in WAITING]
         elsewhere = [c for c in tree.classes if c.activity not in WAITING]
         if waiting and elsewhere:
@@ -71,6 +108,13 @@ class StacksOddRankOut(Rule):
         if len(tree.classes) == 1 and tree.classes[0].activity == "dataloader":
             return self._alone(t, tree, tree.classes[0])
         return None
+
+    def _fixes(self, category: Category) -> tuple[str, ...]:
+        if category == Category.DATALOADER_HANG:
+            return self.fixes("dataloader_timeout", "fix_read")
+        if category == Category.MISMATCHED_COLLECTIVES:
+            return self.fixes("same_collectives", "debug_detail")
+        return self.fixes("move_work", "time_step")
 
     def _category(self, c: StackClass) -> tuple[Category, float, str]:
         if c.activity == "dataloader":
@@ -102,15 +146,17 @@ class StacksOddRankOut(Rule):
         waiters = {r for c in waiting for r in c.ranks}
         who = _who(odd)
         wait_where = "; ".join(f"{_who([c])}: {c.where}" for c in waiting)
+        workers = _busy_workers(t, culprits) if category == Category.DATALOADER_HANG else []
+        busy = "".join(f" Its DataLoader worker ({w.members[0]}) is in {w.where}." for w in workers[:2])
         return self.finding(
             category=category,
             confidence=conf + self._boost(t, tree, culprits, waiters),
             culprit_ranks=tuple(sorted(culprits)),
             summary=f"Stack dumps: {who} was {doing} ({main.where}) while {_who(waiting)} waited in {_ops(waiting)}.",
             explanation=f"Merged stacks of {tree.n_processes} processes: {tree.summary()}. The ranks in a "
-            f"collective are waiting for the odd one; {who} never reached it because it was {doing}.",
-            evidence=_quotes(odd) + _quotes(waiting, 2),
-            fixes=_fixes(category),
+            f"collective are waiting for the odd one; {who} never reached it because it was {doing}.{busy}",
+            evidence=_quotes(odd) + _quotes(workers[:1], 1) + _quotes(waiting, 2),
+            fixes=self._fixes(category),
             verify=(
                 "Dump the stacks again after the fix (`py-spy dump --pid <pid>` on every rank): all ranks "
                 f"should be in the same place; today: {wait_where}.",
@@ -135,8 +181,34 @@ class StacksOddRankOut(Rule):
             "are matched by order, so ranks that call different ones (or call them from different code paths) "
             "wait for each other forever.",
             evidence=_quotes(odd) + _quotes([major], 2),
-            fixes=_fixes(Category.MISMATCHED_COLLECTIVES),
+            fixes=self._fixes(Category.MISMATCHED_COLLECTIVES),
             facts={"victim_ranks": sorted(major.ranks), "stack_classes": tree.summary()},
+        )
+
+    def _stuck_thread(self, ev: pl.DataFrame) -> Finding | None:
+        """No main-thread stack, but a thread blocked in an NCCL wait or a CUDA call (a gdb backtrace of the
+        watchdog): the GPU runs an NCCL kernel that never finishes, so the watchdog can neither time out nor
+        abort. That is what a peer that died or stopped mid-collective looks like from this process."""
+        live = ev.filter(pl.col("format") != "fr")
+        described = describe_dumps(live, live["dump"].unique().sort().to_list())
+        stuck = [c for _, c in described if c.activity in ("nccl_wait", "cuda_sync")]
+        if not stuck:
+            return None
+        c = stuck[0]
+        calls = [f.func for f in reversed(c.frames) if "::" in f.func or f.func.startswith("cuda")]
+        chain = " ← ".join(calls[:4])
+        return self.finding(
+            category=Category.RANK_CRASH,
+            confidence=0.45,
+            culprit_ranks=(),
+            summary=f"Stack dump: a thread {_thread_of(c)} is blocked in {chain[:200] or c.where}: its NCCL kernel "
+            "never finishes, which is what a peer that died or stopped mid-collective looks like.",
+            explanation="A thread inside a CUDA call waits on the GPU, and the GPU on an NCCL kernel that waits for a "
+            "peer; a watchdog stuck there can neither time out nor abort, so the job hangs instead of failing. Look "
+            "for the rank that exited or stopped first (its log, torchrun's summary, `dmesg` on its node); a GPU "
+            "fault (Xid) looks the same from here.",
+            evidence=_quotes([c], 4),
+            fixes=self.fixes("first_dead", "keep_monitoring"),
         )
 
     def _alone(self, t: Tables, tree: StackTree, c: StackClass) -> Finding:
@@ -151,9 +223,32 @@ class StacksOddRankOut(Rule):
             "this rank, so it stopped issuing collectives. Dumps of the other ranks would show them waiting in a "
             "collective.",
             evidence=_quotes([c]),
-            fixes=_fixes(Category.DATALOADER_HANG),
+            fixes=self._fixes(Category.DATALOADER_HANG),
             facts={"victim_ranks": sorted(others), "stack_classes": tree.summary()},
         )
+
+
+def _busy_workers(t: Tables, ranks: set[int]) -> list[StackClass]:
+    """DataLoader workers of these ranks (dumped with `--subprocesses`) that are inside the user's code (reading
+    a sample), not idle waiting for work."""
+    stacks = t.extra["stacks"]
+    workers = stacks.filter(
+        pl.col("parent_pid").is_not_null() & pl.col("main_thread") & pl.col("rank").is_in(sorted(ranks))
+    )
+    busy = []
+    for dump, c in describe_dumps(workers, workers["dump"].unique().sort().to_list()):
+        loop = max((i for i, f in enumerate(c.frames) if f.func.endswith("_worker_loop")), default=None)
+        inner = [f for f in c.frames[loop + 1 :] if f.user] if loop is not None else []
+        if inner:  # the worker is inside the user's dataset code, not waiting for work
+            pid = workers.filter(pl.col("dump") == dump)["pid"][0]
+            busy.append(replace(c, members=(f"pid {pid}",), where=inner[-1].label(), quote=inner[-1]))
+    return busy
+
+
+def _thread_of(c: StackClass) -> str:
+    if c.ranks or not c.members[0].startswith(c.quote.source if c.quote else "\0"):
+        return f"of {_who([c])}"
+    return f"in {c.quote.source}" if c.quote else ""
 
 
 def _who(classes: list[StackClass]) -> str:
@@ -179,25 +274,3 @@ def _quotes(classes: list[StackClass], limit: int = 3) -> tuple[Evidence, ...]:
             seen.add((f.source, f.src_line))
             out.append(Evidence(f.source, f.src_line, f.text, f.rank))
     return tuple(out)
-
-
-def _fixes(category: Category) -> tuple[str, ...]:
-    if category == Category.DATALOADER_HANG:
-        return (
-            "Give the DataLoader a `timeout=` well below the process-group timeout so the stalled read raises on "
-            "the rank that owns it; dump the worker processes too (`py-spy dump --pid <pid> --subprocesses`) to see "
-            "the read that hangs.",
-            "Fix the read itself (network storage, a lock shared across workers) or lower `num_workers`.",
-        )
-    if category == Category.MISMATCHED_COLLECTIVES:
-        return (
-            "Make every rank issue the same collectives in the same order: move collectives out of rank-dependent "
-            "branches (`if rank == 0: ...`), run evaluation/logging collectives on all ranks.",
-            "Run once with `TORCH_DISTRIBUTED_DEBUG=DETAIL` to have torch check each collective across ranks.",
-        )
-    return (
-        "Move the slow rank-local work out of the synchronised section (async checkpointing with "
-        "`torch.distributed.checkpoint.async_save`, evaluation sharded across ranks), or give the process group "
-        "a timeout longer than it (`init_process_group(timeout=timedelta(hours=1))`).",
-        "Time the step the odd rank was in and compare it with the process-group timeout.",
-    )
