@@ -3,7 +3,8 @@
 Data goes to stdout (or `-o FILE`), diagnostics to stderr. Exit codes: 0 diagnosed, 1 a `--fail-on` threshold
 was met, 2 usage or input error (nothing readable, an output file that exists without `--force`), 3 internal
 error (a bug in ncclpm: one line on stderr, the traceback with NCCLPM_DEBUG=1) - never 1, which CI reads as
-"root cause found".
+"root cause found" -, 130 interrupted (Ctrl-C). Everything printed goes through `escape.terminal` (no escape
+sequence from a log or a file name reaches the terminal); files are written by `outfile.py`.
 """
 
 from __future__ import annotations
