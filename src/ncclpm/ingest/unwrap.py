@@ -39,7 +39,10 @@ _RULE_PY = re.compile(r"[=*#~\s-]+")  # a rule line of a summary block (`=====`)
 
 def rejoin_wrapped(lf: pl.LazyFrame, hit: pl.Expr, line_start: str) -> pl.LazyFrame:
     """The lines where `hit` holds (plus nothing else), each glued to its wrapped tail when it has one.
-    `line_start` is the envelopes' head regex (polars dialect): a line starting with one is never a tail."""
+    `line_start` is the envelopes' head regex (polars dialect): a line starting with one is never a tail; without
+    it nothing is re-joined."""
+    if not line_start:
+        return lf.filter(hit)
     kept = lf.with_columns(hit.alias("_hit")).filter(pl.col("_hit") | pl.col("_hit").shift(1).fill_null(False))
     raw, nxt = pl.col("raw"), pl.col("raw").shift(-1)
     width = raw.str.len_chars()
@@ -100,7 +103,7 @@ def _cut(line: str, tail: str, start: re.Pattern[str], chained: bool = False) ->
     may be as long as the cut one)."""
     return (
         len(line) >= MIN_WIDTH
-        and (len(tail) < len(line) or chained and len(tail) == len(line))
+        and (len(tail) < len(line) or (chained and len(tail) == len(line)))
         and _continues(tail, start)
         and bool(_ENDS_IN_TOKEN_PY.search(line) and _STARTS_IN_TOKEN_PY.match(tail))
         and not _RULE_PY.fullmatch(line)
