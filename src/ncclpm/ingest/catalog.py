@@ -48,6 +48,7 @@ class Pattern:
     examples: tuple[Example, ...] = ()
     counterexamples: tuple[str, ...] = ()
     notes: str = ""
+    repeat: bool = False  # every match on a line is an event (one-line env dumps, command lines)
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,7 @@ def _pattern(raw: dict, origin: str) -> Pattern:
         examples=examples,
         counterexamples=tuple(c["line"] for c in raw.get("counterexample", [])),
         notes=raw.get("notes", ""),
+        repeat=bool(raw.get("repeat", False)),
     )
 
 

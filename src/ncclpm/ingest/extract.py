@@ -155,7 +155,11 @@ def _pattern_events(parsed: pl.DataFrame, p: Pattern) -> pl.DataFrame:
     hits = parsed.filter(pl.col("message").str.contains_any(list(p.anchors)) & pl.col("message").str.contains(p.regex))
     if hits.is_empty():
         return pl.DataFrame(schema=EVENTS_SCHEMA)
-    hits = hits.with_columns(pl.col("message").str.extract_groups(p.regex).alias("_m"))
+    if p.repeat:  # one event per match: each match is read again on its own for its groups
+        hits = hits.with_columns(pl.col("message").str.extract_all(p.regex).alias("_all")).explode("_all")
+        hits = hits.with_columns(pl.col("_all").str.extract_groups(p.regex).alias("_m"))
+    else:
+        hits = hits.with_columns(pl.col("message").str.extract_groups(p.regex).alias("_m"))
     cols: list[pl.Expr] = []
     for name, dtype in EVENT_FIELDS.items():
         if name in p.fields:
