@@ -1,4 +1,4 @@
-"""Command line: `ncclpm diagnose`, `triage`, `rules`, `explain`, `tables`, `catalog check`.
+"""Command line: `ncclpm diagnose`, `diff`, `triage`, `rules`, `explain`, `tables`, `catalog check`.
 
 Data goes to stdout (or `-o FILE`), diagnostics to stderr. Exit codes: 0 diagnosed, 1 a `--fail-on` threshold
 was met, 2 usage or input error (nothing readable, an output file that exists without `--force`), 3 internal
@@ -18,10 +18,12 @@ import click
 
 from ncclpm import __version__
 from ncclpm.render import RENDERERS, render
+from ncclpm.render.diff import DIFF_RENDERERS
 from ncclpm.rules.base import band
 
 EXIT_OK, EXIT_FAIL_ON, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 BANDS = ("possible", "likely", "conclusive")
+DIFF_FORMATS = tuple(DIFF_RENDERERS)
 
 
 def _write(text: str, output: Path | None, force: bool) -> None:
@@ -127,6 +129,60 @@ def diagnose(
     _write(render(d, fmt), output, force)
     if fail_on and d.category not in ("unknown",) and BANDS.index(band(d.confidence)) >= BANDS.index(fail_on):
         sys.exit(EXIT_FAIL_ON)
+
+
+@main.command("diff")
+@click.argument("runs", nargs=-1)
+@click.option("-g", "--good", "good_more", multiple=True, help="Add a file or folder to GOOD (repeatable).")
+@click.option("-b", "--bad", "bad_more", multiple=True, help="Add a file or folder to BAD (repeatable).")
+@click.option("-f", "--format", "fmt", type=click.Choice(DIFF_FORMATS), default="md", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the report here.")
+@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
+@click.option(
+    "--patterns",
+    multiple=True,
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    help="Extra folder of TOML pattern catalogs.",
+)
+def diff_runs(
+    runs: tuple[str, ...],
+    good_more: tuple[str, ...],
+    bad_more: tuple[str, ...],
+    fmt: str,
+    output: Path | None,
+    force: bool,
+    patterns: tuple[Path, ...],
+) -> None:
+    """Compare a run that worked (GOOD) with one that failed (BAD): what changed, ranked by how much it can
+    explain BAD's failure. GOOD and BAD are each a log folder, a file or an archive (`-` for pasted text on
+    one side); -g/-b add more files to a side."""
+    from ncclpm.api import diff
+    from ncclpm.render.diff import render_diff
+
+    if len(runs) not in (0, 2):
+        raise click.UsageError("give GOOD and BAD (two paths), or the files of each side with -g/-b")
+    good = [*runs[:1], *good_more]
+    bad = [*runs[1:], *bad_more]
+    if not good or not bad:
+        raise click.UsageError("both GOOD and BAD need at least one path")
+    stdin_side = "good" if "-" in good else "bad" if "-" in bad else None
+    if "-" in good and "-" in bad:
+        raise click.UsageError("only one side can be read from stdin")
+    _check_output(output, force)
+    report = diff(
+        [p for p in good if p != "-"],
+        [p for p in bad if p != "-"],
+        patterns=patterns,
+        stdin_bytes=_read_stdin() if stdin_side else None,
+        stdin_side=stdin_side,
+    )
+    for w in report.warnings:
+        click.echo(f"ncclpm: warning: {w}", err=True)
+    _write(render_diff(report, fmt), output, force)
+    if report.good.sources == 0 or report.bad.sources == 0:
+        side = "GOOD" if report.good.sources == 0 else "BAD"
+        click.echo(f"ncclpm: error: nothing readable in {side} (see warnings above)", err=True)
+        sys.exit(EXIT_INPUT)
 
 
 @main.command("rules")

@@ -8,6 +8,6 @@ process-group timeout, shape, NCCL's choices), `progress.py` compares how far an
 """
 
 from ncclpm.diff.compare import compare
-from ncclpm.diff.model import DiffReport, Difference, Fact, Quote, RunSummary
+from ncclpm.diff.model import Difference, DiffReport, Fact, Quote, RunSummary
 
 __all__ = ["DiffReport", "Difference", "Fact", "Quote", "RunSummary", "compare"]

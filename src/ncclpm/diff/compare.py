@@ -12,14 +12,14 @@ import polars as pl
 
 from ncclpm.diagnosis import Diagnosis
 from ncclpm.diff.facts import config_facts, quote
-from ncclpm.diff.model import RELEVANCE, DiffReport, Difference, Fact, Quote, RunSummary
+from ncclpm.diff.model import RELEVANCE, Difference, DiffReport, Fact, Quote, RunSummary
 from ncclpm.diff.nccl_facts import nccl_facts
 from ncclpm.diff.progress import progress_differences
 from ncclpm.diff.relevance import NATIVE_SIGNALS, BadContext, family_order, judge
 from ncclpm.ingest.settings import env_knowledge
 from ncclpm.ingest.tables import Tables
 
-ONE_SIDED_CAP = "low"  # a fact only one run's logs show: cannot tell whether it changed
+NOT_SET = "not set"
 
 
 def run_facts(t: Tables) -> dict[str, Fact]:
@@ -27,7 +27,7 @@ def run_facts(t: Tables) -> dict[str, Fact]:
 
 
 def summarize(t: Tables, d: Diagnosis) -> RunSummary:
-    errors = t.events.filter(pl.col("severity") == "error")
+    exits = t.elastic.filter((pl.col("exit_code").fill_null(0) != 0) | pl.col("signal").is_not_null())
     return RunSummary(
         job=d.job,
         category=str(d.category),
@@ -39,7 +39,7 @@ def summarize(t: Tables, d: Diagnosis) -> RunSummary:
         decisive=tuple(Quote(e.file, e.line, e.text) for e in d.decisive[:4]),
         sources=d.n_sources,
         world_size=d.world_size,
-        failed=str(d.category) != "unknown" or not errors.is_empty(),
+        failed=str(d.category) != "unknown" or not t.tracebacks.is_empty() or not exits.is_empty(),
     )
 
 
@@ -102,13 +102,14 @@ def _pair(
                 continue
         elif fact.paired_only or fact.section == "nccl":
             continue
+        unset = NOT_SET if _unset_in(good if g is None else bad, fact) else None
         diffs.append(
             Difference(
                 fact.what,
                 fact.family,
                 fact.section,
-                g.value if g else None,
-                b.value if b else None,
+                g.value if g else unset,
+                b.value if b else unset,
                 good_evidence=g.evidence if g else None,
                 bad_evidence=b.evidence if b else None,
             )
@@ -122,15 +123,24 @@ def _pair(
     return diffs, same, compared, notes
 
 
-def _cap_one_sided(d: Difference) -> Difference:
-    if (
-        (d.good is None or d.bad is None)
-        and not d.linked
-        and RELEVANCE.index(d.relevance) < RELEVANCE.index(ONE_SIDED_CAP)
-    ):
+def _one_sided(d: Difference) -> Difference:
+    """A fact only one run's logs show is no known change (the other run may just not have logged it)."""
+    if (d.good is None or d.bad is None) and not d.linked and d.relevance != "none":
         side = "BAD" if d.good is None else "GOOD"
-        return Difference(**{**d.__dict__, "relevance": ONE_SIDED_CAP, "why": f"only {side}'s logs show it; {d.why}"})
+        why = f"only {side}'s logs show it: cannot tell whether it changed"
+        return Difference(**{**d.__dict__, "relevance": "none", "why": why})
     return d
+
+
+def _unset_in(other: dict[str, Fact], fact: Fact) -> bool:
+    """A variable the other run's environment dump (the same file) shows without it: it was not set there."""
+    if not fact.key.startswith("setting:") or fact.evidence is None:
+        return False
+    name = fact.evidence.file.rsplit("/", 1)[-1]
+    return any(
+        f.key.startswith("setting:") and f.evidence is not None and f.evidence.file.rsplit("/", 1)[-1] == name
+        for f in other.values()
+    )
 
 
 def _fold(diffs: list[Difference]) -> list[Difference]:
@@ -151,15 +161,13 @@ def _rank_key(d: Difference) -> tuple:
 
 
 def headline(good: RunSummary, bad: RunSummary, diffs: list[Difference], compared: int) -> str:
-    verdict = (
-        f"BAD failed with `{bad.category}`: {bad.summary}" if bad.failed else "BAD shows no failure ncclpm can name."
-    )
+    verdict = f"BAD failed with `{bad.category}`." if bad.failed else "BAD shows no failure ncclpm can name."
     top = [d for d in diffs if d.relevance in ("high", "medium")]
     if top:
         d = top[0]
         return (
             f"{verdict} Most likely explained by {d.what}: `{d.good or 'not seen'}` in GOOD, "
-            f"`{d.bad or 'not seen'}` in BAD ({d.why})."
+            f"`{d.bad or 'not seen'}` in BAD - {d.why}."
         )
     minor = [d for d in diffs if d.relevance == "low"]
     if minor:
@@ -179,7 +187,7 @@ def compare(good_t: Tables, good_d: Diagnosis, bad_t: Tables, bad_d: Diagnosis) 
     diffs, same, compared, notes = _pair(good_facts, bad_facts)
     diffs += progress_differences(good_t, bad_t)
     ctx = bad_context(good_t, good_facts, bad_t, bad_d)
-    judged = sorted(_fold([_cap_one_sided(judge(d, ctx)) for d in diffs]), key=_rank_key)
+    judged = sorted(_fold([_one_sided(judge(d, ctx)) for d in diffs]), key=_rank_key)
     good, bad = summarize(good_t, good_d), summarize(bad_t, bad_d)
     warnings = [f"GOOD: {w}" for w in good_d.warnings] + [f"BAD: {w}" for w in bad_d.warnings]
     if good.failed and good.category != "unknown":

@@ -148,7 +148,8 @@ def timeout_fact(t: Tables) -> Fact | None:
         ms = t.fr.entries.filter(pl.col("timeout_ms").is_not_null() & (pl.col("timeout_ms") > 0))
         if not ms.is_empty():
             r = ms.sort("rank", "record_id").row(0, named=True)
-            text = f"flight recorder, rank {r['rank']}: {r['profiling_name'] or r['op']} #{r['collective_seq_id']} timeout_ms={r['timeout_ms']}"
+            op = r["profiling_name"] or r["op"]
+            text = f"flight recorder, rank {r['rank']}: {op} #{r['collective_seq_id']} timeout_ms={r['timeout_ms']}"
             return _timeout(int(ms["timeout_ms"].mode().sort()[0]) / 1000, Quote(str(r["source"]), None, text))
     timed_out = t.events.filter((pl.col("kind") == "collective_timeout") & pl.col("timeout_ms").is_not_null())
     if not timed_out.is_empty():

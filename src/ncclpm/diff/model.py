@@ -51,6 +51,7 @@ class Difference:
     good_evidence: Quote | None = None
     bad_evidence: Quote | None = None
     linked: bool = False  # BAD's failure itself points at it (its error names the value, its culprit is new...)
+    failure_evidence: Quote | None = None  # the line of BAD's failure that points at it
     also: tuple[str, ...] = ()  # the same change seen under other names (other hosts, rank pairs)
 
     def to_dict(self) -> dict[str, Any]:
@@ -66,6 +67,7 @@ class Difference:
             "evidence": {
                 "good": self.good_evidence.to_dict() if self.good_evidence else None,
                 "bad": self.bad_evidence.to_dict() if self.bad_evidence else None,
+                "failure": self.failure_evidence.to_dict() if self.failure_evidence else None,
             },
             "also": list(self.also),
         }

@@ -29,6 +29,7 @@ VERSION_FAMILIES = (
     "library_version",
 )
 NAMEABLE_SECTIONS = ("settings", "launcher", "nccl", "shape")
+BOOLEAN_WORDS = ("true", "false", "yes", "no", "on", "off")
 
 
 @lru_cache(maxsize=1)
@@ -85,46 +86,34 @@ def _max(a: str, b: str) -> str:
 def _named_in(value: str, lines: tuple[Quote, ...]) -> Quote | None:
     """A line of BAD's failure that names `value` as a word (values like `1`, `0` or `true` name nothing)."""
     token = value.strip()
-    if (
-        len(token) < 2
-        or token.replace(".", "").isdigit()
-        or token.lower() in ("true", "false", "yes", "no", "on", "off")
-    ):
+    if len(token) < 2 or token.replace(".", "").isdigit() or token.lower() in BOOLEAN_WORDS:
         return None
     word = re.compile(rf"(?<![\w.-]){re.escape(token)}(?![\w-])")
     return next((q for q in lines if word.search(q.text)), None)
 
 
-def _link(d: Difference, ctx: BadContext) -> str | None:
-    """Why BAD's own failure points at this difference, or None."""
-    if d.bad and d.section in NAMEABLE_SECTIONS:
+def _link(d: Difference, ctx: BadContext) -> tuple[str, Quote | None] | None:
+    """Why BAD's own failure points at this difference (and the line that does), or None."""
+    if d.bad and d.section in NAMEABLE_SECTIONS and d.family not in ("hosts", "nodes", "world_size"):
         q = _named_in(d.bad, ctx.failure_lines)
-        if q is not None and d.family not in ("hosts", "nodes", "world_size"):
-            return f"BAD's failure names `{d.bad}`: {q.file}:{q.line or '-'} `{_short(q.text)}`"
+        if q is not None:
+            return f"BAD's failure names `{d.bad}`", q
     if d.family in ("world_size", "launcher_shape", "nodes") and ctx.good_world_size is not None:
         new = [r for r in ctx.culprit_ranks if r >= ctx.good_world_size]
         if new:
-            return f"BAD's culprit rank {new[0]} does not exist in GOOD (world size {ctx.good_world_size})"
+            return f"BAD's culprit rank {new[0]} does not exist in GOOD (world size {ctx.good_world_size})", None
     if d.family in ("hosts", "nodes"):
         for rank, host in ctx.culprit_hosts.items():
             if ctx.good_hosts and host not in ctx.good_hosts:
-                return f"BAD's culprit rank {rank} ran on {host}, a host GOOD did not use"
+                return f"BAD's culprit rank {rank} ran on {host}, a host GOOD did not use", None
     if d.family == "pg_timeout" and d.bad:
         secs = seconds_of(d.bad)
         q = ctx.timeout_lines.get(round(secs * 1000)) if secs is not None else None
         if q is not None:
-            return f"BAD's collectives timed out after exactly {d.bad}: {q.file}:{q.line or '-'} `{_short(q.text)}`"
+            return f"BAD's collectives timed out after exactly {d.bad}", q
     if d.family in VERSION_FAMILIES and ctx.native_crash is not None:
-        q = ctx.native_crash
-        return (
-            f"BAD crashed natively after {family_label(d.family)} changed: {q.file}:{q.line or '-'} `{_short(q.text)}`"
-        )
+        return f"BAD crashed natively after {family_label(d.family)} changed", ctx.native_crash
     return None
-
-
-def _short(text: str, limit: int = 160) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _is_path(value: str | None) -> bool:
@@ -143,7 +132,7 @@ def judge(d: Difference, ctx: BadContext) -> Difference:
         return replace(d, relevance="none", why="a path: paths differ between any two runs")
     link = _link(d, ctx)
     if link is not None:
-        return replace(d, relevance="high", why=link, linked=True)
+        return replace(d, relevance="high", why=link[0], linked=True, failure_evidence=link[1])
     if base == "none":
         return replace(d, relevance="none", why=str(fam.get("note", "")))
     plausible = factors()["category"].get(ctx.category, {})
