@@ -165,10 +165,8 @@ def headline(good: RunSummary, bad: RunSummary, diffs: list[Difference], compare
     top = [d for d in diffs if d.relevance in ("high", "medium")]
     if top:
         d = top[0]
-        return (
-            f"{verdict} Most likely explained by {d.what}: `{d.good or 'not seen'}` in GOOD, "
-            f"`{d.bad or 'not seen'}` in BAD - {d.why}."
-        )
+        lead = "Most likely explained by" if bad.failed else "The difference that matters most:"
+        return f"{verdict} {lead} {d.what}: `{d.good or 'not seen'}` in GOOD, `{d.bad or 'not seen'}` in BAD - {d.why}."
     minor = [d for d in diffs if d.relevance == "low"]
     if minor:
         return (
