@@ -45,7 +45,7 @@ def test_unsupported_regex_is_refused_with_a_pointer_to_the_dialect(rx: str) -> 
 
 def test_a_field_that_is_not_an_events_column_is_refused(tmp_path) -> None:
     (tmp_path / "bad.toml").write_text(
-        "[[pattern]]\nid='x.y'\nkind='k'\nanchor='a'\nregex='''a(?<nope>\\d)'''\nfields={nope='i64'}\n"
+        "[[pattern]]\nid='x.y'\nkind='exception'\nanchor='a'\nregex='''a(?<nope>\\d)'''\nfields={nope='i64'}\n"
         "[[pattern.example]]\nline='a1'\n"
     )
     with pytest.raises(CatalogError, match="not an events column"):

@@ -13,7 +13,20 @@ from click.testing import CliRunner
 
 from ncclpm.api import diagnose
 from ncclpm.cli import main
-from ncclpm.sources.paste import _CHARS, normalise_paste, normalise_paste_bytes
+from ncclpm.ingest.catalog import load_catalog
+from ncclpm.sources import paste as paste_mod
+from ncclpm.sources.paste import _CHARS
+
+HEADS = load_catalog().head_regex()  # how the shipped envelopes start a line
+
+
+def normalise_paste(text: str) -> str:
+    return paste_mod.normalise_paste(text, HEADS)
+
+
+def _normalise_bytes(data: bytes) -> bytes:
+    return paste_mod.normalise_paste_bytes(data, HEADS)
+
 
 ROOT = Path(__file__).resolve().parents[1]
 CONSOLE_LOGS = sorted(ROOT.glob("tests/cases/*/input/console.log")) + sorted(ROOT.glob("sample_logs/*/*.out"))
@@ -141,8 +154,8 @@ def test_real_logs_go_through_unchanged(path: Path) -> None:
 
 def test_binary_stdin_is_left_alone() -> None:
     blob = b"\x1f\x8b\x08\x00" + bytes(range(256))
-    assert normalise_paste_bytes(blob) == blob
-    assert normalise_paste_bytes(b"caf\xe9 &gt; x") == b"caf\xe9 > x", "undecodable bytes kept"
+    assert _normalise_bytes(blob) == blob
+    assert _normalise_bytes(b"caf\xe9 &gt; x") == b"caf\xe9 > x", "undecodable bytes kept"
 
 
 # -------------------------------------------------------------------------- same verdict as the file itself

@@ -29,10 +29,11 @@ def build(
 ) -> Tables:
     """Collect the job's sources and build every table. Text on stdin is taken as pasted: chat and ticket
     damage (code fences, `&gt;`, smart quotes, lines re-wrapped at 80 columns) is undone first."""
+    cat = catalog(patterns)
     if stdin_bytes is not None:
-        stdin_bytes = normalise_paste_bytes(stdin_bytes)
+        stdin_bytes = normalise_paste_bytes(stdin_bytes, cat.head_regex())
     job = collect(paths, stdin_bytes=stdin_bytes, name=name)
-    return build_tables(job, catalog(patterns))
+    return build_tables(job, cat)
 
 
 def diagnose(

@@ -312,7 +312,24 @@ def catalog_check(dirs: tuple[Path, ...]) -> None:
     for p in problems:
         click.echo(p, err=True)
     click.echo(
-        f"{len(cat.patterns)} patterns, {len(cat.envelopes)} envelopes: "
+        f"{len(cat.patterns)} patterns, {len(cat.envelopes)} envelopes, {len(cat.kinds)} kinds: "
         f"{'OK' if not problems else f'{len(problems)} problem(s)'}"
     )
     sys.exit(EXIT_INPUT if problems else EXIT_OK)
+
+
+@catalog.command("kinds")
+@click.argument("dirs", nargs=-1, type=click.Path(file_okay=False, exists=True, path_type=Path))
+def catalog_kinds(dirs: tuple[Path, ...]) -> None:
+    """The declared event kinds (shipped and DIRS): what each means and the patterns that produce it."""
+    from ncclpm.ingest.catalog import CatalogError, load_catalog
+
+    try:
+        cat = load_catalog(tuple(dirs))
+    except CatalogError as exc:
+        click.echo(f"catalog error: {exc}", err=True)
+        sys.exit(EXIT_INPUT)
+    for decl in sorted(cat.kinds.values(), key=lambda d: d.name):
+        ids = ", ".join(p.id for p in cat.patterns if p.kind == decl.name) or "(produced by code)"
+        victim = " [victim]" if decl.victim else ""
+        click.echo(f"{decl.name}{victim}: {decl.meaning}\n    {ids}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
 from ncclpm.rules.base import Finding, ranks_text
 
 FR_RANK_COLUMNS = ["fr_last_op", "fr_last_seq", "fr_last_state", "fr_dump"]
@@ -50,7 +51,7 @@ def fr_stall(t: Tables) -> dict | None:
 
 
 def failing_collective(t: Tables) -> dict | None:
-    to = t.events.filter((pl.col("kind") == "collective_timeout") & pl.col("op").is_not_null())
+    to = t.events.filter((pl.col("kind") == K.collective_timeout) & pl.col("op").is_not_null())
     if to.is_empty():
         return fr_stall(t)
     r = to.sort("ts", "source", "line", nulls_last=True).row(0, named=True)
@@ -73,7 +74,7 @@ def _fr_rank_facts(t: Tables) -> pl.DataFrame | None:
 def rank_rows(t: Tables, primary: Finding) -> tuple[dict, ...]:
     culprits = set(primary.culprit_ranks)
     victims = set(primary.facts.get("victim_ranks", [])) | set(
-        t.events.filter(pl.col("kind") == "collective_timeout")["rank"].drop_nulls().to_list()
+        t.events.filter(pl.col("kind") == K.collective_timeout)["rank"].drop_nulls().to_list()
     )
     table = t.ranks
     fr = _fr_rank_facts(t)
@@ -91,7 +92,7 @@ def rank_rows(t: Tables, primary: Finding) -> tuple[dict, ...]:
 def versions(t: Tables) -> dict[str, str]:
     out: dict[str, str] = {}
     ver = t.events.filter(pl.col("version").is_not_null()).sort("source", "line")
-    for kind, key in (("torch_version", "torch"), ("nccl_error", "nccl"), ("nccl_version", "nccl")):
+    for kind, key in ((K.torch_version, "torch"), (K.nccl_error, "nccl"), (K.nccl_version, "nccl")):
         hit = ver.filter(pl.col("kind") == kind)["version"]
         if hit.len() and key not in out:
             out[key] = ", ".join(sorted(hit.unique().to_list()))  # several: the hosts disagree (see CV01)

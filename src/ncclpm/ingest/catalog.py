@@ -1,8 +1,10 @@
 """Load and validate the TOML line-pattern catalogs in `parsers/`, and compile them to polars expressions.
 
-Inputs: `parsers/envelopes.toml` (line prefixes → rank/level/time/host/pid + message) and every other
-`parsers/*.toml` (message patterns → typed rows of the `events` table). Output: a `Catalog` holding the
-validated patterns, the composed envelope regex and the literal anchors used by the prefilter.
+Inputs: `parsers/envelopes.toml` (line prefixes; each says which of its groups fill the `rank`, `local_rank`,
+`role`, `host`, `pid`, `ts` (with its format) and `level` columns), `parsers/kinds.toml` (the declared event
+kinds) and every other `parsers/*.toml` (message patterns → typed rows of the `events` table). Output: a
+`Catalog` holding the validated patterns, envelopes and kinds, the composed envelope regex, the literal anchors
+used by the prefilter, and the envelope-derived Python regexes that paste re-joining and triage signatures use.
 
 Limits: patterns are single-line; multi-line constructs (tracebacks, torchrun failure blocks) are stitched
 in `multiline.py`. Regexes use polars' Rust dialect (no look-around, no back-references): the loader says
@@ -18,6 +20,9 @@ from pathlib import Path
 
 import polars as pl
 
+from ncclpm.ingest import envelopes as env_mod
+from ncclpm.ingest.envelopes import Envelope
+from ncclpm.kinds import KINDS_FILE, KindDecl, KindError, load_kinds, merge_kinds, unknown_kind_message
 from ncclpm.resources import data_dir
 from ncclpm.schema import DTYPE_NAMES, EVENT_FIELDS
 
@@ -52,19 +57,11 @@ class Pattern:
 
 
 @dataclass(frozen=True)
-class Envelope:
-    id: str
-    slot: str
-    regex: str
-    origin: str
-    examples: tuple[Example, ...] = ()
-
-
-@dataclass(frozen=True)
 class Catalog:
     patterns: tuple[Pattern, ...]
     envelopes: tuple[Envelope, ...]
     keep_anchors: tuple[str, ...] = field(default=())
+    kinds: dict[str, KindDecl] = field(default_factory=dict)
 
     @property
     def anchors(self) -> list[str]:
@@ -74,11 +71,19 @@ class Catalog:
 
     def envelope_regex(self) -> str:
         """One regex: every slot optional, in file order, then the rest of the line as `message`."""
-        slots: dict[str, list[str]] = {}
-        for env in self.envelopes:
-            slots.setdefault(env.slot, []).append(env.regex)
-        parts = "".join(f"(?:{'|'.join(alts)})?" for alts in slots.values())
-        return f"^{parts}(?<message>.*)$"
+        return env_mod.compose(self.envelopes)
+
+    def column_sources(self, column: str) -> list[Envelope]:
+        """Envelopes that fill a `lines` column, most trusted first (see `envelopes.column_sources`)."""
+        return env_mod.column_sources(self.envelopes, column)
+
+    def prefix_regex(self) -> str:
+        """Python regex matching any one envelope: what triage strips from the start of an error line."""
+        return env_mod.prefix_regex(self.envelopes)
+
+    def head_regex(self) -> str:
+        """Python regex matching the start of any envelope: a line that starts like a log line (paste)."""
+        return env_mod.head_regex(self.envelopes)
 
 
 def _check_regex(rx: str, where: str) -> None:
@@ -97,11 +102,13 @@ def _examples(raw: dict, key: str) -> tuple[Example, ...]:
     return tuple(Example(e["line"], dict(e.get("expect", {}))) for e in raw.get(key, []))
 
 
-def _pattern(raw: dict, origin: str) -> Pattern:
+def _pattern(raw: dict, origin: str, kinds: dict[str, KindDecl]) -> Pattern:
     where = f"{origin}: pattern {raw.get('id', '?')!r}"
     for key in ("id", "kind", "anchor", "regex"):
         if key not in raw:
             raise CatalogError(f"{where}: missing key {key!r}")
+    if raw["kind"] not in kinds:
+        raise CatalogError(unknown_kind_message(raw["kind"], kinds, where))
     anchors = (raw["anchor"],) if isinstance(raw["anchor"], str) else tuple(raw["anchor"])
     fields = dict(raw.get("fields", {}))
     for name, dtype in fields.items():
@@ -138,27 +145,38 @@ def _pattern(raw: dict, origin: str) -> Pattern:
 
 
 def _envelope(raw: dict, origin: str) -> Envelope:
-    where = f"{origin}: envelope {raw.get('id', '?')!r}"
-    _check_regex(raw["regex"], where)
-    return Envelope(raw["id"], raw["slot"], raw["regex"], origin, _examples(raw, "example"))
+    return env_mod.parse_envelope(raw, origin, _check_regex, CatalogError, _examples(raw, "example"))
+
+
+def _kinds(dirs: tuple[Path, ...]) -> dict[str, KindDecl]:
+    """Every kinds.toml of the shipped and user directories, merged (a name declared twice is an error)."""
+    try:
+        return merge_kinds([d for directory in dirs if (p := directory / KINDS_FILE).is_file() for d in load_kinds(p)])
+    except KindError as exc:
+        raise CatalogError(str(exc)) from exc
 
 
 def load_catalog(extra_dirs: tuple[Path, ...] = ()) -> Catalog:
     """Load the shipped catalogs plus any user directories (`--patterns DIR`), validated."""
+    dirs = (data_dir("parsers"), *(Path(d) for d in extra_dirs))
+    kinds = _kinds(dirs)
     patterns: list[Pattern] = []
     envelopes: list[Envelope] = []
     keep: list[str] = []
-    for directory in (data_dir("parsers"), *extra_dirs):
-        for path in sorted(Path(directory).glob("*.toml")):
+    for directory in dirs:
+        for path in sorted(directory.glob("*.toml")):
             try:
                 doc = tomllib.loads(path.read_text(encoding="utf-8"))
             except tomllib.TOMLDecodeError as exc:
                 raise CatalogError(f"{path.name}: invalid TOML: {exc}") from exc
+            if "kind" in doc and path.name != KINDS_FILE:
+                raise CatalogError(f"{path.name}: [[kind]] entries belong in {KINDS_FILE}")
             envelopes += [_envelope(e, path.name) for e in doc.get("envelope", [])]
-            patterns += [_pattern(p, path.name) for p in doc.get("pattern", [])]
+            patterns += [_pattern(p, path.name, kinds) for p in doc.get("pattern", [])]
             keep += doc.get("prefilter", {}).get("keep", [])
     ids = [p.id for p in patterns] + [e.id for e in envelopes]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
         raise CatalogError(f"duplicate pattern ids: {dupes}")
-    return Catalog(tuple(patterns), tuple(envelopes), tuple(keep))
+    env_mod.check_envelopes(tuple(envelopes), CatalogError)
+    return Catalog(tuple(patterns), tuple(envelopes), tuple(keep), kinds)

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 
 import polars as pl
 
+from ncclpm.kinds import K
 from ncclpm.schema import EVENT_FIELDS, EVENTS_SCHEMA
 from ncclpm.sources.discover import Source
 
@@ -46,7 +47,7 @@ def _row(src: Source, doc: dict) -> dict | None:
         "ts": ts,
         "level": "E",
         "event": "elastic.error_file",
-        "kind": "exception",
+        "kind": K.exception,
         "severity": "error",
         "text": msg.strip()[:2000],
         "error_type": exc["type"] if exc else None,

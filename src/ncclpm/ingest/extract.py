@@ -1,12 +1,12 @@
 """Apply the envelope and the message catalogs to the prefiltered lines.
 
-Input: frame (source, line, raw) from `lines.py` and a `Catalog`. Output: the `lines` table (envelope
-fields resolved: rank, host, pid, ts, level, message) and the `events` table (one row per pattern match,
-typed fields from the catalog). All of it is polars expressions over the kept lines; no Python loop over
-rows.
+Input: frame (source, line, raw) from `lines.py` and a `Catalog`. Output: the `lines` table (rank, host, pid,
+ts, level, message - each filled from the envelope groups the catalog declares for it) and the `events` table
+(one row per pattern match, typed fields from the catalog). All of it is polars expressions over the kept
+lines; no Python loop over rows.
 
-Rank resolution, most to least trusted: c10's `[rankN]:` prefix, Open MPI / Slurm task prefixes, a
-default-PG `[PG ID 0 ... Rank N]` / `[Rank N]` tag, a script's own `rank N` prefix; then the global rank
+Rank resolution, most to least trusted: the envelopes' rank columns (c10's `[rankN]:`, Open MPI / Slurm task
+prefixes), a default-PG `[PG ID 0 ... Rank N]` / `[Rank N]` tag, a script's own `rank N` prefix; then the global rank
 seen on other lines of the same torchrun `[defaultN]:` stream, the torchrun local rank itself (global on a
 single node), the one rank a whole file talks about, and finally the file path (`rank3.log`,
 `attempt_0/3/stderr.log`).
@@ -14,17 +14,19 @@ single node), the one rank a whole file talks about, and finally the file path (
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import polars as pl
 
 from ncclpm.ingest.catalog import Catalog, Pattern
 from ncclpm.schema import DTYPE_NAMES, EVENT_FIELDS, EVENTS_SCHEMA, LINES_SCHEMA
 
 _TAG = (
-    r"\[(?:PG (?:ID )?(?<tag_pg_id>\d+) (?:PG GUID (?<tag_guid>[^\s(\]]+)(?:\((?<tag_desc>[^)]*)\))? "
-    r"|\((?<tag_desc2>[^)]*)\) )?)?Rank (?<tag_rank>\d+)\]"
+    r"\[(?:PG (?:ID )?(?<_tag_pg_id>\d+) (?:PG GUID (?<_tag_guid>[^\s(\]]+)(?:\((?<_tag_desc>[^)]*)\))? "
+    r"|\((?<_tag_desc2>[^)]*)\) )?)?Rank (?<_tag_rank>\d+)\]"
 )
-_SCRIPT_RANK = r"^\[?(?i:rank)[\s_:=#-]{0,3}(?<script_rank>\d{1,6})\b"
-_FILE_RANK = r"(?:(?:^|/)attempt_\d+/(?<file_local>\d+)/[^/]+$|(?i:rank)[_-]?(?<file_rank>\d+)[^/\d]*$)"
+_SCRIPT_RANK = r"^\[?(?i:rank)[\s_:=#-]{0,3}(?<_script_rank>\d{1,6})\b"
+_FILE_RANK = r"(?:(?:^|/)attempt_\d+/(?<_file_local>\d+)/[^/]+$|(?i:rank)[_-]?(?<_file_rank>\d+)[^/\d]*$)"
 _ISO_FORMATS = ("%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%dT%H:%M:%S")
 
 
@@ -37,9 +39,10 @@ def _iso(col: str) -> pl.Expr:
     return pl.coalesce([norm.str.strptime(pl.Datetime("us"), f, strict=False) for f in _ISO_FORMATS])
 
 
-def _mmdd_time(mmdd: str, time: str, year: int) -> pl.Expr:
-    md = pl.col(mmdd).cast(pl.Int32, strict=False)
-    t = pl.col(time)
+def _mmdd(col: str, year: int) -> pl.Expr:
+    """glog's `MMDD HH:MM:SS[.ffffff]` (month unpadded in c10's logger) in `year`."""
+    md = pl.col(col).str.extract(r"^(\d{3,4}) ", 1).cast(pl.Int32, strict=False)
+    t = pl.col(col).str.extract(r" (\S+)$", 1)
     micro = t.str.slice(9, 6).str.pad_end(6, "0").cast(pl.Int32, strict=False).fill_null(0)
     return pl.datetime(
         year,
@@ -53,25 +56,50 @@ def _mmdd_time(mmdd: str, time: str, year: int) -> pl.Expr:
     )
 
 
-def _reference_year(env: pl.DataFrame) -> int:
+def _column(catalog: Catalog, column: str, cast: Callable[[str], pl.Expr] = pl.col) -> pl.Expr:
+    """A `lines` column from the envelope groups declared to fill it, most trusted envelope first."""
+    groups = [cast(e.columns[column]) for e in catalog.column_sources(column)]
+    return pl.coalesce(groups) if groups else pl.lit(None)
+
+
+def _reference_year(env: pl.DataFrame, catalog: Catalog) -> int:
     """Year for timestamps that have none (glog MMDD): the newest year any dated line of the job shows."""
-    years = env.select(
-        pl.max_horizontal(
-            _iso("ts_iso").dt.year().max(), _iso("ts_iso2").dt.year().max(), _iso("nccl_ts").dt.year().max()
-        )
-    ).item()
+    dated = [_iso(e.columns["ts"]).dt.year().max() for e in catalog.column_sources("ts") if e.ts_format == "iso"]
+    years = env.select(pl.max_horizontal(dated)).item() if dated else None
     return int(years) if years else 1970
+
+
+def _timestamp(catalog: Catalog, year: int) -> pl.Expr:
+    parse = {"iso": _iso, "mmdd": lambda g: _mmdd(g, year)}
+    stamps = [parse[e.ts_format or "iso"](e.columns["ts"]) for e in catalog.column_sources("ts")]
+    return pl.coalesce(stamps) if stamps else pl.lit(None, pl.Datetime("us"))
+
+
+def _level(catalog: Catalog) -> pl.Expr:
+    """The level group of the envelope that has one, else the level an envelope gives the lines it wraps."""
+    levels: list[pl.Expr] = []
+    for env in catalog.column_sources("level"):
+        if "level" in env.columns:
+            levels.append(pl.col(env.columns["level"]))
+            continue
+        matched = pl.any_horizontal([pl.col(g).is_not_null() for g in env.groups])
+        expr: pl.Expr | pl.expr.whenthen.Then | None = None
+        for word, level in env.level_words.items():
+            hit = matched & pl.col("message").str.contains(word, literal=True)
+            expr = pl.when(hit).then(pl.lit(level)) if expr is None else expr.when(hit).then(pl.lit(level))
+        if env.level_default:
+            dflt = pl.lit(env.level_default)
+            expr = pl.when(matched).then(dflt) if expr is None else expr.when(matched).then(dflt)
+        if expr is not None:
+            levels.append(expr)  # type: ignore[arg-type]
+    return pl.coalesce(levels) if levels else pl.lit(None, pl.String)
 
 
 def _with_envelope(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
     env = kept.with_columns(pl.col("raw").str.extract_groups(catalog.envelope_regex()).alias("_e")).unnest("_e")
-    role_is_rank = pl.col("tr_role").str.to_lowercase() == "rank"
     env = env.with_columns(
-        pl.coalesce("c10_rank", pl.when(role_is_rank).then("tr_local")).alias("c10_rank"),
-        pl.when(role_is_rank).then(None).otherwise("tr_local").alias("tr_local"),
-        pl.when(role_is_rank).then(None).otherwise("tr_role").alias("tr_role"),
-    )
-    env = env.with_columns(
+        _column(catalog, "role").alias("_role"),
+        _column(catalog, "local_rank", _int).alias("_local"),
         pl.col("message").str.extract_groups(_TAG).alias("_t"),
         pl.col("message").str.extract_groups(_SCRIPT_RANK).alias("_s"),
         pl.col("source").str.extract_groups(_FILE_RANK).alias("_f"),
@@ -79,21 +107,18 @@ def _with_envelope(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
     return env
 
 
-def _resolve_rank(env: pl.DataFrame) -> pl.Expr:
-    tag_is_global = pl.col("tag_pg_id").is_null() | (pl.col("tag_pg_id") == "0")
-    direct = pl.coalesce(
-        _int("c10_rank"),
-        _int("mpi_rank"),
-        _int("slurm_task"),
-        pl.when(tag_is_global).then(_int("tag_rank")),
-        _int("script_rank"),
+def _resolve_rank(catalog: Catalog) -> pl.Expr:
+    tag_is_global = pl.col("_tag_pg_id").is_null() | (pl.col("_tag_pg_id") == "0")
+    return pl.coalesce(
+        _column(catalog, "rank", _int),
+        pl.when(tag_is_global).then(_int("_tag_rank")),
+        _int("_script_rank"),
     )
-    return direct
 
 
-def _fill_ranks(env: pl.DataFrame) -> pl.DataFrame:
-    env = env.with_columns(_resolve_rank(env).alias("_direct"))
-    stream = ["source", "tr_role", "tr_local"]
+def _fill_ranks(env: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
+    env = env.with_columns(_resolve_rank(catalog).alias("_direct"))
+    stream = ["source", "_role", "_local"]
     env = env.with_columns(
         pl.col("_direct").drop_nulls().mode().first().over(stream).alias("_stream_rank"),
         # A file that mostly talks about one rank is that rank's log (a per-rank file with some unprefixed
@@ -108,11 +133,11 @@ def _fill_ranks(env: pl.DataFrame) -> pl.DataFrame:
     return env.with_columns(
         pl.coalesce(
             "_direct",
-            pl.when(pl.col("tr_local").is_not_null()).then("_stream_rank"),
-            _int("tr_local"),
+            pl.when(pl.col("_local").is_not_null()).then("_stream_rank"),
+            "_local",
             "_file_single",
-            _int("file_rank"),
-            _int("file_local"),
+            _int("_file_rank"),
+            _int("_file_local"),
         )
         .cast(pl.Int32)
         .alias("rank")
@@ -120,34 +145,21 @@ def _fill_ranks(env: pl.DataFrame) -> pl.DataFrame:
 
 
 def parse_lines(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
-    """The `lines` table (plus private `_`-free helper columns used by extraction: pg tag fields)."""
-    env = _fill_ranks(_with_envelope(kept, catalog))
-    year = _reference_year(env)
-    nccl_level = (
-        pl.when(pl.col("message").str.contains("NCCL WARN", literal=True))
-        .then(pl.lit("W"))
-        .when(pl.col("nccl_host").is_not_null())
-        .then(pl.lit("I"))
-    )
+    """The `lines` table (plus the pg tag columns `tag_pg`/`tag_pg_desc` used by extraction)."""
+    env = _fill_ranks(_with_envelope(kept, catalog), catalog)
+    year = _reference_year(env, catalog)
     return env.select(
         "source",
         "line",
         "rank",
-        pl.coalesce("nccl_host", "ray_ip").alias("host"),
-        pl.coalesce(_int("nccl_pid"), _int("ray_pid"), _int("py_pid")).cast(pl.Int64).alias("pid"),
-        pl.coalesce(
-            _iso("ts_iso2"),
-            _iso("nccl_ts"),
-            _iso("ts_iso"),
-            _mmdd_time("py_mmdd", "py_time", year),
-            _mmdd_time("gl_mmdd", "gl_time", year),
-            _mmdd_time("cpp_mmdd", "cpp_time", year),
-        ).alias("ts"),
-        pl.coalesce("cpp_level", "py_level", "gl_level", "old_level", nccl_level).alias("level"),
+        _column(catalog, "host").cast(pl.String).alias("host"),
+        _column(catalog, "pid", _int).cast(pl.Int64).alias("pid"),
+        _timestamp(catalog, year).alias("ts"),
+        _level(catalog).cast(pl.String).alias("level"),
         "message",
         "raw",
-        pl.coalesce("tag_guid", "tag_pg_id").alias("tag_pg"),
-        pl.coalesce("tag_desc", "tag_desc2").alias("tag_pg_desc"),
+        pl.coalesce("_tag_guid", "_tag_pg_id").alias("tag_pg"),
+        pl.coalesce("_tag_desc", "_tag_desc2").alias("tag_pg_desc"),
     )
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from ncclpm.kinds import K
+
 COMMS_SCHEMA = pl.Schema(
     {
         "host": pl.String(),
@@ -34,11 +36,11 @@ def _process_key(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def nccl_comms(events: pl.DataFrame) -> pl.DataFrame:
-    init = _process_key(events.filter(pl.col("kind") == "nccl_comm_init"))
+    init = _process_key(events.filter(pl.col("kind") == K.nccl_comm_init))
     if init.is_empty():
         return pl.DataFrame(schema=COMMS_SCHEMA)
     versions = (
-        _process_key(events.filter(pl.col("kind") == "nccl_version"))
+        _process_key(events.filter(pl.col("kind") == K.nccl_version))
         .group_by("_host", "_pid")
         .agg(pl.col("version").first())
     )
@@ -46,7 +48,7 @@ def nccl_comms(events: pl.DataFrame) -> pl.DataFrame:
     comms = init.join(versions, on=["_host", "_pid"], how="left", suffix="_v").join(
         host_versions, on="_host", how="left"
     )
-    all_versions = events.filter(pl.col("kind") == "nccl_version")["version"].drop_nulls().unique()
+    all_versions = events.filter(pl.col("kind") == K.nccl_version)["version"].drop_nulls().unique()
     job_version = all_versions[0] if all_versions.len() == 1 else None  # a bare banner with no host prefix
     return comms.select(
         pl.col("_host").alias("host"),
@@ -132,7 +134,7 @@ _TID = r"[\w.-]+:\d+:(\d+) \[\d+\]"
 def nccl_warnings(events: pl.DataFrame) -> pl.DataFrame:
     """One row per NCCL WARN with the return-code chain NCCL printed after it on the same thread
     (`proxy.cc:1390 -> 3`, ...) and the ncclResult_t it ends in (nccl.h codes)."""
-    rows = _process_key(events.filter(pl.col("kind").is_in(["nccl_warn", "nccl_retcode"])))
+    rows = _process_key(events.filter(pl.col("kind").is_in([K.nccl_warn, K.nccl_retcode])))
     rows = rows.filter(pl.col("_host").is_not_null()).with_columns(
         pl.col("text").str.extract(_TID, 1).cast(pl.Int64, strict=False).alias("_tid")
     )
@@ -140,14 +142,14 @@ def nccl_warnings(events: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame(schema=WARNINGS_SCHEMA)
     thread = ["source", "_host", "_pid", "_tid"]
     rows = rows.sort("source", "line").with_columns(
-        (pl.col("kind") == "nccl_warn").cast(pl.Int32).cum_sum().over(thread).alias("_n")
+        (pl.col("kind") == K.nccl_warn).cast(pl.Int32).cum_sum().over(thread).alias("_n")
     )
     chain = (
-        rows.filter((pl.col("kind") == "nccl_retcode") & (pl.col("_n") > 0))
+        rows.filter((pl.col("kind") == K.nccl_retcode) & (pl.col("_n") > 0))
         .group_by([*thread, "_n"])
         .agg(pl.format("{} -> {}", "detail", "exit_code").alias("chain"), pl.col("exit_code").last().alias("_code"))
     )
-    warns = rows.filter(pl.col("kind") == "nccl_warn").join(chain, on=[*thread, "_n"], how="left")
+    warns = rows.filter(pl.col("kind") == K.nccl_warn).join(chain, on=[*thread, "_n"], how="left")
     return warns.select(
         pl.col("_host").alias("host"),
         pl.col("_pid").alias("pid"),

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import polars as pl
 
+from ncclpm.kinds import K
 from ncclpm.schema import RANKS_SCHEMA
 
-ACTIVITY_KINDS = ["activity", "progress"]
+ACTIVITY_KINDS = [K.activity, K.progress]
 
 
 def _ref(prefix: str = "") -> pl.Expr:
@@ -43,7 +44,7 @@ def build_ranks(
     )
     counts = ranked.group_by("rank").agg(pl.len().cast(pl.UInt32).alias("n_events"))
     timeouts = _first_by_time(
-        ranked.filter(pl.col("kind") == "collective_timeout"),
+        ranked.filter(pl.col("kind") == K.collective_timeout),
         [
             pl.lit(True).alias("timed_out"),
             pl.col("op").first().alias("timeout_op"),
@@ -51,7 +52,7 @@ def build_ranks(
         ],
     )
     status = (
-        ranked.filter(pl.col("kind") == "watchdog_status")
+        ranked.filter(pl.col("kind") == K.watchdog_status)
         .group_by("rank")
         .agg(pl.col("last_enqueued").max(), pl.col("last_completed").max())
     )
@@ -82,7 +83,7 @@ def build_ranks(
     # The NCCL version a rank itself reports (torch's `NCCL error ..., NCCL version X`, its own banner): used when no
     # Init COMPLETE line ties it to a communicator (init failed).
     own_version = (
-        ranked.filter(pl.col("kind").is_in(["nccl_version", "nccl_error"]) & pl.col("version").is_not_null())
+        ranked.filter(pl.col("kind").is_in([K.nccl_version, K.nccl_error]) & pl.col("version").is_not_null())
         .group_by("rank")
         .agg(pl.col("version").mode().sort().first().alias("_own_version"))
     )
@@ -118,14 +119,14 @@ def build_ranks(
 
 def world_size_is_declared(events: pl.DataFrame, fr=None) -> bool:
     """True when a line or a dump states the world size (not just the highest rank seen)."""
-    stated = events.filter((pl.col("kind") == "world_size") | pl.col("expected").is_not_null())
+    stated = events.filter((pl.col("kind") == K.world_size) | pl.col("expected").is_not_null())
     return not stated.is_empty() or (fr is not None and not fr.groups.is_empty())
 
 
 def world_size(events: pl.DataFrame, elastic: pl.DataFrame, fr=None) -> int | None:
     """Best estimate of the job's world size from every hint the logs give (at least highest rank + 1)."""
     hints: list[int] = []
-    declared = events.filter(pl.col("kind") == "world_size")["nranks"].drop_nulls()
+    declared = events.filter(pl.col("kind") == K.world_size)["nranks"].drop_nulls()
     if declared.len():
         hints.append(int(declared.max()))  # type: ignore[arg-type]
     expected = events["expected"].drop_nulls()

@@ -14,6 +14,7 @@ from functools import lru_cache
 
 import polars as pl
 
+from ncclpm.kinds import K
 from ncclpm.resources import data_dir
 
 SETTINGS_SCHEMA = pl.Schema(
@@ -76,7 +77,7 @@ TIMEOUT_VARS = ("NCCL_TIMEOUT", "TORCH_NCCL_TIMEOUT", "NCCL_TIMEOUT_MS")
 
 def _observed_timeout(events: pl.DataFrame) -> str:
     """`; this job's collectives still timed out after 10 min (Timeout(ms)=600000)` when the logs show it."""
-    ms = events.filter(pl.col("kind") == "collective_timeout")["timeout_ms"].drop_nulls()
+    ms = events.filter(pl.col("kind") == K.collective_timeout)["timeout_ms"].drop_nulls()
     if ms.is_empty():
         return ""
     value = int(ms.max())  # type: ignore[arg-type]
@@ -86,7 +87,7 @@ def _observed_timeout(events: pl.DataFrame) -> str:
 def settings_table(events: pl.DataFrame) -> pl.DataFrame:
     """One row per variable. Where it is set (script, env dump, `os.environ`) wins over NCCL's echo of it (which only
     proves the setting reached NCCL), then the last occurrence."""
-    rows = events.filter((pl.col("kind") == "setting") & pl.col("var").is_not_null())
+    rows = events.filter((pl.col("kind") == K.setting) & pl.col("var").is_not_null())
     if rows.is_empty():
         return pl.DataFrame(schema=SETTINGS_SCHEMA)
     rows = rows.with_columns((pl.col("event") != "nccl.env_echo").alias("_set_here"))

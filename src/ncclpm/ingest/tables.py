@@ -21,12 +21,19 @@ from ncclpm.ingest.multiline import parse_elastic_summaries, stitch_tracebacks
 from ncclpm.ingest.nccl import fill_line_ranks, fill_ranks, nccl_comms, nccl_warnings, rank_map
 from ncclpm.ingest.ranks import build_ranks, world_size, world_size_is_declared
 from ncclpm.ingest.settings import settings_table
+from ncclpm.kinds import K
 from ncclpm.schema import EVENTS_SCHEMA
 from ncclpm.sources.discover import Job
 
 if TYPE_CHECKING:
     from ncclpm.analysis.fr_match import FRAnalysis
     from ncclpm.ingest.flight_recorder import FRLoad
+
+# Derived tables in `Tables.extra`, and every name a rule may list in `needs` (checked when a rule is defined).
+EXTRA_TABLES = ("nccl_comms", "nccl_warnings", "settings")
+TABLE_NAMES = frozenset(
+    {"lines", "events", "tracebacks", "elastic", "ranks", "fr_entries", "fr_analysis", *EXTRA_TABLES}
+)
 
 
 @dataclass(frozen=True)
@@ -57,8 +64,8 @@ class Tables:
         return isinstance(frame, pl.DataFrame) and not frame.is_empty()
 
     def kinds(self, *kinds: str) -> pl.DataFrame:
-        """Events of the given kinds."""
-        return self.events.filter(pl.col("kind").is_in(list(kinds)))
+        """Events of the given kinds (declared kinds only: a misspelt one raises `UnknownKind`)."""
+        return self.events.filter(pl.col("kind").is_in(list(K.check(*kinds, where="Tables.kinds"))))
 
 
 def _read_dumps(job: Job, warnings: list[str]) -> tuple[FRLoad | None, FRAnalysis | None]:
@@ -110,5 +117,5 @@ def build_tables(job: Job, catalog: Catalog) -> Tables:
         warnings=tuple(warnings),
         fr=fr,
         fr_analysis=fr_analysis,
-        extra={"nccl_comms": comms, "nccl_warnings": nccl_warnings(events), "settings": settings_table(events)},
+        extra=dict(zip(EXTRA_TABLES, (comms, nccl_warnings(events), settings_table(events)), strict=True)),
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ncclpm.rules.base import Rule
+from ncclpm.rules.base import Rule, RuleError
 from ncclpm.rules.config_version import VersionsDifferAcrossRanks
 from ncclpm.rules.cuda_oom import CudaOutOfMemory
 from ncclpm.rules.dataloader import DataloaderFailure
@@ -38,6 +38,23 @@ ALL_RULES: tuple[type[Rule], ...] = (
     JobCancelledByScheduler,
     InsufficientEvidence,
 )
+
+
+def check_registry(rules: tuple[type[Rule], ...]) -> None:
+    """Ids and names are unique and every `explains` id is a registered rule (else `RuleError` at import)."""
+    for attr in ("id", "name"):
+        values = [getattr(r, attr) for r in rules]
+        dupes = sorted({v for v in values if values.count(v) > 1})
+        if dupes:
+            raise RuleError(f"rule {attr}s registered twice: {dupes}")
+    ids = {r.id for r in rules}
+    for rule in rules:
+        unknown = sorted(set(rule.explains) - ids)
+        if unknown:
+            raise RuleError(f"{rule.id} ({rule.__module__}): `explains` names unknown rule ids {unknown}")
+
+
+check_registry(ALL_RULES)
 
 
 def by_id(rule_id: str) -> type[Rule]:

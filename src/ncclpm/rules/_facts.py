@@ -10,17 +10,9 @@ from __future__ import annotations
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
 
-VICTIM_KINDS = [
-    "collective_timeout",
-    "watchdog_status",
-    "teardown",
-    "heartbeat_stuck",
-    "peer_closed",
-    "comm_aborted",
-    "agent_signal",
-    "monitored_barrier",
-]
+VICTIM_KINDS = list(K.victims)  # declared `victim = true` in parsers/kinds.toml
 # Exceptions whose text is itself a symptom of another rank's failure.
 VICTIM_TEXT = (
     r"Timed out waiting|Connection closed by peer|Connection reset by peer|Watchdog caught collective|"
@@ -32,7 +24,7 @@ VICTIM_TEXT = (
 def victim_lines(t: Tables) -> pl.DataFrame:
     """Events that show a rank waiting on, or torn down because of, another rank."""
     by_kind = t.events.filter(pl.col("kind").is_in(VICTIM_KINDS))
-    by_text = t.events.filter((pl.col("kind") == "exception") & pl.col("text").str.contains(VICTIM_TEXT))
+    by_text = t.events.filter((pl.col("kind") == K.exception) & pl.col("text").str.contains(VICTIM_TEXT))
     return pl.concat([by_kind, by_text]).filter(pl.col("rank").is_not_null())
 
 
@@ -41,7 +33,7 @@ def victim_ranks(t: Tables) -> set[int]:
 
 
 def timeouts(t: Tables) -> pl.DataFrame:
-    return t.events.filter((pl.col("kind") == "collective_timeout") & pl.col("rank").is_not_null())
+    return t.events.filter((pl.col("kind") == K.collective_timeout) & pl.col("rank").is_not_null())
 
 
 def late_timeouts(t: Tables) -> set[int]:
@@ -81,7 +73,7 @@ def same_line(events: pl.DataFrame, kinds: list[str]) -> pl.DataFrame:
 
 def exceptions_not_victim(t: Tables, exclude_kinds: list[str]) -> pl.DataFrame:
     """Exception lines (logs and error files) that are neither a victim symptom nor another rule's kind."""
-    exc = t.events.filter((pl.col("kind") == "exception") & pl.col("rank").is_not_null())
+    exc = t.events.filter((pl.col("kind") == K.exception) & pl.col("rank").is_not_null())
     exc = exc.filter(~pl.col("text").str.contains(VICTIM_TEXT))
     taken = same_line(t.events, [*VICTIM_KINDS, *exclude_kinds])
     return exc.join(taken, on=["source", "line"], how="anti")

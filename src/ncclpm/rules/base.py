@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
+from ncclpm.ingest.tables import TABLE_NAMES, Tables
 from ncclpm.schema import Category
 
 DOC_SECTIONS = ("## What it detects", "## Why it matters", "## Example", "## How to fix")
@@ -99,6 +99,11 @@ def ranks_text(ranks: tuple[int, ...] | list[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
+class RuleError(TypeError):
+    """A rule is declared wrong (unknown table in `needs`, unknown rule id in `explains`...): raised when it is
+    defined or registered, never later."""
+
+
 class Rule:
     """Base class: subclasses set the class attributes and implement `evidence` and `assess`."""
 
@@ -111,6 +116,14 @@ class Rule:
     status: ClassVar[str] = "stable"
     fallback: ClassVar[bool] = False  # run only when no other rule found a root cause
     priority: ClassVar[int] = 50  # specificity: breaks ties between findings of the same confidence band
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        unknown = sorted(set(cls.needs) - TABLE_NAMES)
+        if unknown:
+            raise RuleError(f"{cls.__name__}: `needs` names unknown tables {unknown} (known: {sorted(TABLE_NAMES)})")
+        if not isinstance(cls.explains, tuple):
+            raise RuleError(f"{cls.__name__}: `explains` must be a tuple of rule ids")
 
     def evidence(self, t: Tables) -> pl.DataFrame:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
@@ -37,8 +38,8 @@ class VersionsDifferAcrossRanks(Rule):
     explains = ("CT01", "CR01", "NW01")
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        explicit = t.kinds("version_mismatch")
-        banners = t.kinds("nccl_version", "torch_version").filter(pl.col("version").is_not_null())
+        explicit = t.kinds(K.version_mismatch)
+        banners = t.kinds(K.nccl_version, K.torch_version).filter(pl.col("version").is_not_null())
         who = pl.coalesce(pl.col("host"), pl.col("rank").cast(pl.String), pl.col("source"))
         banners = banners.with_columns(who.alias("_who"))
         differ = banners.filter(pl.col("version").n_unique().over("kind") > 1)
@@ -63,8 +64,8 @@ class VersionsDifferAcrossRanks(Rule):
         )
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
-        banners = ev.filter(pl.col("kind").is_in(["nccl_version", "torch_version"]))
-        explicit = not ev.filter(pl.col("kind") == "version_mismatch").is_empty()
+        banners = ev.filter(pl.col("kind").is_in([K.nccl_version, K.torch_version]))
+        explicit = not ev.filter(pl.col("kind") == K.version_mismatch).is_empty()
         culprits: set[int] = set()
         detail = "NCCL reports a version mismatch with a peer"
         if not banners.is_empty():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
 from ncclpm.rules._facts import victim_ranks
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
 from ncclpm.schema import Category
@@ -38,7 +39,7 @@ class CudaOutOfMemory(Rule):
     explains = ("CT01", "CR01")
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        return t.kinds("cuda_oom").sort("ts", "source", "line", nulls_last=True)
+        return t.kinds(K.cuda_oom).sort("ts", "source", "line", nulls_last=True)
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         culprits = tuple(sorted(set(ev["rank"].drop_nulls().to_list())))

@@ -6,6 +6,7 @@ import polars as pl
 
 from ncclpm.analysis.fr_match import FRAnalysis
 from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
 from ncclpm.rules._facts import exceptions_not_victim
 from ncclpm.rules._fr_evidence import entry_evidence, last_entry_evidence
 from ncclpm.rules.base import Finding, Rule, ranks_text
@@ -18,11 +19,11 @@ FRAME_HINTS = (
 )
 TORCH_FRAMES = ("distributed_c10d", "c10d_logger")
 LOG_KINDS = (
-    (Category.CUDA_OOM, ("cuda_oom",)),
-    (Category.NVML_DRIVER_FAILURE, ("nvml_error", "xid", "gpu_lost")),
-    (Category.DATALOADER_HANG, ("dataloader_error", "fd_exhaustion")),
-    (Category.RANK_CRASH, ("crash_signal", "cuda_error")),
-    (Category.SLOW_RANK_WORK, ("activity",)),
+    (Category.CUDA_OOM, (K.cuda_oom,)),
+    (Category.NVML_DRIVER_FAILURE, (K.nvml_error, K.xid, K.gpu_lost)),
+    (Category.DATALOADER_HANG, (K.dataloader_error, K.fd_exhaustion)),
+    (Category.RANK_CRASH, (K.crash_signal, K.cuda_error)),
+    (Category.SLOW_RANK_WORK, (K.activity,)),
 )
 
 
@@ -72,7 +73,7 @@ class FlightRecorderRankStopped(Rule):
         for cat, kinds in LOG_KINDS:
             if not mine.filter(pl.col("kind").is_in(list(kinds))).is_empty():
                 return cat
-        crashed = exceptions_not_victim(t, ["dataloader_error", "fd_exhaustion", "cuda_oom", "nvml_error"])
+        crashed = exceptions_not_victim(t, [K.dataloader_error, K.fd_exhaustion, K.cuda_oom, K.nvml_error])
         return Category.RANK_CRASH if not crashed.filter(pl.col("rank").is_in(culprits)).is_empty() else None
 
     @staticmethod

@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
 from ncclpm.rules._facts import timeouts, victim_ranks
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
 from ncclpm.schema import Category
@@ -55,7 +56,7 @@ class CollectivesDisagreeInLogs(Rule):
     explains = ("CT01", "CR01")
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        detected = t.kinds("mismatch_detected")
+        detected = t.kinds(K.mismatch_detected)
         to = timeouts(t).filter(pl.col("seq").is_not_null())
         disagree = to.filter(pl.struct("seq", "op", "numel_in").n_unique().over(pl.col("pg").fill_null("?")) > 1)
         return pl.concat([detected, disagree]).sort("ts", "source", "line", nulls_last=True)
@@ -71,7 +72,7 @@ class CollectivesDisagreeInLogs(Rule):
             votes = fps.select(pl.col("who").cast(pl.Int32).alias("rank"), "fp").unique()
             aspects = ev["detail"].drop_nulls()
             return minority(votes, "fp"), (aspects[0] if aspects.len() else "the collective fingerprints differ")
-        to = ev.filter(pl.col("kind") == "collective_timeout")
+        to = ev.filter(pl.col("kind") == K.collective_timeout)
         if not to.is_empty():
             votes = to.select("rank", pl.format("{} #{} numel {}", "op", "seq", "numel_in").alias("call")).unique()
             return minority(votes, "call"), "the timed-out collectives differ: " + ", ".join(
@@ -85,7 +86,7 @@ class CollectivesDisagreeInLogs(Rule):
         culprits, how = self._culprits(t, ev)
         involved = sorted(set(ev["rank"].drop_nulls().to_list()) | set(culprits))
         tie = set(culprits) == set(involved) and len(involved) > 1
-        detected = (ev["kind"] == "mismatch_detected").any()
+        detected = (ev["kind"] == K.mismatch_detected).any()
         # A tie names no culprit: evidence that can (the flight recorder's call sites) should win over it.
         conf = self.base_confidence + (0.0 if not detected else 0.05 if tie else 0.15)
         who = (

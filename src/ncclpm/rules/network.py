@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
 from ncclpm.rules._hosts import ranks_on, where
 from ncclpm.rules._links import failing_pairs, implicated_hosts, link_ends
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
@@ -77,8 +78,8 @@ class NcclTransportError(Rule):
     explains = ("CT01", "CR01")
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        net = t.kinds("network_error")
-        remote = t.kinds("nccl_error").filter(pl.col("text").str.contains(CLASSES[-1][1]))
+        net = t.kinds(K.network_error)
+        remote = t.kinds(K.nccl_error).filter(pl.col("text").str.contains(CLASSES[-1][1]))
         ev = pl.concat([net, remote])
         cls, strength = pl.lit(None, pl.String), pl.lit(None, pl.Float64)
         for name, rx, conf in reversed(CLASSES):
@@ -97,7 +98,7 @@ class NcclTransportError(Rule):
         detail = self._detail(ev.row(0, named=True))
         if set(ev["cls"].to_list()) <= {"interface"}:
             ifname = (
-                t.kinds("setting")
+                t.kinds(K.setting)
                 .filter((pl.col("var") == "NCCL_SOCKET_IFNAME") & pl.col("host").is_in(culprit_hosts))["value"]
                 .unique()
                 .to_list()
@@ -172,7 +173,7 @@ class NcclTransportError(Rule):
         the first error. Interface errors are configuration, never a dead peer."""
         if "interface" in set(ev["cls"].to_list()):
             return set()
-        lost = set(ranks_on(t, t.kinds("node_failure")["value"].drop_nulls().to_list()))  # nodes Slurm saw fail
+        lost = set(ranks_on(t, t.kinds(K.node_failure)["value"].drop_nulls().to_list()))  # nodes Slurm saw fail
         if lost:
             return lost
         crashes = RankDiedFirst().evidence(t).filter(~pl.col("rank").is_in(ev["rank"].drop_nulls().to_list()))

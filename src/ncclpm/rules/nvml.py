@@ -7,6 +7,7 @@ import tomllib
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
 from ncclpm.resources import data_dir
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
 from ncclpm.schema import Category
@@ -58,7 +59,7 @@ class NvmlDriverFailure(Rule):
     explains = ("CT01", "CR01")
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        return t.kinds("nvml_error", "xid", "gpu_lost").sort("ts", "source", "line", nulls_last=True)
+        return t.kinds(K.nvml_error, K.xid, K.gpu_lost).sort("ts", "source", "line", nulls_last=True)
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         culprits = tuple(sorted(set(ev["rank"].drop_nulls().to_list()) | self._ranks_on_gpus(t, ev)))

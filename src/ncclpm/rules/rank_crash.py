@@ -5,22 +5,23 @@ from __future__ import annotations
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
 from ncclpm.rules._facts import exceptions_not_victim, victim_lines, victim_ranks
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
 # Kinds another rule explains better: their ranks are not "crashes" for this rule.
 EXPLAINED_KINDS = [
-    "dataloader_error",
-    "fd_exhaustion",
-    "cuda_oom",
-    "nvml_error",
-    "mismatch_detected",
-    "store_timeout",
-    "store_connect",
-    "store_bind",
-    "rendezvous_timeout",
-    "store_error",
+    K.dataloader_error,
+    K.fd_exhaustion,
+    K.cuda_oom,
+    K.nvml_error,
+    K.mismatch_detected,
+    K.store_timeout,
+    K.store_connect,
+    K.store_bind,
+    K.rendezvous_timeout,
+    K.store_error,
 ]
 FATAL_SIGNALS = ["SIGKILL", "SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT"]
 
@@ -65,7 +66,7 @@ class RankDiedFirst(Rule):
         victims_at = victim_lines(t).group_by("rank").agg(pl.col("ts").min().alias("victim_ts"))
         exc = exceptions_not_victim(t, EXPLAINED_KINDS).with_columns(pl.lit("exception").alias("how"))
         sig = (
-            t.kinds("crash_signal", "cuda_error")
+            t.kinds(K.crash_signal, K.cuda_error)
             .filter(pl.col("rank").is_not_null() & ~pl.col("error_type").fill_null("").str.contains("DistBackendError"))
             .with_columns(pl.lit("signal").alias("how"))
         )
@@ -100,7 +101,7 @@ class RankDiedFirst(Rule):
         others = victim_ranks(t) - set(culprits)
         conf = self.base_confidence + (0.1 if others else 0.0) + (0.05 if (ev["how"] != "exit").any() else -0.05)
         shown = ev.filter(pl.col("rank").is_in(list(culprits)))
-        oom = t.kinds("oom_killer")
+        oom = t.kinds(K.oom_killer)
         culprit_pids = set(t.ranks.filter(pl.col("rank").is_in(list(culprits)))["pid"].drop_nulls().to_list())
         oom_hit = bool(culprit_pids & set(oom["pid"].drop_nulls().to_list()))
         if oom_hit:

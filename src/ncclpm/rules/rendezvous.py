@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
@@ -12,7 +13,7 @@ SET_DEVICE = (
     "Call `torch.cuda.set_device(int(os.environ['LOCAL_RANK']))` before `init_process_group` (or pass "
     "`device_id=`), and check CUDA_VISIBLE_DEVICES and --nproc_per_node match the GPUs of the node."
 )
-INIT_KINDS = ["store_timeout", "store_connect", "store_bind", "rendezvous_timeout", "store_error", "duplicate_gpu"]
+INIT_KINDS = [K.store_timeout, K.store_connect, K.store_bind, K.rendezvous_timeout, K.store_error, K.duplicate_gpu]
 
 
 class ProcessGroupNeverFormed(Rule):
@@ -50,15 +51,15 @@ class ProcessGroupNeverFormed(Rule):
         return t.kinds(*INIT_KINDS).sort("ts", "source", "line", nulls_last=True)
 
     def _culprits(self, t: Tables, ev: pl.DataFrame) -> tuple[tuple[int, ...], str]:
-        dup = ev.filter(pl.col("kind") == "duplicate_gpu")
+        dup = ev.filter(pl.col("kind") == K.duplicate_gpu)
         if not dup.is_empty():
             ranks = set(dup["subject_rank"].drop_nulls().to_list()) | {int(p) for p in dup["peer"].drop_nulls()}
             return tuple(sorted(ranks)), "two ranks were given the same GPU (Duplicate GPU detected)"
         # The server that cannot listen explains its clients' connect errors: check it first.
-        bind = ev.filter(pl.col("kind") == "store_bind")["rank"].drop_nulls().unique().to_list()
-        if not ev.filter(pl.col("kind") == "store_bind").is_empty():
+        bind = ev.filter(pl.col("kind") == K.store_bind)["rank"].drop_nulls().unique().to_list()
+        if not ev.filter(pl.col("kind") == K.store_bind).is_empty():
             return tuple(sorted(bind)), "the store could not listen on its port (already in use)"
-        connect = ev.filter(pl.col("kind") == "store_connect")["rank"].drop_nulls().unique().to_list()
+        connect = ev.filter(pl.col("kind") == K.store_connect)["rank"].drop_nulls().unique().to_list()
         if connect:
             return tuple(sorted(connect)), "could not reach the store (MASTER_ADDR/MASTER_PORT)"
         joined = ev.filter(pl.col("event") == "store.clients_timeout")
@@ -67,13 +68,13 @@ class ProcessGroupNeverFormed(Rule):
             seen = set(t.ranks["rank"].to_list())
             missing = tuple(r for r in range(expected) if r not in seen)
             return missing, f"only {int(joined['nranks'].min())} of {expected} processes joined"
-        if not ev.filter(pl.col("kind") == "store_error").is_empty():
+        if not ev.filter(pl.col("kind") == K.store_error).is_empty():
             return (0,), "ranks could not fetch the NCCL unique id from rank 0 through the store"
         return (), "the rendezvous never completed"
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         culprits, how = self._culprits(t, ev)
-        conf = self.base_confidence - (0.25 if (ev["kind"] == "store_error").all() else 0.0)
+        conf = self.base_confidence - (0.25 if (ev["kind"] == K.store_error).all() else 0.0)
         who = f" ({ranks_text(culprits)})" if culprits else ""
         return self.finding(
             confidence=conf,

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
 from ncclpm.rules._hosts import ranks_on, where
 from ncclpm.rules.base import Finding, Rule, quotes
 from ncclpm.schema import Category
@@ -44,7 +45,7 @@ class JobCancelledByScheduler(Rule):
     def evidence(self, t: Tables) -> pl.DataFrame:
         # A cancel without a reason is a user or admin killing the job - usually because it hung: a consequence.
         return (
-            t.kinds("scheduler_cancel")
+            t.kinds(K.scheduler_cancel)
             .filter(pl.col("error_type").is_not_null())
             .sort("ts", "source", "line", nulls_last=True)
         )
@@ -52,7 +53,7 @@ class JobCancelledByScheduler(Rule):
     @staticmethod
     def _still_progressing(t: Tables, cancel_at: str | None) -> bool:
         """Did the job log progress in the 10 minutes before the cancel (it was working, not hung)?"""
-        progress = t.kinds("progress", "activity")["ts"].drop_nulls()
+        progress = t.kinds(K.progress, K.activity)["ts"].drop_nulls()
         if cancel_at is None or progress.is_empty():
             return False
         try:
@@ -67,7 +68,7 @@ class JobCancelledByScheduler(Rule):
         node_failure = "NODE FAILURE" in reason
         alive = self._still_progressing(t, r["version"])
         # `*** STEP ... ON <node>` names the node that reports the cancel; srun's `Node failure on <node>` the lost one.
-        lost = t.kinds("node_failure")
+        lost = t.kinds(K.node_failure)
         lost_nodes = sorted(set(lost["value"].drop_nulls().to_list())) if node_failure else []
         culprits = tuple(ranks_on(t, lost_nodes))
         return self.finding(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
@@ -38,14 +39,14 @@ class ShmOrP2pFailure(Rule):
     explains = ("CT01", "CR01")
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        return t.kinds("shm_error", "p2p_error").sort("ts", "source", "line", nulls_last=True)
+        return t.kinds(K.shm_error, K.p2p_error).sort("ts", "source", "line", nulls_last=True)
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         culprits = tuple(sorted(set(ev["rank"].drop_nulls().to_list())))
         hosts = sorted(set(ev["host"].drop_nulls().to_list()))
-        shm = (ev["kind"] == "shm_error").any()
+        shm = (ev["kind"] == K.shm_error).any()
         what = "shared memory (/dev/shm) could not be used" if shm else "GPU peer-to-peer access failed"
-        size = t.kinds("shm_size")  # `df -h /dev/shm` output found next to the logs
+        size = t.kinds(K.shm_size)  # `df -h /dev/shm` output found next to the logs
         if shm and not size.is_empty():
             what += f" (/dev/shm is {size['detail'][0]}, {size['value'][0]} used)"
         where = (ranks_text(culprits) if culprits else "") + (f" on {', '.join(hosts)}" if hosts else "")

@@ -7,12 +7,13 @@ from datetime import timedelta
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
 from ncclpm.rules._facts import known_ranks, late_timeouts, timeouts, victim_lines, victim_ranks
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
 from ncclpm.rules.rank_crash import crashed_ranks
 from ncclpm.schema import Category
 
-BUSY_KINDS = ["dataloader_error", "fd_exhaustion", "cuda_oom", "nvml_error", "crash_signal", "cuda_error"]
+BUSY_KINDS = [K.dataloader_error, K.fd_exhaustion, K.cuda_oom, K.nvml_error, K.crash_signal, K.cuda_error]
 
 
 class RankBusyOutsideCollectives(Rule):
@@ -47,7 +48,7 @@ class RankBusyOutsideCollectives(Rule):
     explains = ("CT01",)
 
     def _named(self, t: Tables) -> set[int]:
-        named = set(t.kinds("monitored_barrier")["subject_rank"].drop_nulls().to_list())
+        named = set(t.kinds(K.monitored_barrier)["subject_rank"].drop_nulls().to_list())
         fa = t.fr_analysis
         if fa is not None and fa.culprit_kind == "never_joined":
             named |= set(fa.culprit_ranks)
@@ -72,7 +73,7 @@ class RankBusyOutsideCollectives(Rule):
         return t.ranks.filter(pl.col("rank").is_in(sorted(silent)))
 
     def _activity(self, t: Tables, ranks: list[int]) -> pl.DataFrame:
-        act = t.kinds("activity").filter(pl.col("rank").is_in(ranks))
+        act = t.kinds(K.activity).filter(pl.col("rank").is_in(ranks))
         if act.is_empty():
             return act
         # Only work that started before the others gave up counts (it is what they were waiting for).
@@ -82,7 +83,7 @@ class RankBusyOutsideCollectives(Rule):
         # The work that kept a rank away started after its last progress line: quote where it started
         # ("Saving checkpoint ..."), not where it ended ("Checkpoint saved in 270 s").
         progress = (
-            t.kinds("progress")
+            t.kinds(K.progress)
             .filter(pl.col("rank").is_in(ranks))
             .group_by("rank", "source")
             .agg(pl.col("line").max().alias("_last_progress"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
 from ncclpm.rules._facts import victim_lines
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
 from ncclpm.schema import Category
@@ -43,7 +44,7 @@ class CollectiveTimeoutSymptom(Rule):
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         ranks = tuple(sorted(set(ev["rank"].to_list())))
-        to = ev.filter(pl.col("kind") == "collective_timeout")
+        to = ev.filter(pl.col("kind") == K.collective_timeout)
         what = ""
         if not to.is_empty() and to["op"].drop_nulls().len():
             r = to.filter(pl.col("op").is_not_null()).row(0, named=True)

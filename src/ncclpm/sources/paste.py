@@ -16,9 +16,10 @@ Re-joining wrapped lines is the only step that can change a real log, so it is c
 is the longest line; a paste is taken as wrapped only when 60 <= W <= 160 (raw NCCL/torch logs nearly always
 hold longer lines: every watchdog timeout line is ~250 characters) and at least two lines pass the test below
 (one is enough for a hard wrap at a round width). A line is glued onto the previous one only when
-- it does not start like a log line: `[rank3]:`, `[default0]:`, `[E1218 ...`, glog `W1122 08:37:48.001 ...`,
-  an ISO timestamp, `host:pid:tid [dev]`, `Traceback`, `  File "`, an exception name (`RuntimeError:`),
-  `srun -l`'s `12: `, Ray's `(pid=1)`, MPI's `[1,0]<stdout>:`, a `====`/`----` rule, a blank line;
+- it does not start like a log line: the head of any envelope of the catalog (`[rank3]:`, `[default0]:`,
+  `[E1218 ...`, glog `W1122 08:37:48.001 ...`, an ISO timestamp, `host:pid:tid [dev]`, `srun -l`'s `12: `, Ray's
+  `(pid=1)`, MPI's `[1,0]<stdout>:`, and any envelope added with `--patterns`), `Traceback`, `  File "`, an
+  exception name (`RuntimeError:`), a `====`/`----` rule, a blank line;
 - and the previous line was cut by the wrapper: exactly W long (a hard wrap - glued as is, even when the
   continuation starts with a space), or - for a word wrap - the continuation's first word would not have fit
   after it (`len(prev) + 1 + len(word) > W`: a greedy wrapper breaks exactly there) and the continuation does
@@ -31,6 +32,7 @@ first part happens to be exactly 80 long is glued back without its space.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 
@@ -77,27 +79,23 @@ _CHARS = str.maketrans(
 _QUOTE = re.compile(r"^(?:[ \t]?>[ \t]?)+")
 _FENCE_LINE = re.compile(r"^\s*(?:```+|~~~+)[\w+-]*\s*$|^\s*\{(?:code|noformat)(?::[^}]*)?\}\s*$")
 _FENCE_EDGE = re.compile(r"^\s*```+|```+\s*$")  # only at the start or the end of a line
-_STARTS = re.compile(
-    r"""^(?:
-        \s*$                                           # blank
-      | \[[A-Za-z_][\w-]*?\d+\]:                       # [rank3]: [default0]: [trainer1]:
-      | \[[FEWIVC]\d{3,4}[ ]                           # [E1218 16:42:57.121 ProcessGroupNCCL.cpp:...]
-      | \[[FEWIV][ ][\w.+-]+:\d+\]                     # [E ProcessGroupNCCL.cpp:123]
-      | [FEWIVC]\d{4}[ ]\d{2}:\d{2}:\d{2}              # glog: W1122 08:37:48.001000 32106 ...
-      | \[?\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}            # ISO timestamp
-      | \[?\d{2}:\d{2}:\d{2}[.,]\d+                    # bare time of day
-      | [\w.-]+:\d+:\d+[ ]\[\d+\]                      # NCCL: host:pid:tid [dev]
-      | Traceback[ ]\(most                             # traceback head
-      | [ ]{2}File[ ]"                                 # traceback frame
-      | (?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Warning|Interrupt|Exit|Failure)\b  # exception name
-      | \s{0,4}\d{1,5}:[ ]                             # srun -l task prefix
-      | \((?:[\w.-]+[ ])?pid=\d+                       # Ray worker prefix
-      | \[\d+,\d+\]<std(?:out|err)>:                   # Open MPI --tag-output
-      | [=*#~-]{4,}                                    # rules of torchrun's failure summary
-      | (?:During[ ]handling|The[ ]above[ ]exception)  # chained tracebacks
-    )""",
-    re.VERBOSE,
+# What starts a log line besides an envelope (the envelopes' own starts come from the catalog, see `starts`).
+_OWN_STARTS = (
+    r"\s*$",  # blank
+    r"\[?\d{2}:\d{2}:\d{2}[.,]\d+",  # bare time of day
+    r"Traceback \(most",  # traceback head
+    r'  File "',  # traceback frame
+    r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Warning|Interrupt|Exit|Failure)\b",  # exception name
+    r"[=*#~-]{4,}",  # rules of torchrun's failure summary
+    r"(?:During handling|The above exception)",  # chained tracebacks
 )
+
+
+@functools.lru_cache(maxsize=8)
+def starts(envelope_heads: str) -> re.Pattern[str]:
+    """Whether a line starts like a log line: an envelope's head (`Catalog.head_regex()`: `[rank3]:`,
+    `[E1218 `, glog, ISO timestamps, `host:pid:tid [dev]`, srun, Ray, MPI...) or one of `_OWN_STARTS`."""
+    return re.compile("^(?:" + "|".join((envelope_heads, *_OWN_STARTS)) + ")")
 
 
 def _decode_entities(text: str) -> str:
@@ -135,9 +133,9 @@ def _dedent(lines: list[str]) -> list[str]:
     return [ln[len(margin) :] if ln.startswith(margin) else ln for ln in lines] if margin else lines
 
 
-def _continues(prev: str, line: str, width: int, hard: bool) -> str | None:
+def _continues(prev: str, line: str, width: int, hard: bool, start: re.Pattern[str]) -> str | None:
     """The separator to glue `line` onto `prev` with, or None when `line` is a line of its own."""
-    if _STARTS.match(line) or not prev.strip():
+    if start.match(line) or not prev.strip():
         return None
     if hard:
         return "" if len(prev) == width else None
@@ -149,12 +147,12 @@ def _continues(prev: str, line: str, width: int, hard: bool) -> str | None:
     return None
 
 
-def _wrap_width(lines: list[str]) -> tuple[int, bool] | None:
+def _wrap_width(lines: list[str], start: re.Pattern[str]) -> tuple[int, bool] | None:
     """(W, hard) when the text looks re-wrapped at W columns, else None."""
     width = max(map(len, lines), default=0)
     if not MIN_WRAP <= width <= MAX_WRAP:
         return None
-    pairs = [(a, b) for a, b in itertools.pairwise(lines) if _continues(a, b, width, hard=False) is not None]
+    pairs = [(a, b) for a, b in itertools.pairwise(lines) if _continues(a, b, width, False, start) is not None]
     if not pairs:
         return None
     cut = sum(len(a) == width for a, _ in pairs)
@@ -164,15 +162,15 @@ def _wrap_width(lines: list[str]) -> tuple[int, bool] | None:
     return width, hard
 
 
-def _unwrap(lines: list[str]) -> list[str]:
-    found = _wrap_width(lines)
+def _unwrap(lines: list[str], start: re.Pattern[str]) -> list[str]:
+    found = _wrap_width(lines, start)
     if found is None:
         return lines
     width, hard = found
     out: list[str] = []
     last_piece = ""  # the previous physical line (out[-1] may already hold several)
     for line in lines:
-        sep = _continues(last_piece, line, width, hard) if out else None
+        sep = _continues(last_piece, line, width, hard, start) if out else None
         if sep is None:
             out.append(line)
         else:
@@ -181,18 +179,19 @@ def _unwrap(lines: list[str]) -> list[str]:
     return out
 
 
-def normalise_paste(text: str) -> str:
-    """Text pasted from chat or a ticket, back to the log it was (see the module docstring)."""
+def normalise_paste(text: str, envelope_heads: str) -> str:
+    """Text pasted from chat or a ticket, back to the log it was (see the module docstring). `envelope_heads`
+    is the catalog's `head_regex()`: how the log lines of this job may start."""
     text = text.replace("\r\n", "\n")
     text = _decode_entities(text).translate(_CHARS)
     lines = _dedent(_strip_fences(_strip_quotes(text.split("\n"))))
-    return "\n".join(_unwrap(lines))
+    return "\n".join(_unwrap(lines, starts(envelope_heads)))
 
 
-def normalise_paste_bytes(data: bytes) -> bytes:
+def normalise_paste_bytes(data: bytes, envelope_heads: str) -> bytes:
     """`normalise_paste` for stdin: binary input (an archive piped in) is left alone; undecodable bytes of a text
     are kept as they were (surrogateescape)."""
     if looks_binary(data[:8192]) or data[:2] in (b"\x1f\x8b", b"PK") or data[:4] == b"\x28\xb5\x2f\xfd":
         return data
     text = data.decode("utf-8", errors="surrogateescape")
-    return normalise_paste(text).encode("utf-8", errors="surrogateescape")
+    return normalise_paste(text, envelope_heads).encode("utf-8", errors="surrogateescape")

@@ -7,22 +7,33 @@
 
 from __future__ import annotations
 
+import functools
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ncclpm.ingest.catalog import Catalog
 
 MAX_LEN = 200
 
-_PREFIX = re.compile(
-    r"""^(?:\s*(?:
-        \[[^\]]{0,80}\]:?                                   # [rank3]: [default0]: [E1218 ...] [2025-...]
-      | [FEWIVC]\d{4}\ \d{2}:\d{2}:\d{2}\.\d+\s+\d+\s+\S+\]    # glog
-      | \d{4}-\d{2}-\d{2}[T ][\d:.,]+\S*                    # ISO timestamp
-      | [\w.-]+:\d+:\d+\ \[\d+\]                            # NCCL host:pid:tid [dev]
-      | \d{1,5}:(?=\ )                                      # srun -l
-      | rank\d+\ pid\d+:                                    # 'rank1 pid123:' (training scripts)
-      | \((?:[\w.-]+\ )?pid=\d+[^)]*\)                      # Ray
-    ))+\s*""",
-    re.VERBOSE,
-)
+# What is stripped besides the catalog's envelopes: tags inside the message (`[Rank 3]`, `[PG ID 0 ... Rank 3]`,
+# `[c10d]`, any short bracketed tag) and training scripts' own `rank1 pid123:` prefix.
+_OWN_PREFIXES = (r"\[[^\]]{0,80}\]:?", r"rank\d+ pid\d+:")
+
+
+@functools.lru_cache(maxsize=8)
+def _stripper(envelopes: str) -> re.Pattern[str]:
+    return re.compile(r"^(?:\s*(?:" + "|".join((envelopes, *_OWN_PREFIXES)) + r"))+\s*")
+
+
+def _envelopes(catalog: Catalog | None) -> str:
+    if catalog is None:
+        from ncclpm.api import catalog as shipped
+
+        catalog = shipped()
+    return catalog.prefix_regex()
+
+
 _MASKS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(p), r)
     for p, r in (
@@ -43,16 +54,17 @@ _MASKS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
 )
 
 
-def strip_prefix(line: str) -> str:
-    """A log line without its envelope (rank, level, timestamp, host prefixes)."""
-    return _PREFIX.sub("", line, count=1).strip()
+def strip_prefix(line: str, catalog: Catalog | None = None) -> str:
+    """A log line without its envelopes (rank, level, timestamp, host prefixes: every envelope of `catalog`, the
+    shipped one by default) and the tags that open its message."""
+    return _stripper(_envelopes(catalog)).sub("", line, count=1).strip()
 
 
-def signature(message: str | None) -> str:
+def signature(message: str | None, catalog: Catalog | None = None) -> str:
     """The masked, prefix-free, whitespace-collapsed form of `message` ("" for none)."""
     if not message:
         return ""
-    text = strip_prefix(message.strip().splitlines()[0] if message.strip() else "")
+    text = strip_prefix(message.strip().splitlines()[0] if message.strip() else "", catalog)
     for pattern, repl in _MASKS:
         text = pattern.sub(repl, text)
     text = " ".join(text.split())
