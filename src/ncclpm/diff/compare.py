@@ -18,6 +18,7 @@ from ncclpm.diff.progress import progress_differences
 from ncclpm.diff.relevance import NATIVE_SIGNALS, BadContext, family_order, judge
 from ncclpm.ingest.settings import env_knowledge
 from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
 
 NOT_SET = "not set"
 
@@ -53,7 +54,7 @@ def _failure_lines(d: Diagnosis) -> tuple[Quote, ...]:
 
 
 def _native_crash(t: Tables, d: Diagnosis) -> Quote | None:
-    crash = t.events.filter(pl.col("kind") == "crash_signal")
+    crash = t.events.filter(pl.col("kind") == K.crash_signal)
     if not crash.is_empty():
         return quote(crash.sort("source", "line").row(0, named=True))
     for r in d.ranks:
@@ -63,7 +64,7 @@ def _native_crash(t: Tables, d: Diagnosis) -> Quote | None:
 
 
 def bad_context(good: Tables, good_facts: dict[str, Fact], bad: Tables, d: Diagnosis) -> BadContext:
-    timeouts = bad.events.filter((pl.col("kind") == "collective_timeout") & pl.col("timeout_ms").is_not_null())
+    timeouts = bad.events.filter((pl.col("kind") == K.collective_timeout) & pl.col("timeout_ms").is_not_null())
     timeout_lines: dict[int, Quote] = {}
     for r in timeouts.sort("source", "line").iter_rows(named=True):
         timeout_lines.setdefault(int(r["timeout_ms"]), quote(r))

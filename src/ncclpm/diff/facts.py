@@ -14,6 +14,7 @@ from ncclpm.diff.model import Fact, Quote
 from ncclpm.diff.relevance import launcher_family, setting_family
 from ncclpm.diff.units import duration_text, seconds_of
 from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
 
 MAX_LIST = 12
 
@@ -38,11 +39,11 @@ def _kind_values(t: Tables, kind: str, column: str = "version") -> pl.DataFrame:
 
 def version_facts(t: Tables) -> list[Fact]:
     facts: list[Fact] = []
-    torch = _kind_values(t, "torch_version")
+    torch = _kind_values(t, K.torch_version)
     if not torch.is_empty():
         facts.append(Fact("version:torch", "torch version", "torch_version", "versions", listed(torch["version"])))
         facts[-1] = _with_evidence(facts[-1], torch)
-    nccl = t.events.filter(pl.col("kind").is_in(["nccl_version", "nccl_error"]) & pl.col("version").is_not_null())
+    nccl = t.events.filter(pl.col("kind").is_in([K.nccl_version, K.nccl_error]) & pl.col("version").is_not_null())
     if not nccl.is_empty():
         facts.append(
             _with_evidence(
@@ -61,20 +62,20 @@ def version_facts(t: Tables) -> list[Fact]:
             facts.append(
                 Fact("version:nccl", "NCCL version", "nccl_version", "versions", listed(libs["comm_lib_version"]), ev)
             )
-    cuda = t.events.filter((pl.col("kind") == "nccl_version") & pl.col("detail").is_not_null())
+    cuda = t.events.filter((pl.col("kind") == K.nccl_version) & pl.col("detail").is_not_null())
     if not cuda.is_empty():
         facts.append(
             _with_evidence(
                 Fact("version:cuda", "CUDA version", "cuda_version", "versions", listed(cuda["detail"])), cuda
             )
         )
-    driver = _kind_values(t, "driver_version")
+    driver = _kind_values(t, K.driver_version)
     if not driver.is_empty():
         value = listed(_driver_text(v) for v in driver["version"].to_list())
         facts.append(_with_evidence(Fact("version:driver", "CUDA driver", "driver_version", "versions", value), driver))
-    python = _kind_values(t, "python_version", "detail")
+    python = _kind_values(t, K.python_version, "detail")
     if python.is_empty():
-        python = _kind_values(t, "python_version")
+        python = _kind_values(t, K.python_version)
     if not python.is_empty():
         column = "detail" if python["detail"].drop_nulls().len() else "version"
         facts.append(
@@ -82,7 +83,7 @@ def version_facts(t: Tables) -> list[Fact]:
                 Fact("version:python", "Python", "python_version", "versions", listed(python[column])), python
             )
         )
-    libs = t.events.filter((pl.col("kind") == "library_version") & pl.col("detail").is_not_null())
+    libs = t.events.filter((pl.col("kind") == K.library_version) & pl.col("detail").is_not_null())
     for name, rows in sorted(libs.group_by("detail"), key=lambda g: str(g[0][0])):
         lib = str(name[0]).lower().replace("_", "-")
         fact = Fact(f"version:lib:{lib}", lib, "library_version", "versions", listed(rows["version"]))
@@ -113,7 +114,7 @@ def setting_facts(t: Tables) -> list[Fact]:
         return []
     texts = {
         (r["source"], r["line"]): r["text"]
-        for r in t.events.filter(pl.col("kind") == "setting").select("source", "line", "text").iter_rows(named=True)
+        for r in t.events.filter(pl.col("kind") == K.setting).select("source", "line", "text").iter_rows(named=True)
     }
     facts = []
     for r in table.iter_rows(named=True):
@@ -124,7 +125,7 @@ def setting_facts(t: Tables) -> list[Fact]:
 
 
 def launcher_facts(t: Tables) -> list[Fact]:
-    rows = t.events.filter((pl.col("kind") == "launcher_option") & pl.col("var").is_not_null())
+    rows = t.events.filter((pl.col("kind") == K.launcher_option) & pl.col("var").is_not_null())
     facts = []
     for name, group in rows.with_columns(pl.col("var").str.replace_all("-", "_")).group_by("var"):
         option = str(name[0])
@@ -139,7 +140,7 @@ def launcher_facts(t: Tables) -> list[Fact]:
 def timeout_fact(t: Tables) -> Fact | None:
     """The process-group timeout: as configured (init call, ProcessGroupNCCL options), else as the flight
     recorder records it per collective, else as the timeout messages state it."""
-    stated = t.events.filter(pl.col("kind") == "pg_timeout")
+    stated = t.events.filter(pl.col("kind") == K.pg_timeout)
     for r in stated.sort("source", "line").iter_rows(named=True):
         secs = r["timeout_ms"] / 1000 if r["timeout_ms"] is not None else seconds_of(r["value"] or "")
         if secs is not None:
@@ -151,7 +152,7 @@ def timeout_fact(t: Tables) -> Fact | None:
             op = r["profiling_name"] or r["op"]
             text = f"flight recorder, rank {r['rank']}: {op} #{r['collective_seq_id']} timeout_ms={r['timeout_ms']}"
             return _timeout(int(ms["timeout_ms"].mode().sort()[0]) / 1000, Quote(str(r["source"]), None, text))
-    timed_out = t.events.filter((pl.col("kind") == "collective_timeout") & pl.col("timeout_ms").is_not_null())
+    timed_out = t.events.filter((pl.col("kind") == K.collective_timeout) & pl.col("timeout_ms").is_not_null())
     if not timed_out.is_empty():
         r = _first(timed_out)
         return _timeout(int(r["timeout_ms"]) / 1000, quote(r))
@@ -165,7 +166,7 @@ def _timeout(seconds: float, ev: Quote) -> Fact:
 def shape_facts(t: Tables) -> list[Fact]:
     facts = []
     if t.world_size is not None:
-        stated = t.events.filter(pl.col("kind") == "world_size")
+        stated = t.events.filter(pl.col("kind") == K.world_size)
         ev = quote(_first(stated)) if not stated.is_empty() else None
         facts.append(Fact("shape:world_size", "world size", "world_size", "shape", str(t.world_size), ev))
     comms = t.extra.get("nccl_comms")

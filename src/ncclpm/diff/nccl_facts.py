@@ -9,6 +9,7 @@ import polars as pl
 from ncclpm.diff.facts import listed, quote
 from ncclpm.diff.model import Fact
 from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
 
 
 def transport_class(via: str) -> str:
@@ -26,7 +27,7 @@ def _job_fact(t: Tables, kind: str, column: str, key: str, what: str, family: st
 
 
 def _transport_facts(t: Tables) -> list[Fact]:
-    rows = t.events.filter((pl.col("kind") == "nccl_transport") & pl.col("value").is_not_null())
+    rows = t.events.filter((pl.col("kind") == K.nccl_transport) & pl.col("value").is_not_null())
     if rows.is_empty():
         return []
     first = quote(rows.sort("source", "line").row(0, named=True))
@@ -50,9 +51,9 @@ def _transport_facts(t: Tables) -> list[Fact]:
 
 def nccl_facts(t: Tables) -> list[Fact]:
     facts = [
-        _job_fact(t, "nccl_network", "value", "nccl:network", "NCCL network", "nccl_network"),
-        _job_fact(t, "nccl_interface", "value", "nccl:bootstrap_if", "NCCL bootstrap interface", "nccl_interface"),
-        _job_fact(t, "nccl_net_device", "value", "nccl:net_devices", "NCCL network devices", "nccl_interface"),
-        _job_fact(t, "nccl_ring", "count", "nccl:rings", "NCCL rings (channels)", "nccl_topology"),
+        _job_fact(t, K.nccl_network, "value", "nccl:network", "NCCL network", "nccl_network"),
+        _job_fact(t, K.nccl_interface, "value", "nccl:bootstrap_if", "NCCL bootstrap interface", "nccl_interface"),
+        _job_fact(t, K.nccl_net_device, "value", "nccl:net_devices", "NCCL network devices", "nccl_interface"),
+        _job_fact(t, K.nccl_ring, "count", "nccl:rings", "NCCL rings (channels)", "nccl_topology"),
     ]
     return [f for f in facts if f is not None] + _transport_facts(t)

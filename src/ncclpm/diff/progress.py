@@ -14,6 +14,7 @@ import polars as pl
 from ncclpm.diff.facts import quote
 from ncclpm.diff.model import Difference, Quote
 from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
 
 SLOWER_RATIO = 1.5  # below this, step-time differences are noise on a shared machine
 SLOWER_SECONDS = 0.2
@@ -21,7 +22,7 @@ SLOWER_SECONDS = 0.2
 
 def _steps(t: Tables) -> pl.DataFrame:
     return (
-        t.events.filter((pl.col("kind") == "progress") & pl.col("seq").is_not_null() & pl.col("rank").is_not_null())
+        t.events.filter((pl.col("kind") == K.progress) & pl.col("seq").is_not_null() & pl.col("rank").is_not_null())
         .sort("rank", "seq", "ts", "source", "line", nulls_last=True)
         .unique(["rank", "seq"], keep="first", maintain_order=True)
     )
