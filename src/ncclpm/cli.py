@@ -254,6 +254,12 @@ def tables(paths: tuple[str, ...], name: str, fmt: str | None, output: Path | No
 )
 @click.option("-j", "--jobs", "workers", type=click.IntRange(min=1), help="Parallel processes [default: all cores].")
 @click.option("--ray", "ray_address", metavar="ADDRESS", help="Run on Ray: auto, local, ray://host:port, host:port.")
+@click.option(
+    "--baseline",
+    "baseline_path",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="An earlier triage table (.parquet/.csv/.ndjson): mark failure signatures it never had as new, show category shifts.",
+)
 @click.option("--force", is_flag=True, help="Overwrite outputs that exist.")
 def triage(
     paths: tuple[Path, ...],
@@ -261,10 +267,12 @@ def triage(
     summary_out: Path | None,
     workers: int | None,
     ray_address: str | None,
+    baseline_path: Path | None,
     force: bool,
 ) -> None:
     """Triage many jobs: PATHS are jobs (folders, archives) or folders of jobs; one row per job."""
     from ncclpm.triage import find_jobs, render_summary, run_local, run_ray, to_frame, write_table
+    from ncclpm.triage.baseline import BaselineError, baseline_context, mark_new, read_baseline
     from ncclpm.triage.table import table_format
 
     for out in (output, summary_out):
@@ -274,6 +282,12 @@ def triage(
             table_format(output)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
+    baseline = None
+    if baseline_path is not None:
+        try:
+            baseline = read_baseline(baseline_path)
+        except BaselineError as exc:
+            raise click.UsageError(str(exc)) from None
     jobs = find_jobs(paths)
     with click.progressbar(length=len(jobs), label=f"triage {len(jobs)} jobs", file=sys.stderr) as bar:
 
@@ -282,11 +296,15 @@ def triage(
 
         rows = run_ray(jobs, ray_address, tick) if ray_address else run_local(jobs, workers, tick)
     frame = to_frame(rows)
+    context = None
+    if baseline is not None and baseline_path is not None:
+        frame = mark_new(frame, baseline)
+        context = baseline_context(frame, baseline, baseline_path.name)
     if output is not None:
         write_table(frame, output)
         click.echo(f"wrote {output}", err=True)
     if summary_out is not None or output is None:
-        _write(render_summary(frame), summary_out, force=True)
+        _write(render_summary(frame, baseline=context), summary_out, force=True)
     failed = frame["error"].is_not_null().sum()
     click.echo(f"ncclpm: {frame.height} jobs, {failed} unreadable, {frame['seconds'].sum():.1f} s of work", err=True)
 
