@@ -210,3 +210,16 @@ def test_one_sided_facts_claim_nothing(tmp_path: Path) -> None:
 def test_durations(text: str, seconds: float) -> None:
     assert seconds_of(text) == seconds
     assert seconds_of(duration_text(seconds)) == seconds
+
+
+def test_dataloader_settings_where_logged() -> None:
+    """Two real corpus runs (tests/cases): the same job with DataLoader(timeout=5) and with timeout=0, where rank 1's
+    dataset blocks; BAD (no timeout) hangs in the DataLoader and its peer times out (ncclpm calls that a slow rank)."""
+    cases = Path(__file__).resolve().parent / "cases"
+    report = diff(
+        [cases / "dataloader_hang__dl_timeout" / "input"], [cases / "dataloader_hang__no_dl_timeout" / "input"]
+    )
+    first = report.differences[0]
+    assert (first.what, first.good, first.bad) == ("DataLoader timeout", "5", "0")
+    assert first.relevance in ("high", "medium"), (report.bad.category, first.why)
+    assert "DataLoader(num_workers=2, batch_size=8, timeout=0)" in first.bad_evidence.text

@@ -258,7 +258,7 @@ def tables(paths: tuple[str, ...], name: str, fmt: str | None, output: Path | No
     "--baseline",
     "baseline_path",
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    help="An earlier triage table (.parquet/.csv/.ndjson): mark failure signatures it never had as new, show category shifts.",
+    help="An earlier triage table (.parquet/.csv/.ndjson): failure signatures it never had are marked new.",
 )
 @click.option("--force", is_flag=True, help="Overwrite outputs that exist.")
 def triage(

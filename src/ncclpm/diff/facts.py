@@ -74,15 +74,9 @@ def version_facts(t: Tables) -> list[Fact]:
         value = listed(_driver_text(v) for v in driver["version"].to_list())
         facts.append(_with_evidence(Fact("version:driver", "CUDA driver", "driver_version", "versions", value), driver))
     python = _kind_values(t, K.python_version, "detail")
-    if python.is_empty():
-        python = _kind_values(t, K.python_version)
     if not python.is_empty():
-        column = "detail" if python["detail"].drop_nulls().len() else "version"
-        facts.append(
-            _with_evidence(
-                Fact("version:python", "Python", "python_version", "versions", listed(python[column])), python
-            )
-        )
+        fact = Fact("version:python", "Python", "python_version", "versions", listed(python["detail"]))
+        facts.append(_with_evidence(fact, python))
     libs = t.events.filter((pl.col("kind") == K.library_version) & pl.col("detail").is_not_null())
     for name, rows in sorted(libs.group_by("detail"), key=lambda g: str(g[0][0])):
         lib = str(name[0]).lower().replace("_", "-")
@@ -122,6 +116,19 @@ def setting_facts(t: Tables) -> list[Fact]:
         ev = Quote(str(r["file"]), r["line"], texts.get((r["file"], r["line"]), ""))
         facts.append(Fact(f"setting:{var}", var, setting_family(var), "settings", str(r["value"] or ""), ev))
     return facts
+
+
+def dataloader_facts(t: Tables) -> list[Fact]:
+    """DataLoader arguments where a script logs its construction (or a code file of the job writes it)."""
+    rows = t.events.filter((pl.col("kind") == K.dataloader_setting) & pl.col("var").is_not_null())
+    facts = []
+    for name, group in rows.group_by("var"):
+        arg = str(name[0])
+        ordered = group.sort("source", "line")
+        value = listed(ordered["value"].to_list())
+        ev = quote(ordered.row(-1, named=True))
+        facts.append(Fact(f"dataloader:{arg}", f"DataLoader {arg}", "dataloader_setting", "settings", value, ev))
+    return sorted(facts, key=lambda f: f.key)
 
 
 def launcher_facts(t: Tables) -> list[Fact]:
@@ -194,6 +201,7 @@ def config_facts(t: Tables) -> list[Fact]:
         *version_facts(t),
         *setting_facts(t),
         *launcher_facts(t),
+        *dataloader_facts(t),
         *([timeout] if timeout else []),
         *shape_facts(t),
     ]
