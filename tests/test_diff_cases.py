@@ -27,6 +27,8 @@ def test_the_changed_factor_ranks_first_or_nothing_is_claimed(pair) -> None:
     if spec.get("nothing_relevant"):
         assert report.relevant == (), ranked
         assert "No difference between GOOD and BAD bears on it" in report.headline
+        if "note" in spec:
+            assert any(spec["note"] in n for n in report.notes), report.notes
         return
     first = report.differences[0]
     assert first.what == spec["first"], ranked

@@ -177,8 +177,29 @@ def headline(good: RunSummary, bad: RunSummary, diffs: list[Difference], compare
     return (
         f"{verdict} No difference between GOOD and BAD bears on it: {compared} facts (versions, settings, shape, "
         "NCCL's choices) compared, the rest differs only in what cannot matter (times, pids, paths, where BAD "
-        "stopped). The failure did not come from a change of configuration: follow BAD's diagnosis."
+        "stopped). The failure did not come from a change of configuration ncclpm can see: look at what happened only "
+        "in BAD (its diagnosis below; a rank killed from outside, a node, a transient fault)."
     )
+
+
+def same_work_note(good_t: Tables, good: RunSummary, bad_t: Tables, bad_d: Diagnosis) -> str | None:
+    """When BAD blames a rank's work outside collectives and GOOD's same rank did the same work and completed, say
+    so: that work alone does not explain BAD's failure."""
+    if good.failed or str(bad_d.category) != "slow_rank_work" or not bad_d.culprit_ranks:
+        return None
+    work = pl.col("kind") == K.activity
+    for rank in bad_d.culprit_ranks:
+        bad_work = bad_t.events.filter(work & (pl.col("rank") == rank))["detail"].drop_nulls().str.to_lowercase()
+        same = good_t.events.filter(
+            work & (pl.col("rank") == rank) & pl.col("detail").str.to_lowercase().is_in(bad_work.to_list())
+        )
+        if not same.is_empty():
+            r = same.sort("source", "line").row(0, named=True)
+            return (
+                f"GOOD's rank {rank} did the same work ({r['detail']}, {r['source']}:{r['line']}) and GOOD completed: "
+                "that work alone does not explain BAD's failure; what differs between the runs is listed below."
+            )
+    return None
 
 
 def compare(good_t: Tables, good_d: Diagnosis, bad_t: Tables, bad_d: Diagnosis) -> DiffReport:
@@ -189,6 +210,9 @@ def compare(good_t: Tables, good_d: Diagnosis, bad_t: Tables, bad_d: Diagnosis) 
     judged = sorted(_fold([_one_sided(judge(d, ctx)) for d in diffs]), key=_rank_key)
     good, bad = summarize(good_t, good_d), summarize(bad_t, bad_d)
     warnings = [f"GOOD: {w}" for w in good_d.warnings] + [f"BAD: {w}" for w in bad_d.warnings]
+    note = same_work_note(good_t, good, bad_t, bad_d)
+    if note:
+        notes.append(note)
     if good.failed and good.category != "unknown":
         notes.insert(0, f"GOOD failed too (`{good.category}`: {good.summary}): the differences are not a before/after.")
     return DiffReport(
