@@ -85,7 +85,7 @@ def bad_context(good: Tables, good_facts: dict[str, Fact], bad: Tables, d: Diagn
 
 
 def _pair(
-    good: dict[str, Fact], bad: dict[str, Fact]
+    good: dict[str, Fact], bad: dict[str, Fact], good_t: Tables, bad_t: Tables
 ) -> tuple[list[Difference], list[tuple[str, str]], int, list[str]]:
     diffs: list[Difference] = []
     same: list[tuple[str, str]] = []
@@ -103,7 +103,7 @@ def _pair(
                 continue
         elif fact.paired_only or fact.section == "nccl":
             continue
-        unset = NOT_SET if _unset_in(good if g is None else bad, fact) else None
+        unset = NOT_SET if _unset_in(good_t if g is None else bad_t, fact) else None
         diffs.append(
             Difference(
                 fact.what,
@@ -133,15 +133,13 @@ def _one_sided(d: Difference) -> Difference:
     return d
 
 
-def _unset_in(other: dict[str, Fact], fact: Fact) -> bool:
-    """A variable the other run's environment dump (the same file) shows without it: it was not set there."""
+def _unset_in(other: Tables, fact: Fact) -> bool:
+    """A variable stated in a file (an env dump, a launch script) that the other run has too, without it: it was
+    not set there."""
     if not fact.key.startswith("setting:") or fact.evidence is None:
         return False
     name = fact.evidence.file.rsplit("/", 1)[-1]
-    return any(
-        f.key.startswith("setting:") and f.evidence is not None and f.evidence.file.rsplit("/", 1)[-1] == name
-        for f in other.values()
-    )
+    return any(src.rsplit("/", 1)[-1] == name for src in other.sources)
 
 
 def _fold(diffs: list[Difference]) -> list[Difference]:
@@ -204,7 +202,7 @@ def same_work_note(good_t: Tables, good: RunSummary, bad_t: Tables, bad_d: Diagn
 
 def compare(good_t: Tables, good_d: Diagnosis, bad_t: Tables, bad_d: Diagnosis) -> DiffReport:
     good_facts, bad_facts = run_facts(good_t), run_facts(bad_t)
-    diffs, same, compared, notes = _pair(good_facts, bad_facts)
+    diffs, same, compared, notes = _pair(good_facts, bad_facts, good_t, bad_t)
     diffs += progress_differences(good_t, bad_t)
     ctx = bad_context(good_t, good_facts, bad_t, bad_d)
     judged = sorted(_fold([_one_sided(judge(d, ctx)) for d in diffs]), key=_rank_key)
