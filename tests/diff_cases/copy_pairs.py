@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-KEEP = ("console.log", "run.meta", "torchrun_logs", "fr/raw")
+KEEP = ("console.log", "run.meta", "collect_env.txt", "torchrun_logs", "fr/raw")
 
 
 def copy_run(src: Path, dst: Path) -> None:

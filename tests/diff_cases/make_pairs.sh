@@ -28,12 +28,16 @@ if want world_size; then # rank 1 skips the step-3 all_reduce: harmless on 1 ran
   SCEN_MODE=skip SCEN_PG_TIMEOUT_S=10 bash $T $OUT/world_size/bad 2 $C/mismatched_collectives/mismatch.py
 fi
 
-if want torch_version; then # DDP under TORCH_DISTRIBUTED_DEBUG=DETAIL, 3 ranks, on two torch versions
-  PYBIN=${PYBIN2:?set PYBIN2 to the bin folder of a venv with another torch version} \
-    SCEN_SLOW_S=1 SCEN_PG_TIMEOUT_S=30 TORCH_DISTRIBUTED_DEBUG=DETAIL \
-    bash $T $OUT/torch_version/good 3 $C/rank0_slow_work/train_slow_rank0.py
-  SCEN_SLOW_S=1 SCEN_PG_TIMEOUT_S=30 TORCH_DISTRIBUTED_DEBUG=DETAIL \
-    bash $T $OUT/torch_version/bad 3 $C/rank0_slow_work/train_slow_rank0.py
+if want torch_version; then # the same launch (torchrun --log-line-prefix-template) on torch 2.14.1 and on 2.13.0
+  # Each run folder also gets collect_env.txt: `python -m torch.utils.collect_env` of the venv the job ran with,
+  # as a job prologue records it.
+  P2=${PYBIN2:?set PYBIN2 to the bin folder of a venv with another torch version}
+  PYBIN=$P2 SCEN_PG_TIMEOUT_S=10 TORCHRUN_EXTRA='--log-line-prefix-template=[rank${rank}]:' \
+    bash $T $OUT/torch_version/good 2 $C/init_rendezvous_failure/init_job.py
+  $P2/python -m torch.utils.collect_env > $OUT/torch_version/good/collect_env.txt 2>&1
+  SCEN_PG_TIMEOUT_S=10 TORCHRUN_EXTRA='--log-line-prefix-template=[rank${rank}]:' \
+    bash $T $OUT/torch_version/bad 2 $C/init_rendezvous_failure/init_job.py
+  $PYBIN/python -m torch.utils.collect_env > $OUT/torch_version/bad/collect_env.txt 2>&1
 fi
 
 if want no_change; then # the same job twice; in BAD, rank 2 is SIGKILLed from outside while it waits at the barrier

@@ -15,7 +15,7 @@ from ncclpm.diff.facts import config_facts, quote
 from ncclpm.diff.model import RELEVANCE, Difference, DiffReport, Fact, Quote, RunSummary
 from ncclpm.diff.nccl_facts import nccl_facts
 from ncclpm.diff.progress import progress_differences
-from ncclpm.diff.relevance import NATIVE_SIGNALS, BadContext, family_order, judge
+from ncclpm.diff.relevance import NATIVE_SIGNALS, BadContext, api_error, family_order, judge
 from ncclpm.ingest.settings import env_knowledge
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
@@ -28,6 +28,7 @@ def run_facts(t: Tables) -> dict[str, Fact]:
 
 
 def summarize(t: Tables, d: Diagnosis) -> RunSummary:
+    errors = t.events.filter(pl.col("severity") == "error")
     exits = t.elastic.filter((pl.col("exit_code").fill_null(0) != 0) | pl.col("signal").is_not_null())
     return RunSummary(
         job=d.job,
@@ -40,12 +41,18 @@ def summarize(t: Tables, d: Diagnosis) -> RunSummary:
         decisive=tuple(Quote(e.file, e.line, e.text) for e in d.decisive[:4]),
         sources=d.n_sources,
         world_size=d.world_size,
-        failed=str(d.category) != "unknown" or not t.tracebacks.is_empty() or not exits.is_empty(),
+        failed=str(d.category) != "unknown" or not (t.tracebacks.is_empty() and exits.is_empty() and errors.is_empty()),
     )
 
 
-def _failure_lines(d: Diagnosis) -> tuple[Quote, ...]:
+FAILURE_ERRORS = 20  # BAD's first error lines taken besides what its diagnosis quotes
+
+
+def _failure_lines(t: Tables, d: Diagnosis) -> tuple[Quote, ...]:
+    """The lines BAD's failure rests on: what its diagnosis quotes, its culprits' first errors, its first errors."""
     lines = [Quote(e.file, e.line, e.text) for e in (*d.decisive, *d.primary.evidence)]
+    errors = t.events.filter(pl.col("severity") == "error").sort("source", "line").head(FAILURE_ERRORS)
+    lines += [quote(r) for r in errors.iter_rows(named=True)]
     for r in d.ranks:
         if r.get("rank") in d.culprit_ranks and r.get("first_error"):
             file, _, line = str(r.get("first_error_ref") or "").rpartition(":")
@@ -71,7 +78,7 @@ def bad_context(good: Tables, good_facts: dict[str, Fact], bad: Tables, d: Diagn
     hosts = good_facts.get("shape:hosts")
     return BadContext(
         category=str(d.category),
-        failure_lines=_failure_lines(d),
+        failure_lines=(failure := _failure_lines(bad, d)),
         culprit_ranks=tuple(d.culprit_ranks),
         culprit_hosts={
             int(r["rank"]): str(r["host"]) for r in d.ranks if r["rank"] in d.culprit_ranks and r.get("host")
@@ -80,6 +87,7 @@ def bad_context(good: Tables, good_facts: dict[str, Fact], bad: Tables, d: Diagn
         good_hosts=frozenset(good.lines["host"].drop_nulls().unique().to_list()) if hosts else frozenset(),
         timeout_lines=timeout_lines,
         native_crash=_native_crash(bad, d),
+        api_error=api_error(failure),
         unread_settings={str(k): str(v) for k, v in env_knowledge().get("unread", {}).items()},
     )
 
@@ -160,7 +168,12 @@ def _rank_key(d: Difference) -> tuple:
 
 
 def headline(good: RunSummary, bad: RunSummary, diffs: list[Difference], compared: int) -> str:
-    verdict = f"BAD failed with `{bad.category}`." if bad.failed else "BAD shows no failure ncclpm can name."
+    if not bad.failed:
+        verdict = "BAD shows no failure ncclpm can name."
+    elif bad.category == "unknown":
+        verdict = "BAD failed; its diagnosis names no cause."
+    else:
+        verdict = f"BAD failed with `{bad.category}`."
     top = [d for d in diffs if d.relevance in ("high", "medium")]
     if top:
         d = top[0]

@@ -29,6 +29,13 @@ def listed(values: Iterable[str]) -> str:
     return shown + (f" (+{len(items) - MAX_LIST} more)" if len(items) > MAX_LIST else "")
 
 
+def builds(values: Iterable[str]) -> str:
+    """Versions as a list, pip's unlabelled name of a build dropped when the labelled one is there
+    (`torch==2.14.1` from collect_env next to the `2.14.1+cu130` the ranks print)."""
+    items = {v for v in values if v}
+    return listed(v for v in items if "+" in v or not any(o.startswith(v + "+") for o in items))
+
+
 def _first(frame: pl.DataFrame) -> dict:
     return frame.sort("source", "line").row(0, named=True)
 
@@ -41,7 +48,7 @@ def version_facts(t: Tables) -> list[Fact]:
     facts: list[Fact] = []
     torch = _kind_values(t, K.torch_version)
     if not torch.is_empty():
-        facts.append(Fact("version:torch", "torch version", "torch_version", "versions", listed(torch["version"])))
+        facts.append(Fact("version:torch", "torch version", "torch_version", "versions", builds(torch["version"])))
         facts[-1] = _with_evidence(facts[-1], torch)
     nccl = t.events.filter(pl.col("kind").is_in([K.nccl_version, K.nccl_error]) & pl.col("version").is_not_null())
     if not nccl.is_empty():

@@ -76,6 +76,7 @@ class BadContext:
     good_hosts: frozenset[str] = frozenset()
     timeout_lines: dict[int, Quote] = field(default_factory=dict)  # timeout_ms -> a line that timed out after it
     native_crash: Quote | None = None
+    api_error: Quote | None = None  # an option/attribute/module this version does not have
     unread_settings: dict[str, str] = field(default_factory=dict)  # var -> why nothing reads it
 
 
@@ -113,11 +114,19 @@ def _link(d: Difference, ctx: BadContext) -> tuple[str, Quote | None] | None:
             return f"BAD's collectives timed out after exactly {d.bad}", q
     if d.family in VERSION_FAMILIES and ctx.native_crash is not None:
         return f"BAD crashed natively after {family_label(d.family)} changed", ctx.native_crash
+    if d.family in VERSION_FAMILIES and d.good and d.bad and ctx.api_error is not None:
+        return f"BAD failed on an API or command-line mismatch after {family_label(d.family)} changed", ctx.api_error
     return None
 
 
 def _is_path(value: str | None) -> bool:
     return value is not None and "/" in value and not value.startswith(("NET/", "P2P/", "SHM/"))
+
+
+def api_error(lines: tuple[Quote, ...]) -> Quote | None:
+    """The first line of BAD's failure that is an API or command-line mismatch (data: `[link]` of the factors)."""
+    words = factors().get("link", {}).get("api_error_words", [])
+    return next((q for q in lines if any(w in q.text for w in words)), None)
 
 
 def judge(d: Difference, ctx: BadContext) -> Difference:
