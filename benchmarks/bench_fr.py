@@ -1,23 +1,19 @@
-"""Benchmark flight-recorder loading + cross-rank matching on synthetic dumps.
+"""Benchmark flight-recorder loading + cross-rank matching on synthetic dumps, against PyTorch's fr_trace.
 
-Usage: PYTHONPATH=src python benchmarks/bench_fr.py [--ranks 64 256 1024] [--entries 2000] [--runs 3]
-       [--fault never_joined] [--torch-python /tmp/torchenv/bin/python] [--no-fr-trace]
+Usage: python benchmarks/bench_fr.py [--ranks 256 1024 4096] [--entries 2000] [--runs 3] [--fault never_joined]
+       [--baseline OTHER_CHECKOUT] [--torch-python /work/torchvenv/bin/python] [--no-fr-trace] [--keep DIR]
 
-For each size it writes the dumps to a temp dir, then times (median of --runs):
-  decode  — the restricted unpickler alone over every file, one process (the floor: pure pickle decoding),
-  load 1p — `load_fr_dumps` forced to one process (decode + column extraction + polars tables),
-  load    — `load_fr_dumps` as shipped (worker processes above `fr_decode._POOL_MIN_BYTES`),
-  analyze — `analyze_fr`,
-and, when a Python with torch is available (``--torch-python`` or the current one), PyTorch's
-``python -m torch.distributed.flight_recorder.fr_trace <dir>`` (torch is not a dependency; skipped if absent),
-and compares the culprit ranks each tool names. Prints a markdown table.
+Each measurement runs in a fresh child process (so peak RSS is its own): ``load_fr_dumps`` with the bytes read
+lazily (as ``ncclpm diagnose`` does), then ``analyze_fr``; the child reports wall and CPU time of both, its RSS
+after imports and its peak RSS.  Runs are interleaved (ncclpm, baseline checkout if given, fr_trace, ncclpm,
+...), medians are printed with the ratios and the load average, and both tools' culprit ranks.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
-import io
+import json
+import os
 import re
 import statistics
 import subprocess
@@ -26,46 +22,40 @@ import tempfile
 import time
 from pathlib import Path
 
-from ncclpm.analysis.fr_match import analyze_fr
-from ncclpm.ingest import fr_decode
-from ncclpm.ingest.flight_recorder import _NoGlobalsUnpickler, load_fr_dumps
 from ncclpm.synth.fr_dumps import FAULTS, culprit_rank, generate
 
+ROOT = Path(__file__).resolve().parents[1]
 
-def _read(folder: Path) -> list[tuple[str, bytes]]:
-    return [(p.name, p.read_bytes()) for p in sorted(folder.iterdir())]
+_CHILD = r"""
+import json, os, re, resource, sys, time
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from ncclpm.analysis.fr_match import analyze_fr
+from ncclpm.ingest.flight_recorder import load_fr_dumps
+rss = lambda: int(re.search(r"VmRSS:\s+(\d+)", open("/proc/self/status").read()).group(1)) / 1024
+base = rss()
+paths = sorted(Path(sys.argv[2]).iterdir())
+cpu = lambda: sum(os.times()[:2])
+t0, c0 = time.perf_counter(), cpu()
+load = load_fr_dumps([(p.name, p.read_bytes) for p in paths])
+t1, c1 = time.perf_counter(), cpu()
+a = analyze_fr(load)
+t2, c2 = time.perf_counter(), cpu()
+print(json.dumps({"load": t1 - t0, "load_cpu": c1 - c0, "analyze": t2 - t1, "analyze_cpu": c2 - c1,
+                  "base_mb": base, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "culprits": list(a.culprit_ranks)}))
+"""
 
 
-def _decode_all(items: list[tuple[str, bytes]]) -> None:
-    gc.disable()
-    try:
-        for _, data in items:
-            _NoGlobalsUnpickler(io.BytesIO(data)).load()
-    finally:
-        gc.enable()
-
-
-def _load_one_process(items: list[tuple[str, bytes]]) -> object:
-    old = fr_decode._POOL_MIN_BYTES
-    fr_decode._POOL_MIN_BYTES = 1 << 62
-    try:
-        return load_fr_dumps(items)
-    finally:
-        fr_decode._POOL_MIN_BYTES = old
-
-
-def _timed(fn, runs: int) -> tuple[float, object]:
-    times, out = [], None
-    for _ in range(runs):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-        gc.collect()
-    return statistics.median(times), out
+def _ncclpm(src: Path, folder: Path) -> dict:
+    res = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(src), str(folder)], capture_output=True, text=True, check=True
+    )
+    return json.loads(res.stdout)
 
 
 def _torch_python(explicit: str | None) -> str | None:
-    for py in ([explicit] if explicit else []) + [sys.executable]:
+    for py in [p for p in (explicit, "/work/torchvenv/bin/python", sys.executable) if p]:
         ok = subprocess.run(
             [py, "-c", "import torch.distributed.flight_recorder.fr_trace"], capture_output=True, check=False
         )
@@ -81,7 +71,7 @@ def _fr_trace(py: str, folder: Path) -> tuple[float, str]:
         capture_output=True,
         text=True,
         check=False,
-        timeout=3600,
+        timeout=7200,
     )
     dt = time.perf_counter() - t
     text = res.stdout + res.stderr
@@ -92,61 +82,66 @@ def _fr_trace(py: str, folder: Path) -> tuple[float, str]:
     return dt, f"exit {res.returncode}: {last}"
 
 
-def bench(n_ranks: int, n_entries: int, fault: str, runs: int, torch_py: str | None) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        for name, data in generate(n_ranks, n_entries, 3, fault).items():
-            (folder / name).write_bytes(data)
-        items = _read(folder)
-        mb = sum(len(b) for _, b in items) / 1e6
-        decode, _ = _timed(lambda: _decode_all(items), runs)
-        load1_s, _ = _timed(lambda: _load_one_process(items), runs)
-        load_s, load = _timed(lambda: load_fr_dumps(items), runs)
-        ana_s, ana = _timed(lambda: analyze_fr(load), runs)
-        row = {
-            "ranks": n_ranks,
-            "entries": n_entries * n_ranks,
-            "MB": mb,
-            "decode": decode,
-            "load1": load1_s,
-            "load": load_s,
-            "analyze": ana_s,
-            "culprits": ",".join(map(str, ana.culprit_ranks)),
-            "expected": culprit_rank(n_ranks, fault),
-            "fr_trace": None,
-            "fr_culprits": "-",
-        }
-        if torch_py:
-            row["fr_trace"], row["fr_culprits"] = _fr_trace(torch_py, folder)
-        return row
+def _med(rows: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in rows)
+
+
+def bench(folder: Path, n_ranks: int, a: argparse.Namespace, torch_py: str | None) -> None:
+    mb = sum(p.stat().st_size for p in folder.iterdir()) / 1e6
+    new: list[dict] = []
+    old: list[dict] = []
+    fr: list[tuple[float, str]] = []
+    loads = []
+    for i in range(a.runs):
+        new.append(_ncclpm(ROOT / "src", folder))
+        if a.baseline:
+            old.append(_ncclpm(Path(a.baseline) / "src", folder))
+        if torch_py and i < a.fr_trace_runs:
+            fr.append(_fr_trace(torch_py, folder))
+        loads.append(os.getloadavg()[0])
+    for label, rows in (("ncclpm", new), ("baseline", old)):
+        if not rows:
+            continue
+        total = _med(rows, "load") + _med(rows, "analyze")
+        fr_s = statistics.median(t for t, _ in fr) if fr else None
+        print(
+            f"| {label} | {n_ranks} | {n_ranks * a.entries} | {mb:.0f} | {_med(rows, 'load'):.2f} "
+            f"| {_med(rows, 'analyze'):.2f} | {total:.2f} | {_med(rows, 'load_cpu') + _med(rows, 'analyze_cpu'):.2f} "
+            f"| {_med(rows, 'peak_mb'):.0f} | {_med(rows, 'peak_mb') - _med(rows, 'base_mb'):.0f} "
+            f"| {_med(rows, 'peak_mb') / mb:.2f} | {rows[0]['culprits']} ({culprit_rank(n_ranks, a.fault)}) "
+            f"| {f'{fr_s:.1f}' if fr_s else '-'} | {f'{fr_s / total:.1f}x' if fr_s else '-'} "
+            f"| {fr[0][1] if fr else '-'} | {statistics.median(loads):.1f} |",
+            flush=True,
+        )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ranks", type=int, nargs="+", default=[64, 256, 1024])
+    ap.add_argument("--ranks", type=int, nargs="+", default=[256, 1024])
     ap.add_argument("--entries", type=int, default=2000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--fault", choices=FAULTS, default="never_joined")
+    ap.add_argument("--baseline", help="another checkout (its src/ is imported) to run interleaved")
     ap.add_argument("--torch-python", default=None)
-    ap.add_argument("--no-fr-trace", action="store_true", help="skip PyTorch's fr_trace (minutes at 1024 ranks)")
+    ap.add_argument("--fr-trace-runs", type=int, default=1, help="fr_trace takes minutes: runs of it per size")
+    ap.add_argument("--no-fr-trace", action="store_true")
+    ap.add_argument("--keep", type=Path, help="write the dumps under this folder and keep them")
     a = ap.parse_args()
     torch_py = None if a.no_fr_trace else _torch_python(a.torch_python)
-    print(f"fault={a.fault}; fr_trace: {torch_py or 'torch not available, skipped'}\n")
+    print(f"fault={a.fault}; fr_trace: {torch_py or 'skipped'}; times in s, memory in MB; medians of {a.runs}\n")
     print(
-        "| ranks | entries | MB | decode floor s | load 1 process s | load s | analyze s | load+analyze s "
-        "| culprits (expected) | fr_trace s | fr_trace culprits |"
+        "| tool | ranks | entries | dumps MB | load | analyze | load+analyze | CPU | peak RSS | peak - start RSS "
+        "| peak / dumps | culprits (expected) | fr_trace | fr_trace / ncclpm | fr_trace culprit | load avg |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|")
     for n in a.ranks:
-        r = bench(n, a.entries, a.fault, a.runs, torch_py)
-        fr = f"{r['fr_trace']:.2f}" if r["fr_trace"] is not None else "-"
-        print(
-            f"| {r['ranks']} | {r['entries']} | {r['MB']:.0f} | {r['decode']:.2f} | {r['load1']:.2f} "
-            f"| {r['load']:.2f} "
-            f"| {r['analyze']:.2f} | {r['load'] + r['analyze']:.2f} | {r['culprits']} ({r['expected']}) "
-            f"| {fr} | {r['fr_culprits']} |",
-            flush=True,
-        )
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = (a.keep / f"fr{n}") if a.keep else Path(tmp)
+            folder.mkdir(parents=True, exist_ok=True)
+            if not any(folder.iterdir()):
+                for name, data in generate(n, a.entries, 3, a.fault).items():
+                    (folder / name).write_bytes(data)
+            bench(folder, n, a, torch_py)
 
 
 if __name__ == "__main__":

@@ -50,3 +50,54 @@ def test_a_field_that_is_not_an_events_column_is_refused(tmp_path) -> None:
     )
     with pytest.raises(CatalogError, match="not an events column"):
         load_catalog((tmp_path,))
+
+
+def test_a_pattern_supersedes_only_declared_kinds(tmp_path) -> None:
+    (tmp_path / "bad.toml").write_text(
+        "[[pattern]]\nid='x.y'\nkind='cuda_oom'\nanchor='a'\nregex='''a(?<detail>\\d)'''\nfields={detail='str'}\n"
+        "supersedes=['cuda_eror']\n[[pattern.example]]\nline='a1'\n"
+    )
+    with pytest.raises(CatalogError, match=r"cuda_eror.*did you mean 'cuda_error'"):
+        load_catalog((tmp_path,))
+
+
+def test_a_superseded_reading_is_dropped_from_the_same_line() -> None:
+    from ncclpm.ingest.selftest import parse_one
+
+    _, events = parse_one(CATALOG, "include/alloc.h:228 NCCL WARN Cuda failure 2 'out of memory'")
+    assert "cuda_oom" in events["kind"].to_list() and "cuda_error" not in events["kind"].to_list()
+    _, events = parse_one(CATALOG, "[rank5]: RuntimeError: CUDA error: an illegal memory access was encountered")
+    assert "cuda_error" in events["kind"].to_list()
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [
+        ("60s", 60_000),
+        ("10000ms", 10_000),
+        ("900 seconds", 900_000),
+        ("29:55", 1_795_000),
+        ("1:01:03", 3_663_000),
+        ("2h", 7_200_000),
+        ("abc", None),
+        ("99999999999999999999s", None),
+    ],
+)
+def test_durations_are_read_into_milliseconds(text: str, ms: int | None) -> None:
+    import polars as pl
+
+    from ncclpm.ingest.extract import typed
+
+    assert pl.select(typed(pl.lit(text), "ms")).item() == ms
+
+
+def test_a_message_that_names_its_own_rank_fills_the_rank() -> None:
+    from ncclpm.ingest.selftest import parse_one
+
+    line = (
+        "[7] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key "
+        "'0', but store->get('0') got error: Socket Timeout"
+    )
+    _, events = parse_one(CATALOG, line)
+    row = events.filter(events["kind"] == "store_error").row(0, named=True)
+    assert row["rank"] == 7 and row["subject_rank"] == 0

@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 
 from ncclpm.ingest.flight_recorder import (
+    FR_ANALYSIS_SCHEMA,
     FR_ENTRIES_SCHEMA,
     FR_GROUPS_SCHEMA,
     FR_STATUS_SCHEMA,
@@ -41,7 +42,10 @@ def _good() -> list[tuple[str, bytes]]:
 
 def test_schemas_and_synthetic_roundtrip() -> None:
     load = load_fr_dumps(_good())
-    assert load.entries.schema == FR_ENTRIES_SCHEMA
+    assert load.entries.schema == FR_ANALYSIS_SCHEMA
+    full = load_fr_dumps(_good(), columns="all")
+    assert full.entries.schema == FR_ENTRIES_SCHEMA
+    assert full.entries.select(FR_ANALYSIS_SCHEMA.names()).equals(load.entries)
     assert load.groups.schema == FR_GROUPS_SCHEMA
     assert load.status.schema == FR_STATUS_SCHEMA
     assert load.entries.height == 200 and load.warnings == ()
@@ -62,8 +66,8 @@ def test_json_and_pickle_give_same_rows() -> None:
         "time_started_ns",
         "time_completed_ns",
     ]
-    a = load_fr_dumps(generate(4, 40, 2, "never_joined", fmt="pickle").items()).entries.select(cols)
-    b = load_fr_dumps(generate(4, 40, 2, "never_joined", fmt="json").items()).entries.select(cols)
+    a = load_fr_dumps(generate(4, 40, 2, "never_joined", fmt="pickle").items(), columns="all").entries.select(cols)
+    b = load_fr_dumps(generate(4, 40, 2, "never_joined", fmt="json").items(), columns="all").entries.select(cols)
     assert a.equals(b)
 
 
@@ -105,7 +109,7 @@ def test_gloo_raw_groups_derived_and_dedup() -> None:
 def test_gloo_json_and_detail_keys() -> None:
     items = _items(GLOO / "mismatched_collectives" / "skip_debug_detail" / "fr" / "json")
     assert all(looks_like_fr_dump(n, b[:64]) for n, b in items)
-    load = load_fr_dumps(items)
+    load = load_fr_dumps(items, columns="all")
     assert set(load.entries["group_key"]) == {"pg_id:0", "pg_id:1"}
     assert load.entries["frames"].null_count() == load.entries.height
     assert load.entries["time_started_ns"].null_count() == load.entries.height  # JSON 0 -> null

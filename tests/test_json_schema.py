@@ -41,6 +41,8 @@ TOP: dict[str, Any] = {
     "supporting": list,
     "symptoms": list,
     "cross_check": OPT_STR,
+    "stack_tree": (dict, type(None)),
+    "stack_check": OPT_STR,
     "decisive_evidence": list,
     "ranks": list,
     "versions": dict,

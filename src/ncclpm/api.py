@@ -26,14 +26,16 @@ def build(
     stdin_bytes: bytes | None = None,
     patterns: tuple[Path, ...] = (),
     name: str | None = None,
+    fr_columns: str = "analysis",
 ) -> Tables:
     """Collect the job's sources and build every table. Text on stdin is taken as pasted: chat and ticket
-    damage (code fences, `&gt;`, smart quotes, lines re-wrapped at 80 columns) is undone first."""
+    damage (code fences, `&gt;`, smart quotes, lines re-wrapped at 80 columns) is undone first.
+    ``fr_columns="all"`` keeps every flight-recorder column (the default keeps what the analysis reads)."""
     cat = catalog(patterns)
     if stdin_bytes is not None:
         stdin_bytes = normalise_paste_bytes(stdin_bytes, cat.head_regex())
     job = collect(paths, stdin_bytes=stdin_bytes, name=name)
-    return build_tables(job, cat)
+    return build_tables(job, cat, fr_columns=fr_columns)
 
 
 def diagnose(

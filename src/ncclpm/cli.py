@@ -231,7 +231,9 @@ def tables(paths: tuple[str, ...], name: str, fmt: str | None, output: Path | No
 
     _check_output(output, force)
     stdin = _read_stdin() if "-" in paths else None
-    t = build([p for p in paths if p != "-"], stdin_bytes=stdin)
+    t = build(
+        [p for p in paths if p != "-"], stdin_bytes=stdin, fr_columns="all" if name == "fr_entries" else "analysis"
+    )
     try:
         export_table(t, name, fmt, output, force)
     except (KeyError, FileExistsError) as exc:

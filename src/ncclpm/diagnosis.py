@@ -47,6 +47,8 @@ class Diagnosis:
     n_sources: int = 0
     supporting: tuple[Finding, ...] = ()
     cross_check: str | None = None
+    stack_tree: dict[str, Any] | None = None  # merged stacks of the ranks (stack_facts.py)
+    stack_check: str | None = None  # whether the stacks agree with the logs and dumps
 
     @property
     def category(self) -> Category:
@@ -90,6 +92,8 @@ class Diagnosis:
                 "supporting": [f.rule for f in self.supporting],
                 "symptoms": [f.rule for f in self.symptoms],
                 "cross_check": self.cross_check,
+                "stack_tree": self.stack_tree,
+                "stack_check": self.stack_check,
                 "decisive_evidence": [e.to_dict() for e in self.decisive],
                 "ranks": list(self.ranks),
                 "versions": self.versions,

@@ -17,6 +17,7 @@ from ncclpm.report_facts import cross_check, failing_collective, rank_rows, sett
 from ncclpm.rules import ALL_RULES
 from ncclpm.rules.base import Finding, Rule
 from ncclpm.schema import Category
+from ncclpm.stack_facts import stack_report
 
 BAND_ORDER = {"conclusive": 2, "likely": 1, "possible": 0}
 
@@ -122,6 +123,7 @@ def diagnose_tables(t: Tables, select: Iterable[str] = (), ignore: Iterable[str]
     rules = select_rules(select, ignore)
     findings, warnings, skipped = evaluate(t, rules)
     primary, rivals, symptoms, supporting = choose(findings, rules, t, warnings)
+    stack_tree, stack_check = stack_report(t, primary, findings)
     victims_first = [e for s in symptoms for e in s.evidence[:1]]
     support_first = [e for s in supporting for e in s.evidence[:1]]
     decisive = list(dict.fromkeys([*primary.evidence[:4], *support_first[:2], *victims_first[:2]]))
@@ -141,5 +143,7 @@ def diagnose_tables(t: Tables, select: Iterable[str] = (), ignore: Iterable[str]
         versions=versions(t),
         n_sources=len(t.sources),
         cross_check=cross_check(t, primary),
+        stack_tree=stack_tree,
+        stack_check=stack_check,
         settings=settings_rows(t),
     )

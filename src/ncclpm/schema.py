@@ -70,6 +70,7 @@ DTYPE_NAMES: dict[str, pl.DataType] = {
     "i64": pl.Int64(),
     "u64": pl.Int64(),  # stored signed: -1 is a real value ("nothing completed yet")
     "f64": pl.Float64(),
+    "ms": pl.Int64(),  # a duration read into milliseconds (`60s`, `10000ms`, `29:55`): see ingest/extract.typed
 }
 
 LINES_SCHEMA = pl.Schema(

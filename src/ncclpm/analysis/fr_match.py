@@ -207,27 +207,32 @@ def _stuck(coll: pl.DataFrame, front: pl.DataFrame, skip: pl.DataFrame) -> pl.Da
     )
 
 
-def _votes(coll: pl.DataFrame, kind: str, value: pl.Expr) -> pl.DataFrame:
-    """Per (group, seq) with >= 2 distinct values: one row per value with the ranks holding it."""
-    multi = coll.group_by("group_key", "seq").agg(pl.len().alias("n")).filter(pl.col("n") > 1)
-    c = coll.join(multi.select("group_key", "seq"), on=["group_key", "seq"]).with_columns(value.alias("v"))
-    bad = c.group_by("group_key", "seq").agg(pl.col("v").n_unique().alias("k")).filter(pl.col("k") > 1)
-    if bad.is_empty():
+def _votes(coll: pl.DataFrame, kind: str, value: pl.Expr, text: pl.Expr) -> pl.DataFrame:
+    """Per (group, seq) with >= 2 distinct values: one row per value with the ranks holding it.
+
+    Values are compared by hash (one pass, no list copies); only the few divergent rows are turned into text."""
+    at = ["group_key", "seq"]
+    c = coll.with_columns(value.hash().alias("h")).filter(
+        (pl.len().over(at) > 1) & (pl.col("h").n_unique().over(at) > 1)
+    )
+    if c.is_empty():
         return pl.DataFrame()
-    out = (
-        c.join(bad.select("group_key", "seq"), on=["group_key", "seq"])
-        .group_by("group_key", "seq", "v")
+    return (
+        c.with_columns(text.alias("vs"))
+        .group_by("group_key", "seq", "h")
         .agg(
             pl.col("rank").sort().alias("ranks"),
             pl.len().alias("n"),
             pl.col("time_created_ns").min().alias("t"),
             pl.col("pg_desc").first(),
+            pl.col("vs").first(),
         )
+        .with_columns(pl.lit(kind).alias("kind"))
     )
-    inner = pl.concat_str(pl.lit("["), pl.element().cast(pl.List(pl.String)).list.join(", "), pl.lit("]"))
-    nested = pl.concat_str(pl.lit("["), pl.col("v").list.eval(inner).list.join(", "), pl.lit("]"))
-    as_str = pl.col("v") if out.schema["v"] == pl.String else nested
-    return out.with_columns(pl.lit(kind).alias("kind"), as_str.alias("vs"))
+
+
+_INNER = pl.concat_str(pl.lit("["), pl.element().cast(pl.List(pl.String)).list.join(", "), pl.lit("]"))
+_SIZES_TEXT = pl.concat_str(pl.lit("["), pl.col("input_sizes").list.eval(_INNER).list.join(", "), pl.lit("]"))
 
 
 def _mismatch_candidates(coll: pl.DataFrame) -> list[pl.DataFrame]:
@@ -239,9 +244,14 @@ def _mismatch_candidates(coll: pl.DataFrame) -> list[pl.DataFrame]:
     )
     sized = coll.join(same_op, on=["group_key", "seq"]).filter(pl.col("op").is_in(list(SIZE_CHECKED_OPS)))
     parts = [
-        _votes(coll, "op", pl.col("op")),
-        _votes(sized, "size", pl.col("input_sizes")),
-        _votes(coll.join(same_op, on=["group_key", "seq"]), "dtype", pl.col("input_dtypes").list.join(",")),
+        _votes(coll, "op", pl.col("op"), pl.col("op")),
+        _votes(sized, "size", pl.col("input_sizes"), _SIZES_TEXT),
+        _votes(
+            coll.join(same_op, on=["group_key", "seq"]),
+            "dtype",
+            pl.col("input_dtypes"),
+            pl.col("input_dtypes").list.join(","),
+        ),
     ]
     return [p.select("group_key", "pg_desc", "seq", "kind", "vs", "ranks", "n", "t") for p in parts if not p.is_empty()]
 
@@ -297,8 +307,13 @@ def _mismatches(coll: pl.DataFrame) -> pl.DataFrame:
 
 def _state_diffs(coll: pl.DataFrame) -> pl.DataFrame:
     st = pl.col("state").cast(pl.String).fill_null("unknown")
+    at = ["group_key", "seq"]
+    differ = (pl.col("state").to_physical().fill_null(9).n_unique().over(at) > 1) | (
+        pl.col("done").n_unique().over(at) > 1
+    )
     per = (
-        coll.with_columns(st.alias("st"))
+        coll.filter(differ)
+        .with_columns(st.alias("st"))
         .group_by("group_key", "seq")
         .agg(
             pl.col("op").first(),
@@ -418,17 +433,22 @@ def _frames_str(col: str, depth: int = 4) -> pl.Expr:
 
 def _rank_facts(load: FRLoad, coll: pl.DataFrame, v: _Verdict) -> pl.DataFrame:
     e = load.entries
-    last = (
-        e.sort("record_id")
+    # each rank's last entry: the highest record_id (nulls lowest), the later row on ties - as a stable sort would
+    key = pl.col("record_id").fill_null(-(2**63))
+    pick = (
+        e.select("rank", "record_id")
+        .with_row_index("_i")
         .group_by("rank")
-        .agg(
-            pl.len().alias("n_entries"),
-            pl.col("op").last().alias("last_op"),
-            pl.col("state").last().cast(pl.String).alias("last_state"),
-            pl.col("group_key").last().alias("last_group"),
-            pl.col("frames").last().alias("last_frames"),
-        )
+        .agg(pl.len().alias("n_entries"), pl.col("_i").filter(key == key.max()).last())
     )
+    rows = e[pick["_i"].to_list()].select(
+        "rank",
+        pl.col("op").alias("last_op"),
+        pl.col("state").cast(pl.String).alias("last_state"),
+        pl.col("group_key").alias("last_group"),
+        pl.col("frames").alias("last_frames"),
+    )
+    last = pick.select("rank", "n_entries").join(rows.unique("rank", keep="last"), on="rank", how="left")
     root_seq = (
         coll.filter(pl.col("group_key") == (v.root or ""))
         .group_by("rank")

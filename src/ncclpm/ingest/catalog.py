@@ -28,6 +28,9 @@ from ncclpm.schema import DTYPE_NAMES, EVENT_FIELDS
 
 _UNSUPPORTED = re.compile(r"\(\?<?[=!]|\\[1-9]")
 ENVELOPE_FILE = "envelopes.toml"
+# A pattern field named `rank` is the rank the message names itself (`[7] is setting up NCCL communicator`):
+# it fills the event's rank where the line's prefix gave none.
+MESSAGE_RANK = "rank"
 SEVERITIES = ("info", "warn", "error")
 
 
@@ -53,6 +56,7 @@ class Pattern:
     examples: tuple[Example, ...] = ()
     counterexamples: tuple[str, ...] = ()
     notes: str = ""
+    supersedes: tuple[str, ...] = ()  # kinds this more specific reading replaces on the same line
     repeat: bool = False  # every match on a line is an event (one-line env dumps, command lines)
 
 
@@ -112,7 +116,7 @@ def _pattern(raw: dict, origin: str, kinds: dict[str, KindDecl]) -> Pattern:
     anchors = (raw["anchor"],) if isinstance(raw["anchor"], str) else tuple(raw["anchor"])
     fields = dict(raw.get("fields", {}))
     for name, dtype in fields.items():
-        if name not in EVENT_FIELDS:
+        if name not in EVENT_FIELDS and name != MESSAGE_RANK:
             raise CatalogError(f"{where}: field {name!r} is not an events column (see schema.EVENT_FIELDS)")
         if dtype not in DTYPE_NAMES:
             raise CatalogError(f"{where}: unknown dtype {dtype!r} (known: {sorted(DTYPE_NAMES)})")
@@ -123,6 +127,12 @@ def _pattern(raw: dict, origin: str, kinds: dict[str, KindDecl]) -> Pattern:
     severity = raw.get("severity", "info")
     if severity not in SEVERITIES:
         raise CatalogError(f"{where}: severity must be one of {SEVERITIES}")
+    supersedes = tuple(raw.get("supersedes", ()))
+    if raw["kind"] in supersedes:
+        raise CatalogError(f"{where}: a pattern cannot supersede its own kind")
+    for name in supersedes:
+        if name not in kinds:
+            raise CatalogError(unknown_kind_message(name, kinds, f"{where} supersedes"))
     examples = _examples(raw, "example")
     if not examples:
         raise CatalogError(f"{where}: at least one [[pattern.example]] is required")
@@ -140,6 +150,7 @@ def _pattern(raw: dict, origin: str, kinds: dict[str, KindDecl]) -> Pattern:
         examples=examples,
         counterexamples=tuple(c["line"] for c in raw.get("counterexample", [])),
         notes=raw.get("notes", ""),
+        supersedes=supersedes,
         repeat=bool(raw.get("repeat", False)),
     )
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import polars as pl
 
-from ncclpm.ingest.catalog import Catalog, Pattern
+from ncclpm.ingest.catalog import MESSAGE_RANK, Catalog, Pattern
 from ncclpm.schema import DTYPE_NAMES, EVENT_FIELDS, EVENTS_SCHEMA, LINES_SCHEMA
 
 _TAG = (
@@ -175,14 +175,16 @@ def _pattern_events(parsed: pl.DataFrame, p: Pattern) -> pl.DataFrame:
     cols: list[pl.Expr] = []
     for name, dtype in EVENT_FIELDS.items():
         if name in p.fields:
-            raw = pl.col("_m").struct.field(name)
-            cols.append(raw.cast(DTYPE_NAMES[p.fields[name]], strict=False).cast(dtype).alias(name))
+            cols.append(typed(pl.col("_m").struct.field(name), p.fields[name]).cast(dtype).alias(name))
         else:
             cols.append(pl.lit(None, dtype).alias(name))
+    rank = pl.col("rank")
+    if MESSAGE_RANK in p.fields:
+        rank = pl.coalesce(rank, typed(pl.col("_m").struct.field(MESSAGE_RANK), "i64").cast(pl.Int32, strict=False))
     out = hits.select(
         "source",
         "line",
-        "rank",
+        rank.alias("rank"),
         "host",
         "ts",
         "level",
@@ -199,11 +201,56 @@ def _pattern_events(parsed: pl.DataFrame, p: Pattern) -> pl.DataFrame:
     ).select(list(EVENTS_SCHEMA.keys()))
 
 
+def typed(raw: pl.Expr, dtype_name: str) -> pl.Expr:
+    """A captured string as the catalog field's declared type. `ms` reads a duration into milliseconds:
+    `10000ms`, `60s`, `900 seconds`, `5 min`, `2h`, or a clock `29:55` / `1:01:03` (tqdm's elapsed)."""
+    if dtype_name != "ms":
+        return raw.cast(DTYPE_NAMES[dtype_name], strict=False)
+    text = raw.str.strip_chars().str.to_lowercase()
+    clock = text.str.extract_groups(r"^(?:(?<h>\d{1,4}):)?(?<m>\d{1,2}):(?<s>\d{2})$")
+    unit = text.str.extract_groups(
+        r"^(?<n>\d+(?:\.\d+)?)\s*(?<u>ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?)?$"
+    )
+    n = unit.struct.field("n").cast(pl.Float64, strict=False)
+    u = unit.struct.field("u").fill_null("ms")
+    scale = (
+        pl.when(u.str.starts_with("ms") | u.str.starts_with("milli"))
+        .then(1)
+        .when(u.str.starts_with("s"))
+        .then(1_000)
+        .when(u.str.starts_with("m"))
+        .then(60_000)
+        .otherwise(3_600_000)
+    )
+    seconds = sum(
+        (
+            clock.struct.field(f).cast(pl.Int64, strict=False).fill_null(0) * k
+            for f, k in (("h", 3600), ("m", 60), ("s", 1))
+        ),
+        pl.lit(0, pl.Int64),
+    )
+    from_clock = pl.when(clock.struct.field("s").is_not_null()).then(seconds * 1000)
+    # Out-of-range numbers become null rather than an overflow error.
+    from_unit = pl.when(n < 9e15).then((n * scale).cast(pl.Int64, strict=False))
+    return pl.coalesce(from_clock, from_unit)
+
+
+def _drop_superseded(events: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
+    """A more specific reading of a line replaces the generic ones it declares (`supersedes`): NCCL's
+    `Cuda failure 2 'out of memory'` is GPU memory exhaustion, not a generic CUDA error."""
+    rules = [(p.id, k) for p in catalog.patterns for k in p.supersedes]
+    if not rules or events.is_empty():
+        return events
+    table = pl.DataFrame(rules, schema={"event": pl.String(), "kind": pl.String()}, orient="row")
+    gone = events.select("source", "line", "event").join(table, on="event").select("source", "line", "kind").unique()
+    return events.join(gone, on=["source", "line", "kind"], how="anti")
+
+
 def extract_events(parsed: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
     """The `events` table: one row per (line, pattern) match, sorted by source and line."""
     frames = [_pattern_events(parsed, p) for p in catalog.patterns]
     events = pl.concat([f.cast(EVENTS_SCHEMA) for f in frames], how="vertical")  # type: ignore[arg-type]
-    return events.sort("source", "line", "event")
+    return _drop_superseded(events, catalog).sort("source", "line", "event")
 
 
 def lines_table(parsed: pl.DataFrame) -> pl.DataFrame:

@@ -1,20 +1,17 @@
-"""Flight-recorder dumps -> polars rows: safe decoding, column extraction, and the 2-process batch runner.
+"""Flight-recorder dumps -> compact polars columns, one dump at a time.
 
-Used by `ncclpm.ingest.flight_recorder` (see its docstring for the normalisation rules).  This module
-imports nothing from ncclpm, so it also runs as a bare script: ``python -P fr_decode.py --worker`` is the
-worker process of `run_batches` (the package's ``__init__`` is never imported there, which saves its
-start-up time, and no ``multiprocessing`` main-module re-import can happen in the caller's program).
+Used by `ncclpm.ingest.flight_recorder` (see its docstring for the normalisation rules).  Each dump is
+read, checked, decoded and turned into column lists on its own; its Python objects are dropped before the
+next one is read, and every ~64k entries the lists become one polars chunk.  So memory holds the columns
+plus one dump's objects, whatever the number of ranks.
 
-Safety: pickles are read by `_NoGlobalsUnpickler`, whose ``find_class`` refuses every global, in the
-worker as in-process.  What the worker sends back is polars IPC bytes (the rows) and a pickle of plain
-dicts/lists/strings (the dumps' metadata) that the parent reads with the same restricted unpickler, so no
-path ever unpickles with the default ``find_class``.
-
-Batches: the (name, bytes) items are cut, in order, into batches of about `_BATCH_BYTES`; each batch gives
-its `_Dump` list, warnings and one polars frame, the same whether it ran in-process or in a worker; the
-results are put back in batch order, so the load is identical whatever the completion order.  Above
-`_POOL_MIN_BYTES` (and with >= 2 usable cores) ``cores - 1`` worker processes take batches while the calling
-thread works on batches too.  A worker that dies or cannot start only means its batch is done in-process.
+Safety, by construction: a pickle is first scanned opcode by opcode (`fr_scan`: no globals, a bounded
+expansion counting references, bounded depth and memo indices, no cycles) and only then decoded, by
+`_NoGlobalsUnpickler` (which refuses globals too).  JSON has no references; its nesting is bounded by the
+parser's recursion limit.  Then every value is checked against the schema before polars sees it: a
+nested value of the wrong shape becomes null (the dump is named in a warning), an entry with wrongly
+typed scalars skips its dump, wrongly typed metadata (``pg_config``, ``pg_status``, versions) is
+ignored with a warning naming the dump and the field, and the rest of the dump is used.
 """
 
 from __future__ import annotations
@@ -23,21 +20,20 @@ import gc
 import io
 import json
 import marshal
-import os
 import pickle
 import re
-import struct
-import subprocess
-import sys
-import threading
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from itertools import chain
 from operator import itemgetter
 
 import polars as pl
 
+from ncclpm.ingest.fr_meta import Meta, parse_meta
+from ncclpm.ingest.fr_scan import Refused, scan
+
 MAX_DUMP_BYTES = 512 * 1024 * 1024
+MAX_NESTED = 65_536  # real sizes/dtypes/stacks hold a few to a few hundred elements
 STATES = ["scheduled", "started", "completed"]
 _FRAME = pl.Struct({"name": pl.String, "filename": pl.String, "line": pl.Int64})
 FR_ENTRIES_SCHEMA = pl.Schema(
@@ -70,37 +66,50 @@ FR_ENTRIES_SCHEMA = pl.Schema(
         "thread_name": pl.String,
     }
 )
-# raw entry keys read as they are -> output column (frames/process_group/time_discovered handled apart)
-_RAW_KEYS = (
+# What the analysis, the rules and the report read: the default load keeps only these.
+ANALYSIS_COLUMNS = (
+    "rank",
+    "source",
     "record_id",
     "pg_id",
+    "pg_name",
+    "pg_desc",
+    "group_key",
     "collective_seq_id",
-    "p2p_seq_id",
-    "op_id",
-    "profiling_name",
+    "op",
     "is_p2p",
     "input_sizes",
-    "output_sizes",
     "input_dtypes",
-    "output_dtypes",
     "state",
     "retired",
     "time_created_ns",
-    "timeout_ms",
-    "duration_ms",
-    "thread_name",
+    "frames",
 )
-_EXTRA_KEYS = ("process_group", "time_discovered_started_ns", "time_discovered_completed_ns", "frames")
-_ALL_KEYS = _RAW_KEYS + _EXTRA_KEYS
-_CHUNK_ROWS = 65536
-_NESTED_KEYS = ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes", "frames")
+FR_ANALYSIS_SCHEMA = pl.Schema({k: v for k, v in FR_ENTRIES_SCHEMA.items() if k in ANALYSIS_COLUMNS})
 
-_BATCH_BYTES = 8 * 1024 * 1024  # ~32k pickled entries: small enough that the last batches balance the cores
-_POOL_MIN_BYTES = 48 * 1024 * 1024  # below this (~1.5 s of work) a worker's start-up (~0.4 s) is not worth it
-_MAX_WORKERS = 8
-_HEADER = struct.Struct("<iiq")  # request: n files, keep_frames, base index
-_FILE = struct.Struct("<IQ")  # per file: name length, data length
-_REPLY = struct.Struct("<QQ")  # reply: meta length, ipc length
+_SCALAR_TYPES = {
+    "record_id": pl.Int64,
+    "pg_id": pl.Int64,
+    "collective_seq_id": pl.Int64,
+    "p2p_seq_id": pl.Int64,
+    "op_id": pl.Int64,
+    "profiling_name": pl.String,
+    "is_p2p": pl.Boolean,
+    "state": pl.String,
+    "retired": pl.Boolean,
+    "time_created_ns": pl.Int64,
+    "time_discovered_started_ns": pl.Int64,
+    "time_discovered_completed_ns": pl.Int64,
+    "timeout_ms": pl.Int64,
+    "duration_ms": pl.Float64,
+    "thread_name": pl.String,
+}
+_ANALYSIS_SCALARS = ("record_id", "pg_id", "collective_seq_id", "profiling_name", "is_p2p", "state", "retired")
+_ANALYSIS_SCALARS += ("time_created_ns",)
+_NESTED_ALL = ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes", "frames")
+_NESTED_ANALYSIS = ("input_sizes", "input_dtypes", "frames")
+_CHUNK_ROWS = 16384  # ~8 dumps: their objects (pinned by the column lists) stay a few MB
+_I64 = (-(2**63), 2**63 - 1)
 
 
 class _NoGlobalsUnpickler(pickle.Unpickler):
@@ -111,73 +120,125 @@ class _NoGlobalsUnpickler(pickle.Unpickler):
 
 
 def _safe_loads(data: bytes) -> object:
+    scan(data)
     return _NoGlobalsUnpickler(io.BytesIO(data)).load()
 
 
-@dataclass
-class _Dump:
-    source: str
-    rank: int
-    fmt: str
-    data: dict  # the dump without its entries
-    newest: tuple[int, int]
-    cols: _Cols | None
-    n: int
-    uid: int = 0
-    used: bool = True
-    bad: bool = False
-    note: str = ""
-
-    @property
-    def good_config(self) -> bool:
-        cfg = self.data.get("pg_config")
-        return isinstance(cfg, dict) and any(k and _ranks(v) for k, v in cfg.items())
-
-    def meta(self) -> tuple:
-        return (
-            self.source,
-            self.rank,
-            self.fmt,
-            self.data,
-            self.newest,
-            self.n,
-            self.uid,
-            self.used,
-            self.bad,
-            self.note,
-        )
-
-    @classmethod
-    def from_meta(cls, m: tuple) -> _Dump:
-        source, rank, fmt, data, newest, n, uid, used, bad, note = m
-        return cls(source, rank, fmt, data, tuple(newest), None, n, uid, used, bad, note)
-
-
-def _rank_from_name(name: str) -> int | None:
+def rank_from_name(name: str) -> int | None:
     base = re.split(r"[\\/]", name)[-1]
     base = re.sub(r"\.(json|pkl|pickle)$", "", base, flags=re.I)
     nums = re.findall(r"\d+", base)
-    rank = int(nums[-1]) if nums else None
-    return rank if rank is not None and rank < 2**31 else None  # a rank past Int32 is no rank
-
-
-def _ranks(cfg: object) -> list[int]:
-    """Parse pg_config ``ranks`` ('[0, 1, 2]' string or list) without eval."""
-    if not isinstance(cfg, dict):
-        return []
-    raw = cfg.get("ranks")
-    if isinstance(raw, list):
-        return [int(x) for x in raw if isinstance(x, int)]
-    return [int(x) for x in re.findall(r"\d+", raw)] if isinstance(raw, str) else []
+    if not nums or len(nums[-1]) > 10:
+        return None
+    rank = int(nums[-1])
+    return rank if rank < 2**31 else None  # a rank past Int32 is no rank
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
     """'2.10' -> (2, 10): compare FR format versions numerically."""
-    return tuple(int(x) for x in re.findall(r"\d+", str(version)))
+    return tuple(int(x) for x in re.findall(r"\d{1,9}", str(version)[:100]))
 
 
-def _decode(name: str, data: bytes) -> tuple[dict | None, str, str | None]:
-    """Return (dump dict, format, warning)."""
+# ---- nested values: checked once per distinct value, then interned -------------------------------------
+
+
+def _ok_int(v: object) -> bool:
+    return type(v) is int and _I64[0] <= v <= _I64[1]
+
+
+def _ok_sizes(v: object) -> bool:
+    if not isinstance(v, list | tuple) or len(v) > MAX_NESTED:
+        return False
+    total = 0
+    for dims in v:
+        if not isinstance(dims, list | tuple) or not all(map(_ok_int, dims)):
+            return False
+        total += len(dims)
+    return total <= MAX_NESTED
+
+
+def _ok_strings(v: object) -> bool:
+    return isinstance(v, list | tuple) and len(v) <= MAX_NESTED and all(type(s) is str for s in v)
+
+
+def _ok_frames(v: object) -> bool:
+    if not isinstance(v, list | tuple) or len(v) > MAX_NESTED:
+        return False
+    for f in v:
+        if not isinstance(f, dict):
+            return False
+        name, filename, line = f.get("name"), f.get("filename"), f.get("line")
+        if not (name is None or type(name) is str) or not (filename is None or type(filename) is str):
+            return False
+        if not (line is None or _ok_int(line)):
+            return False
+    return True
+
+
+_CHECKS = {
+    "input_sizes": _ok_sizes,
+    "output_sizes": _ok_sizes,
+    "input_dtypes": _ok_strings,
+    "output_dtypes": _ok_strings,
+    "frames": _ok_frames,
+}
+
+
+def _keys(values: list) -> list:
+    """Exact keys for plain nested values (marshal is written here, never read)."""
+    try:
+        return list(map(marshal.dumps, values))
+    except ValueError:  # an unmarshallable object (cannot come from a scanned pickle or JSON): repr
+        return list(map(repr, values))
+
+
+class _Interner:
+    """Distinct nested values of a chunk, each checked once; polars converts each distinct value once."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.check = name, _CHECKS[name]
+        self.dtype = FR_ENTRIES_SCHEMA[name]
+        self.index: dict = {}
+        self.uniq: list = []
+        self.bad: set[int] = set()
+
+    def add(self, values: list) -> list[int]:
+        keys = _keys(values)
+        index, uniq = self.index, self.uniq
+        for k, v in dict(zip(keys, values, strict=True)).items():
+            if k not in index:
+                index[k] = len(uniq)
+                if v is not None and not self.check(v):
+                    self.bad.add(len(uniq))
+                    v = None
+                uniq.append(v)
+        return list(map(index.__getitem__, keys))
+
+    def series(self, idx: list[int]) -> pl.Series:
+        base = pl.Series(self.name, self.uniq or [None], dtype=self.dtype, strict=False)
+        return base.gather(idx) if idx else pl.Series(self.name, [], dtype=self.dtype)
+
+
+# ---- one dump -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Dump:
+    source: str
+    rank: int
+    fmt: str
+    meta: Meta
+    n: int = 0
+    newest: tuple[int, int] = (-1, -1)
+    uid: int = 0
+    used: bool = True
+    bad: bool = False
+    note: str = ""
+    cols: dict = field(default_factory=dict, repr=False)  # column lists until its chunk is built
+
+
+def _decode(name: str, data: bytes) -> tuple[object, str, str | None]:
+    """Return (decoded object, format, warning)."""
     if len(data) > MAX_DUMP_BYTES:
         return None, "?", f"{name}: skipped, {len(data)} bytes is over the {MAX_DUMP_BYTES} byte cap"
     if not data.strip():
@@ -185,132 +246,35 @@ def _decode(name: str, data: bytes) -> tuple[dict | None, str, str | None]:
     fmt = "pickle" if data[:1] == b"\x80" else "json"
     try:
         obj = _safe_loads(data) if fmt == "pickle" else json.loads(data)
-    except pickle.UnpicklingError as exc:
+    except (Refused, pickle.UnpicklingError) as exc:
         return None, fmt, f"{name}: refused/corrupt pickle ({exc})"
     except RecursionError:
         return None, fmt, f"{name}: skipped, nesting too deep"
     except Exception as exc:  # any decode failure only skips this file
         return None, fmt, f"{name}: unreadable {fmt} ({type(exc).__name__}: {str(exc)[:120]})"
-    if not isinstance(obj, dict) or not isinstance(obj.get("entries"), list):
-        return None, fmt, f"{name}: not a flight-recorder dump (no 'entries' list at top level)"
-    if not all(isinstance(e, dict) for e in obj["entries"]):
-        return None, fmt, f"{name}: skipped, 'entries' holds non-dict items"
     return obj, fmt, None
 
 
-def _newest(entries: list[dict]) -> tuple[int, int]:
-    best = (-1, -1)
-    for e in entries[-64:] if len(entries) > 64 else entries:
-        t, r = e.get("time_created_ns"), e.get("record_id")
-        key = (t if isinstance(t, int) else -1, r if isinstance(r, int) else -1)
-        best = max(best, key)
-    return best
-
-
-_SCALARS = {k: FR_ENTRIES_SCHEMA.get(k, pl.String) for k in _RAW_KEYS if k not in _NESTED_KEYS}
-_SCALARS.update(
-    {
-        "state": pl.String,
-        "time_discovered_started_ns": pl.Int64,
-        "time_discovered_completed_ns": pl.Int64,
-        "pg_name": pl.String,
-        "pg_desc": pl.String,
-    }
-)
-
-
-def _str_list_keys(values: list) -> list:
+def _pg_names(pg: list) -> tuple[list, list]:
+    """(names, descs) from process_group tuples/lists; malformed values become None."""
     try:
-        return list(map(tuple, values))
-    except TypeError:  # None or a non-iterable somewhere
-        return list(map(repr, values))
+        names, descs = list(map(itemgetter(0), pg)), list(map(itemgetter(1), pg))
+    except (TypeError, IndexError, KeyError):
+        ok = [p if isinstance(p, list | tuple) else () for p in pg]
+        names, descs = [p[0] if p else None for p in ok], [p[1] if len(p) > 1 else None for p in ok]
+    if not all(type(x) is str or x is None for x in chain(names, descs)):
+        names = [x if type(x) is str else None for x in names]
+        descs = [x if type(x) is str else None for x in descs]
+    return names, descs
 
 
-def _marshal_keys(values: list) -> list:
-    """Fast exact keys for plain nested lists (marshal is only written here, never read)."""
-    try:
-        return list(map(marshal.dumps, values))
-    except ValueError:  # an unmarshallable object: fall back to repr
-        return list(map(repr, values))
-
-
-class _Interner:
-    """Deduplicate nested values (stacks, size lists) so polars converts each distinct one once."""
-
-    def __init__(self, dtype: pl.DataType) -> None:
-        self.dtype, self.index, self.uniq = dtype, {}, []
-        self.bad: set[int] = set()  # indices of values polars could not hold (set by `series`)
-        self.keys = _str_list_keys if dtype == pl.List(pl.String) else _marshal_keys
-
-    def add(self, values: list) -> list[int]:
-        keys = self.keys(values)
-        local = dict(zip(keys, values, strict=True))  # C-level: one value per distinct key
-        index, uniq = self.index, self.uniq
-        for k, v in local.items():
-            if k not in index:
-                if _too_big(v):
-                    raise ValueError(
-                        f"implausibly large nested value (> {MAX_NESTED} elements): a pickle reference bomb?"
-                    )
-                index[k] = len(uniq)
-                uniq.append(v)
-        return list(map(index.__getitem__, keys))
-
-    def series(self, name: str, idx: list[int]) -> pl.Series:
-        try:
-            base = pl.Series(name, self.uniq or [None], dtype=self.dtype, strict=True)
-        except Exception:  # a malformed value (corrupt or hostile dump): that value becomes null, not the chunk
-            ok = [_converts(v, self.dtype) for v in self.uniq]
-            self.bad = {i for i, good in enumerate(ok) if not good}
-            base = pl.Series(
-                name, [v if good else None for v, good in zip(self.uniq, ok, strict=True)], dtype=self.dtype
-            )
-        return base.gather(idx) if idx else pl.Series(name, [], dtype=self.dtype)
-
-
-MAX_NESTED = 65_536  # real sizes/dtypes/stacks hold a few to a few hundred elements
-
-
-def _too_big(value: object) -> bool:
-    """Pickle's memo lets a few bytes name one big list many times; polars would expand every copy."""
-    if not isinstance(value, list | tuple):
-        return False
-    if len(value) > MAX_NESTED:
-        return True
-    total = 0
-    for item in value:
-        if isinstance(item, list | tuple | dict | str):
-            total += len(item)
-            if total > MAX_NESTED:
-                return True
-    return False
-
-
-def _converts(value: object, dtype: pl.DataType) -> bool:
-    try:
-        pl.Series([value], dtype=dtype, strict=True)
-        return True
-    except Exception:
-        return False
-
-
-@dataclass
-class _Cols:
-    """Column-wise entries of one dump (the dump's dicts are dropped right after extraction)."""
-
-    n: int
-    scalars: dict[str, list]
-    nested: dict[str, list[int]]
-
-
-def _tail_frames(cols: dict, n: int, keep: int) -> list:
+def _tail_frames(frames: list, retired: list, state: list, keep: int) -> list:
     """Stacks of the newest `keep` entries and of every entry not retired/completed; None elsewhere."""
-    frames = cols.get("frames")
-    if frames is None or keep == 0:
+    n = len(frames)
+    if keep == 0:
         return [None] * n
     if keep < 0 or n <= keep:
         return frames
-    retired, state = cols.get("retired") or [None] * n, cols.get("state") or [None] * n
     cut = n - keep
     return [
         f if i >= cut or not (r is True or s == "completed") else None
@@ -318,70 +282,81 @@ def _tail_frames(cols: dict, n: int, keep: int) -> list:
     ]
 
 
-def _pg_names(pg: list | tuple) -> tuple[list, list]:
-    """(names, descs) from process_group tuples/lists; malformed values become None."""
-    try:
-        return list(map(itemgetter(0), pg)), list(map(itemgetter(1), pg))
-    except (TypeError, IndexError, KeyError):
-        ok = [p if isinstance(p, list | tuple) else () for p in pg]
-        return [p[0] if p else None for p in ok], [p[1] if len(p) > 1 else None for p in ok]
-
-
-def _extract(entries: list[dict], interners: dict[str, _Interner], keep_frames: int) -> _Cols:
+def _columns(entries: list[dict], keep_frames: int, scalars: tuple[str, ...], nested: tuple[str, ...]) -> dict:
+    wanted = (*scalars, "process_group", *nested)
     ends = (entries[0], entries[-1]) if entries else ()
-    present = [k for k in _ALL_KEYS if any(k in e for e in ends)]  # KeyError below -> per-entry .get
+    present = [k for k in wanted if any(k in e for e in ends)]
     try:
         if len(present) > 1:
-            cols = dict(zip(present, zip(*map(itemgetter(*present), entries), strict=True), strict=True))
+            got = dict(zip(present, zip(*map(itemgetter(*present), entries), strict=True), strict=True))
         else:
-            cols = {k: [e[k] for e in entries] for k in present}
-    except (KeyError, TypeError):
-        cols = {k: [e.get(k) for e in entries] for k in present}
+            got = {k: [e[k] for e in entries] for k in present}
+    except (KeyError, TypeError):  # some entries lack a key: per-entry .get
+        got = {k: [e.get(k) for e in entries] for k in present}
     n, none = len(entries), [None] * len(entries)
-    pg = cols.get("process_group", none)
-    scalars = {k: cols.get(k, none) for k in _SCALARS if k not in ("pg_name", "pg_desc")}
-    scalars["pg_name"], scalars["pg_desc"] = _pg_names(pg)
-    cols["frames"] = _tail_frames(cols, n, keep_frames)
-    nested = {k: interners[k].add(cols.get(k, none)) for k in _NESTED_KEYS}
-    return _Cols(n, scalars, nested)
+    cols = {k: got.get(k, none) for k in (*scalars, *nested)}
+    cols["pg_name"], cols["pg_desc"] = _pg_names(got.get("process_group", none))
+    if "frames" in cols:
+        cols["frames"] = _tail_frames(cols["frames"], cols["retired"], cols["state"], keep_frames)
+    cols["_n"] = n
+    return cols
 
 
-def _repeat_index(counts: list[int]) -> list[int]:
-    return list(chain.from_iterable([i] * c for i, c in enumerate(counts)))
+def read_dump(name: str, data: bytes, keep_frames: int, full: bool) -> tuple[Dump | None, list[str]]:
+    """Decode and check one dump; its entries become column lists (its objects are dropped by the caller)."""
+    obj, fmt, warn = _decode(name, data)
+    if warn:
+        return None, [warn]
+    if not isinstance(obj, dict) or not isinstance(obj.get("entries"), list):
+        return None, [f"{name}: not a flight-recorder dump (no 'entries' list at top level)"]
+    entries = obj["entries"]
+    if not all(isinstance(e, dict) for e in entries):
+        return None, [f"{name}: skipped, 'entries' holds non-dict items"]
+    rank = rank_from_name(name)
+    if rank is None:
+        return None, [f"{name}: skipped, no rank number in the file name"]
+    meta, problems = parse_meta(obj)
+    warnings = [f"{name}: ignored malformed {', '.join(problems)} (wrong type or out of range)"] if problems else []
+    ver = version_tuple(meta.version)
+    if ver and ver[0] != 2:
+        warnings.append(f"{name}: unknown FR format version {meta.version!r}; read as 2.x")
+    scalars = tuple(_SCALAR_TYPES) if full else _ANALYSIS_SCALARS
+    nested = _NESTED_ALL if full else _NESTED_ANALYSIS
+    dump = Dump(name, rank, fmt, meta)
+    dump.cols = _columns(entries, keep_frames, scalars, nested)
+    dump.n = len(entries)
+    return dump, warnings
 
 
-def _build(
-    cols: list[_Cols], ranks: list[int], sources: list[str], ids: list[int], interners: dict[str, _Interner]
-) -> pl.DataFrame:
-    flat = chain.from_iterable
-    data = {k: pl.Series(k, list(flat(c.scalars[k] for c in cols)), dtype=t, strict=True) for k, t in _SCALARS.items()}
-    for k in _NESTED_KEYS:
-        data[k] = interners[k].series(k, list(flat(c.nested[k] for c in cols)))
-    n = [c.n for c in cols]
-    data["rank"] = pl.Series("rank", ranks, dtype=pl.Int32).gather(_repeat_index(n))
-    data["source"] = pl.Series("source", sources, dtype=pl.String).gather(_repeat_index(n))
-    data["_id"] = pl.Series("_id", ids, dtype=pl.Int64).gather(_repeat_index(n))
-    return pl.DataFrame(data)
+def _newest(times: list, ids: list) -> tuple[int, int]:
+    best = (-1, -1)
+    for t, r in zip(times[-64:], ids[-64:], strict=True):
+        key = (t if _ok_int(t) else -1, r if _ok_int(r) else -1)
+        best = max(best, key)
+    return best
 
 
-def _new_interners() -> dict[str, _Interner]:
-    return {k: _Interner(FR_ENTRIES_SCHEMA[k]) for k in _NESTED_KEYS}
+# ---- chunks -------------------------------------------------------------------------------------------
 
 
-def empty_raw() -> pl.DataFrame:
-    return _build([], [], [], [], _new_interners())
+def _op(profiling: pl.Expr) -> pl.Expr:
+    return profiling.str.replace(r"^[A-Za-z_]+:", "").str.replace(r"\s.*$", "")
 
 
-class _Chunks:
-    """Turn extracted dumps into polars chunks every ~_CHUNK_ROWS entries so Python lists stay small."""
+class Chunks:
+    """Column lists of a few dumps -> one polars chunk every ~_CHUNK_ROWS entries (normalised columns)."""
 
-    def __init__(self) -> None:
-        self.pending: list[_Dump] = []
+    def __init__(self, full: bool) -> None:
+        self.full = full
+        self.schema = FR_ENTRIES_SCHEMA if full else FR_ANALYSIS_SCHEMA
+        self.scalars = {k: t for k, t in _SCALAR_TYPES.items() if full or k in _ANALYSIS_SCALARS}
+        self.nested = _NESTED_ALL if full else _NESTED_ANALYSIS
+        self.pending: list[Dump] = []
         self.rows = 0
         self.frames: list[pl.DataFrame] = []
-        self.interners = _new_interners()
 
-    def add(self, d: _Dump, warnings: list[str]) -> None:
+    def add(self, d: Dump, warnings: list[str]) -> None:
+        d.newest = _newest(d.cols.get("time_created_ns") or [], d.cols.get("record_id") or [])
         self.pending.append(d)
         self.rows += d.n
         if self.rows >= _CHUNK_ROWS:
@@ -389,37 +364,46 @@ class _Chunks:
 
     def flush(self, warnings: list[str]) -> None:
         good = self.pending
-        if not good:
-            return
-        try:
-            self.frames.append(self._build(good))
-        except Exception:  # find the dumps with unexpected types, skip them, build again
-            good = [d for d in good if self._check(d, warnings)]
-            self.frames.append(self._build(good))
-        self._report_nulled(good, warnings)
+        if good:
+            try:
+                frame = self._build(good, warnings)
+            except Exception:  # find the dumps with unexpected scalar types, skip them, build again
+                good = [d for d in good if self._check(d, warnings)]
+                frame = self._build(good, warnings) if good else None
+            if frame is not None and frame.height:
+                self.frames.append(frame)
         for d in self.pending:
-            d.cols = None
-        self.pending, self.rows, self.interners = [], 0, _new_interners()
+            d.cols = {}
+        self.pending, self.rows = [], 0
 
-    def _report_nulled(self, dumps: list[_Dump], warnings: list[str]) -> None:
-        """Name the dumps whose malformed values were replaced by nulls (damaged, not just without stacks)."""
-        for d in dumps:
-            hit = [k for k, it in self.interners.items() if it.bad and it.bad & set(d.cols.nested[k])]
-            if hit:
-                warnings.append(f"{d.source}: malformed {', '.join(hit)} in some entries; shown as missing")
+    def _build(self, dumps: list[Dump], warnings: list[str] | None) -> pl.DataFrame:
+        flat = chain.from_iterable
+        data = {}
+        for k, t in self.scalars.items():
+            data[k] = pl.Series(k, list(flat(d.cols[k] for d in dumps)), dtype=t, strict=True)
+        for k in ("pg_name", "pg_desc"):
+            data[k] = pl.Series(k, list(flat(d.cols[k] for d in dumps)), dtype=pl.String, strict=True)
+        hit: dict[int, list[str]] = {}
+        for k in self.nested:
+            interner = _Interner(k)
+            ids = [interner.add(d.cols[k]) for d in dumps]
+            data[k] = interner.series(list(flat(ids)))
+            if interner.bad and warnings is not None:
+                for i, d_ids in enumerate(ids):
+                    if interner.bad.intersection(d_ids):
+                        hit.setdefault(i, []).append(k)
+        for i, keys in hit.items():
+            warnings.append(f"{dumps[i].source}: malformed {', '.join(keys)} in some entries; shown as missing")
+        n = [d.n for d in dumps]
+        idx = list(chain.from_iterable([i] * c for i, c in enumerate(n)))
+        data["rank"] = pl.Series("rank", [d.rank for d in dumps], dtype=pl.Int32).gather(idx)
+        data["source"] = pl.Series("source", [d.source for d in dumps], dtype=pl.String).gather(idx)
+        data["_id"] = pl.Series("_id", [d.uid for d in dumps], dtype=pl.Int64).gather(idx)
+        return _normalise(pl.DataFrame(data), self.schema)
 
-    def _build(self, dumps: list[_Dump]) -> pl.DataFrame:
-        return _build(
-            [d.cols for d in dumps],
-            [d.rank for d in dumps],
-            [d.source for d in dumps],
-            [d.uid for d in dumps],
-            self.interners,
-        )
-
-    def _check(self, d: _Dump, warnings: list[str]) -> bool:
+    def _check(self, d: Dump, warnings: list[str]) -> bool:
         try:
-            self._build([d])
+            self._build([d], None)
             return True
         except Exception as exc:  # a malformed dump is skipped, not fatal
             warnings.append(f"{d.source}: skipped, entries have unexpected types ({str(exc)[:120]})")
@@ -427,215 +411,62 @@ class _Chunks:
             return False
 
 
-def _read_one(
-    name: str, data: bytes, interners: dict[str, _Interner], keep_frames: int
-) -> tuple[_Dump | None, str | None]:
-    obj, fmt, warn = _decode(name, data)
-    if warn:
-        return None, warn
-    rank = _rank_from_name(name)
-    if rank is None:
-        return None, f"{name}: skipped, no rank number in the file name"
-    entries = obj.pop("entries")
-    head = {k: v for k, v in obj.items()}
-    ver = version_tuple(head.get("version", ""))
-    note = ""
-    if ver and ver[0] != 2:
-        note = f"{name}: unknown FR format version {head.get('version')!r}; read as 2.x"
-    cols = _extract(entries, interners, keep_frames)
-    return _Dump(name, rank, fmt, head, _newest(entries), cols, cols.n), note or None
+def _normalise(raw: pl.DataFrame, schema: pl.Schema) -> pl.DataFrame:
+    name = pl.col("pg_name").fill_null("")
+    cols = [
+        pl.when(name != "").then(name).otherwise(pl.format("pg_id:{}", pl.col("pg_id"))).alias("group_key"),
+        _op(pl.col("profiling_name")).alias("op"),
+        pl.col("state").cast(pl.Enum(STATES), strict=False),
+    ]
+    if "time_started_ns" in schema:
+        cols += [
+            pl.when(pl.col(c) > 0).then(pl.col(c)).alias(t)
+            for c, t in (
+                ("time_discovered_started_ns", "time_started_ns"),
+                ("time_discovered_completed_ns", "time_completed_ns"),
+            )
+        ]
+    out = raw.with_columns(cols)
+    return out.select(*schema.names(), "_id").cast({**dict(schema), "_id": pl.Int64})
+
+
+def empty_entries(full: bool) -> pl.DataFrame:
+    return pl.DataFrame(schema=FR_ENTRIES_SCHEMA if full else FR_ANALYSIS_SCHEMA)
 
 
 @dataclass
-class BatchOut:
-    dumps: list[_Dump]  # with cols dropped; uid = the item's index in the whole load
+class Decoded:
+    dumps: list[Dump]
     warnings: list[str]
-    frame: pl.DataFrame | None  # raw rows (before `_normalise`), with `_id` = uid
+    frames: list[pl.DataFrame]
 
 
-def load_batch(files: list[tuple[str, bytes]], base: int, keep_frames: int) -> BatchOut:
-    """Decode + extract + build one batch (GC off: millions of small containers per batch)."""
+def decode_all(items: list[tuple[str, bytes | Callable[[], bytes]]], keep_frames: int, full: bool = False) -> Decoded:
+    """Every dump in turn (GC off: millions of short-lived containers), its objects dropped right after."""
     gc_was_on = gc.isenabled()
     gc.disable()
+    warnings: list[str] = []
+    dumps: list[Dump] = []
+    chunks = Chunks(full)
     try:
-        warnings: list[str] = []
-        dumps: list[_Dump] = []
-        chunks = _Chunks()
-        for i, (name, data) in enumerate(files):
+        for uid, (name, data) in enumerate(items):
             try:
-                dump, warn = _read_one(name, data, chunks.interners, keep_frames)
+                raw = data() if callable(data) else data
+            except (OSError, ValueError) as exc:
+                warnings.append(f"{name}: flight-recorder dump unreadable ({exc}) - skipped")
+                continue
+            try:
+                dump, warns = read_dump(name, raw, keep_frames, full)
             except Exception as exc:  # never fatal: an odd dump only skips this file
-                dump, warn = None, f"{name}: unreadable dump ({type(exc).__name__}: {str(exc)[:120]})"
-            if warn:
-                warnings.append(warn)
+                dump, warns = None, [f"{name}: unreadable dump ({type(exc).__name__}: {str(exc)[:120]})"]
+            del raw
+            warnings.extend(warns)
             if dump is not None:
-                dump.uid = base + i
+                dump.uid = uid
                 dumps.append(dump)
                 chunks.add(dump, warnings)
         chunks.flush(warnings)
-        frame = None
-        if chunks.frames:
-            frame = chunks.frames[0] if len(chunks.frames) == 1 else pl.concat(chunks.frames, rechunk=False)
-        return BatchOut(dumps, warnings, frame)
+        return Decoded(dumps, warnings, chunks.frames)
     finally:
         if gc_was_on:
             gc.enable()
-
-
-# ---- batching and the worker processes -------------------------------------------------------------
-
-
-def _batches(items: Iterable[tuple[str, bytes]]) -> Iterator[tuple[int, list[tuple[str, bytes]], int]]:
-    """(base index, files, bytes) in item order, each about `_BATCH_BYTES`."""
-    files: list[tuple[str, bytes]] = []
-    size, base = 0, 0
-    for i, (name, data) in enumerate(items):
-        if files and size + len(data) > _BATCH_BYTES:
-            yield base, files, size
-            files, size, base = [], 0, i
-        files.append((name, data))
-        size += len(data)
-    if files:
-        yield base, files, size
-
-
-def _n_workers() -> int:
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return max(0, min(cores - 1, _MAX_WORKERS))
-
-
-def _read_exact(f: io.BufferedIOBase, n: int) -> bytes:
-    buf = f.read(n)
-    if buf is None or len(buf) != n:
-        raise EOFError("worker pipe closed")
-    return buf
-
-
-class _Worker:
-    """One `python -P fr_decode.py --worker` process; one request/reply per batch over its pipes."""
-
-    def __init__(self) -> None:
-        env = {**os.environ, "POLARS_MAX_THREADS": "1"}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-P", os.path.abspath(__file__), "--worker"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=env,
-        )
-
-    def run(self, base: int, files: list[tuple[str, bytes]], keep_frames: int) -> BatchOut:
-        w = self.proc.stdin
-        w.write(_HEADER.pack(len(files), keep_frames, base))
-        for name, data in files:
-            raw = name.encode("utf-8", "surrogatepass")
-            w.write(_FILE.pack(len(raw), len(data)))
-            w.write(raw)
-            w.write(data)
-        w.flush()
-        r = self.proc.stdout
-        meta_len, ipc_len = _REPLY.unpack(_read_exact(r, _REPLY.size))
-        metas, warnings = _safe_loads(_read_exact(r, meta_len))  # plain data only: the restricted unpickler
-        frame = pl.read_ipc(_read_exact(r, ipc_len)) if ipc_len else None
-        return BatchOut([_Dump.from_meta(m) for m in metas], list(warnings), frame)
-
-    def close(self, kill: bool = False) -> None:
-        if kill:  # never used or broken: no need to wait for its start-up to finish
-            self.proc.kill()
-        try:
-            self.proc.stdin.close()
-            self.proc.wait(timeout=10)
-        except Exception:  # stuck or already gone: end the process we started
-            self.proc.kill()
-            self.proc.wait()
-
-
-def _serve() -> None:
-    """Worker main loop: read batches on stdin, answer on the original stdout until EOF."""
-    out = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # a stray print must not corrupt the replies
-    inp = sys.stdin.buffer
-    while True:
-        head = inp.read(_HEADER.size)
-        if len(head) < _HEADER.size:
-            break
-        n, keep_frames, base = _HEADER.unpack(head)
-        files = []
-        for _ in range(n):
-            name_len, data_len = _FILE.unpack(_read_exact(inp, _FILE.size))
-            name = _read_exact(inp, name_len).decode("utf-8", "surrogatepass")
-            files.append((name, _read_exact(inp, data_len)))
-        res = load_batch(files, base, keep_frames)
-        del files
-        meta = pickle.dumps(([d.meta() for d in res.dumps], res.warnings), protocol=4)
-        ipc = b""
-        if res.frame is not None:
-            buf = io.BytesIO()
-            res.frame.write_ipc(buf, compression="lz4")
-            ipc = buf.getvalue()
-        out.write(_REPLY.pack(len(meta), len(ipc)))
-        out.write(meta)
-        out.write(ipc)
-        out.flush()
-        del res, meta, ipc
-    out.close()
-
-
-def run_batches(items: Iterable[tuple[str, bytes]], keep_frames: int, *, workers: int | None = None) -> list[BatchOut]:
-    """All batches' results in item order; big loads are spread over worker processes (module docstring)."""
-    it = _batches(items)
-    head, size = [], 0
-    for b in it:
-        head.append(b)
-        size += b[2]
-        if size >= _POOL_MIN_BYTES:
-            break
-    if workers is None:
-        workers = _n_workers() if size >= _POOL_MIN_BYTES else 0
-    n = workers
-    jobs = enumerate(chain(head, it))
-    if n <= 0:
-        return [load_batch(files, base, keep_frames) for _, (base, files, _s) in jobs]
-    out: dict[int, BatchOut] = {}
-    lock = threading.Lock()
-
-    def take() -> tuple[int, tuple] | None:
-        with lock:
-            return next(jobs, None)
-
-    def feed() -> None:
-        try:
-            worker = _Worker()
-        except OSError:
-            return
-        done = 0
-        try:
-            while (job := take()) is not None:
-                k, (base, files, _s) = job
-                try:
-                    out[k] = worker.run(base, files, keep_frames)
-                    done += 1
-                except Exception:  # the worker died or broke the protocol: do this batch here, stop it
-                    out[k] = load_batch(files, base, keep_frames)
-                    done = 0
-                    return
-        finally:
-            worker.close(kill=not done)
-
-    threads = [threading.Thread(target=feed, daemon=True) for _ in range(n)]
-    for t in threads:
-        t.start()
-    while (job := take()) is not None:
-        k, (base, files, _s) = job
-        out[k] = load_batch(files, base, keep_frames)
-    for t in threads:
-        t.join()
-    return [out[k] for k in sorted(out)]
-
-
-if __name__ == "__main__" and "--worker" in sys.argv[1:]:
-    _serve()
-    os._exit(0)  # skip interpreter teardown

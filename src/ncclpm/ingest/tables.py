@@ -3,7 +3,9 @@
 Tables (schemas in `schema.py`): `lines` (prefiltered, envelope resolved), `events` (typed catalog
 matches + torchelastic error files), `tracebacks`, `elastic` (torchrun failure summary entries), `ranks`
 (one row per rank: what it last did, whether and where it timed out, its first error, how it exited), and,
-when the job holds flight-recorder dumps, `fr` (loaded dumps) and `fr_analysis` (cross-rank matching).
+when the job holds flight-recorder dumps, `fr` (loaded dumps) and `fr_analysis` (cross-rank matching); in
+`extra`: `stacks` (every frame of every stack dump, `ingest/stacks.py`), NCCL communicators and warnings,
+settings.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from ncclpm.ingest.multiline import parse_elastic_summaries, stitch_tracebacks
 from ncclpm.ingest.nccl import fill_line_ranks, fill_ranks, nccl_comms, nccl_warnings, rank_map
 from ncclpm.ingest.ranks import build_ranks, world_size, world_size_is_declared
 from ncclpm.ingest.settings import settings_table
+from ncclpm.ingest.stacks import build_stacks, pid_rank_map
 from ncclpm.kinds import K
 from ncclpm.schema import EVENTS_SCHEMA
 from ncclpm.sources.discover import Job
@@ -30,7 +33,7 @@ if TYPE_CHECKING:
     from ncclpm.ingest.flight_recorder import FRLoad
 
 # Derived tables in `Tables.extra`, and every name a rule may list in `needs` (checked when a rule is defined).
-EXTRA_TABLES = ("nccl_comms", "nccl_warnings", "settings")
+EXTRA_TABLES = ("nccl_comms", "nccl_warnings", "settings", "stacks")
 TABLE_NAMES = frozenset(
     {"lines", "events", "tracebacks", "elastic", "ranks", "fr_entries", "fr_analysis", *EXTRA_TABLES}
 )
@@ -68,28 +71,23 @@ class Tables:
         return self.events.filter(pl.col("kind").is_in(list(K.check(*kinds, where="Tables.kinds"))))
 
 
-def _read_dumps(job: Job, warnings: list[str]) -> tuple[FRLoad | None, FRAnalysis | None]:
+def _read_dumps(job: Job, warnings: list[str], columns: str) -> tuple[FRLoad | None, FRAnalysis | None]:
     dumps = job.of_kind("fr")
     if not dumps:
         return None, None
     from ncclpm.analysis.fr_match import analyze_fr
     from ncclpm.ingest.flight_recorder import load_fr_dumps
 
-    items = []
-    for src in dumps:
-        try:
-            items.append((src.name, src.read_bytes()))
-        except (OSError, ValueError) as exc:
-            warnings.append(f"{src.name}: flight-recorder dump unreadable ({exc}) - skipped")
-    fr = load_fr_dumps(items)
+    # each dump's bytes are read when the loader gets to it (one dump in memory at a time)
+    fr = load_fr_dumps([(src.name, src.read_bytes) for src in dumps], columns=columns)
     warnings.extend(fr.warnings)
     if fr.entries.is_empty():
         return fr, None
     return fr, analyze_fr(fr)
 
 
-def build_tables(job: Job, catalog: Catalog) -> Tables:
-    """Read every source of the job once and build all tables."""
+def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") -> Tables:
+    """Read every source of the job once and build all tables (`fr_columns`: see `load_fr_dumps`)."""
     warnings = list(job.warnings)
     kept = read_kept_lines(job.of_kind("text"), catalog.anchors, warnings)
     parsed = parse_lines(kept, catalog)
@@ -101,9 +99,10 @@ def build_tables(job: Job, catalog: Catalog) -> Tables:
     events = fill_ranks(events, process_ranks)
     lines = fill_line_ranks(lines_table(parsed), process_ranks)
     elastic = parse_elastic_summaries(parsed)
-    fr, fr_analysis = _read_dumps(job, warnings)
+    fr, fr_analysis = _read_dumps(job, warnings, fr_columns)
+    stacks = build_stacks(job, lines, pid_rank_map(lines, events, elastic, process_ranks), fr, warnings)
     if not job.sources:
-        warnings.append("no readable log, error file or flight-recorder dump found")
+        warnings.append("no readable log, error file, flight-recorder or stack dump found")
     return Tables(
         job_name=job.name,
         lines=lines,
@@ -117,5 +116,5 @@ def build_tables(job: Job, catalog: Catalog) -> Tables:
         warnings=tuple(warnings),
         fr=fr,
         fr_analysis=fr_analysis,
-        extra=dict(zip(EXTRA_TABLES, (comms, nccl_warnings(events), settings_table(events)), strict=True)),
+        extra=dict(zip(EXTRA_TABLES, (comms, nccl_warnings(events), settings_table(events), stacks), strict=True)),
     )

@@ -9,6 +9,7 @@ from ncclpm.rules.dataloader import DataloaderFailure
 from ncclpm.rules.fr_mismatch import FlightRecorderCollectivesDisagree
 from ncclpm.rules.fr_never_joined import FlightRecorderRankStopped
 from ncclpm.rules.insufficient import InsufficientEvidence
+from ncclpm.rules.launch_config import LaunchMisconfigured
 from ncclpm.rules.mismatch_logs import CollectivesDisagreeInLogs
 from ncclpm.rules.network import NcclTransportError
 from ncclpm.rules.nvml import NvmlDriverFailure
@@ -17,6 +18,8 @@ from ncclpm.rules.rendezvous import ProcessGroupNeverFormed
 from ncclpm.rules.scheduler import JobCancelledByScheduler
 from ncclpm.rules.shm_topology import ShmOrP2pFailure
 from ncclpm.rules.slow_rank import RankBusyOutsideCollectives
+from ncclpm.rules.stacks import StacksOddRankOut
+from ncclpm.rules.store_wait import RankAwaitedThroughStore
 from ncclpm.rules.timeout_short import AllRanksTimedOutTogether
 from ncclpm.rules.timeout_symptom import CollectiveTimeoutSymptom
 
@@ -36,6 +39,9 @@ ALL_RULES: tuple[type[Rule], ...] = (
     ShmOrP2pFailure,
     VersionsDifferAcrossRanks,
     JobCancelledByScheduler,
+    LaunchMisconfigured,
+    RankAwaitedThroughStore,
+    StacksOddRankOut,
     InsufficientEvidence,
 )
 

@@ -77,3 +77,32 @@ def exceptions_not_victim(t: Tables, exclude_kinds: list[str]) -> pl.DataFrame:
     exc = exc.filter(~pl.col("text").str.contains(VICTIM_TEXT))
     taken = same_line(t.events, [*VICTIM_KINDS, *exclude_kinds])
     return exc.join(taken, on=["source", "line"], how="anti")
+
+
+def in_context(t: Tables, ev: pl.DataFrame, kinds: list[str], before: int = 80) -> pl.DataFrame:
+    """Rows of `ev` that have an event of `kinds` in the lines just above them (same file, compatible rank):
+    the frames of the traceback an error ends, the work a rank announced before it failed."""
+    if ev.is_empty():
+        return ev
+    ctx = t.kinds(*kinds).select("source", pl.col("line").alias("_ctx_line"), pl.col("rank").alias("_ctx_rank"))
+    if ctx.is_empty():
+        return ev.clear()
+    hit = (
+        ev.join(ctx, on="source")
+        .filter(
+            (pl.col("_ctx_line") <= pl.col("line"))
+            & (pl.col("_ctx_line") >= pl.col("line") - before)
+            & (pl.col("_ctx_rank").is_null() | pl.col("rank").is_null() | (pl.col("_ctx_rank") == pl.col("rank")))
+        )
+        .select("source", "line")
+        .unique()
+    )
+    return ev.join(hit, on=["source", "line"], how="semi")
+
+
+def progress_before(t: Tables, ev: pl.DataFrame) -> pl.DataFrame:
+    """Rows of `ev` preceded, in the same file, by a training-progress line: the job had started."""
+    prog = t.kinds(K.progress, K.nccl_comm_init).group_by("source").agg(pl.col("line").min().alias("_first"))
+    if ev.is_empty() or prog.is_empty():
+        return ev.clear()
+    return ev.join(prog, on="source").filter(pl.col("_first") < pl.col("line")).drop("_first")

@@ -13,6 +13,19 @@ from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
 XID: dict[str, dict] = tomllib.loads((data_dir("parsers") / "xid_codes.toml").read_text(encoding="utf-8"))["xid"]
+# How much each kind of line proves on its own. An NVLS setup failure is the NVSwitch fabric most of the time,
+# but also a driver too old for the NCCL in the wheel: likely, not conclusive.
+STRENGTH = {K.nvml_error: 0.9, K.xid: 0.9, K.gpu_lost: 0.9, K.gpu_hw_error: 0.9, K.gpu_fabric_error: 0.85}
+NVLS_STRENGTH = 0.75
+FABRIC_FIX = (
+    "NVSwitch systems: `systemctl status nvidia-fabricmanager` must show it active, at exactly the driver's "
+    "version (`nvidia-smi` vs `nv-fabricmanager --version`); after a fabric-manager restart reset the GPUs "
+    "(`nvidia-smi -r`) or reboot the node. `NCCL_NVLS_ENABLE=0` avoids NVLS until then."
+)
+HW_FIX = (
+    "An uncorrectable ECC error is a GPU memory fault: drain the node, reset the GPU (`nvidia-smi -r`), check "
+    "`nvidia-smi -q -d ECC` and retired pages, and have the GPU replaced if it recurs."
+)
 
 
 def nccl_bus_id(pci: str) -> str | None:
@@ -34,7 +47,10 @@ class NvmlDriverFailure(Rule):
     ## What it detects
     `nvmlDeviceGetHandleByIndex(0) failed: Unknown Error`, `Failed to initialize NVML: Driver/library version
     mismatch`, `NVML_SUCCESS == r INTERNAL ASSERT FAILED`, `CUDA driver initialization failed`, nvidia-smi's
-    `Unable to determine the device handle`, and kernel `NVRM: Xid` lines.
+    `Unable to determine the device handle`, kernel `NVRM: Xid` lines, GPU hardware faults (`uncorrectable ECC
+    error encountered`), and NVSwitch fabric failures: CUDA error 802 `system not yet initialized`, a failed
+    `nvidia-fabricmanager` service, NCCL's `transport/nvls.cc ... Cuda failure 'invalid argument'` (NVLS buffer
+    setup through the fabric; likely rather than conclusive: a driver too old for the wheel's NCCL does it too).
 
     ## Why it matters
     NCCL queries NVML for topology; when the driver is broken (updated under a running container, GPU fallen
@@ -59,7 +75,13 @@ class NvmlDriverFailure(Rule):
     explains = ("CT01", "CR01")
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        return t.kinds(K.nvml_error, K.xid, K.gpu_lost).sort("ts", "source", "line", nulls_last=True)
+        ev = t.kinds(*STRENGTH).with_columns(
+            pl.when(pl.col("event") == "nccl.nvls_cuda_failure")
+            .then(NVLS_STRENGTH)
+            .otherwise(pl.col("kind").replace_strict(STRENGTH, default=0.5, return_dtype=pl.Float64))
+            .alias("strength")
+        )
+        return ev.sort("strength", "ts", "source", "line", descending=[True, False, False, False], nulls_last=True)
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         culprits = tuple(sorted(set(ev["rank"].drop_nulls().to_list()) | self._ranks_on_gpus(t, ev)))
@@ -68,7 +90,13 @@ class NvmlDriverFailure(Rule):
             f"Xid {x}: {XID[str(x)]['meaning']}" for x in sorted(set(ev["xid"].drop_nulls().to_list())) if str(x) in XID
         ]
         where = ranks_text(culprits) if culprits else (f"host {', '.join(hosts)}" if hosts else "a node")
+        kinds = set(ev["kind"].to_list())
+        extra = (
+            *((FABRIC_FIX,) if K.gpu_fabric_error in kinds else ()),
+            *((HW_FIX,) if K.gpu_hw_error in kinds else ()),
+        )
         return self.finding(
+            confidence=float(ev["strength"].max()),  # type: ignore[arg-type]
             culprit_ranks=culprits,
             summary=f"The GPU driver / NVML failed on {where}: {ev['text'][0].strip()[:160]}",
             explanation="NCCL and PyTorch query NVML for the device; a broken driver makes communicator "
@@ -76,6 +104,7 @@ class NvmlDriverFailure(Rule):
             + ("".join(f" {x}." for x in xids)),
             evidence=quotes(ev),
             fixes=(
+                *extra,
                 "Run `nvidia-smi` on that node; if it errors, drain the node and reboot or reload the "
                 "driver (driver and user-space library versions must match).",
                 "Check the container sees the GPUs (`--gpus all`, `NVIDIA_VISIBLE_DEVICES`, device cgroup).",

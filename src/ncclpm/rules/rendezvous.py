@@ -7,13 +7,10 @@ import polars as pl
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.rules.store_wait import store_waits
 from ncclpm.schema import Category
 
-SET_DEVICE = (
-    "Call `torch.cuda.set_device(int(os.environ['LOCAL_RANK']))` before `init_process_group` (or pass "
-    "`device_id=`), and check CUDA_VISIBLE_DEVICES and --nproc_per_node match the GPUs of the node."
-)
-INIT_KINDS = [K.store_timeout, K.store_connect, K.store_bind, K.rendezvous_timeout, K.store_error, K.duplicate_gpu]
+INIT_KINDS = [K.store_timeout, K.store_connect, K.store_bind, K.rendezvous_timeout]
 
 
 class ProcessGroupNeverFormed(Rule):
@@ -22,8 +19,9 @@ class ProcessGroupNeverFormed(Rule):
     ## What it detects
     `DistStoreError: Timed out after N seconds waiting for clients. 2/3 clients joined`, `wait timeout after
     ...ms, keys: /default_pg/...`, `The client socket has timed out ... while trying to connect to (host,
-    port)`, `The server socket has failed to listen ... EADDRINUSE`, `RendezvousTimeoutError`, and NCCL's
-    `retrieving ncclUniqueId ... via c10d key-value store ... got error`.
+    port)`, `The server socket has failed to listen ... EADDRINUSE`, `RendezvousTimeoutError`, and the elastic agent's
+    own store timeouts (`Socket Timeout` under `_assign_worker_ranks`). Store waits after the group formed
+    (a rank waiting for another's NCCL id or DataLoader seed) are WT01's: a busy rank, not a rendezvous.
 
     ## Why it matters
     Nothing ran yet: no NCCL or model problem is involved. The cause is in the launch - a rank that never
@@ -48,13 +46,12 @@ class ProcessGroupNeverFormed(Rule):
     explains = ("CT01", "CR01")
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        return t.kinds(*INIT_KINDS).sort("ts", "source", "line", nulls_last=True)
+        # Store waits after the group formed are the waiting side of a busy rank (WT01), not a rendezvous.
+        later = store_waits(t).select("source", "line")
+        ev = t.kinds(*INIT_KINDS).join(later, on=["source", "line"], how="anti")
+        return ev.sort("ts", "source", "line", nulls_last=True)
 
     def _culprits(self, t: Tables, ev: pl.DataFrame) -> tuple[tuple[int, ...], str]:
-        dup = ev.filter(pl.col("kind") == K.duplicate_gpu)
-        if not dup.is_empty():
-            ranks = set(dup["subject_rank"].drop_nulls().to_list()) | {int(p) for p in dup["peer"].drop_nulls()}
-            return tuple(sorted(ranks)), "two ranks were given the same GPU (Duplicate GPU detected)"
         # The server that cannot listen explains its clients' connect errors: check it first.
         bind = ev.filter(pl.col("kind") == K.store_bind)["rank"].drop_nulls().unique().to_list()
         if not ev.filter(pl.col("kind") == K.store_bind).is_empty():
@@ -68,13 +65,11 @@ class ProcessGroupNeverFormed(Rule):
             seen = set(t.ranks["rank"].to_list())
             missing = tuple(r for r in range(expected) if r not in seen)
             return missing, f"only {int(joined['nranks'].min())} of {expected} processes joined"
-        if not ev.filter(pl.col("kind") == K.store_error).is_empty():
-            return (0,), "ranks could not fetch the NCCL unique id from rank 0 through the store"
         return (), "the rendezvous never completed"
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         culprits, how = self._culprits(t, ev)
-        conf = self.base_confidence - (0.25 if (ev["kind"] == K.store_error).all() else 0.0)
+        conf = self.base_confidence
         who = f" ({ranks_text(culprits)})" if culprits else ""
         return self.finding(
             confidence=conf,
@@ -84,7 +79,6 @@ class ProcessGroupNeverFormed(Rule):
             "rendezvous/TCPStore. This is a launch or network-setup problem, not a training or NCCL bug.",
             evidence=quotes(ev),
             fixes=(
-                *((SET_DEVICE,) if "same GPU" in how else ()),
                 "Give every node the same `MASTER_ADDR`/`MASTER_PORT` (or `--rdzv-endpoint`) and check it is "
                 "reachable from each node: `nc -zv $MASTER_ADDR $MASTER_PORT`.",
                 "Make the number of processes started equal WORLD_SIZE (`--nnodes` × `--nproc_per_node`); "

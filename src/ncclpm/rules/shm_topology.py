@@ -9,6 +9,37 @@ from ncclpm.kinds import K
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
+# `nvidia-smi topo -m` link types that route P2P through a CPU host bridge or across sockets (no NVLink, no
+# PCIe switch): ACS / IOMMU redirection on these paths is a known cause of P2P hangs.
+HOST_BRIDGE_LINKS = ("PHB", "NODE", "SYS", "SOC")
+
+
+def sigbus_in_nccl(t: Tables) -> pl.DataFrame:
+    """SIGBUS deaths in a job whose DataLoader says nothing but whose NCCL was active: NCCL's SHM transport and
+    proxy map /dev/shm segments, and a full /dev/shm surfaces as SIGBUS on first touch."""
+    if not t.kinds(K.dataloader_error).is_empty() or t.kinds(*NCCL_ACTIVITY).is_empty():
+        return t.events.clear().with_columns(pl.lit(0.0).alias("strength"))
+    bus = t.events.filter(
+        ((pl.col("kind") == K.crash_signal) & (pl.col("exit_code") == 7))
+        | ((pl.col("kind") == K.worker_exit) & ((pl.col("exit_code") == -7) | (pl.col("signal") == "SIGBUS")))
+    )
+    return bus.with_columns(pl.lit(0.7).alias("strength"))
+
+
+def pcie_host_bridge_paths(t: Tables) -> pl.DataFrame:
+    """`nvidia-smi topo -m` rows whose GPU reaches another only through a host bridge, in a job with no NVLink."""
+    topo = t.kinds(K.gpu_topology)
+    links = topo["detail"].fill_null("").str.split(" ").explode().str.strip_chars()
+    if topo.is_empty() or links.str.starts_with("NV").any():
+        return t.events.clear().with_columns(pl.lit(0.0).alias("strength"))
+    bridged = topo.filter(
+        pl.col("detail").str.split(" ").list.eval(pl.element().is_in(list(HOST_BRIDGE_LINKS))).list.any()
+    )
+    return bridged.with_columns(pl.lit(0.45).alias("strength"))
+
+
+NCCL_ACTIVITY = [K.nccl_version, K.nccl_comm_init, K.nccl_warn, K.nccl_retcode, K.nccl_error, K.nccl_setup]
+
 
 class ShmOrP2pFailure(Rule):
     """NCCL could not set up intra-node transport: /dev/shm too small or missing, GPU peer-to-peer refused.
@@ -39,13 +70,31 @@ class ShmOrP2pFailure(Rule):
     explains = ("CT01", "CR01")
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        return t.kinds(K.shm_error, K.p2p_error).sort("ts", "source", "line", nulls_last=True)
+        direct = t.kinds(K.shm_error, "p2p_error").with_columns(pl.lit(self.base_confidence).alias("strength"))
+        hidden = t.kinds(K.gpu_not_visible).with_columns(pl.lit(0.8).alias("strength"))
+        found = pl.concat([direct, hidden, sigbus_in_nccl(t)])
+        if found.is_empty():
+            found = pcie_host_bridge_paths(t)
+        return found.sort("strength", "ts", "source", "line", descending=[True, False, False, False], nulls_last=True)
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         culprits = tuple(sorted(set(ev["rank"].drop_nulls().to_list())))
         hosts = sorted(set(ev["host"].drop_nulls().to_list()))
-        shm = (ev["kind"] == K.shm_error).any()
-        what = "shared memory (/dev/shm) could not be used" if shm else "GPU peer-to-peer access failed"
+        kinds = set(ev["kind"].to_list())
+        shm = bool(kinds & {K.shm_error, K.crash_signal, K.worker_exit})
+        what = (
+            "shared memory (/dev/shm) could not be used"
+            if K.shm_error in kinds
+            else "processes died of SIGBUS (bus error) while NCCL set up its shared-memory transport - /dev/shm ran out"
+            if shm
+            else "a GPU of this node is not visible to NCCL (NVML cannot find it by PCI bus id): GPUs split "
+            "between containers that share a host identity, or hidden by CUDA_VISIBLE_DEVICES"
+            if K.gpu_not_visible in kinds
+            else "GPU peer-to-peer access failed"
+            if K.p2p_error in kinds
+            else "the job hung and its GPUs reach each other only through a PCIe host bridge (no NVLink), where "
+            "PCIe ACS / IOMMU redirection makes NCCL's P2P transport hang"
+        )
         size = t.kinds(K.shm_size)  # `df -h /dev/shm` output found next to the logs
         if shm and not size.is_empty():
             what += f" (/dev/shm is {size['detail'][0]}, {size['value'][0]} used)"
@@ -62,6 +111,7 @@ class ShmOrP2pFailure(Rule):
             )
         )
         return self.finding(
+            confidence=float(ev["strength"].max()),  # type: ignore[arg-type]
             culprit_ranks=culprits,
             summary=f"Intra-node transport setup failed{' (' + where.strip() + ')' if where.strip() else ''}: {what}.",
             explanation="NCCL connects GPUs of one node through shared memory or CUDA peer-to-peer; when that "

@@ -8,6 +8,7 @@ import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
+from ncclpm.rules._busy import busy_text, rank_local_work, waiting_in_barrier
 from ncclpm.rules._facts import known_ranks, late_timeouts, timeouts, victim_lines, victim_ranks
 from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
 from ncclpm.rules.rank_crash import crashed_ranks
@@ -56,86 +57,94 @@ class RankBusyOutsideCollectives(Rule):
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         victims = victim_ranks(t)
-        named = self._named(t)
-        if not victims:
-            return pl.DataFrame()
-        crashed = crashed_ranks(t)
-        if crashed:
+        if not victims or crashed_ranks(t):
             return pl.DataFrame()  # a rank that died explains why the others waited; silence proves nothing
+        named = self._named(t)
         busy = set(t.kinds(*BUSY_KINDS)["rank"].drop_nulls().to_list())
-        late = late_timeouts(t)
-        silent = (known_ranks(t) - (victims - late) - busy) | (named - busy)
+        known = known_ranks(t)
+        silent = (known - (victims - late_timeouts(t)) - busy) | (named - busy)
         fa = t.fr_analysis
         if fa is not None and fa.culprit_ranks:
             silent &= set(fa.culprit_ranks)  # the dumps say who never joined; other quiet ranks were just killed
-        if not silent or (len(silent) > len(known_ranks(t)) / 2 and not named):
+        seen = set(t.ranks["rank"].to_list())
+        unseen = silent - seen - named
+        # A paste that shows only waiting ranks: whoever they waited for is not in it. Several absent ranks (or
+        # one absent rank next to a single waiting one) are a cut excerpt, not silence - a lead only when the
+        # others waited a full timeout at a barrier.
+        cut_excerpt = unseen == silent and (len(unseen) > 1 or len(victims) < 2 or not silent)
+        if cut_excerpt and (not waiting_in_barrier(t) or (t.world_size_declared and not silent)):
             return pl.DataFrame()
-        return t.ranks.filter(pl.col("rank").is_in(sorted(silent)))
-
-    def _activity(self, t: Tables, ranks: list[int]) -> pl.DataFrame:
-        act = t.kinds(K.activity).filter(pl.col("rank").is_in(ranks))
-        if act.is_empty():
-            return act
-        # Only work that started before the others gave up counts (it is what they were waiting for).
-        first = timeouts(t)["ts"].drop_nulls().min() or victim_lines(t)["ts"].drop_nulls().min()
-        if first is not None:
-            act = act.filter(pl.col("ts").is_null() | (pl.col("ts") <= first))
-        # The work that kept a rank away started after its last progress line: quote where it started
-        # ("Saving checkpoint ..."), not where it ended ("Checkpoint saved in 270 s").
-        progress = (
-            t.kinds(K.progress)
-            .filter(pl.col("rank").is_in(ranks))
-            .group_by("rank", "source")
-            .agg(pl.col("line").max().alias("_last_progress"))
+        if not silent and not (len(seen) == 1 and seen <= victims):
+            return pl.DataFrame()  # nobody unaccounted for, unless the logs are one waiting rank's excerpt
+        if len(silent) > len(known) / 2 and not named and not cut_excerpt:
+            return pl.DataFrame()
+        if not silent:
+            return pl.DataFrame({"rank": [None]}, schema={"rank": pl.Int32()}).with_columns(
+                pl.lit(True).alias("unseen"), pl.lit(True).alias("cut_excerpt")
+            )
+        frame = pl.DataFrame({"rank": sorted(silent)}, schema={"rank": pl.Int32()})
+        return frame.join(t.ranks, on="rank", how="left").with_columns(
+            pl.col("rank").is_in(sorted(unseen)).alias("unseen"), pl.lit(cut_excerpt).alias("cut_excerpt")
         )
-        act = act.join(progress, on=["rank", "source"], how="left").sort("source", "line")
-        after = act.filter(pl.col("_last_progress").is_null() | (pl.col("line") > pl.col("_last_progress")))
-        started = after.group_by("rank", maintain_order=True).first()
-        rest = act.join(started.select("rank"), on="rank", how="anti").group_by("rank", maintain_order=True).last()
-        return pl.concat([started, rest]).drop("_last_progress").sort("rank")
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
-        silent = sorted(ev["rank"].to_list())
+        silent = sorted(ev["rank"].drop_nulls().to_list())
         named = self._named(t)
-        act = self._activity(t, silent)
-        conf = self.base_confidence
+        cut_excerpt = bool(ev["cut_excerpt"][0])
+        act = rank_local_work(t, silent, attribute_unranked=True)
+        to = timeouts(t)
+        timeout_ms = to["timeout_ms"].drop_nulls().max() if not to.is_empty() else None
+        conf = self.base_confidence - (0.15 if cut_excerpt else 0.0) - (0.05 if ev["unseen"].all() else 0.0)
         if not act.is_empty():
-            conf += 0.25
+            conf += 0.15 if act["attributed"].all() else 0.25
+            bar = act["bar_ms"].drop_nulls()
+            if bar.len() and timeout_ms and bar.max() >= 0.8 * timeout_ms:  # type: ignore[operator]
+                conf += 0.1  # the work had been running about one timeout when the others gave up
         if named & set(silent):
             conf += 0.1
-        to = timeouts(t)
-        barrier = to.filter(((pl.col("op") == "ALLREDUCE") & (pl.col("numel_in") == 1)) | (pl.col("op") == "BARRIER"))
-        in_barrier = (
-            not barrier.is_empty()
-            or t.tracebacks.filter(
-                pl.col("frames").list.eval(pl.element().str.starts_with("barrier")).list.any()
-            ).height
-            > 0
-        )
+        in_barrier = waiting_in_barrier(t)
         if in_barrier:
             conf += 0.05
-        busy = set(act["rank"].to_list()) if not act.is_empty() else set(silent)
-        culprits = tuple(sorted(busy | (named & set(silent))))
-        doing = f" ({act['detail'][0]})" if not act.is_empty() and act["detail"][0] else ""
+        if cut_excerpt and act.is_empty():
+            culprits: tuple[int, ...] = ()
+        else:
+            culprits = tuple(
+                sorted((set(act["rank"].to_list()) if not act.is_empty() else set(silent)) | (named & set(silent)))
+            )
+        doing = busy_text(act)
         wait = "at a barrier" if in_barrier else "in a collective"
         victims = sorted(victim_ranks(t) - set(culprits))
-        timeout_ms = to["timeout_ms"].drop_nulls().max() if not to.is_empty() else None
         limit = f" (timeout {timedelta(milliseconds=int(timeout_ms))})" if timeout_ms else ""
+        who = (
+            ranks_text(culprits).capitalize()
+            if culprits
+            else f"One of {ranks_text(silent)} (absent from these logs)"
+            if silent
+            else "A rank absent from these logs"
+        )
+        verb = "was" if len(culprits) <= 1 else "were"
+        explanation = f"{ranks_text(silent).capitalize()} reported no timeout: " + (
+            "they do not appear in these logs at all, and the others waited a full timeout at a barrier - the "
+            "classic sign of one rank busy with rank-local work (checkpoint, evaluation, data preparation). Their "
+            "own logs decide which rank and what it did."
+            if cut_excerpt and act.is_empty()
+            else "it never entered the collective the others were waiting in. "
+            + (
+                "Its last line shows what it was doing."
+                if not act.is_empty() and not act["attributed"].all()
+                else "The console's unprefixed progress line (most scripts print only on the main process) shows "
+                "what it was doing."
+                if not act.is_empty()
+                else "No line says what it was doing: a long rank-local step, a stalled DataLoader or a "
+                "host-side hang are all possible; a `py-spy dump` of that rank tells which."
+            )
+        )
         return self.finding(
             confidence=conf,
             culprit_ranks=culprits,
-            summary=f"{ranks_text(culprits).capitalize()} was busy outside collectives{doing} while "
+            summary=f"{who} {verb} busy outside collectives{doing} while "
             f"{ranks_text(victims)} waited {wait} and timed out{limit}.",
-            explanation=(
-                f"{ranks_text(culprits).capitalize()} reported no timeout: it never entered the collective "
-                "the others were waiting in. "
-                + (
-                    "Its last line shows what it was doing."
-                    if not act.is_empty()
-                    else "No line says what it was doing: a long rank-local step, a stalled DataLoader or a "
-                    "host-side hang are all possible; a `py-spy dump` of that rank tells which."
-                )
-            ),
+            explanation=explanation,
             evidence=quotes(act) + quotes(victim_lines(t), 3),
             fixes=(
                 "Move the slow rank-local work out of the synchronised section: checkpoint with "
@@ -157,5 +166,5 @@ class RankBusyOutsideCollectives(Rule):
                 "Time the rank-local step (checkpoint/eval/sampling) and compare it with the timeout; after the "
                 "fix the other ranks no longer report a timeout at that step.",
             ),
-            facts={"victim_ranks": victims, "waiting_in_barrier": in_barrier},
+            facts={"victim_ranks": victims, "waiting_in_barrier": in_barrier, "candidate_ranks": silent},
         )

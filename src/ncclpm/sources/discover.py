@@ -3,7 +3,7 @@
 Folders are walked recursively without following symlinks (no loops, nothing outside the tree); FIFOs,
 devices and unreadable files are skipped with a warning. Archives are read in memory member by member
 (`archives.py`). Every source is classified by its content: flight-recorder dump, torchelastic error file,
-text log, or binary junk. Nothing is written anywhere.
+stack dump, text log, or binary junk. Nothing is written anywhere.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class Source:
     """One input file: on disk (`path`) or in memory (`data`, from an archive or stdin)."""
 
     name: str
-    kind: str  # "text" | "fr" | "errorfile"
+    kind: str  # "text" | "fr" | "errorfile" | "stack"
     path: Path | None = None
     data: bytes | None = None
 
@@ -81,11 +81,14 @@ def _looks_like_error_file(name: str, head: bytes) -> bool:
 def classify(name: str, head: bytes) -> str | None:
     """Kind of a source from its name and first bytes; None = not something ncclpm reads."""
     from ncclpm.ingest.flight_recorder import looks_like_fr_dump
+    from ncclpm.ingest.stack_sniff import looks_like_stack_dump
 
     if looks_like_fr_dump(name, head):
         return "fr"
     if _looks_like_error_file(name, head):
         return "errorfile"
+    if looks_like_stack_dump(name, head):
+        return "stack"
     if looks_binary(head):
         return None
     return "text"

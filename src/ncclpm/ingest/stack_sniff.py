@@ -1,0 +1,70 @@
+"""Is this file a stack dump? Decided from its first bytes, whatever its name.
+
+Stack dumps (py-spy `dump` text or `--json`, faulthandler output on its own, gdb `thread apply all bt`, torch's
+debug-server `stacks_<ts>.txt` / `pyspy_dump_<ts>.txt`, Ray's stack-trace files, which are py-spy output) are
+read by `ingest/stacks.py`, not as logs. A log that merely contains a faulthandler block (a rank's stderr
+after `Fatal Python error`, or after `faulthandler.register(SIGUSR1)`) stays a log: its stacks are read from
+its kept lines.
+"""
+
+from __future__ import annotations
+
+import re
+
+# The first meaningful line of a dump, per tool.
+_FIRST = re.compile(
+    rb"^(?:Process \d+: "  # py-spy
+    rb"|Thread (?:0x[0-9A-Fa-f]+|\d+) \([^()\n]*\)(?::\s*\"[^\"\n]*\")?\s*$"  # py-spy thread (old py-spy starts here)
+    rb"|(?:Current thread|Thread) 0x[0-9a-fA-F]+(?: \[[^\]\n]*\])? \(most recent call first\):"  # faulthandler
+    rb"|Stack \(most recent call first\):"
+    rb"|Thread \d+ \(Thread 0x[0-9a-fA-F]+ \(LWP \d+\)"  # gdb
+    rb"|=== Rank \d+: .* ===\s*$"  # torch debug server
+    rb"|PARTIAL DATA: \d+/\d+ workers responded)",
+    re.MULTILINE,
+)
+# gdb prints its attach chatter (new LWPs, libthread_db, the current frame, auto-load warnings) before the first
+# `Thread N (Thread 0x... (LWP n) ...):` header, so a gdb dump is known by that header followed by frame #0.
+_GDB_THREAD = re.compile(
+    rb"^Thread \d+ \(Thread 0x[0-9a-fA-F]+ \(LWP \d+\)[^\n]*\n(?:#0 |Traceback \(most recent)", re.MULTILINE
+)
+_GDB_MAX_PREAMBLE = 60  # lines before the first thread header
+_FH_HEAD = re.compile(rb"\(most recent call first\):")
+# a file that is only faulthandler output: headers, frames, blank lines and faulthandler's own notes
+_FH_ONLY = re.compile(
+    rb"^(?:\s*|(?:Current thread|Thread) 0x[0-9a-fA-F]+.*\(most recent call first\):|Stack \(most recent call first\):"
+    rb"|\s+File \"[^\"]*\", line (?:\d+|\?\?\?) in .*|\s+<no Python frame>|\s+\.\.\.|Extension modules: .*"
+    rb"|\s*\(total: \d+\))$"
+)
+_JSON_THREAD = re.compile(rb'^\s*\[\s*\{\s*"pid"\s*:\s*\d+\s*,\s*"thread_id"\s*:')
+
+
+def _first_lines(head: bytes, n: int) -> list[bytes]:
+    out = []
+    for raw in head.splitlines()[: n + 200]:
+        line = raw.strip(b"\r\n\t \x00\xef\xbb\xbf")
+        if line:
+            out.append(raw.rstrip(b"\r\n"))
+        if len(out) >= n:
+            break
+    return out
+
+
+def stack_format(head: bytes) -> str | None:
+    """'json' for `py-spy dump --json`, 'text' for the line-shaped dumps, None when this is not a stack dump."""
+    if _JSON_THREAD.match(head[:4096]):
+        return "json"
+    lines = _first_lines(head, 1)
+    if lines and _FIRST.match(lines[0].lstrip(b"\xef\xbb\xbf")):
+        if _FH_HEAD.search(lines[0]):  # faulthandler: a dump only when nothing else is in the file
+            body = head.splitlines()[:-1] if len(head) >= 65536 else head.splitlines()
+            return "text" if all(_FH_ONLY.match(line.rstrip(b"\r")) for line in body) else None
+        return "text"
+    gdb = _GDB_THREAD.search(head)
+    if gdb is not None and head.count(b"\n", 0, gdb.start()) <= _GDB_MAX_PREAMBLE:
+        return "text"
+    return None
+
+
+def looks_like_stack_dump(name: str, head: bytes) -> bool:
+    del name  # recognised by content only
+    return stack_format(head) is not None

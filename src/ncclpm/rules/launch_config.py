@@ -1,0 +1,100 @@
+"""CF01 launch-misconfigured."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
+from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.schema import Category
+
+SET_DEVICE = (
+    "Call `torch.cuda.set_device(int(os.environ['LOCAL_RANK']))` before `init_process_group` and before any "
+    "process group or device mesh is created (or pass `device_id=`); check that `CUDA_VISIBLE_DEVICES` and "
+    "`--nproc_per_node` match the GPUs of the node."
+)
+LOCAL_RANK_ARG = (
+    "Accept both spellings in the script (`parser.add_argument('--local-rank', '--local_rank', type=int)`) or, "
+    "better, read `int(os.environ['LOCAL_RANK'])` and launch with `torchrun`: since torch 2.0 "
+    "`torch.distributed.launch` passes `--local-rank`."
+)
+
+
+class LaunchMisconfigured(Rule):
+    """The ranks started but were set up wrong: two ranks on one GPU, or a launcher and script that disagree.
+
+    ## What it detects
+    NCCL's `Duplicate GPU detected : rank 3 and rank 2 both on CUDA device e2000` (two ranks mapped to the
+    same device), and argparse errors at start-up such as `train.py: error: unrecognized arguments:
+    --local-rank=2` (every worker exits with status 2 and torchrun lists them under `Failures:`).
+
+    ## Why it matters
+    Nothing is wrong with the network, the GPUs or the training code: the job is configured wrong, so it fails
+    the same way on every attempt and on every cluster. Duplicate GPUs come from a missing
+    `torch.cuda.set_device(local_rank)` (communicators created lazily on the default device, e.g. device-mesh or
+    expert-parallel groups) or a wrong `CUDA_VISIBLE_DEVICES`; `--local-rank` errors from torch 2.0's launcher
+    with scripts written for `--local_rank`. The line between this and `init_rendezvous`: there the ranks never
+    met; here they met and are set up wrong.
+
+    ## Example
+    `[rank2]: ncclInvalidUsage: ... Last error: Duplicate GPU detected : rank 0 and rank 1 both on CUDA
+    device 6000`.
+
+    ## How to fix
+    Set the device per rank before creating any process group (`torch.cuda.set_device(local_rank)`), and make
+    the launcher and the script agree on arguments (read `LOCAL_RANK` from the environment).
+    """
+
+    id = "CF01"
+    name = "launch-misconfigured"
+    category = Category.CONFIG_VERSION
+    base_confidence = 0.9
+    priority = 88
+    explains = ("CT01", "CR01", "RZ01")
+
+    def evidence(self, t: Tables) -> pl.DataFrame:
+        return t.kinds(K.duplicate_gpu, K.launcher_args).sort("ts", "source", "line", nulls_last=True)
+
+    def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
+        dup = ev.filter(pl.col("kind") == K.duplicate_gpu)
+        if not dup.is_empty():
+            ranks = set(dup["subject_rank"].drop_nulls().to_list())
+            ranks |= {int(p) for p in dup["peer"].drop_nulls() if str(p).isdigit()}
+            culprits = tuple(sorted(ranks))
+            device = dup["bus_id"].drop_nulls()
+            on = f" (CUDA device {device[0]})" if device.len() else ""
+            return self.finding(
+                culprit_ranks=culprits,
+                summary=f"{ranks_text(culprits).capitalize()} were given the same GPU{on}: NCCL refuses a "
+                "communicator with two ranks on one device (Duplicate GPU detected).",
+                explanation="The process group formed, but the rank-to-device mapping is wrong. The usual cause is "
+                "a missing `torch.cuda.set_device(local_rank)`: a communicator created lazily (a sub-group, a "
+                "device mesh) then lands on the default device of every process.",
+                evidence=quotes(dup),
+                fixes=(SET_DEVICE,),
+                dont=("Do not retry on other nodes: the mapping is wrong everywhere.",),
+                verify=("Each rank logs a different `cuda:N` / NCCL busId at init.",),
+            )
+        args = ev.filter(pl.col("kind") == K.launcher_args)
+        exits_2 = t.elastic.filter(pl.col("exit_code") == 2)
+        local_rank = args["value"].fill_null("").str.contains("--local[-_]rank").any()
+        conf = self.base_confidence - (0.0 if local_rank or not exits_2.is_empty() else 0.1)
+        return self.finding(
+            confidence=conf,
+            culprit_ranks=tuple(sorted(set(exits_2["rank"].drop_nulls().to_list()))),
+            summary="The script rejected the launcher's arguments ("
+            + args["detail"][0].strip()[:120]
+            + "): every worker exits at start-up with status 2."
+            + (
+                " torch ≥ 2.0's launcher passes `--local-rank`; the script only accepts `--local_rank`."
+                if local_rank
+                else ""
+            ),
+            explanation="argparse prints `error: ...` and exits with status 2 before any distributed code runs; "
+            "torchrun's failure summary then lists the workers with exitcode 2. No NCCL or hardware is involved.",
+            evidence=quotes(args),
+            fixes=(LOCAL_RANK_ARG if local_rank else "Make the launch command's arguments match the script's parser.",),
+            dont=("Do not look for a network or GPU problem: the workers never got past argument parsing.",),
+            verify=("`python train.py --help` lists every argument the launch command passes.",),
+        )

@@ -1,0 +1,203 @@
+"""SK01 stacks-odd-rank-out."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ncclpm.analysis.stack_tree import StackClass, StackTree, build_stack_tree
+from ncclpm.ingest.tables import Tables
+from ncclpm.rules._facts import known_ranks, victim_ranks
+from ncclpm.rules.base import Evidence, Finding, Rule, ranks_text
+from ncclpm.schema import Category
+
+WAITING = {"collective", "backward"}  # a rank here is waiting for its peers
+BUSY = {
+    "checkpoint": "saving a checkpoint",
+    "evaluation": "running evaluation",
+    "generation": "generating samples",
+    "logging": "logging metrics",
+}
+
+
+class StacksOddRankOut(Rule):
+    """Stack dumps of the hung ranks show one rank somewhere else than its peers.
+
+    ## What it detects
+    Reads the stack of every rank's main thread (py-spy `dump` text or `--json`, faulthandler output - on its
+    own or inside a rank's log -, torch's debug-server `stacks_*.txt`, gdb `thread apply all bt`/`py-bt`),
+    merges them into one tree and groups ranks by stack. Ranks waiting in a collective are the victims; a rank
+    that is elsewhere is the culprit: inside a DataLoader `__next__` (dataloader_hang), in a different
+    collective or the same collective from another call site (mismatched_collectives), in `torch.save` /
+    checkpoint / evaluation / generation code (slow_rank_work), or blocked in a CUDA synchronize or NCCL wait.
+    A single rank's dump that shows it waiting for its data iterator is read the same way.
+
+    ## Why it matters
+    A hang leaves no error line until the timeout fires, and then only on the ranks that waited. The stacks
+    say where the odd rank really was, down to the user's file and line - the first thing experienced engineers
+    look at, and what decides between a slow rank, a stuck input pipeline and a code path that skipped a
+    collective.
+
+    ## Example
+    `ranks 0, 1, 3: all_reduce ← train_step (train.py:76); rank 2: torch.save ← save_checkpoint (train.py:53)`.
+
+    ## How to fix
+    Depends on where the odd rank was: move checkpointing/evaluation out of the synchronised section or give it
+    a longer process-group timeout; give the DataLoader a `timeout=` and fix the stalled read; make every rank
+    issue the same collectives in the same order from the same code path.
+    """
+
+    id = "SK01"
+    name = "stacks-odd-rank-out"
+    category = Category.SLOW_RANK_WORK
+    needs = frozenset({"stacks"})
+    base_confidence = 0.6
+    priority = 82
+    explains = ("CT01",)
+
+    def evidence(self, t: Tables) -> pl.DataFrame:
+        stacks = t.extra.get("stacks")
+        return stacks.filter(pl.col("format") != "fr") if stacks is not None else pl.DataFrame()
+
+    def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
+        tree = build_stack_tree(ev)
+        if tree is None:
+            return None
+        waiting = [c for c in tree.classes if c.activity in WAITING]
+        elsewhere = [c for c in tree.classes if c.activity not in WAITING]
+        if waiting and elsewhere:
+            return self._elsewhere(t, tree, elsewhere, waiting)
+        if len(waiting) > 1 and tree.majority is not None:
+            return self._mismatch(t, tree)
+        if len(tree.classes) == 1 and tree.classes[0].activity == "dataloader":
+            return self._alone(t, tree, tree.classes[0])
+        return None
+
+    def _category(self, c: StackClass) -> tuple[Category, float, str]:
+        if c.activity == "dataloader":
+            return Category.DATALOADER_HANG, 0.8, "waiting for its DataLoader"
+        if c.activity in BUSY:
+            return Category.SLOW_RANK_WORK, 0.75, BUSY[c.activity]
+        if c.activity == "cuda_sync":
+            return Category.SLOW_RANK_WORK, 0.5, "blocked in a CUDA synchronize (its GPU queue never drained)"
+        if c.activity == "nccl_wait":
+            return Category.SLOW_RANK_WORK, 0.5, "blocked waiting on an NCCL kernel"
+        return Category.SLOW_RANK_WORK, 0.6, "busy in its own code"
+
+    def _boost(self, t: Tables, tree: StackTree, culprits: set[int], waiting: set[int]) -> float:
+        bonus = 0.0
+        world = known_ranks(t)
+        if world and tree.n_processes >= len(world):
+            bonus += 0.05  # every rank was dumped
+        if len(waiting) >= 2 * max(1, len(culprits)):
+            bonus += 0.05
+        victims = victim_ranks(t)
+        if victims and waiting and victims <= waiting | (world - culprits) and not victims & culprits:
+            bonus += 0.05  # the logs show the waiting ranks timing out, not the odd one
+        return bonus
+
+    def _elsewhere(self, t: Tables, tree: StackTree, odd: list[StackClass], waiting: list[StackClass]) -> Finding:
+        main = odd[0]
+        category, conf, doing = self._category(main)
+        culprits = {r for c in odd for r in c.ranks}
+        waiters = {r for c in waiting for r in c.ranks}
+        who = _who(odd)
+        wait_where = "; ".join(f"{_who([c])}: {c.where}" for c in waiting)
+        return self.finding(
+            category=category,
+            confidence=conf + self._boost(t, tree, culprits, waiters),
+            culprit_ranks=tuple(sorted(culprits)),
+            summary=f"Stack dumps: {who} was {doing} ({main.where}) while {_who(waiting)} waited in {_ops(waiting)}.",
+            explanation=f"Merged stacks of {tree.n_processes} processes: {tree.summary()}. The ranks in a "
+            f"collective are waiting for the odd one; {who} never reached it because it was {doing}.",
+            evidence=_quotes(odd) + _quotes(waiting, 2),
+            fixes=_fixes(category),
+            verify=(
+                "Dump the stacks again after the fix (`py-spy dump --pid <pid>` on every rank): all ranks "
+                f"should be in the same place; today: {wait_where}.",
+            ),
+            facts={"victim_ranks": sorted(waiters), "stack_classes": tree.summary()},
+        )
+
+    def _mismatch(self, t: Tables, tree: StackTree) -> Finding:
+        major = tree.majority
+        assert major is not None
+        odd = list(tree.suspects)
+        culprits = {r for c in odd for r in c.ranks}
+        same_op = all(c.op == major.op for c in odd)
+        how = "the same collective from another call site" if same_op else "a different collective"
+        return self.finding(
+            category=Category.MISMATCHED_COLLECTIVES,
+            confidence=0.75 + self._boost(t, tree, culprits, set(major.ranks)),
+            culprit_ranks=tuple(sorted(culprits)),
+            summary=f"Stack dumps: {_who(odd)} waited in {how} ({odd[0].where}) while {_who([major])} waited "
+            f"in {major.where}.",
+            explanation=f"Every rank is inside a collective, but not the same one: {tree.summary()}. Collectives "
+            "are matched by order, so ranks that call different ones (or call them from different code paths) "
+            "wait for each other forever.",
+            evidence=_quotes(odd) + _quotes([major], 2),
+            fixes=_fixes(Category.MISMATCHED_COLLECTIVES),
+            facts={"victim_ranks": sorted(major.ranks), "stack_classes": tree.summary()},
+        )
+
+    def _alone(self, t: Tables, tree: StackTree, c: StackClass) -> Finding:
+        others = victim_ranks(t) - set(c.ranks)
+        return self.finding(
+            category=Category.DATALOADER_HANG,
+            confidence=0.6 + (0.15 if others else 0.0),
+            culprit_ranks=c.ranks,
+            summary=f"Stack dump: {_who([c])} was waiting for its data iterator ({c.where})"
+            + (f" while {ranks_text(sorted(others))} timed out waiting." if others else "."),
+            explanation="The main thread is blocked getting the next batch: the input pipeline stopped feeding "
+            "this rank, so it stopped issuing collectives. Dumps of the other ranks would show them waiting in a "
+            "collective.",
+            evidence=_quotes([c]),
+            fixes=_fixes(Category.DATALOADER_HANG),
+            facts={"victim_ranks": sorted(others), "stack_classes": tree.summary()},
+        )
+
+
+def _who(classes: list[StackClass]) -> str:
+    ranks = sorted(r for c in classes for r in c.ranks)
+    named = [m for c in classes for m in c.members if not m.startswith("rank ")]
+    parts = ([ranks_text(ranks)] if ranks else []) + named[:4]
+    return ", ".join(parts) or "a process"
+
+
+def _ops(classes: list[StackClass]) -> str:
+    ops = sorted({c.op or c.where.split(" ← ")[0] for c in classes})
+    return " / ".join(ops)
+
+
+def _quotes(classes: list[StackClass], limit: int = 3) -> tuple[Evidence, ...]:
+    out = []
+    for c in classes:
+        frames = [f for f in (c.quote, *reversed(c.frames)) if f is not None]
+        seen = set()
+        for f in frames[:limit]:
+            if (f.source, f.src_line) in seen:
+                continue
+            seen.add((f.source, f.src_line))
+            out.append(Evidence(f.source, f.src_line, f.text, f.rank))
+    return tuple(out)
+
+
+def _fixes(category: Category) -> tuple[str, ...]:
+    if category == Category.DATALOADER_HANG:
+        return (
+            "Give the DataLoader a `timeout=` well below the process-group timeout so the stalled read raises on "
+            "the rank that owns it; dump the worker processes too (`py-spy dump --pid <pid> --subprocesses`) to see "
+            "the read that hangs.",
+            "Fix the read itself (network storage, a lock shared across workers) or lower `num_workers`.",
+        )
+    if category == Category.MISMATCHED_COLLECTIVES:
+        return (
+            "Make every rank issue the same collectives in the same order: move collectives out of rank-dependent "
+            "branches (`if rank == 0: ...`), run evaluation/logging collectives on all ranks.",
+            "Run once with `TORCH_DISTRIBUTED_DEBUG=DETAIL` to have torch check each collective across ranks.",
+        )
+    return (
+        "Move the slow rank-local work out of the synchronised section (async checkpointing with "
+        "`torch.distributed.checkpoint.async_save`, evaluation sharded across ranks), or give the process group "
+        "a timeout longer than it (`init_process_group(timeout=timedelta(hours=1))`).",
+        "Time the step the odd rank was in and compare it with the process-group timeout.",
+    )

@@ -1,0 +1,110 @@
+"""WT01 rank-awaited-through-store."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
+from ncclpm.rules._busy import busy_text, rank_local_work
+from ncclpm.rules._facts import in_context, progress_before
+from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.schema import Category
+
+# The DataLoader's shared-seed exchange: rank 0 draws the seed and publishes it in the store; the others wait.
+SEED_PUBLISHER = 0
+
+
+def store_waits(t: Tables) -> pl.DataFrame:
+    """Store timeouts that happened after the process group had formed, with the rank waited for (if known):
+    a rank waiting for another's NCCL unique id, a DataLoader waiting for rank 0's shared seed, or any store
+    wait after training had made progress."""
+    nccl_id = t.kinds(K.store_error).with_columns(
+        pl.col("subject_rank").alias("awaited"), pl.lit("nccl_id").alias("how")
+    )
+    timeouts = t.kinds(K.store_timeout)
+    seed = in_context(t, timeouts, ["frame_dataloader"]).with_columns(
+        pl.lit(SEED_PUBLISHER, pl.Int64).alias("awaited"), pl.lit("dataloader_seed").alias("how")
+    )
+    later = progress_before(t, timeouts.join(seed.select("source", "line"), on=["source", "line"], how="anti"))
+    later = later.with_columns(pl.lit(None, pl.Int64).alias("awaited"), pl.lit("after_start").alias("how"))
+    frames = [f.select(*t.events.columns, "awaited", "how") for f in (nccl_id, seed, later)]
+    return pl.concat(frames).sort("ts", "source", "line", nulls_last=True)
+
+
+class RankAwaitedThroughStore(Rule):
+    """Ranks timed out waiting in the c10d store for something another rank had not published yet: that rank was
+    still busy elsewhere.
+
+    ## What it detects
+    `[7] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key
+    '0', but store->get('0') got error: Socket Timeout` (torch ≤ 2.0 spells it `retreiving`), a `Socket
+    Timeout` / `wait timeout` raised inside a DataLoader (its shared-seed exchange waits for rank 0), and store
+    timeouts after the job had already made progress.
+
+    ## Why it matters
+    The store answered - the process group had formed - so this is not a rendezvous failure. NCCL creates a
+    communicator at the group's first collective: the waiting rank got there, the rank it waits for did not
+    (it was tokenising a dataset, loading data over the network, evaluating - or it died). The timeout is the
+    symptom; the slow rank-local work is the cause.
+
+    ## Example
+    `setting up NCCL communicator and retreiving ncclUniqueId from [0] via c10d key-value store by key '0',
+    but store->get('0') got error: Socket Timeout` while rank 0 runs `dataset.map(..., desc="Running tokenizer
+    on dataset")`.
+
+    ## How to fix
+    Do the rank-local work before the process group is used, once, and cache it (pre-tokenise the dataset in a
+    separate step, `datasets` caching, `main_process_first` with a timeout that covers it); or raise the timeout
+    that applies: `init_process_group(timeout=...)`, Trainer's `ddp_timeout`, accelerate's
+    `InitProcessGroupKwargs(timeout=...)`, DeepSpeed's `timeout`.
+    """
+
+    id = "WT01"
+    name = "rank-awaited-through-store"
+    category = Category.SLOW_RANK_WORK
+    base_confidence = 0.6
+    priority = 58
+    explains = ("CT01", "CR01")
+
+    def evidence(self, t: Tables) -> pl.DataFrame:
+        return store_waits(t)
+
+    def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
+        awaited = sorted(set(ev["awaited"].drop_nulls().to_list()))
+        waiting = sorted(set(ev["rank"].drop_nulls().to_list()) - set(awaited))
+        busy = rank_local_work(t, awaited, attribute_unranked=True)
+        conf = self.base_confidence + (0.05 if awaited else -0.1) + (0.1 if not busy.is_empty() else 0.0)
+        hows = set(ev["how"].to_list())
+        who = ranks_text(awaited) if awaited else "another rank"
+        what = (
+            f"the NCCL unique id that {who} publishes when it reaches its first collective"
+            if "nccl_id" in hows
+            else f"the DataLoader shared seed that {who} publishes when it starts iterating"
+            if "dataloader_seed" in hows
+            else f"a key that {who} had not written yet"
+        )
+        doing = busy_text(busy)
+        waiters = f"{ranks_text(waiting).capitalize()} waited" if waiting else "Ranks waited"
+        return self.finding(
+            confidence=conf,
+            culprit_ranks=tuple(awaited),
+            summary=f"{waiters} in the c10d store for {what}; {who} never got there in time: it was still busy "
+            f"elsewhere{doing}.",
+            explanation="The store itself answered, so the process group had formed: this is the waiting side of a "
+            f"rank that had not reached the same point yet. {who.capitalize()} was doing rank-local work (typically "
+            "dataset tokenisation or loading on the main process) or had died; its own log decides which.",
+            evidence=quotes(busy, 2) + quotes(ev, 4),
+            fixes=(
+                "Move the slow rank-local step before the process group is used, or run it once offline and cache "
+                "it (pre-tokenise; `datasets` cache files).",
+                "Or raise the timeout that applies: `init_process_group(timeout=timedelta(hours=2))`, Trainer's "
+                "`ddp_timeout`, accelerate's `InitProcessGroupKwargs(timeout=...)`, DeepSpeed's `timeout`.",
+            ),
+            dont=(
+                "Do not debug the network or the store address: the store answered.",
+                "`NCCL_TIMEOUT` is read by nothing; the store's wait uses the process group's timeout.",
+            ),
+            verify=(f"{who.capitalize()}'s log shows what it was doing at that time; it is not an error of its own.",),
+            facts={"victim_ranks": waiting},
+        )

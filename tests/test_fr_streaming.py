@@ -1,0 +1,108 @@
+"""FR loading one dump at a time: the same tables whatever the chunking or the order, bytes read lazily."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+
+from ncclpm.ingest import fr_decode
+from ncclpm.ingest.flight_recorder import FRLoad, load_fr_dumps
+from ncclpm.synth.fr_dumps import generate
+
+
+class _OsSystem:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple:
+        return (os.system, (f"touch {self.path}",))
+
+
+def _mixed(tmp_path: Path) -> tuple[list[tuple[str, bytes]], list[Path]]:
+    good = list(generate(12, 80, 3, "never_joined").items())
+    good += [(f"json/{n}.json", b) for n, b in generate(4, 30, 2, "never_joined", fmt="json").items()]
+    targets = [tmp_path / f"pwned_{i}" for i in range(3)]
+    evil = [
+        (f"evil_rank_{100 + i}", pickle.dumps({"version": "2.10", "entries": [_OsSystem(t)]}))
+        for i, t in enumerate(targets)
+    ]
+    bad = [
+        ("trunc_rank_300", good[0][1][: len(good[0][1]) // 2]),
+        ("empty_rank_301", b""),
+        ("wrongtypes_rank_302", pickle.dumps({"version": "2.10", "entries": [{"record_id": "x"}]})),
+        ("deep_rank_303", b"\x80\x04" + b"]" * 100000 + b"a" * 99999 + b"."),
+    ]
+    items = list(good)
+    for k, item in enumerate(evil):
+        items.insert(3 + 4 * k, item)
+    return items + bad, targets
+
+
+def _same(a: FRLoad, b: FRLoad) -> None:
+    assert a.entries.equals(b.entries)
+    assert a.status.equals(b.status)
+    assert a.dumps.equals(b.dumps)
+    assert a.groups.equals(b.groups)
+    assert sorted(a.warnings) == sorted(b.warnings)
+
+
+@pytest.mark.parametrize("frames", ["tail", "all", "none"])
+def test_chunk_size_does_not_change_the_load(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, frames: str) -> None:
+    items, targets = _mixed(tmp_path)
+    whole = load_fr_dumps(items, frames=frames)
+    monkeypatch.setattr(fr_decode, "_CHUNK_ROWS", 50)  # a chunk every dump or so
+    _same(whole, load_fr_dumps(items, frames=frames))
+    assert whole.entries.height == 12 * 80  # the 4 JSON dumps duplicate ranks 0-3 and are superseded
+    assert any("4 duplicate dump(s)" in w for w in whole.warnings)
+    assert not any(t.exists() for t in targets)
+    for name in ("evil_rank_100", "evil_rank_101", "evil_rank_102"):
+        assert any(name in w and "refused" in w for w in whole.warnings), name
+    for name in ("trunc_rank_300", "empty_rank_301", "wrongtypes_rank_302", "deep_rank_303"):
+        assert any(name in w for w in whole.warnings), name
+
+
+def test_all_columns_hold_the_analysis_columns(tmp_path: Path) -> None:
+    items, _ = _mixed(tmp_path)
+    short, full = load_fr_dumps(items), load_fr_dumps(items, columns="all")
+    assert full.entries.select(short.entries.columns).equals(short.entries)
+    assert full.entries.schema == fr_decode.FR_ENTRIES_SCHEMA
+    assert short.entries.schema == fr_decode.FR_ANALYSIS_SCHEMA
+
+
+def test_bytes_are_read_lazily_one_dump_at_a_time() -> None:
+    """Callables are called when their turn comes, each once; one that fails only skips its dump."""
+    dumps = list(generate(6, 40, 2, "never_joined").items())
+    live, peak, calls = [0], [0], []
+
+    def reader(name: str, data: bytes):
+        def read() -> bytes:
+            calls.append(name)
+            live[0] += 1
+            peak[0] = max(peak[0], live[0])
+            return data
+
+        return read
+
+    def gone() -> bytes:
+        raise FileNotFoundError("vanished")
+
+    orig = fr_decode.read_dump
+
+    def counted(*a: object, **k: object):
+        try:
+            return orig(*a, **k)
+        finally:
+            live[0] -= 1
+
+    fr_decode.read_dump = counted
+    try:
+        load = load_fr_dumps([*((n, reader(n, b)) for n, b in dumps), ("gone_rank_9", gone)])
+    finally:
+        fr_decode.read_dump = orig
+    assert sorted(calls) == sorted(n for n, _ in dumps) and peak[0] == 1
+    assert load.entries.height == 6 * 40
+    assert any(w.startswith("gone_rank_9: flight-recorder dump unreadable") for w in load.warnings)
+    assert load.entries.equals(load_fr_dumps(dumps).entries)
