@@ -109,7 +109,8 @@ def test_an_unrelated_variable_gets_no_verdict() -> None:
     ],
 )
 def test_each_way_a_setting_shows_up_in_a_job_folder_is_read(tmp_path, text: str, var: str, value: str) -> None:
-    (tmp_path / "job.sh").write_text("#!/bin/bash\n" + text)
+    python = text.startswith("os.environ")  # Python is read as Python, not as a shell script
+    (tmp_path / ("train.py" if python else "job.sh")).write_text(("import os\n" if python else "#!/bin/bash\n") + text)
     settings = build([tmp_path]).extra["settings"]
     row = settings.filter(settings["var"] == var)
     assert row["value"].to_list() == [value]

@@ -134,7 +134,9 @@ def test_every_table_name_is_one_tables_can_answer() -> None:
 
     t = build([ROOT / "sample_logs" / "gloo_rank0_slow_work"])
     assert set(t.extra) == set(EXTRA_TABLES)
-    assert all(t.has(name) for name in TABLE_NAMES - {"nccl_comms", "nccl_warnings", "settings", "elastic"})
+    assert all(
+        t.has(name) for name in TABLE_NAMES - {"nccl_comms", "nccl_warnings", "settings", "code_settings", "elastic"}
+    )
 
 
 def test_a_rule_explaining_an_unknown_rule_fails_at_registration() -> None:

@@ -49,6 +49,7 @@ class Diagnosis:
     cross_check: str | None = None
     stack_tree: dict[str, Any] | None = None  # merged stacks of the ranks (stack_facts.py)
     stack_check: str | None = None  # whether the stacks agree with the logs and dumps
+    code_files: tuple[str, ...] = ()  # code and configuration files: read for settings only, never as evidence
 
     @property
     def category(self) -> Category:
@@ -101,5 +102,6 @@ class Diagnosis:
                 "warnings": list(self.warnings),
                 "not_evaluated": list(self.not_evaluated),
                 "sources": self.n_sources,
+                "code_files": list(self.code_files),
             }
         )

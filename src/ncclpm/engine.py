@@ -146,4 +146,5 @@ def diagnose_tables(t: Tables, select: Iterable[str] = (), ignore: Iterable[str]
         stack_tree=stack_tree,
         stack_check=stack_check,
         settings=settings_rows(t),
+        code_files=t.code_sources,
     )

@@ -1,8 +1,9 @@
 """Settings lint: environment variables set in the job (launch scripts, env dumps, NCCL's own echo) and
-what each really does.
+what each really does, plus the other settings read from code (process-group timeout, DataLoader, launcher).
 
-Input: `setting` events (var, value, file, line). Output: the `settings` table (var, value, file, line,
-verdict, severity) - one row per variable (its last assignment), sorted by severity. Verdicts come from
+Input: `setting` events (var, value, file, line) and the `code_settings` table. Output: the `settings` table
+(var, value, file, line, verdict, severity) - one row per variable (its last assignment) and one per setting
+found in code (`code_verdicts.py`), sorted by severity. Verdicts come from
 `parsers/env_vars.toml`: read by nothing, deprecated alias, masks faults at a cost, a probable misspelling of
 a variable that is read (edit distance ≤ 2), or a note on what it does. A report section, not a root cause.
 """
@@ -14,6 +15,7 @@ from functools import lru_cache
 
 import polars as pl
 
+from ncclpm.ingest.code_verdicts import code_setting_rows, env_rows
 from ncclpm.kinds import K
 from ncclpm.resources import data_dir
 
@@ -84,16 +86,19 @@ def _observed_timeout(events: pl.DataFrame) -> str:
     return f"; this job's collectives still timed out after {value / 60000:g} min (Timeout(ms)={value})"
 
 
-def settings_table(events: pl.DataFrame) -> pl.DataFrame:
+def settings_table(events: pl.DataFrame, code: pl.DataFrame | None = None) -> pl.DataFrame:
     """One row per variable. Where it is set (script, env dump, `os.environ`) wins over NCCL's echo of it (which only
-    proves the setting reached NCCL), then the last occurrence."""
+    proves the setting reached NCCL), then the last occurrence. Then one row per other setting found in code."""
     rows = events.filter((pl.col("kind") == K.setting) & pl.col("var").is_not_null())
-    if rows.is_empty():
+    rows = rows.select("var", "value", "source", "line", "event")
+    if code is not None:
+        rows = pl.concat([rows, env_rows(code)], how="vertical_relaxed")
+    out = [] if code is None else code_setting_rows(code, events)
+    if rows.is_empty() and not out:
         return pl.DataFrame(schema=SETTINGS_SCHEMA)
     rows = rows.with_columns((pl.col("event") != "nccl.env_echo").alias("_set_here"))
     last = rows.sort("_set_here", "source", "line").group_by("var", maintain_order=True).last()
     seen = _observed_timeout(events)
-    out = []
     for r in last.iter_rows(named=True):
         text, severity = verdict(r["var"], r["value"] or "")
         if r["var"] in TIMEOUT_VARS and severity == "error":

@@ -5,7 +5,8 @@ matches + torchelastic error files), `tracebacks`, `elastic` (torchrun failure s
 (one row per rank: what it last did, whether and where it timed out, its first error, how it exited), and,
 when the job holds flight-recorder dumps, `fr` (loaded dumps) and `fr_analysis` (cross-rank matching); in
 `extra`: `stacks` (every frame of every stack dump, `ingest/stacks.py`), NCCL communicators and warnings,
-settings.
+settings, `code_settings`. Code and configuration files are not evidence: they only feed `code_settings`
+(`code_settings.py`) and the settings table, and are listed in `code_sources`, not in `sources`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from ncclpm.ingest.catalog import Catalog
+from ncclpm.ingest.code_settings import code_settings_table
 from ncclpm.ingest.errorfiles import read_error_files
 from ncclpm.ingest.extract import extract_events, lines_table, parse_lines
 from ncclpm.ingest.lines import read_kept_lines
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
     from ncclpm.ingest.flight_recorder import FRLoad
 
 # Derived tables in `Tables.extra`, and every name a rule may list in `needs` (checked when a rule is defined).
-EXTRA_TABLES = ("nccl_comms", "nccl_warnings", "settings", "stacks")
+EXTRA_TABLES = ("nccl_comms", "nccl_warnings", "settings", "stacks", "code_settings")
 TABLE_NAMES = frozenset(
     {"lines", "events", "tracebacks", "elastic", "ranks", "fr_entries", "fr_analysis", *EXTRA_TABLES}
 )
@@ -54,6 +56,7 @@ class Tables:
     fr: FRLoad | None = None
     fr_analysis: FRAnalysis | None = None
     extra: dict[str, pl.DataFrame] = field(default_factory=dict)
+    code_sources: tuple[str, ...] = ()  # code and configuration files, read for settings only
 
     def has(self, name: str) -> bool:
         """True when the table exists and holds rows (rules declare what they need)."""
@@ -101,8 +104,12 @@ def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") ->
     elastic = parse_elastic_summaries(parsed)
     fr, fr_analysis = _read_dumps(job, warnings, fr_columns)
     stacks = build_stacks(job, lines, pid_rank_map(lines, events, elastic, process_ranks), fr, warnings)
-    if not job.sources:
-        warnings.append("no readable log, error file, flight-recorder or stack dump found")
+    code = job.of_kind("code")
+    code_settings = code_settings_table(code, warnings)
+    evidence = [s for s in job.sources if s.kind != "code"]
+    if not evidence:
+        only_code = f" ({len(code)} code file{'s' if len(code) != 1 else ''} read for settings only)" if code else ""
+        warnings.append(f"no readable log, error file, flight-recorder or stack dump found{only_code}")
     return Tables(
         job_name=job.name,
         lines=lines,
@@ -112,9 +119,16 @@ def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") ->
         ranks=build_ranks(lines, events, elastic, comms),
         world_size=world_size(events, elastic, fr),
         world_size_declared=world_size_is_declared(events, fr),
-        sources=tuple(s.name for s in job.sources),
+        sources=tuple(s.name for s in evidence),
         warnings=tuple(warnings),
         fr=fr,
         fr_analysis=fr_analysis,
-        extra=dict(zip(EXTRA_TABLES, (comms, nccl_warnings(events), settings_table(events), stacks), strict=True)),
+        extra=dict(
+            zip(
+                EXTRA_TABLES,
+                (comms, nccl_warnings(events), settings_table(events, code_settings), stacks, code_settings),
+                strict=True,
+            )
+        ),
+        code_sources=tuple(s.name for s in code),
     )

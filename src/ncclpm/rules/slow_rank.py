@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import polars as pl
 
+from ncclpm.ingest.code_verdicts import timeout_origin
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.rules._busy import busy_text, rank_local_work, waiting_in_barrier
@@ -114,7 +115,9 @@ class RankBusyOutsideCollectives(Rule):
         doing = busy_text(act)
         wait = "at a barrier" if in_barrier else "in a collective"
         victims = sorted(victim_ranks(t) - set(culprits))
-        limit = f" (timeout {timedelta(milliseconds=int(timeout_ms))})" if timeout_ms else ""
+        origin = timeout_origin(t, int(timeout_ms) if timeout_ms else None)
+        origin = f", {origin}" if origin else ""
+        limit = f" (timeout {timedelta(milliseconds=int(timeout_ms))}{origin})" if timeout_ms else ""
         who = (
             ranks_text(culprits).capitalize()
             if culprits

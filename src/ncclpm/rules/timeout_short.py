@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import polars as pl
 
+from ncclpm.ingest.code_verdicts import timeout_origin
 from ncclpm.ingest.tables import Tables
 from ncclpm.rules._facts import known_ranks, late_timeouts, timeouts
 from ncclpm.rules.base import Finding, Rule, quotes
@@ -58,11 +59,13 @@ class AllRanksTimedOutTogether(Rule):
         conf = self.base_confidence + (0.15 if timeout_ms and timeout_ms < DEFAULT_NCCL_TIMEOUT_MS else 0.0)
         conf += 0.05 if (row["seq"] or 0) <= 2 else 0.0
         limit = timedelta(milliseconds=timeout_ms)
+        origin = timeout_origin(t, timeout_ms or None)
         return self.finding(
             confidence=conf,
             culprit_ranks=(),
             summary=f"All {ev['rank'].n_unique()} ranks timed out together in {row['op']} #{row['seq']} after "
-            f"{limit}: every rank joined, so the collective itself did not finish within the timeout.",
+            f"{limit}{f' ({origin})' if origin else ''}: every rank joined, so the collective itself did not finish "
+            "within the timeout.",
             explanation="No rank is missing or behind and none failed on its own; either the timeout is too "
             "short for this collective (first collective with lazy init, very large tensors, slow link) or the "
             "transport is degraded.",
@@ -78,5 +81,5 @@ class AllRanksTimedOutTogether(Rule):
                 "Time the collective with `TORCH_NCCL_ENABLE_TIMING=1` and a flight-recorder dump; it must "
                 "finish well inside the new timeout.",
             ),
-            facts={"timeout_ms": timeout_ms},
+            facts={"timeout_ms": timeout_ms} | ({"timeout_origin": origin} if origin else {}),
         )

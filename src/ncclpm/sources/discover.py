@@ -3,7 +3,8 @@
 Folders are walked recursively without following symlinks (no loops, nothing outside the tree); FIFOs,
 devices and unreadable files are skipped with a warning. Archives are read in memory member by member
 (`archives.py`). Every source is classified by its content: flight-recorder dump, torchelastic error file,
-stack dump, text log, or binary junk. Nothing is written anywhere.
+stack dump, code or configuration (`code.py`: read for settings only, never as evidence), text log, or binary
+junk. Nothing is written anywhere.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncclpm.sources import archives
+from ncclpm.sources.code import code_language
 
 HEAD_BYTES = 65536
 MAX_TEXT_BYTES = 16 * 1024**3  # a decompressed .gz log larger than this is refused (gzip bomb)
@@ -29,7 +31,7 @@ class Source:
     """One input file: on disk (`path`) or in memory (`data`, from an archive or stdin)."""
 
     name: str
-    kind: str  # "text" | "fr" | "errorfile" | "stack"
+    kind: str  # "text" | "fr" | "errorfile" | "stack" | "code"
     path: Path | None = None
     data: bytes | None = None
 
@@ -91,6 +93,8 @@ def classify(name: str, head: bytes) -> str | None:
         return "stack"
     if looks_binary(head):
         return None
+    if code_language(name, head, truncated=len(head) >= HEAD_BYTES):
+        return "code"
     return "text"
 
 

@@ -1,0 +1,192 @@
+"""Cut a code or configuration file into logical statements, the unit the code readings apply to.
+
+Python: a statement spans its open brackets, triple-quoted strings and `\\` continuations; comments are
+dropped, the text of triple-quoted strings is blanked (docs and help texts are prose, not settings) and a
+statement that is only a string (a docstring) is dropped. Shell and Dockerfiles: `\\` continuations; comments
+dropped except scheduler directives (`#SBATCH`, `#PBS`, `#BSUB`). YAML: a list item with its indented keys
+(`- name: X` + `value: Y`). TOML and JSON: one line each. Notebooks: the code cells, each one Python, with
+`!cmd` and `%env` lines as shell. Physical lines are stripped and joined with one space; each statement keeps
+where every physical line starts, so a match anywhere in it maps back to its line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+_SCHEDULER = re.compile(r"^#(?:SBATCH|PBS|BSUB)\s")
+_SHELL_COMMENT = re.compile(r"""(?:^|\s)#(?=(?:[^"']|"[^"]*"|'[^']*')*$).*$""")
+_STRING_ONLY = re.compile(r"""^[rbuRBU]{0,2}(?:"|')""")
+_MAGIC = re.compile(r"^\s*(?:!|%env\b)")
+SEARCH_WINDOW = 5000  # file lines searched for a notebook source line (bounded: no quadratic scan)
+
+
+@dataclass(frozen=True)
+class Statement:
+    text: str
+    lang: str  # python | shell | yaml | toml | json | dockerfile
+    lines: tuple[int, ...]  # physical line numbers (1-based)
+    starts: tuple[int, ...]  # offset in `text` where each physical line begins
+    raw: tuple[str, ...]  # the physical lines, for quoting
+
+    def line_at(self, offset: int) -> tuple[int, str]:
+        """(line number, physical line) holding the character at `offset` of `text`."""
+        i = max(0, bisect_right(self.starts, offset) - 1)
+        return self.lines[i], self.raw[i]
+
+
+def _join(parts: list[tuple[int, str, str]], lang: str) -> Statement | None:
+    """parts: (line number, kept text, raw line)."""
+    text, starts = "", []
+    for _, kept, _ in parts:
+        starts.append(len(text) + (1 if text else 0))
+        text = f"{text} {kept.strip()}" if text else kept.strip()
+    if not text.strip():
+        return None
+    return Statement(text, lang, tuple(p[0] for p in parts), tuple(starts), tuple(p[2].strip() for p in parts))
+
+
+def _scan_python(line: str, quote: str | None, depth: int) -> tuple[str, str | None, int]:
+    """Kept text of one physical line (comments dropped, triple-quoted text blanked), with the triple-quote
+    state and bracket depth after it."""
+    out: list[str] = []
+    i, single = 0, None
+    while i < len(line):
+        ch = line[i]
+        if quote is not None:
+            if line.startswith(quote, i):
+                out.append(quote)
+                i, quote = i + 3, None
+                continue
+            i += 1
+            continue
+        if single is not None:
+            out.append(ch)
+            if ch == "\\" and i + 1 < len(line):
+                out.append(line[i + 1])
+                i += 2
+                continue
+            single = None if ch == single else single
+        elif line.startswith(('"""', "'''"), i):
+            quote = line[i : i + 3]
+            out.append(quote)
+            i += 3
+            continue
+        elif ch in "\"'":
+            single = ch
+            out.append(ch)
+        elif ch == "#":
+            break
+        else:
+            depth += (ch in "([{") - (ch in ")]}")
+            out.append(ch)
+        i += 1
+    return "".join(out), quote, max(0, depth)
+
+
+def python_statements(lines: Iterable[tuple[int, str]], magics: bool = False) -> Iterator[Statement]:
+    parts: list[tuple[int, str, str]] = []
+    quote: str | None = None
+    depth = 0
+    for no, raw in lines:
+        if magics and not parts and _MAGIC.match(raw):
+            if st := _join([(no, raw.strip().lstrip("!%"), raw)], "shell"):
+                yield st
+            continue
+        kept, quote, depth = _scan_python(raw, quote, depth)
+        continued = kept.rstrip().endswith("\\")
+        if continued:
+            kept = kept.rstrip()[:-1]
+        parts.append((no, kept, raw))
+        if quote is None and depth == 0 and not continued:
+            st = _join(parts, "python")
+            parts = []
+            if st is not None and not _STRING_ONLY.match(st.text):
+                yield st
+    if parts and (st := _join(parts, "python")) is not None and not _STRING_ONLY.match(st.text):
+        yield st
+
+
+def shell_statements(lines: Iterable[tuple[int, str]], lang: str = "shell") -> Iterator[Statement]:
+    parts: list[tuple[int, str, str]] = []
+    for no, raw in lines:
+        s = raw.strip()
+        kept = s if _SCHEDULER.match(s) else _SHELL_COMMENT.sub("", raw).rstrip()
+        continued = kept.endswith("\\")
+        parts.append((no, kept[:-1] if continued else kept, raw))
+        if not continued:
+            if st := _join(parts, lang):
+                yield st
+            parts = []
+    if parts and (st := _join(parts, lang)):
+        yield st
+
+
+def yaml_statements(lines: Iterable[tuple[int, str]]) -> Iterator[Statement]:
+    parts: list[tuple[int, str, str]] = []
+    item_indent = -1
+    for no, raw in lines:
+        kept = _SHELL_COMMENT.sub("", raw).rstrip()
+        if not kept.strip():
+            continue
+        indent = len(kept) - len(kept.lstrip())
+        if parts and item_indent >= 0 and indent > item_indent and not kept.lstrip().startswith("- "):
+            parts.append((no, kept, raw))  # a key of the list item above
+            continue
+        if parts and (st := _join(parts, "yaml")):
+            yield st
+        parts = [(no, kept, raw)]
+        item_indent = indent if kept.lstrip().startswith("- ") else -1
+    if parts and (st := _join(parts, "yaml")):
+        yield st
+
+
+def line_statements(lines: Iterable[tuple[int, str]], lang: str) -> Iterator[Statement]:
+    for no, raw in lines:
+        kept = _SHELL_COMMENT.sub("", raw) if lang == "toml" else raw
+        if st := _join([(no, kept, raw)], lang):
+            yield st
+
+
+def _cell_lines(text: str) -> Iterator[list[tuple[int, str]]]:
+    """Source lines of each code cell, numbered with the file line that holds them when it can be found (a
+    pretty-printed notebook has one source line per file line), else with the cell's first line."""
+    doc = json.loads(text)
+    file_lines = text.splitlines()
+    cursor = 0
+    for cell in doc.get("cells", []) if isinstance(doc, dict) else []:
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        src = cell.get("source", "")
+        src = "".join(s for s in src if isinstance(s, str)) if isinstance(src, list) else str(src)
+        numbered = []
+        for line in src.splitlines():
+            needle = json.dumps(line)[1:-1]
+            window = range(cursor, min(len(file_lines), cursor + SEARCH_WINDOW))
+            at = next((i for i in window if needle and needle in file_lines[i]), None)
+            if at is not None:
+                cursor = at
+            numbered.append((cursor + 1, line))
+        yield numbered
+
+
+def statements(text: str, lang: str) -> Iterator[Statement]:
+    """Logical statements of a whole file in `lang` (one of sources.code.LANGUAGES)."""
+    numbered = list(enumerate(text.splitlines(), 1))
+    if lang == "python":
+        yield from python_statements(numbered)
+    elif lang in ("shell", "dockerfile"):
+        yield from shell_statements(numbered, lang)
+    elif lang == "yaml":
+        yield from yaml_statements(numbered)
+    elif lang == "notebook":
+        for cell in _cell_lines(text):
+            if cell and re.match(r"\s*%%(?:bash|sh)\b", cell[0][1]):
+                yield from shell_statements(cell[1:])
+            else:
+                yield from python_statements(cell, magics=True)
+    else:
+        yield from line_statements(numbered, lang)
