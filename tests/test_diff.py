@@ -223,3 +223,39 @@ def test_dataloader_settings_where_logged() -> None:
     assert (first.what, first.good, first.bad) == ("DataLoader timeout", "5", "0")
     assert first.relevance in ("high", "medium"), (report.bad.category, first.why)
     assert "DataLoader(num_workers=2, batch_size=8, timeout=0)" in first.bad_evidence.text
+
+
+CODE = """\
+import datetime
+import torch.distributed as dist
+
+dist.init_process_group("nccl", timeout=datetime.timedelta(minutes={minutes}))
+"""
+WATCHDOG = (
+    "[rank1]:[E1122 10:00:00.000000000 ProcessGroupNCCL.cpp:688] [Rank 1] Watchdog caught collective operation "
+    "timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=1024, NumelOut=1024, Timeout(ms)=60000) ran for 60021 "
+    "milliseconds before timing out.\n"
+)
+
+
+def test_settings_read_from_the_code_of_each_run(tmp_path: Path) -> None:
+    """The code files of each run (read for settings only) give the process-group timeout when no log states it."""
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    for side, minutes, log in (
+        (good, 30, "[rank0]: step 1\n[rank1]: step 1\n"),
+        (bad, 1, "[rank0]: step 1\n" + WATCHDOG),
+    ):
+        side.mkdir()
+        (side / "train.py").write_text(CODE.format(minutes=minutes))
+        (side / "train.log").write_text(log)
+    report = diff([good], [bad])
+    first = report.differences[0]
+    assert (first.what, first.good, first.bad, first.relevance, first.linked) == (
+        "process-group timeout",
+        "30 min",
+        "1 min",
+        "high",
+        True,
+    )
+    assert first.good_evidence.file == "train.py" and "minutes=30" in first.good_evidence.text
+    assert ("process-group backend", "nccl") in report.same

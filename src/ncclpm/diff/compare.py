@@ -147,7 +147,7 @@ def _unset_in(other: Tables, fact: Fact) -> bool:
     if not fact.key.startswith("setting:") or fact.evidence is None:
         return False
     name = fact.evidence.file.rsplit("/", 1)[-1]
-    return any(src.rsplit("/", 1)[-1] == name for src in other.sources)
+    return any(src.rsplit("/", 1)[-1] == name for src in (*other.sources, *other.code_sources))
 
 
 def _fold(diffs: list[Difference]) -> list[Difference]:

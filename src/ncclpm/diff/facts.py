@@ -118,8 +118,8 @@ def setting_facts(t: Tables) -> list[Fact]:
         for r in t.events.filter(pl.col("kind") == K.setting).select("source", "line", "text").iter_rows(named=True)
     }
     facts = []
-    for r in table.iter_rows(named=True):
-        var = str(r["var"])
+    for r in table.filter(pl.col("var").str.contains(r"^[A-Z][A-Z0-9_]*$")).iter_rows(named=True):
+        var = str(r["var"])  # environment variables; the code's other settings come from code_facts.py
         ev = Quote(str(r["file"]), r["line"], texts.get((r["file"], r["line"]), ""))
         facts.append(Fact(f"setting:{var}", var, setting_family(var), "settings", str(r["value"] or ""), ev))
     return facts
@@ -203,8 +203,11 @@ def shape_facts(t: Tables) -> list[Fact]:
 
 
 def config_facts(t: Tables) -> list[Fact]:
+    """Every configuration fact of the run; a fact the logs state wins over the same one read from code."""
+    from ncclpm.diff.code_facts import code_config_facts
+
     timeout = timeout_fact(t)
-    return [
+    logged = [
         *version_facts(t),
         *setting_facts(t),
         *launcher_facts(t),
@@ -212,3 +215,5 @@ def config_facts(t: Tables) -> list[Fact]:
         *([timeout] if timeout else []),
         *shape_facts(t),
     ]
+    keys = {f.key for f in logged}
+    return logged + [f for f in code_config_facts(t) if f.key not in keys]

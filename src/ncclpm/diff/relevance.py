@@ -61,7 +61,7 @@ def setting_family(var: str) -> str:
 
 
 def launcher_family(option: str) -> str:
-    return _classify(factors()["launcher"], option, "launcher_restart")
+    return _classify(factors()["launcher"], option, "launcher_other")
 
 
 @dataclass(frozen=True)
