@@ -43,6 +43,7 @@ TOP: dict[str, Any] = {
     "cross_check": OPT_STR,
     "stack_tree": (dict, type(None)),
     "stack_check": OPT_STR,
+    "noticed": list,
     "decisive_evidence": list,
     "ranks": list,
     "versions": dict,

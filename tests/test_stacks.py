@@ -81,6 +81,9 @@ def test_dataloader_workers_belong_to_their_rank() -> None:
     assert joined.height == workers.height and (joined["rank"] == joined["parent_rank"]).all()
     stalled = workers.filter(pl.col("user") & (pl.col("func") == "Samples.__getitem__"))
     assert stalled["rank"].unique().to_list() == [1]  # the worker stuck reading the sample is rank 1's
+    d = diagnose([CASES / "stacks__dataloader_with_logs" / "input"])
+    assert "Its DataLoader worker (pid 25002) is in Samples.__getitem__ (hang_train.py:66)" in d.primary.explanation
+    assert any(e.text == "Samples.__getitem__ (hang_train.py:66)" for e in d.primary.evidence)
 
 
 @pytest.mark.parametrize(
@@ -211,3 +214,6 @@ def test_real_users_gdb_backtrace_of_a_stuck_watchdog() -> None:
     assert stacks["format"].unique().to_list() == ["gdb"]
     assert stacks["thread"].unique().to_list() == ["9"] or stacks["main_thread"].sum() == 0
     assert {"cudaGetLastError", "c10d::ProcessGroupNCCL::workCleanupLoop"} <= set(stacks["func"])
+    d = diagnose([case])  # no main thread: the stuck watchdog thread is read, and the verdict hedges
+    assert str(d.category) == "rank_crash" and d.band == "possible" and not d.culprit_ranks
+    assert "cudaGetLastError ← c10d::ProcessGroupNCCL::WorkNCCL::finishedGPUExecutionInternal" in d.summary

@@ -49,6 +49,7 @@ class Diagnosis:
     cross_check: str | None = None
     stack_tree: dict[str, Any] | None = None  # merged stacks of the ranks (stack_facts.py)
     stack_check: str | None = None  # whether the stacks agree with the logs and dumps
+    noticed: tuple[str, ...] = ()  # who noticed first: dump signals, propagated errors, NCCL's diagnostics
     code_files: tuple[str, ...] = ()  # code and configuration files: read for settings only, never as evidence
 
     @property
@@ -95,6 +96,7 @@ class Diagnosis:
                 "cross_check": self.cross_check,
                 "stack_tree": self.stack_tree,
                 "stack_check": self.stack_check,
+                "noticed": list(self.noticed),
                 "decisive_evidence": [e.to_dict() for e in self.decisive],
                 "ranks": list(self.ranks),
                 "versions": self.versions,

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from ncclpm.diagnosis import Diagnosis, Rival
 from ncclpm.ingest.tables import Tables
+from ncclpm.noticed import who_noticed
 from ncclpm.report_facts import cross_check, failing_collective, rank_rows, settings_rows, versions
 from ncclpm.rules import ALL_RULES
 from ncclpm.rules.base import Finding, Rule
@@ -145,6 +146,7 @@ def diagnose_tables(t: Tables, select: Iterable[str] = (), ignore: Iterable[str]
         cross_check=cross_check(t, primary),
         stack_tree=stack_tree,
         stack_check=stack_check,
+        noticed=who_noticed(t),
         settings=settings_rows(t),
         code_files=t.code_sources,
     )

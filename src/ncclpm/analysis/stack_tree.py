@@ -281,3 +281,20 @@ def build_stack_tree(stacks: pl.DataFrame | None) -> StackTree | None:
     return StackTree(
         tuple(classes), majority, suspects, nodes, source, len(best), tuple(sorted({c.fmt for c in classes}))
     )
+
+
+def describe_dumps(stacks: pl.DataFrame, dumps: list[int]) -> list[tuple[int, StackClass]]:
+    """Each of these dumps (any thread, any process) described like a class of one: where it is and doing what."""
+    out = []
+    for dump in dumps:
+        rows = stacks.filter(pl.col("dump") == dump)
+        if rows.is_empty():
+            continue
+        frames = _frames(stacks, dump)
+        where, activity, op, site, quote = _describe(frames)
+        r = rows.row(0, named=True)
+        ranks = (r["rank"],) if r["rank"] is not None else ()
+        out.append(
+            (dump, StackClass((_identity(r),), ranks, tuple(frames), where, activity, op, site, quote, r["format"]))
+        )
+    return out

@@ -101,8 +101,9 @@ class VersionsDifferAcrossRanks(Rule):
             fixes=(
                 "Run every rank from one image/environment; pin torch (and with it NCCL) in the job's "
                 "requirements and rebuild the odd node's container.",
-                "Log `torch.__version__`, `torch.cuda.nccl.version()` and `nvidia-smi --query-gpu=driver_version "
-                "--format=csv` on every rank at start-up.",
+                "Print the versions on every rank at start-up in a form ncclpm reads: "
+                "`print(f\"torch {torch.__version__} NCCL version {'.'.join(map(str, torch.cuda.nccl.version()))}\")` "
+                "(or run with `NCCL_DEBUG=INFO`, whose banner names the NCCL version).",
             ),
             dont=("No NCCL environment variable makes two NCCL versions interoperate.",),
             verify=("All ranks print the same versions at start-up.",),

@@ -69,7 +69,10 @@ class DataloaderFailure(Rule):
                 "A worker was SIGKILLed (usually the kernel OOM killer): lower `num_workers` / "
                 "`prefetch_factor`, check `dmesg` for `Out of memory: Killed process`."
             )
-        fixes.append("Find the slow read: `py-spy dump --pid <worker pid>` on the stuck rank shows the frame.")
+        fixes.append(
+            "Find the slow read: `py-spy dump --pid <rank pid> --subprocesses` on the stuck rank shows its workers' "
+            "frames; keep the output beside the logs for ncclpm."
+        )
         who = ranks_text(culprits) if culprits else "one rank"
         return self.finding(
             confidence=conf,

@@ -54,7 +54,12 @@ class InsufficientEvidence(Rule):
             )
         if t.lines.filter(pl.col("message").str.contains("NCCL (?:INFO|WARN)")).is_empty():
             missing.append("NCCL's own log: `NCCL_DEBUG=INFO` (or `WARN`), `NCCL_DEBUG_FILE=/path/nccl.%h.%p`")
-        missing.append("stack dumps of the hung ranks: `py-spy dump --pid <pid>` on each rank while it hangs")
+        if not t.has("stacks") or (t.extra["stacks"]["format"] == "fr").all():
+            missing.append(
+                "stack dumps of the hung ranks while they hang: `py-spy dump --pid <pid>` on each rank (add "
+                "`--subprocesses` for DataLoader workers), or `faulthandler.register(signal.SIGUSR1)` in the script "
+                "and `kill -USR1 <pid>`; keep the files beside the logs"
+            )
         victims = victim_lines(t)
         return self.finding(
             culprit_ranks=(),

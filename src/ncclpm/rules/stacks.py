@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import polars as pl
 
-from ncclpm.analysis.stack_tree import StackClass, StackTree, build_stack_tree
+from ncclpm.analysis.stack_tree import StackClass, StackTree, build_stack_tree, describe_dumps
 from ncclpm.ingest.tables import Tables
 from ncclpm.rules._facts import known_ranks, victim_ranks
 from ncclpm.rules.base import Evidence, Finding, Rule, ranks_text
@@ -61,7 +63,7 @@ class StacksOddRankOut(Rule):
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         tree = build_stack_tree(ev)
         if tree is None:
-            return None
+            return self._stuck_thread(ev)
         waiting = [c for c in tree.classes if c.activity in WAITING]
         elsewhere = [c for c in tree.classes if c.activity not in WAITING]
         if waiting and elsewhere:
@@ -102,14 +104,16 @@ class StacksOddRankOut(Rule):
         waiters = {r for c in waiting for r in c.ranks}
         who = _who(odd)
         wait_where = "; ".join(f"{_who([c])}: {c.where}" for c in waiting)
+        workers = _busy_workers(t, culprits) if category == Category.DATALOADER_HANG else []
+        busy = "".join(f" Its DataLoader worker ({w.members[0]}) is in {w.where}." for w in workers[:2])
         return self.finding(
             category=category,
             confidence=conf + self._boost(t, tree, culprits, waiters),
             culprit_ranks=tuple(sorted(culprits)),
             summary=f"Stack dumps: {who} was {doing} ({main.where}) while {_who(waiting)} waited in {_ops(waiting)}.",
             explanation=f"Merged stacks of {tree.n_processes} processes: {tree.summary()}. The ranks in a "
-            f"collective are waiting for the odd one; {who} never reached it because it was {doing}.",
-            evidence=_quotes(odd) + _quotes(waiting, 2),
+            f"collective are waiting for the odd one; {who} never reached it because it was {doing}.{busy}",
+            evidence=_quotes(odd) + _quotes(workers[:1], 1) + _quotes(waiting, 2),
             fixes=_fixes(category),
             verify=(
                 "Dump the stacks again after the fix (`py-spy dump --pid <pid>` on every rank): all ranks "
@@ -139,6 +143,36 @@ class StacksOddRankOut(Rule):
             facts={"victim_ranks": sorted(major.ranks), "stack_classes": tree.summary()},
         )
 
+    def _stuck_thread(self, ev: pl.DataFrame) -> Finding | None:
+        """No main-thread stack, but a thread blocked in an NCCL wait or a CUDA call (a gdb backtrace of the
+        watchdog): the GPU runs an NCCL kernel that never finishes, so the watchdog can neither time out nor
+        abort. That is what a peer that died or stopped mid-collective looks like from this process."""
+        live = ev.filter(pl.col("format") != "fr")
+        described = describe_dumps(live, live["dump"].unique().sort().to_list())
+        stuck = [c for _, c in described if c.activity in ("nccl_wait", "cuda_sync")]
+        if not stuck:
+            return None
+        c = stuck[0]
+        calls = [f.func for f in reversed(c.frames) if "::" in f.func or f.func.startswith("cuda")]
+        chain = " ← ".join(calls[:4])
+        return self.finding(
+            category=Category.RANK_CRASH,
+            confidence=0.45,
+            culprit_ranks=(),
+            summary=f"Stack dump: a thread {_thread_of(c)} is blocked in {chain[:200] or c.where}: its NCCL kernel "
+            "never finishes, which is what a peer that died or stopped mid-collective looks like.",
+            explanation="A thread inside a CUDA call waits on the GPU, and the GPU on an NCCL kernel that waits for a "
+            "peer; a watchdog stuck there can neither time out nor abort, so the job hangs instead of failing. Look "
+            "for the rank that exited or stopped first (its log, torchrun's summary, `dmesg` on its node); a GPU "
+            "fault (Xid) looks the same from here.",
+            evidence=_quotes([c], 4),
+            fixes=(
+                "Find the rank that died or stopped first and fix that: the stuck watchdog is the consequence.",
+                "Keep the heartbeat monitor on (`TORCH_NCCL_ENABLE_MONITORING=1`, the default) so a stuck watchdog "
+                "kills its process instead of hanging the job; newer torch releases also abort such hangs.",
+            ),
+        )
+
     def _alone(self, t: Tables, tree: StackTree, c: StackClass) -> Finding:
         others = victim_ranks(t) - set(c.ranks)
         return self.finding(
@@ -154,6 +188,29 @@ class StacksOddRankOut(Rule):
             fixes=_fixes(Category.DATALOADER_HANG),
             facts={"victim_ranks": sorted(others), "stack_classes": tree.summary()},
         )
+
+
+def _busy_workers(t: Tables, ranks: set[int]) -> list[StackClass]:
+    """DataLoader workers of these ranks (dumped with `--subprocesses`) that are inside the user's code (reading
+    a sample), not idle waiting for work."""
+    stacks = t.extra["stacks"]
+    workers = stacks.filter(
+        pl.col("parent_pid").is_not_null() & pl.col("main_thread") & pl.col("rank").is_in(sorted(ranks))
+    )
+    busy = []
+    for dump, c in describe_dumps(workers, workers["dump"].unique().sort().to_list()):
+        loop = max((i for i, f in enumerate(c.frames) if f.func.endswith("_worker_loop")), default=None)
+        inner = [f for f in c.frames[loop + 1 :] if f.user] if loop is not None else []
+        if inner:  # the worker is inside the user's dataset code, not waiting for work
+            pid = workers.filter(pl.col("dump") == dump)["pid"][0]
+            busy.append(replace(c, members=(f"pid {pid}",), where=inner[-1].label(), quote=inner[-1]))
+    return busy
+
+
+def _thread_of(c: StackClass) -> str:
+    if c.ranks or not c.members[0].startswith(c.quote.source if c.quote else "\0"):
+        return f"of {_who([c])}"
+    return f"in {c.quote.source}" if c.quote else ""
 
 
 def _who(classes: list[StackClass]) -> str:
