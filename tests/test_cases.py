@@ -7,12 +7,14 @@ the repo root) when the job lives in sample_logs/.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 
 import pytest
 
 from ncclpm.api import diagnose
+from ncclpm.rules import by_id
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = sorted(p.parent for p in (ROOT / "tests" / "cases").glob("*/expected.toml"))
@@ -44,3 +46,14 @@ def test_case(case: Path) -> None:
         assert d.world_size == spec["world_size"]
     for ev in d.primary.evidence:
         assert ev.file and ev.text, "every evidence quote names its file and text"
+    for f in d.findings:  # fix text has one source: the rule's FIXES (also its documentation)
+        for text in f.fixes:
+            assert any(p.match(text) for p in _fix_patterns(f.rule)), f"{f.rule}: {text!r} is not in its FIXES"
+
+
+def _fix_patterns(rule_id: str) -> list[re.Pattern[str]]:
+    """The rule's FIXES as regexes: their text, any value in their slots."""
+    slot = r"\\\{\w+\\\|[^{}]*\\\}"
+    return [
+        re.compile("^" + re.sub(slot, ".*", re.escape(f.text)) + "$", re.DOTALL) for f in by_id(rule_id).FIXES.values()
+    ]

@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from ncclpm.cli import main
-from ncclpm.rules import ALL_RULES
+from ncclpm.precedence import PRECEDENCE
+from ncclpm.rules import ALL_RULES, by_id
 from ncclpm.rules.base import DOC_SECTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,13 +23,17 @@ def _run(*args: str, stdin: str | None = None):
     return CliRunner().invoke(main, list(args), input=stdin)
 
 
-def test_rules_lists_every_rule_once() -> None:
+def test_rules_lists_every_rule_once_in_precedence_order() -> None:
     res = _run("rules")
     assert res.exit_code == 0
-    lines = res.stdout.splitlines()
-    assert [ln.split()[0] for ln in lines] == [r.id for r in ALL_RULES]
-    for ln, r in zip(lines, ALL_RULES, strict=True):
+    lines = [ln for ln in res.stdout.splitlines() if not ln.startswith(" ")]
+    reasons = [ln.strip() for ln in res.stdout.splitlines() if ln.startswith(" ")]
+    assert [ln.split()[0] for ln in lines] == [rule for rule, _ in PRECEDENCE]
+    assert sorted(ln.split()[0] for ln in lines) == sorted(r.id for r in ALL_RULES)
+    for ln, (rule, _) in zip(lines, PRECEDENCE, strict=True):
+        r = by_id(rule)
         assert r.name in ln and str(r.category) in ln and len(ln.split()) > 3, "id, name, category, title"
+    assert reasons == [f"precedence {i}: {why}" for i, (_, why) in enumerate(PRECEDENCE, 1)]
 
 
 @pytest.mark.parametrize("rule", [r.id for r in ALL_RULES])

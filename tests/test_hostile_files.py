@@ -265,14 +265,26 @@ def _rss_mb(pid: int) -> int:
     return 0
 
 
-def _capped_cli(args: list[str], cap_mb: int, timeout: float = 180) -> tuple[int, dict, str]:
+def _capped_cli(
+    args: list[str], cap_mb: int, timeout: float = 180, env: dict[str, str] | None = None
+) -> tuple[int, dict, str]:
     """`ncclpm <args>` in a child that is killed if its resident memory passes `cap_mb` (polled; an address-space
     rlimit does not work: polars reserves far more virtual memory than it touches)."""
+    return _capped_python(_CHILD, args, cap_mb, timeout, env)
+
+
+def _capped_python(
+    code: str, args: list[str], cap_mb: int, timeout: float = 180, env: dict[str, str] | None = None
+) -> tuple[int, dict, str]:
+    """`python -c code args` in a memory-watched child (see `_capped_cli`); the code prints `USAGE {json}` on
+    stderr. `env` adds variables; its PYTHONPATH goes first."""
     if not Path("/proc/self/status").exists():
         pytest.skip("needs Linux /proc to watch the child's memory")
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "RUST_BACKTRACE": "0"}
+    extra = dict(env or {})
+    path = [p for p in (extra.pop("PYTHONPATH", ""), str(ROOT / "src"), str(ROOT)) if p]
+    env = {**os.environ, **extra, "PYTHONPATH": os.pathsep.join(path), "RUST_BACKTRACE": "0"}
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([sys.executable, "-c", _CHILD, *args], env=env, stdout=out, stderr=err, text=True)
+        proc = subprocess.Popen([sys.executable, "-c", code, *args], env=env, stdout=out, stderr=err, text=True)
         started, killed = time.monotonic(), ""
         while proc.poll() is None:
             if _rss_mb(proc.pid) > cap_mb:

@@ -134,9 +134,7 @@ def test_every_table_name_is_one_tables_can_answer() -> None:
 
     t = build([ROOT / "sample_logs" / "gloo_rank0_slow_work"])
     assert set(t.extra) == set(EXTRA_TABLES)
-    assert all(
-        t.has(name) for name in TABLE_NAMES - {"nccl_comms", "nccl_warnings", "settings", "code_settings", "elastic"}
-    )
+    assert {name for name in TABLE_NAMES if t.has(name)} >= {"lines", "events", "ranks", "fr_entries", "fr_analysis"}
 
 
 def test_a_rule_explaining_an_unknown_rule_fails_at_registration() -> None:
@@ -146,6 +144,14 @@ def test_a_rule_explaining_an_unknown_rule_fails_at_registration() -> None:
     with pytest.raises(RuleError, match=r"ZZ01 .*`explains` names unknown rule ids \['CT1'\]"):
         check_registry((*ALL_RULES, Explains))
     check_registry(ALL_RULES)
+
+
+def test_a_rule_without_a_place_in_the_precedence_table_fails_at_registration() -> None:
+    class Placeless(Rule):
+        id, name = "ZZ02", "zz2"
+
+    with pytest.raises(RuleError, match=r"precedence.py: ZZ02 is missing"):
+        check_registry((*ALL_RULES, Placeless))
 
 
 def test_a_rule_id_registered_twice_fails() -> None:
@@ -224,3 +230,131 @@ def test_catalog_kinds_lists_each_kind_with_its_patterns() -> None:
     assert out.exit_code == 0
     assert "collective_timeout [victim]: a collective did not complete" in out.output
     assert "exception: " in out.output and "py.exception_line" in out.output
+
+
+# ------------------------------------------------------------------------------------------------- readings
+
+
+def test_readings_set_columns_rules_read() -> None:
+    def row(line: str, kind: str) -> dict:
+        _, events = parse_one(CATALOG, line)
+        return events.filter(pl.col("kind") == kind).row(0, named=True)
+
+    ib = "node5:71:90 [0] NCCL WARN NET/IB: Got completion from peer 10.1.0.5<35010> with status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_SEND(0) vendor_err=129 hca mlx5_3"
+    assert (row(ib, K.network_error)["net_class"], row(ib, K.network_error)["strength"]) == ("ib", 0.88)
+    assert row("[rank1]: RuntimeError: Connection closed by peer [10.0.0.2]:1234", K.exception)["victim"] is True
+    assert row("[rank1]: RuntimeError: shard 3 is corrupt", K.exception)["victim"] is False
+    timeout = "[rank0]:[E1218 20:27:21.426 ProcessGroupNCCL.cpp:629] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=BROADCAST, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out."
+    assert row(timeout, K.collective_timeout)["victim"] is True, "a victim kind's events are victims"
+    summary = "[rank0]: torch.distributed.DistBackendError: NCCL error in: x.cpp:1, remote process exited or there was a network error, NCCL version 2.21.5"
+    assert row(summary, K.nccl_error)["net_class"] == "remote_exited"
+
+
+def test_readings_apply_to_error_files_too() -> None:
+    from ncclpm.api import build
+
+    t = build([ROOT / "tests" / "cases" / "mismatched_collectives__dtype_debug_detail" / "input"])
+    files = t.events.filter(pl.col("event") == "elastic.error_file")
+    assert files.height and files["victim"].dtype == pl.Boolean and files["victim"].null_count() == 0
+
+
+@pytest.mark.parametrize(
+    ("reading", "message"),
+    [
+        ('set = { net_clas = "ib" }', "'net_clas' is not an events column"),
+        ('set = { strength = "high" }', "is not a Float64"),
+        ("set = { victim = 1 }", "is not a Boolean"),
+        ("when = '''(?<=x)y'''\nset = { victim = true }", "Rust regex dialect"),
+        ("when = 3\nset = { victim = true }", "`when` must be a regex"),
+        ("sett = { victim = true }", "optional `when`"),
+    ],
+)
+def test_a_malformed_reading_is_refused(tmp_path: Path, reading: str, message: str) -> None:
+    extra = _dir(
+        tmp_path, **{"kinds.toml": f'[[kind]]\nname = "boom"\nmeaning = "m"\n  [[kind.reading]]\n  {reading}\n'}
+    )
+    with pytest.raises(CatalogError, match=message):
+        load_catalog((extra,))
+
+
+def test_no_rule_matches_text_with_a_regex() -> None:
+    """What a line means is read once, by the catalog: rules/ runs no regex over `message` or `text`."""
+    import re
+
+    offenders = []
+    for path in sorted((ROOT / "src" / "ncclpm" / "rules").glob("*.py")):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"""col\(["'](?:message|text)["']\)\.str\.|\[["'](?:message|text)["']\]\.str\.""", line):
+                offenders.append(f"{path.name}:{n}")
+    assert not offenders, offenders
+
+
+# ----------------------------------------------------------------------------------------------- precedence
+
+
+def test_precedence_lists_every_rule_once_and_the_engine_follows_it() -> None:
+    from ncclpm import precedence
+    from ncclpm.engine import _rank_key
+    from ncclpm.rules.base import Finding
+    from ncclpm.schema import Category
+
+    assert precedence.check({r.id for r in ALL_RULES}) == []
+    assert precedence.check({r.id for r in ALL_RULES} | {"ZZ01"}) == ["ZZ01 is missing (every rule must have a place)"]
+    assert all(why.strip() for _, why in precedence.PRECEDENCE)
+
+    def finding(rule: str, conf: float) -> Finding:
+        return Finding(rule, rule, Category.RANK_CRASH, conf, (), "", "", ())
+
+    # same band: the earlier rule wins even with a lower confidence; a better band wins over precedence
+    assert max([finding("CR01", 0.89), finding("NV01", 0.86)], key=_rank_key).rule == "NV01"
+    assert max([finding("CR01", 0.9), finding("NV01", 0.7)], key=_rank_key).rule == "CR01"
+    assert max([finding("ST01", 0.7), finding("ST01", 0.8)], key=_rank_key).confidence == 0.8
+
+
+# ------------------------------------------------------------------------------------------------- fix text
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=[r.id for r in ALL_RULES])
+def test_how_to_fix_is_generated_from_the_fixes(rule: type[Rule]) -> None:
+    doc = rule.doc()
+    section = doc.split("## How to fix\n", 1)[1]
+    assert section.splitlines() == [
+        f"- {f'When {f.when}: ' if f.when else ''}{f.render()}" for f in rule.FIXES.values()
+    ]
+    assert rule.FIXES, "every rule says how to fix what it finds"
+
+
+def test_a_hand_written_how_to_fix_section_is_refused() -> None:
+    with pytest.raises(RuleError, match="generated from FIXES"):
+
+        class Handwritten(Rule):
+            """Title.
+
+            ## How to fix
+            Something else than the findings say.
+            """
+
+
+def test_fix_slots_are_filled_in_findings_and_explained_in_docs() -> None:
+    from ncclpm.rules.base import Fix
+
+    fix = Fix("Check the ports of {hosts|the named hosts} now.")
+    assert fix.render() == "Check the ports of the named hosts now."
+    assert fix.render({"hosts": "node7"}) == "Check the ports of node7 now."
+    assert Fix("`emptyDir: {medium: Memory}`").render({}) == "`emptyDir: {medium: Memory}`", "not a slot"
+    with pytest.raises(KeyError):
+        fix.render({})
+
+
+# ----------------------------------------------------------------------------------------------------- enums
+
+
+def test_closed_vocabularies_are_enums() -> None:
+    from ncclpm.api import diagnose
+    from ncclpm.schema import Band, Category
+
+    assert [Band.of(c) for c in (0.2, 0.6, 0.85)] == [Band.POSSIBLE, Band.LIKELY, Band.CONCLUSIVE]
+    assert Band.POSSIBLE.rank < Band.LIKELY.rank < Band.CONCLUSIVE.rank
+    d = diagnose([ROOT / "sample_logs" / "gloo_rank0_slow_work"])
+    assert isinstance(d.band, Band) and isinstance(d.category, Category)
+    assert d.to_dict()["band"] == "conclusive" and type(d.to_dict()["band"]) is Band  # a str: JSON as is

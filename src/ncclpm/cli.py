@@ -17,35 +17,51 @@ from pathlib import Path
 import click
 
 from ncclpm import __version__
+from ncclpm.escape import terminal, terminal_json
+from ncclpm.outfile import OutputError, check_output, write_text
 from ncclpm.render import RENDERERS, render
 from ncclpm.render.diff import DIFF_RENDERERS
-from ncclpm.rules.base import band
+from ncclpm.schema import Band, Category
 
-EXIT_OK, EXIT_FAIL_ON, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
-BANDS = ("possible", "likely", "conclusive")
+EXIT_OK, EXIT_FAIL_ON, EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+BANDS = tuple(str(b) for b in Band)
+DATA_FORMATS = ("json", "slack-json")  # JSON text: made terminal-safe by escaping, never by dropping characters
 DIFF_FORMATS = tuple(DIFF_RENDERERS)
 
 
-def _write(text: str, output: Path | None, force: bool) -> None:
+def _say(message: str) -> None:
+    """A diagnostic line on stderr: file names and log text in it never act on the terminal."""
+    click.echo(terminal(message), err=True)
+
+
+def _write(text: str, output: Path | None, force: bool, fmt: str = "md") -> None:
     if output is None:
-        click.echo(text, nl=False)
+        click.echo(terminal_json(text) if fmt in DATA_FORMATS else terminal(text), nl=False)
         return
-    _check_output(output, force)
     try:
-        output.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise click.UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
-    click.echo(f"wrote {output}", err=True)
+        write_text(output, text, force)
+    except OutputError as exc:
+        raise click.UsageError(str(exc)) from None
+    _say(f"wrote {output}")
 
 
 def _check_output(output: Path | None, force: bool) -> None:
     """Refuse before any work: never overwrite without --force, never create folders."""
-    if output is None:
-        return
-    if (output.exists() or output.is_symlink()) and not force:  # a dangling symlink would be written through
-        raise click.UsageError(f"{output} exists; use --force to overwrite it")
-    if not output.parent.is_dir():
-        raise click.UsageError(f"folder {output.parent} does not exist (ncclpm does not create folders)")
+    try:
+        check_output(output, force)
+    except OutputError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _load_patterns(patterns: tuple[Path, ...]) -> None:
+    """A bad --patterns catalog is a usage error (exit 2), found before any work."""
+    from ncclpm.api import catalog
+    from ncclpm.ingest.catalog import CatalogError
+
+    try:
+        catalog(tuple(patterns))
+    except CatalogError as exc:
+        raise click.UsageError(f"--patterns: {exc}") from None
 
 
 def _read_stdin() -> bytes:
@@ -53,23 +69,26 @@ def _read_stdin() -> bytes:
 
 
 class _Main(click.Group):
-    """Turns an unexpected exception into exit code 3 and one line naming it (Python's default would be 1)."""
+    """Turns an unexpected exception into exit code 3 and one line naming it (Python's default would be 1), and
+    Ctrl-C into exit code 130 without a traceback."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort, BrokenPipeError):
             raise
+        except KeyboardInterrupt:
+            _say("ncclpm: interrupted")
+            ctx.exit(EXIT_INTERRUPTED)
         except Exception as exc:
             if os.environ.get("NCCLPM_DEBUG"):
                 raise
             frames = traceback.extract_tb(exc.__traceback__)
             where = next((f for f in reversed(frames) if f"{os.sep}ncclpm{os.sep}" in f.filename), frames[-1])
             first = (str(exc).strip().splitlines() or [""])[0][:300]
-            click.echo(
+            _say(
                 f"ncclpm: internal error: {type(exc).__name__}: {first} (at {Path(where.filename).name}:"
-                f"{where.lineno}) - a bug in ncclpm, please report it; NCCLPM_DEBUG=1 shows the traceback",
-                err=True,
+                f"{where.lineno}) - a bug in ncclpm, please report it; NCCLPM_DEBUG=1 shows the traceback"
             )
             ctx.exit(EXIT_INTERNAL)
 
@@ -109,9 +128,10 @@ def diagnose(
     """Diagnose one job: PATHS are a log folder, files, archives, or `-` for pasted text on stdin."""
     from ncclpm.api import diagnose as run
 
+    _check_output(output, force)
+    _load_patterns(patterns)
     stdin = _read_stdin() if "-" in paths else None
     files = [p for p in paths if p != "-"]
-    _check_output(output, force)
     d = run(
         files,
         stdin_bytes=stdin,
@@ -121,13 +141,13 @@ def diagnose(
         name=name or ("pasted text" if stdin is not None and not files else None),
     )
     for w in d.warnings:
-        click.echo(f"ncclpm: warning: {w}", err=True)
+        _say(f"ncclpm: warning: {w}")
     if d.n_sources == 0:
-        click.echo("ncclpm: error: nothing readable in the input (see warnings above)", err=True)
-        _write(render(d, fmt), output, force)
+        _say("ncclpm: error: nothing readable in the input (see warnings above)")
+        _write(render(d, fmt), output, force, fmt)
         sys.exit(EXIT_INPUT)
-    _write(render(d, fmt), output, force)
-    if fail_on and d.category not in ("unknown",) and BANDS.index(band(d.confidence)) >= BANDS.index(fail_on):
+    _write(render(d, fmt), output, force, fmt)
+    if fail_on and d.category != Category.UNKNOWN and d.band.rank >= Band(fail_on).rank:
         sys.exit(EXIT_FAIL_ON)
 
 
@@ -169,6 +189,7 @@ def diff_runs(
     if "-" in good and "-" in bad:
         raise click.UsageError("only one side can be read from stdin")
     _check_output(output, force)
+    _load_patterns(patterns)
     report = diff(
         [p for p in good if p != "-"],
         [p for p in bad if p != "-"],
@@ -177,22 +198,24 @@ def diff_runs(
         stdin_side=stdin_side,
     )
     for w in report.warnings:
-        click.echo(f"ncclpm: warning: {w}", err=True)
-    _write(render_diff(report, fmt), output, force)
+        _say(f"ncclpm: warning: {w}")
+    _write(render_diff(report, fmt), output, force, fmt)
     if report.good.sources == 0 or report.bad.sources == 0:
         side = "GOOD" if report.good.sources == 0 else "BAD"
-        click.echo(f"ncclpm: error: nothing readable in {side} (see warnings above)", err=True)
+        _say(f"ncclpm: error: nothing readable in {side} (see warnings above)")
         sys.exit(EXIT_INPUT)
 
 
 @main.command("rules")
 def list_rules() -> None:
-    """List the rules."""
-    from ncclpm.rules import ALL_RULES
+    """List the rules in precedence order: within a confidence band, an earlier rule wins over a later one."""
+    from ncclpm.precedence import PRECEDENCE
+    from ncclpm.rules import by_id
 
-    for r in ALL_RULES:
+    for place, (rule_id, why) in enumerate(PRECEDENCE, 1):
+        r = by_id(rule_id)
         title = " ".join(r.doc().split("\n\n")[0].split())
-        click.echo(f"{r.id}  {r.name:<34} {r.category!s:<22} {title}")
+        click.echo(f"{r.id}  {r.name:<34} {r.category!s:<22} {title}\n      precedence {place}: {why}")
 
 
 @main.command()
@@ -235,9 +258,11 @@ def tables(paths: tuple[str, ...], name: str, fmt: str | None, output: Path | No
         [p for p in paths if p != "-"], stdin_bytes=stdin, fr_columns="all" if name == "fr_entries" else "analysis"
     )
     try:
-        export_table(t, name, fmt, output, force)
-    except (KeyError, FileExistsError) as exc:
+        text = export_table(t, name, fmt, output, force)
+    except (KeyError, OutputError) as exc:
         raise click.UsageError(str(exc.args[0])) from None
+    if text is not None:
+        click.echo(terminal_json(text) if fmt == "ndjson" or not sys.stdout.isatty() else terminal(text), nl=False)
 
 
 @main.command()
@@ -273,7 +298,7 @@ def triage(
     force: bool,
 ) -> None:
     """Triage many jobs: PATHS are jobs (folders, archives) or folders of jobs; one row per job."""
-    from ncclpm.triage import find_jobs, render_summary, run_local, run_ray, to_frame, write_table
+    from ncclpm.triage import Interrupted, find_jobs, render_summary, run_local, run_ray, to_frame, write_table
     from ncclpm.triage.baseline import BaselineError, baseline_context, mark_new, read_baseline
     from ncclpm.triage.table import table_format
 
@@ -290,25 +315,39 @@ def triage(
             baseline = read_baseline(baseline_path)
         except BaselineError as exc:
             raise click.UsageError(str(exc)) from None
-    jobs = find_jobs(paths)
+    warnings: list[str] = []
+    jobs = find_jobs(paths, warnings)
+    for w in warnings:
+        _say(f"ncclpm: warning: {w}")
+    interrupted = False
     with click.progressbar(length=len(jobs), label=f"triage {len(jobs)} jobs", file=sys.stderr) as bar:
 
         def tick(_row: dict) -> None:
             bar.update(1)
 
-        rows = run_ray(jobs, ray_address, tick) if ray_address else run_local(jobs, workers, tick)
+        try:
+            rows = run_ray(jobs, ray_address, tick) if ray_address else run_local(jobs, workers, tick)
+        except Interrupted as stop:  # Ctrl-C: the pending jobs were cancelled; keep the finished ones
+            rows, interrupted = stop.rows, True
     frame = to_frame(rows)
     context = None
     if baseline is not None and baseline_path is not None:
         frame = mark_new(frame, baseline)
         context = baseline_context(frame, baseline, baseline_path.name)
+    if interrupted:
+        _say(f"ncclpm: interrupted after {frame.height} of {len(jobs)} jobs; pending jobs cancelled")
     if output is not None:
-        write_table(frame, output)
-        click.echo(f"wrote {output}", err=True)
-    if summary_out is not None or output is None:
-        _write(render_summary(frame, baseline=context), summary_out, force=True)
+        try:
+            write_table(frame, output, force)
+        except OutputError as exc:
+            raise click.UsageError(str(exc)) from None
+        _say(f"wrote {output}{' (partial: interrupted)' if interrupted else ''}")
+    if summary_out is not None or (output is None and not interrupted):
+        _write(render_summary(frame, baseline=context), summary_out, force)
     failed = frame["error"].is_not_null().sum()
-    click.echo(f"ncclpm: {frame.height} jobs, {failed} unreadable, {frame['seconds'].sum():.1f} s of work", err=True)
+    _say(f"ncclpm: {frame.height} jobs, {failed} unreadable, {frame['seconds'].sum():.1f} s of work")
+    if interrupted:
+        sys.exit(EXIT_INTERRUPTED)
 
 
 @main.group()

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ncclpm.rules.base import Evidence, Finding, band
-from ncclpm.schema import Category
+from ncclpm.rules.base import Evidence, Finding
+from ncclpm.schema import Band, Category
 
 SCHEMA_VERSION = 1
 
@@ -61,8 +61,8 @@ class Diagnosis:
         return self.primary.confidence
 
     @property
-    def band(self) -> str:
-        return band(self.confidence)
+    def band(self) -> Band:
+        return Band.of(self.confidence)
 
     @property
     def culprit_ranks(self) -> tuple[int, ...]:

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from ncclpm.rules import ALL_RULES
+from ncclpm.precedence import PRECEDENCE
+from ncclpm.rules import by_id
 
 BEGIN, END = "<!-- rules:begin -->", "<!-- rules:end -->"
 
 
 def rules_table() -> str:
-    rows = ["| id | name | category | what it detects |", "|---|---|---|---|"]
-    for r in ALL_RULES:
+    """The rules in precedence order (`precedence.py`), each with why it stands there."""
+    rows = ["| id | name | category | what it detects | precedence: why here |", "|---|---|---|---|---|"]
+    for rule_id, why in PRECEDENCE:
+        r = by_id(rule_id)
         title = " ".join(r.doc().split("\n\n")[0].split())  # the first paragraph, on one line
-        rows.append(f"| {r.id} | `{r.name}` | `{r.category}` | {title} |")
+        rows.append(f"| {r.id} | `{r.name}` | `{r.category}` | {title} | {why} |")
     return "\n".join(rows)
 
 

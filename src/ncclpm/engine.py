@@ -2,15 +2,16 @@
 
 Each rule runs in isolation: a rule whose tables are absent is recorded as "not evaluated", a rule that
 raises becomes a tool warning and the others still run. The primary finding is the most confident root
-cause (confidence band first, then the rule's specificity, then confidence); findings the primary explains
-(its `explains` ids, or whose culprits are the primary's victims) are folded under it as symptoms; the rest
-are rivals with the reason they lose.
+cause (confidence band first, then the rule's place in `precedence.PRECEDENCE`, then confidence); findings
+the primary explains (its `explains` ids, or whose culprits are the primary's victims) are folded under it as
+symptoms; the rest are rivals with the reason they lose.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ncclpm import precedence
 from ncclpm.diagnosis import Diagnosis, Rival
 from ncclpm.ingest.tables import Tables
 from ncclpm.noticed import who_noticed
@@ -19,8 +20,6 @@ from ncclpm.rules import ALL_RULES
 from ncclpm.rules.base import Finding, Rule
 from ncclpm.schema import Category
 from ncclpm.stack_facts import stack_report
-
-BAND_ORDER = {"conclusive": 2, "likely": 1, "possible": 0}
 
 
 def select_rules(select: Iterable[str] = (), ignore: Iterable[str] = ()) -> list[type[Rule]]:
@@ -56,8 +55,9 @@ def evaluate(t: Tables, rules: list[type[Rule]]) -> tuple[list[Finding], list[st
     return findings, warnings, skipped
 
 
-def _rank_key(f: Finding, priority: dict[str, int]) -> tuple:
-    return (BAND_ORDER[f.band], priority.get(f.rule, 0), f.confidence, f.rule)
+def _rank_key(f: Finding) -> tuple:
+    """Band, then the rule's place in `precedence.PRECEDENCE` (earlier wins), then confidence."""
+    return (f.band.rank, -precedence.RANK[f.rule], f.confidence, f.rule)
 
 
 def _why_not(rival: Finding, primary: Finding) -> str:
@@ -90,10 +90,7 @@ def choose(
     findings: list[Finding], rules: list[type[Rule]], t: Tables, warnings: list[str] | None = None
 ) -> tuple[Finding, list[Rival], list[Finding], list[Finding]]:
     """Primary root cause; rivals (with why they lose); symptoms it explains; findings that support it."""
-    priority = {r.id: r.priority for r in rules}
-    roots = sorted(
-        (f for f in findings if f.category != Category.SYMPTOM), key=lambda f: _rank_key(f, priority), reverse=True
-    )
+    roots = sorted((f for f in findings if f.category != Category.SYMPTOM), key=_rank_key, reverse=True)
     fallback = next((r for r in rules if r.fallback), None)
     warnings = warnings if warnings is not None else []
     if roots:

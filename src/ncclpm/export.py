@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import polars as pl
 
+from ncclpm.escape import FORMULA_START
 from ncclpm.ingest.tables import Tables
+from ncclpm.outfile import write_output
 
 
 def table_names(t: Tables) -> list[str]:
@@ -38,18 +39,25 @@ def _flat(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def export_table(t: Tables, name: str, fmt: str, output: Path | None, force: bool = False) -> None:
+def csv_safe(frame: pl.DataFrame) -> pl.DataFrame:
+    """Text cells no spreadsheet runs as a formula (`escape.csv_cell`, as a polars expression)."""
+    return frame.with_columns(
+        pl.when(pl.col(c).str.contains(FORMULA_START)).then(pl.lit("'") + pl.col(c)).otherwise(pl.col(c)).alias(c)
+        for c, dt in frame.schema.items()
+        if dt == pl.String
+    )
+
+
+def export_table(t: Tables, name: str, fmt: str, output: Path | None, force: bool = False) -> str | None:
+    """Write table `name` to `output` (atomically, `outfile.py`), or return its text for stdout."""
     frame = get_table(t, name)
-    if output is not None and output.exists() and not force:
-        raise FileExistsError(f"{output} exists; use --force to overwrite it")
     if fmt == "parquet":
         if output is None:
             raise KeyError("parquet needs -o FILE")
-        frame.write_parquet(output)
-        return
-    target = output if output is not None else sys.stdout
-    text = _flat(frame).write_csv() if fmt == "csv" else frame.write_ndjson()
-    if isinstance(target, Path):
-        target.write_text(text, encoding="utf-8")
-    else:
-        target.write(text)
+        write_output(output, frame.write_parquet, force)
+        return None
+    text = csv_safe(_flat(frame)).write_csv() if fmt == "csv" else frame.write_ndjson()
+    if output is None:
+        return text
+    write_output(output, lambda tmp: tmp.write_text(text, encoding="utf-8"), force)
+    return None

@@ -1,6 +1,8 @@
 """The declared event kinds (`parsers/kinds.toml`) and the checked accessor code uses to name them.
 
-A kind is one `[[kind]]` entry: `name`, `meaning`, `victim` (a line a rank prints because another rank failed).
+A kind is one `[[kind]]` entry: `name`, `meaning`, `victim` (a line a rank prints because another rank failed),
+and `[[kind.reading]]`s: constant attributes its events get (`set = { net_class = "ib" }`), for all of them or
+only `when` their text matches a regex - so a rule reads a column instead of re-matching the text.
 The catalog loader refuses a pattern whose kind is not declared; code writes `K.collective_timeout` instead of
 the string, and a name that is not declared raises `UnknownKind` when the module that uses it is imported - so
 a misspelt kind in a rule fails every test at once instead of making the rule silently never fire.
@@ -17,7 +19,8 @@ from pathlib import Path
 from ncclpm.resources import data_dir
 
 KINDS_FILE = "kinds.toml"
-_KEYS = frozenset({"name", "meaning", "victim"})
+_KEYS = frozenset({"name", "meaning", "victim", "reading"})
+_READING_KEYS = frozenset({"when", "set"})
 
 
 class KindError(ValueError):
@@ -29,11 +32,31 @@ class UnknownKind(AttributeError):
 
 
 @dataclass(frozen=True)
+class Reading:
+    """Attributes (`set`) an event of the kind gets - always, or when its text matches `when`."""
+
+    set: dict[str, str | float | int | bool]
+    when: str | None = None
+
+
+@dataclass(frozen=True)
 class KindDecl:
     name: str
     meaning: str
     victim: bool
     origin: str
+    readings: tuple[Reading, ...] = ()
+
+
+def _readings(raw: list, where: str) -> tuple[Reading, ...]:
+    out = []
+    for r in raw:
+        if not isinstance(r, dict) or set(r) - _READING_KEYS or not isinstance(r.get("set"), dict) or not r["set"]:
+            raise KindError(f"{where}: a [[kind.reading]] has `set = {{attr = value}}` and an optional `when` regex")
+        if not isinstance(r.get("when", ""), str):
+            raise KindError(f"{where}: `when` must be a regex string")
+        out.append(Reading(dict(r["set"]), r.get("when")))
+    return tuple(out)
 
 
 def parse_kinds(doc: dict, origin: str) -> list[KindDecl]:
@@ -52,7 +75,7 @@ def parse_kinds(doc: dict, origin: str) -> list[KindDecl]:
         victim = raw.get("victim", False)
         if not isinstance(victim, bool):
             raise KindError(f"{where}: `victim` must be true or false")
-        out.append(KindDecl(name, meaning.strip(), victim, origin))
+        out.append(KindDecl(name, meaning.strip(), victim, origin, _readings(raw.get("reading", []), where)))
     return out
 
 

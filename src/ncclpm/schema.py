@@ -29,6 +29,33 @@ class Category(StrEnum):
     UNKNOWN = "unknown"
 
 
+class Band(StrEnum):
+    """Named confidence bands, weakest first: conclusive ≥ 0.85, likely ≥ 0.6, possible below."""
+
+    POSSIBLE = "possible"
+    LIKELY = "likely"
+    CONCLUSIVE = "conclusive"
+
+    @classmethod
+    def of(cls, confidence: float) -> Band:
+        if confidence >= 0.85:
+            return cls.CONCLUSIVE
+        return cls.LIKELY if confidence >= 0.6 else cls.POSSIBLE
+
+    @property
+    def rank(self) -> int:
+        """0 for possible ... 2 for conclusive (to compare bands)."""
+        return list(Band).index(self)
+
+
+class FRCulprit(StrEnum):
+    """How the flight-recorder dumps implicate a rank (cf. torch's fr_trace MatchState)."""
+
+    MISMATCH = "mismatch"  # it issued a different collective than the majority at the same sequence number
+    NEVER_JOINED = "never_joined"  # it never reached a collective its peers were waiting in
+    STOPPED_COMPLETING = "stopped_completing"  # its collectives stayed incomplete after its peers finished them
+
+
 LEVELS = ["F", "E", "W", "I", "V", "C"]
 
 # Fields a catalog pattern may extract into the `events` table, with their dtype. A catalog that names a
@@ -63,7 +90,17 @@ EVENT_FIELDS: dict[str, pl.DataType] = {
     "var": pl.String(),
     "value": pl.String(),
     "subject_rank": pl.Int64(),
+    "hca": pl.String(),  # an InfiniBand HCA a line names (`hca mlx5_3`)
+    "node": pl.String(),  # the host a kernel/syslog line names (`Apr  2 16:31:54 node7 kernel: ...`)
+    "shape": pl.String(),  # a collective's tensor shape as printed (`[768]`)
+    "dtype": pl.String(),  # a collective's tensor dtype as printed (`Float`)
+    # Attributes set by the kind declarations (parsers/kinds.toml), not by regex groups:
+    "victim": pl.Boolean(),  # printed because ANOTHER rank failed (never makes its rank a culprit)
+    "net_class": pl.String(),  # network errors: ib / interface / connect / closed / remote_exited
+    "strength": pl.Float64(),  # network errors: how much the line alone says the network is at fault (0-1)
+    "exhausted": pl.String(),  # DataLoader failures: the resource that ran out (shm / fds)
 }
+ATTRS_SET_BY_KINDS = ("victim", "net_class", "strength", "exhausted")
 
 DTYPE_NAMES: dict[str, pl.DataType] = {
     "str": pl.String(),

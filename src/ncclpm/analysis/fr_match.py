@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from ncclpm.ingest.flight_recorder import FRLoad
+from ncclpm.schema import FRCulprit
 
 SIZE_CHECKED_OPS = frozenset(
     {
@@ -77,7 +78,7 @@ class FRAnalysis:
     rank_facts: pl.DataFrame
     root_group: str | None
     culprit_ranks: tuple[int, ...]
-    culprit_kind: str | None
+    culprit_kind: FRCulprit | None
     summary: str
     culprit_frames: pl.DataFrame
     notes: tuple[str, ...]
@@ -398,28 +399,28 @@ def _scc(graph: dict[int, set[int]]) -> dict[int, int]:
 @dataclass(frozen=True)
 class _Verdict:
     culprits: tuple[int, ...]
-    kind: str | None
+    kind: FRCulprit | None
     root: str | None
-    kinds: dict[int, str]
+    kinds: dict[int, FRCulprit]
 
 
 def _verdict(missing: pl.DataFrame, mismatches: pl.DataFrame, stuck: pl.DataFrame, sizes: dict[str, int]) -> _Verdict:
     if not mismatches.is_empty():
         first = mismatches.row(0, named=True)
         culprits = tuple(sorted(first["culprit_ranks"]))
-        return _Verdict(culprits, "mismatch", first["group_key"], dict.fromkeys(culprits, "mismatch"))
+        return _Verdict(culprits, FRCulprit.MISMATCH, first["group_key"], dict.fromkeys(culprits, FRCulprit.MISMATCH))
     sinks = _sink_ranks(missing) if not missing.is_empty() else set()
     stuck_ranks = set(stuck["rank"].to_list())
-    kinds = {**dict.fromkeys(stuck_ranks, "stopped_completing"), **dict.fromkeys(sinks, "never_joined")}
+    kinds = {**dict.fromkeys(stuck_ranks, FRCulprit.STOPPED_COMPLETING), **dict.fromkeys(sinks, FRCulprit.NEVER_JOINED)}
     if sinks:
         rows = missing.filter(pl.col("missing_rank").is_in(sorted(sinks))).with_columns(
             pl.col("group_key").replace_strict(sizes, default=0).alias("size")
         )
         root = rows.sort(["t", "size"], descending=[False, True]).row(0, named=True)["group_key"]
-        return _Verdict(tuple(sorted(kinds)), "never_joined", root, kinds)
+        return _Verdict(tuple(sorted(kinds)), FRCulprit.NEVER_JOINED, root, kinds)
     if stuck_ranks:
         return _Verdict(
-            tuple(sorted(kinds)), "stopped_completing", stuck.sort("t").row(0, named=True)["group_key"], kinds
+            tuple(sorted(kinds)), FRCulprit.STOPPED_COMPLETING, stuck.sort("t").row(0, named=True)["group_key"], kinds
         )
     return _Verdict((), None, None, {})
 
@@ -515,7 +516,7 @@ def _peers(n: int) -> str:
 def _summary(v: _Verdict, missing: pl.DataFrame, mismatches: pl.DataFrame, stuck: pl.DataFrame) -> str:
     if v.kind is None:
         return "flight recorder: no missing, mismatched or stuck collective found"
-    if v.kind == "mismatch":
+    if v.kind == FRCulprit.MISMATCH:
         m = mismatches.row(0, named=True)
         who = (
             f"rank(s) {m['culprit_ranks']} differ from the majority" if m["decided"] else "ranks disagree (no majority)"
@@ -526,7 +527,7 @@ def _summary(v: _Verdict, missing: pl.DataFrame, mismatches: pl.DataFrame, stuck
         )
     parts = []
     for r in v.culprits:
-        if v.kinds[r] == "never_joined":
+        if v.kinds[r] == FRCulprit.NEVER_JOINED:
             mine = missing.filter(pl.col("missing_rank") == r)
             row = mine.filter(pl.col("group_key") == v.root).vstack(mine).row(0, named=True)
             parts.append(

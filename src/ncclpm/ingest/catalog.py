@@ -159,12 +159,31 @@ def _envelope(raw: dict, origin: str) -> Envelope:
     return env_mod.parse_envelope(raw, origin, _check_regex, CatalogError, _examples(raw, "example"))
 
 
+_PY_TYPES = {pl.String: str, pl.Float64: (int, float), pl.Int64: int, pl.Boolean: bool}
+
+
+def _check_readings(decl: KindDecl) -> None:
+    where = f"{decl.origin}: kind {decl.name!r} reading"
+    for r in decl.readings:
+        if r.when is not None:
+            _check_regex(r.when, where)
+        for attr, value in r.set.items():
+            if attr not in EVENT_FIELDS:
+                raise CatalogError(f"{where}: {attr!r} is not an events column (see schema.EVENT_FIELDS)")
+            expected = _PY_TYPES[type(EVENT_FIELDS[attr])]
+            if not isinstance(value, expected) or (isinstance(value, bool) and expected is not bool):
+                raise CatalogError(f"{where}: {attr} = {value!r} is not a {EVENT_FIELDS[attr]}")
+
+
 def _kinds(dirs: tuple[Path, ...]) -> dict[str, KindDecl]:
     """Every kinds.toml of the shipped and user directories, merged (a name declared twice is an error)."""
     try:
-        return merge_kinds([d for directory in dirs if (p := directory / KINDS_FILE).is_file() for d in load_kinds(p)])
+        kinds = merge_kinds([d for directory in dirs if (p := directory / KINDS_FILE).is_file() for d in load_kinds(p)])
     except KindError as exc:
         raise CatalogError(str(exc)) from exc
+    for decl in kinds.values():
+        _check_readings(decl)
+    return kinds
 
 
 def load_catalog(extra_dirs: tuple[Path, ...] = ()) -> Catalog:
@@ -178,13 +197,18 @@ def load_catalog(extra_dirs: tuple[Path, ...] = ()) -> Catalog:
         for path in sorted(directory.glob("*.toml")):
             try:
                 doc = tomllib.loads(path.read_text(encoding="utf-8"))
-            except tomllib.TOMLDecodeError as exc:
+            except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as exc:
                 raise CatalogError(f"{path.name}: invalid TOML: {exc}") from exc
             if "kind" in doc and path.name != KINDS_FILE:
                 raise CatalogError(f"{path.name}: [[kind]] entries belong in {KINDS_FILE}")
-            envelopes += [_envelope(e, path.name) for e in doc.get("envelope", [])]
-            patterns += [_pattern(p, path.name, kinds) for p in doc.get("pattern", [])]
-            keep += doc.get("prefilter", {}).get("keep", [])
+            try:
+                envelopes += [_envelope(e, path.name) for e in doc.get("envelope", [])]
+                patterns += [_pattern(p, path.name, kinds) for p in doc.get("pattern", [])]
+                keep += [str(k) for k in doc.get("prefilter", {}).get("keep", [])]
+            except (KeyError, TypeError, AttributeError, ValueError) as exc:  # a table where a list was due...
+                if isinstance(exc, CatalogError):
+                    raise
+                raise CatalogError(f"{path.name}: malformed catalog entry ({type(exc).__name__}: {exc})") from exc
     ids = [p.id for p in patterns] + [e.id for e in envelopes]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:

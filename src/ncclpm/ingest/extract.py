@@ -19,6 +19,7 @@ from collections.abc import Callable
 import polars as pl
 
 from ncclpm.ingest.catalog import MESSAGE_RANK, Catalog, Pattern
+from ncclpm.ingest.readings import apply_readings
 from ncclpm.schema import DTYPE_NAMES, EVENT_FIELDS, EVENTS_SCHEMA, LINES_SCHEMA
 
 _TAG = (
@@ -250,7 +251,7 @@ def extract_events(parsed: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
     """The `events` table: one row per (line, pattern) match, sorted by source and line."""
     frames = [_pattern_events(parsed, p) for p in catalog.patterns]
     events = pl.concat([f.cast(EVENTS_SCHEMA) for f in frames], how="vertical")  # type: ignore[arg-type]
-    return _drop_superseded(events, catalog).sort("source", "line", "event")
+    return apply_readings(_drop_superseded(events, catalog).sort("source", "line", "event"), catalog.kinds)
 
 
 def lines_table(parsed: pl.DataFrame) -> pl.DataFrame:

@@ -32,6 +32,14 @@ def _frame_from_bytes(data: bytes) -> pl.LazyFrame:
     return pl.read_lines(text.encode("utf-8"), name="raw", row_index_name="line", row_index_offset=1).lazy()
 
 
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _keep(lf: pl.LazyFrame, name: str, anchors: list[str]) -> pl.LazyFrame:
     hit = pl.col("raw").str.contains_any(anchors)
     return (
@@ -50,8 +58,8 @@ def _keep(lf: pl.LazyFrame, name: str, anchors: list[str]) -> pl.LazyFrame:
 
 
 def _needs_python_decode(src: Source) -> bool:
-    if src.path is None:
-        return True
+    if src.path is None or not str(src.path).isprintable() or not _utf8(str(src.path)):
+        return True  # polars takes only UTF-8 paths: a Latin-1 file name is read by Python
     try:
         with src.path.open("rb") as fh:
             return fh.read(2) in (b"\xff\xfe", b"\xfe\xff")

@@ -3,8 +3,9 @@
 NCCL lines carry `host:pid:tid [cudaDev]`, not the rank (the `[dev]` number is the local CUDA device). The
 `... rank R nranks N ... - Init COMPLETE` line of the largest communicator a process joined gives its global
 rank, so every other NCCL line of that host:pid can be attributed. Tables: `nccl_comms` (host, pid, cuda_dev,
-rank, nranks, comm_id, bus_id, version) and `nccl_warnings` (host, pid, tid, rank, where = file:line, message,
-the return-code chain printed after the WARN on the same thread and the ncclResult_t it ends in, file, line).
+rank, nranks, comm_id, bus_id, version), `nccl_warnings` (host, pid, tid, rank, where = file:line, message,
+the return-code chain printed after the WARN on the same thread and the ncclResult_t it ends in, file, line)
+and `nccl_addresses` (host, ip: the address book NCCL's interface lines give, to name the host behind a peer).
 """
 
 from __future__ import annotations
@@ -60,6 +61,35 @@ def nccl_comms(events: pl.DataFrame) -> pl.DataFrame:
         "bus_id",
         pl.coalesce("version_v", "_host_version", pl.lit(job_version, pl.String)).alias("version"),
     ).unique(maintain_order=True)
+
+
+# NCCL's interface lines, printed by every process at init: `NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.3.14<0>`,
+# `NET/Socket : Using [0]eth0:10.0.0.2<0>`, `Bootstrap : Using eth0:10.0.0.1<0>`.
+_IFACE_LINE = r"(?:NET/IB ?: ?Using|NET/Socket ?: ?Using|Bootstrap ?: ?Using)"
+_IFACE_ADDR = r"(?:OOB |\]|Using )[\w.-]+:(\d{1,3}(?:\.\d{1,3}){3}|[0-9a-fA-F:]+%?\w*)<\d+>"
+ADDRESSES_SCHEMA = pl.Schema({"host": pl.String(), "ip": pl.String()})
+
+
+def nccl_addresses(lines: pl.DataFrame) -> pl.DataFrame:
+    """(host, ip) for every interface address a host's NCCL lines say it uses (an address that no host's line
+    shows stays unknown)."""
+    found = lines.filter(pl.col("host").is_not_null() & pl.col("message").str.contains(_IFACE_LINE))
+    if found.is_empty():
+        return pl.DataFrame(schema=ADDRESSES_SCHEMA)
+    return (
+        found.select("host", pl.col("message").str.extract_all(_IFACE_ADDR).alias("m"))
+        .explode("m")
+        .drop_nulls()
+        .select("host", pl.col("m").str.extract(r":([^:<]+(?::[^<]*)?)<\d+>$", 1).alias("ip"))
+        .filter(pl.col("ip").is_not_null() & (pl.col("ip") != ""))
+        .unique(maintain_order=True)
+        .cast(ADDRESSES_SCHEMA)  # type: ignore[arg-type]
+    )
+
+
+def has_nccl_log(lines: pl.DataFrame) -> bool:
+    """Whether the job holds NCCL's own log (NCCL_DEBUG=INFO or WARN output)."""
+    return not lines.filter(pl.col("message").str.contains("NCCL (?:INFO|WARN)")).is_empty()
 
 
 def rank_map(comms: pl.DataFrame) -> pl.DataFrame:

@@ -90,7 +90,7 @@ def build_ranks(
     parts = [hosts, counts, timeouts, status, errors, exits, activity, own_version]
     if comms is not None and not comms.is_empty():
         world = comms.filter(pl.col("nranks") == pl.col("nranks").max())
-        base = pl.concat([base, world.select("rank")]).unique().sort("rank")
+        base = pl.concat([base, world.select("rank")]).drop_nulls().unique().sort("rank")
         parts.append(
             world.group_by("rank").agg(
                 pl.col("host").first().alias("nccl_host"),

@@ -21,7 +21,7 @@ import polars as pl
 from ncclpm.ingest.stack_frames import frame_rules
 from ncclpm.ingest.stack_parse import Block, Frame, parse_pyspy_json, parse_stack_lines
 from ncclpm.ingest.stack_sniff import stack_format
-from ncclpm.sources.discover import Job
+from ncclpm.sources.discover import Job, SourceKind
 
 STACKS_SCHEMA = pl.Schema(
     {
@@ -69,7 +69,7 @@ class _Found:
 
 def _read_stack_sources(job: Job, warnings: list[str]) -> list[_Found]:
     found: list[_Found] = []
-    for src in job.of_kind("stack"):
+    for src in job.of_kind(SourceKind.STACK):
         try:
             data = src.read_bytes()
         except (OSError, ValueError) as exc:

@@ -16,26 +16,36 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from ncclpm.ingest.bounds import bound
 from ncclpm.ingest.catalog import Catalog
 from ncclpm.ingest.code_settings import code_settings_table
 from ncclpm.ingest.errorfiles import read_error_files
 from ncclpm.ingest.extract import extract_events, lines_table, parse_lines
 from ncclpm.ingest.lines import read_kept_lines
 from ncclpm.ingest.multiline import parse_elastic_summaries, stitch_tracebacks
-from ncclpm.ingest.nccl import fill_line_ranks, fill_ranks, nccl_comms, nccl_warnings, rank_map
+from ncclpm.ingest.nccl import (
+    fill_line_ranks,
+    fill_ranks,
+    has_nccl_log,
+    nccl_addresses,
+    nccl_comms,
+    nccl_warnings,
+    rank_map,
+)
 from ncclpm.ingest.ranks import build_ranks, world_size, world_size_is_declared
+from ncclpm.ingest.readings import apply_readings
 from ncclpm.ingest.settings import settings_table
 from ncclpm.ingest.stacks import build_stacks, pid_rank_map
 from ncclpm.kinds import K
 from ncclpm.schema import EVENTS_SCHEMA
-from ncclpm.sources.discover import Job
+from ncclpm.sources.discover import Job, SourceKind
 
 if TYPE_CHECKING:
     from ncclpm.analysis.fr_match import FRAnalysis
     from ncclpm.ingest.flight_recorder import FRLoad
 
 # Derived tables in `Tables.extra`, and every name a rule may list in `needs` (checked when a rule is defined).
-EXTRA_TABLES = ("nccl_comms", "nccl_warnings", "settings", "stacks", "code_settings")
+EXTRA_TABLES = ("nccl_comms", "nccl_warnings", "nccl_addresses", "settings", "stacks", "code_settings")
 TABLE_NAMES = frozenset(
     {"lines", "events", "tracebacks", "elastic", "ranks", "fr_entries", "fr_analysis", *EXTRA_TABLES}
 )
@@ -56,6 +66,7 @@ class Tables:
     fr: FRLoad | None = None
     fr_analysis: FRAnalysis | None = None
     extra: dict[str, pl.DataFrame] = field(default_factory=dict)
+    nccl_log: bool = False  # the job holds NCCL's own log (NCCL_DEBUG output)
     code_sources: tuple[str, ...] = ()  # code and configuration files, read for settings only
 
     def has(self, name: str) -> bool:
@@ -75,7 +86,7 @@ class Tables:
 
 
 def _read_dumps(job: Job, warnings: list[str], columns: str) -> tuple[FRLoad | None, FRAnalysis | None]:
-    dumps = job.of_kind("fr")
+    dumps = job.of_kind(SourceKind.FR)
     if not dumps:
         return None, None
     from ncclpm.analysis.fr_match import analyze_fr
@@ -92,11 +103,12 @@ def _read_dumps(job: Job, warnings: list[str], columns: str) -> tuple[FRLoad | N
 def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") -> Tables:
     """Read every source of the job once and build all tables (`fr_columns`: see `load_fr_dumps`)."""
     warnings = list(job.warnings)
-    kept = read_kept_lines(job.of_kind("text"), catalog.anchors, warnings)
+    kept = read_kept_lines(job.of_kind(SourceKind.TEXT), catalog.anchors, warnings)
     parsed = parse_lines(kept, catalog)
-    events = pl.concat(
-        [extract_events(parsed, catalog), read_error_files(job.of_kind("errorfile"), warnings)], how="vertical"
-    ).cast(EVENTS_SCHEMA)  # type: ignore[arg-type]
+    parsed = bound(parsed, warnings)
+    error_files = apply_readings(read_error_files(job.of_kind(SourceKind.ERROR_FILE), warnings), catalog.kinds)
+    events = pl.concat([extract_events(parsed, catalog), error_files], how="vertical").cast(EVENTS_SCHEMA)  # type: ignore[arg-type]
+    events = bound(events, warnings)
     comms = nccl_comms(events)
     process_ranks = rank_map(comms)
     events = fill_ranks(events, process_ranks)
@@ -104,9 +116,9 @@ def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") ->
     elastic = parse_elastic_summaries(parsed)
     fr, fr_analysis = _read_dumps(job, warnings, fr_columns)
     stacks = build_stacks(job, lines, pid_rank_map(lines, events, elastic, process_ranks), fr, warnings)
-    code = job.of_kind("code")
+    code = job.of_kind(SourceKind.CODE)
     code_settings = code_settings_table(code, warnings)
-    evidence = [s for s in job.sources if s.kind != "code"]
+    evidence = [s for s in job.sources if s.kind != SourceKind.CODE]
     if not evidence:
         only_code = f" ({len(code)} code file{'s' if len(code) != 1 else ''} read for settings only)" if code else ""
         warnings.append(f"no readable log, error file, flight-recorder or stack dump found{only_code}")
@@ -126,9 +138,17 @@ def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") ->
         extra=dict(
             zip(
                 EXTRA_TABLES,
-                (comms, nccl_warnings(events), settings_table(events, code_settings), stacks, code_settings),
+                (
+                    comms,
+                    nccl_warnings(events),
+                    nccl_addresses(lines),
+                    settings_table(events, code_settings),
+                    stacks,
+                    code_settings,
+                ),
                 strict=True,
             )
         ),
+        nccl_log=has_nccl_log(lines),
         code_sources=tuple(s.name for s in code),
     )

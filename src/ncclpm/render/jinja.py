@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
+from ncclpm.clamp import duration_text
 from ncclpm.diagnosis import Diagnosis
 from ncclpm.render.rankview import rank_groups
 from ncclpm.resources import data_dir
 
 
 def _duration_ms(ms: Any) -> str:
-    if ms is None:
-        return "?"
-    return str(timedelta(milliseconds=int(ms)))
+    return duration_text(ms)
 
 
 def _ts(value: Any) -> str:

@@ -10,9 +10,9 @@ log line is shown, not acted on); inside a ``` code block a backtick could end t
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 from typing import Any
 
+from ncclpm.clamp import duration_text
 from ncclpm.diagnosis import Diagnosis
 from ncclpm.render.jinja import environment
 from ncclpm.rules.base import ranks_text
@@ -46,7 +46,7 @@ def _collective(d: Diagnosis) -> str:
         return ""
     out = (fc.get("op") or "a collective") + (f" #{fc['seq']}" if fc.get("seq") is not None else "")
     if fc.get("timeout_ms"):
-        out += f" (timeout {timedelta(milliseconds=int(fc['timeout_ms']))})"
+        out += f" (timeout {duration_text(fc['timeout_ms'])})"
     return escape(out)
 
 

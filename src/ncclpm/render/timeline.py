@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from ncclpm.clamp import duration_text, shift, timedelta_ms
 from ncclpm.diagnosis import Diagnosis
 from ncclpm.render.rankview import RankGroup, rank_groups
 from ncclpm.triage.signature import strip_prefix
@@ -126,7 +127,8 @@ def _wait_start(row: dict[str, Any], timeout_ms: int | None) -> datetime | None:
     ts = _error_ts(row)
     if not (row.get("timed_out") and timeout_ms and ts is not None):
         return None
-    return ts - timedelta(milliseconds=int(timeout_ms))
+    wait = timedelta_ms(timeout_ms)
+    return None if wait is None else shift(ts, -wait)
 
 
 def _error_kind(row: dict[str, Any]) -> str:
@@ -139,7 +141,7 @@ def _error_ts(m: dict[str, Any]) -> datetime | None:
     ts, act = m.get("first_error_ts"), m.get("last_activity_ts")
     if not isinstance(ts, datetime):
         return None
-    if ts.microsecond == 0 and isinstance(act, datetime) and ts <= act < ts + timedelta(seconds=1):
+    if ts.microsecond == 0 and isinstance(act, datetime) and ts <= act < shift(ts, timedelta(seconds=1)):
         return act
     return ts
 
@@ -166,7 +168,7 @@ def _ticks(t0: datetime, t1: datetime) -> list[tuple[datetime, float]]:
         k = round(first + i * step, 3)
         if k > (t1 - epoch).total_seconds():
             break
-        out.append((epoch + timedelta(seconds=k), span))
+        out.append((shift(epoch, timedelta(seconds=k)), span))
     return out
 
 
@@ -292,7 +294,7 @@ def _title(d: Diagnosis) -> str:
     if not fc:
         return "Per-rank timeline"
     what = (fc.get("op") or "a collective") + (f" #{fc['seq']}" if fc.get("seq") is not None else "")
-    timeout = f" (timeout {timedelta(milliseconds=int(fc['timeout_ms']))})" if fc.get("timeout_ms") else ""
+    timeout = f" (timeout {duration_text(fc['timeout_ms'])})" if fc.get("timeout_ms") else ""
     return f"Per-rank timeline - the job stopped in {what}{timeout}"
 
 

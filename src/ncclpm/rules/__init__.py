@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ncclpm import precedence
 from ncclpm.rules.base import Rule, RuleError
 from ncclpm.rules.config_version import VersionsDifferAcrossRanks
 from ncclpm.rules.cuda_oom import CudaOutOfMemory
@@ -47,7 +48,8 @@ ALL_RULES: tuple[type[Rule], ...] = (
 
 
 def check_registry(rules: tuple[type[Rule], ...]) -> None:
-    """Ids and names are unique and every `explains` id is a registered rule (else `RuleError` at import)."""
+    """Ids and names are unique, every rule has its place in `precedence.PRECEDENCE`, and every `explains` id is
+    a registered rule (else `RuleError` at import)."""
     for attr in ("id", "name"):
         values = [getattr(r, attr) for r in rules]
         dupes = sorted({v for v in values if values.count(v) > 1})
@@ -58,6 +60,9 @@ def check_registry(rules: tuple[type[Rule], ...]) -> None:
         unknown = sorted(set(rule.explains) - ids)
         if unknown:
             raise RuleError(f"{rule.id} ({rule.__module__}): `explains` names unknown rule ids {unknown}")
+    problems = precedence.check(ids)
+    if problems:
+        raise RuleError(f"src/ncclpm/precedence.py: {'; '.join(problems)}")
 
 
 check_registry(ALL_RULES)

@@ -8,10 +8,9 @@ line printed before the others gave up is attributed to it (and said to be attri
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import polars as pl
 
+from ncclpm.clamp import duration_text
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.rules._facts import timeouts, victim_lines
@@ -76,5 +75,5 @@ def busy_text(act: pl.DataFrame) -> str:
     if act.is_empty() or not act["detail"][0]:
         return ""
     row = act.row(0, named=True)
-    bar = f", {row['bar_pct']}% after {timedelta(milliseconds=int(row['bar_ms']))}" if row.get("bar_ms") else ""
+    bar = f", {row['bar_pct']}% after {duration_text(row['bar_ms'])}" if row.get("bar_ms") else ""
     return f" ({row['detail'].rstrip(':')}{bar})"

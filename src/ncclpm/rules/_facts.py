@@ -9,23 +9,19 @@ from __future__ import annotations
 
 import polars as pl
 
+from ncclpm.clamp import MAX_LISTED_RANKS
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 
 VICTIM_KINDS = list(K.victims)  # declared `victim = true` in parsers/kinds.toml
-# Exceptions whose text is itself a symptom of another rank's failure.
-VICTIM_TEXT = (
-    r"Timed out waiting|Connection closed by peer|Connection reset by peer|Watchdog caught collective|"
-    r"communicator was aborted|remote process exited|monitoredBarrier|NCCL communicator encountered error|"
-    r"Broken pipe|SIGTERM|Signal 15"
-)
 
 
 def victim_lines(t: Tables) -> pl.DataFrame:
-    """Events that show a rank waiting on, or torn down because of, another rank."""
-    by_kind = t.events.filter(pl.col("kind").is_in(VICTIM_KINDS))
-    by_text = t.events.filter((pl.col("kind") == K.exception) & pl.col("text").str.contains(VICTIM_TEXT))
-    return pl.concat([by_kind, by_text]).filter(pl.col("rank").is_not_null())
+    """Events that show a rank waiting on, or torn down because of, another rank (the `victim` column: victim
+    kinds, and exceptions whose message reads like one). Lines of a victim kind come first: they name the
+    collective."""
+    victims = t.events.filter(pl.col("victim") & pl.col("rank").is_not_null())
+    return victims.sort(~pl.col("kind").is_in(VICTIM_KINDS), maintain_order=True)
 
 
 def victim_ranks(t: Tables) -> set[int]:
@@ -60,8 +56,10 @@ def first_symptom_ts(t: Tables):
 
 
 def known_ranks(t: Tables) -> set[int]:
-    ranks = set(t.ranks["rank"].to_list())
-    if t.world_size:
+    """Ranks seen in the job, plus every rank below the world size when there are at most MAX_LISTED_RANKS:
+    a world size is a number from a log, and `WORLD_SIZE=999999999` must not become a billion-element set."""
+    ranks = set(t.ranks["rank"].drop_nulls().to_list())
+    if t.world_size and t.world_size <= MAX_LISTED_RANKS:
         ranks |= set(range(t.world_size))
     return ranks
 
@@ -74,7 +72,7 @@ def same_line(events: pl.DataFrame, kinds: list[str]) -> pl.DataFrame:
 def exceptions_not_victim(t: Tables, exclude_kinds: list[str]) -> pl.DataFrame:
     """Exception lines (logs and error files) that are neither a victim symptom nor another rule's kind."""
     exc = t.events.filter((pl.col("kind") == K.exception) & pl.col("rank").is_not_null())
-    exc = exc.filter(~pl.col("text").str.contains(VICTIM_TEXT))
+    exc = exc.filter(~pl.col("victim"))
     taken = same_line(t.events, [*VICTIM_KINDS, *exclude_kinds])
     return exc.join(taken, on=["source", "line"], how="anti")
 

@@ -1,10 +1,9 @@
 """Which host a rank ran on, which IP a host uses, and who a `peer` address in an NCCL line is.
 
 NCCL names peers by address (`10.0.3.14<41524>`, or `node03.cluster<45882>` in recent versions), while ranks
-are known by host (`host:pid` prefix + the `Init COMPLETE` line). The address book comes from NCCL's own
-interface lines: `NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.3.14<0>`, `NET/Socket : Using
-[0]eth0:10.0.0.2<0>`, `Bootstrap : Using eth0:10.0.0.1<0>` - printed by every process at init. Known limit:
-an address that no host's interface line shows stays an address (the report quotes it as is).
+are known by host (`host:pid` prefix + the `Init COMPLETE` line). The address book is the `nccl_addresses` table
+(ingest/nccl.py, from NCCL's own interface lines printed by every process at init). Known limit: an address that
+no host's interface line shows stays an address (the report quotes it as is).
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ import polars as pl
 from ncclpm.ingest.tables import Tables
 from ncclpm.rules.base import ranks_text
 
-_IFACE_ADDR = r"(?:OOB |\]|Using )[\w.-]+:(\d{1,3}(?:\.\d{1,3}){3}|[0-9a-fA-F:]+%?\w*)<\d+>"
 _PEER = re.compile(r"^\s*(?P<addr>[^<\s]+?)(?:<\d+>)?\s*$")
 
 
@@ -41,20 +39,9 @@ def ranks_on(t: Tables, hosts: list[str]) -> list[int]:
 
 
 def address_book(t: Tables) -> dict[str, str]:
-    """IP address → short host name, from NCCL's interface lines."""
-    lines = t.lines.filter(
-        pl.col("host").is_not_null()
-        & pl.col("message").str.contains(r"(?:NET/IB ?: ?Using|NET/Socket ?: ?Using|Bootstrap ?: ?Using)")
-    )
-    if lines.is_empty():
-        return {}
-    pairs = (
-        lines.select("host", pl.col("message").str.extract_all(_IFACE_ADDR).alias("m"))
-        .explode("m")
-        .drop_nulls()
-        .with_columns(pl.col("m").str.extract(r":([^:<]+(?::[^<]*)?)<\d+>$", 1).alias("ip"))
-    )
-    return {ip: host for host, ip in pairs.select("host", "ip").unique().iter_rows() if ip}
+    """IP address → short host name, from NCCL's interface lines (the `nccl_addresses` table)."""
+    book = t.extra.get("nccl_addresses")
+    return {} if book is None else {ip: host for host, ip in book.iter_rows()}
 
 
 def peer_host(peer: str | None, book: dict[str, str], hosts: set[str]) -> str | None:

@@ -4,28 +4,43 @@ A rule is one small class in its own module: metadata (id, name, category, the t
 confidence, which symptom rules it explains) plus two steps - `evidence(tables)`, a polars query whose
 rows are the facts it relies on (zero rows = silent), and `assess(tables, evidence)`, which turns those rows
 into a `Finding` with culprit ranks, a confidence and quotable evidence (file:line). The docstring of a rule
-is its user documentation (`ncclpm explain RULE`), written in fixed sections checked by a meta-test.
+is its user documentation (`ncclpm explain RULE`), written in fixed sections checked by a meta-test; its
+`## How to fix` section is generated from the rule's `FIXES`, the same texts its findings carry.
 """
 
 from __future__ import annotations
 
+import inspect
+import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import polars as pl
 
 from ncclpm.ingest.tables import TABLE_NAMES, Tables
-from ncclpm.schema import Category
+from ncclpm.schema import Band, Category
 
 DOC_SECTIONS = ("## What it detects", "## Why it matters", "## Example", "## How to fix")
+_SLOT = re.compile(r"\{(\w+)\|([^{}]*)\}")  # `{hosts|the named hosts}`: a value, and what the docs show
+
+
+@dataclass(frozen=True)
+class Fix:
+    """One fix a rule can give. `text` may hold slots `{name|doc text}`, filled by the finding with its own
+    values and shown with the doc text in `ncclpm explain`; `when` says (in the docs) when the fix is given."""
+
+    text: str
+    when: str = ""
+
+    def slots(self) -> set[str]:
+        return {m[1] for m in _SLOT.finditer(self.text)}
+
+    def render(self, values: dict[str, Any] | None = None) -> str:
+        """The text with its slots filled from `values`, or with their doc text when `values` is None."""
+        return _SLOT.sub(lambda m: m[2] if values is None else str(values[m[1]]), self.text)
+
+
 MAX_QUOTE = 400
-
-
-def band(confidence: float) -> str:
-    """Named confidence bands: conclusive ≥ 0.85, likely ≥ 0.6, possible below."""
-    if confidence >= 0.85:
-        return "conclusive"
-    return "likely" if confidence >= 0.6 else "possible"
 
 
 @dataclass(frozen=True)
@@ -58,8 +73,8 @@ class Finding:
     facts: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def band(self) -> str:
-        return band(self.confidence)
+    def band(self) -> Band:
+        return Band.of(self.confidence)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -113,9 +128,8 @@ class Rule:
     needs: ClassVar[frozenset[str]] = frozenset({"events"})
     base_confidence: ClassVar[float] = 0.5
     explains: ClassVar[tuple[str, ...]] = ()
-    status: ClassVar[str] = "stable"
     fallback: ClassVar[bool] = False  # run only when no other rule found a root cause
-    priority: ClassVar[int] = 50  # specificity: breaks ties between findings of the same confidence band
+    FIXES: ClassVar[dict[str, Fix]] = {}  # what to change, by key: the findings' fixes and the doc's How to fix
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -124,6 +138,8 @@ class Rule:
             raise RuleError(f"{cls.__name__}: `needs` names unknown tables {unknown} (known: {sorted(TABLE_NAMES)})")
         if not isinstance(cls.explains, tuple):
             raise RuleError(f"{cls.__name__}: `explains` must be a tuple of rule ids")
+        if "## How to fix" in (cls.__doc__ or ""):
+            raise RuleError(f"{cls.__name__}: the How to fix section is generated from FIXES; do not write it")
 
     def evidence(self, t: Tables) -> pl.DataFrame:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -141,6 +157,12 @@ class Rule:
         category = kw.pop("category", self.category)  # rules that classify from evidence may refine it
         return Finding(rule=self.id, name=self.name, category=category, confidence=conf, **kw)
 
+    def fixes(self, *keys: str, **values: Any) -> tuple[str, ...]:
+        """The texts of the fixes `keys` (all of them, in order, when none is given), slots filled from `values`."""
+        return tuple(self.FIXES[k].render(values) for k in (keys or tuple(self.FIXES)))
+
     @classmethod
     def doc(cls) -> str:
-        return (cls.__doc__ or "").strip()
+        """The docstring, with the `## How to fix` section generated from FIXES."""
+        fixes = "\n".join(f"- {f'When {f.when}: ' if f.when else ''}{f.render()}" for f in cls.FIXES.values())
+        return f"{inspect.cleandoc(cls.__doc__ or '')}\n\n## How to fix\n{fixes}"

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
-from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
 
@@ -34,18 +36,24 @@ class VersionsDifferAcrossRanks(Rule):
 
     ## Example
     `node01 ... NCCL version 2.21.5+cuda12.4` and `node07 ... NCCL version 2.18.1+cuda12.1` in one job.
-
-    ## How to fix
-    Run every rank from the same image / environment; print `torch.__version__`, `torch.cuda.nccl.version()` and
-    the driver version on each node at start-up to catch drift.
     """
 
     id = "CV01"
     name = "versions-differ-across-ranks"
     category = Category.CONFIG_VERSION
     base_confidence = 0.8
-    priority = 78
     explains = ("CT01", "CR01", "NW01")
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "one_image": Fix(
+            "Run every rank from one image/environment; pin torch (and with it NCCL) in the job's "
+            "requirements and rebuild the odd node's container."
+        ),
+        "log_versions": Fix(
+            "Print the versions on every rank at start-up in a form ncclpm reads: "
+            "`print(f\"torch {torch.__version__} NCCL version {'.'.join(map(str, torch.cuda.nccl.version()))}\")` "
+            "(or run with `NCCL_DEBUG=INFO`, whose banner names the NCCL version)."
+        ),
+    }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         explicit = t.kinds(K.version_mismatch)
@@ -98,13 +106,7 @@ class VersionsDifferAcrossRanks(Rule):
             explanation="Every rank must run the same NCCL and PyTorch build; mixed versions break the wire "
             "protocol or the collective bookkeeping and look like hangs or network errors.",
             evidence=quotes(ev),
-            fixes=(
-                "Run every rank from one image/environment; pin torch (and with it NCCL) in the job's "
-                "requirements and rebuild the odd node's container.",
-                "Print the versions on every rank at start-up in a form ncclpm reads: "
-                "`print(f\"torch {torch.__version__} NCCL version {'.'.join(map(str, torch.cuda.nccl.version()))}\")` "
-                "(or run with `NCCL_DEBUG=INFO`, whose banner names the NCCL version).",
-            ),
+            fixes=self.fixes(),
             dont=("No NCCL environment variable makes two NCCL versions interoperate.",),
             verify=("All ranks print the same versions at start-up.",),
         )

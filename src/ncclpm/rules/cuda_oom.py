@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.rules._facts import victim_ranks
-from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
 
@@ -25,18 +27,21 @@ class CudaOutOfMemory(Rule):
     ## Example
     `[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.` and
     `Watchdog caught collective operation timeout` on ranks 0-2.
-
-    ## How to fix
-    Reduce per-rank memory (micro-batch, activation checkpointing, `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`
-    against fragmentation); find what is uneven about the OOM rank (rank-0-only work, longest sequence).
     """
 
     id = "OM01"
     name = "cuda-out-of-memory"
     category = Category.CUDA_OOM
     base_confidence = 0.9
-    priority = 90
     explains = ("CT01", "CR01")
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "less_memory": Fix("Lower the per-rank micro-batch or sequence length, or enable activation checkpointing."),
+        "fragmentation": Fix(
+            "Set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` when the message shows a large "
+            "reserved-but-unallocated amount (fragmentation)."
+        ),
+        "uneven_rank": Fix("Check what is special about the OOM rank (rank-0-only evaluation/logging, longest batch)."),
+    }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         return t.kinds(K.cuda_oom).sort("ts", "source", "line", nulls_last=True)
@@ -51,12 +56,7 @@ class CudaOutOfMemory(Rule):
             explanation="An out-of-memory error stops the rank mid-step; the other ranks block in the next "
             "collective until the process-group timeout.",
             evidence=quotes(ev),
-            fixes=(
-                "Lower the per-rank micro-batch or sequence length, or enable activation checkpointing.",
-                "Set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` when the message shows a large "
-                "reserved-but-unallocated amount (fragmentation).",
-                "Check what is special about the OOM rank (rank-0-only evaluation/logging, longest batch).",
-            ),
+            fixes=self.fixes(),
             dont=("Do not raise the collective timeout: the rank is dead, waiting longer changes nothing.",),
             verify=("`torch.cuda.max_memory_allocated()` per rank stays below capacity for a few hundred steps.",),
             facts={"victim_ranks": sorted(others)},

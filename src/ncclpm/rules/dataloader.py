@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.rules._facts import victim_ranks
-from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
 
@@ -27,20 +29,38 @@ class DataloaderFailure(Rule):
     ## Example
     `[rank1]: RuntimeError: DataLoader worker (pid 30357) is killed by signal: Bus error. It is possible that
     dataloader's workers are out of shared memory.` while rank 0 reports `Connection closed by peer`.
-
-    ## How to fix
-    Give the DataLoader a `timeout=` well below the process-group timeout so a stuck read fails on the right
-    rank; fix the storage read that hangs; for `Bus error` raise `/dev/shm` (`docker run --shm-size=16g`,
-    Kubernetes `emptyDir: {medium: Memory}`); for `Too many open files` raise `ulimit -n` or call
-    `torch.multiprocessing.set_sharing_strategy("file_system")`; reduce `num_workers` if workers are OOM-killed.
     """
 
     id = "DL01"
     name = "dataloader-failure"
     category = Category.DATALOADER_HANG
     base_confidence = 0.8
-    priority = 80
     explains = ("CT01",)
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "timeout": Fix(
+            "Set `DataLoader(..., timeout=120)` (well below the process-group timeout) so a stuck worker "
+            "raises on the rank that owns it instead of hanging the whole job."
+        ),
+        "shm": Fix(
+            "Raise the shared-memory limit: `docker run --shm-size=16g` / Kubernetes `emptyDir: "
+            "{medium: Memory}` on `/dev/shm`; check `df -h /dev/shm` on the node.",
+            when="a worker ran out of shared memory (Bus error)",
+        ),
+        "fds": Fix(
+            "Raise the file-descriptor limit (`ulimit -n 65536`) or use "
+            "`torch.multiprocessing.set_sharing_strategy('file_system')`; fewer `num_workers`.",
+            when="the process ran out of file descriptors (Too many open files)",
+        ),
+        "killed": Fix(
+            "A worker was SIGKILLed (usually the kernel OOM killer): lower `num_workers` / "
+            "`prefetch_factor`, check `dmesg` for `Out of memory: Killed process`.",
+            when="a worker was killed by a signal",
+        ),
+        "slow_read": Fix(
+            "Find the slow read: `py-spy dump --pid <rank pid> --subprocesses` on the stuck rank shows its workers' "
+            "frames; keep the output beside the logs for ncclpm."
+        ),
+    }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         return t.kinds(K.dataloader_error, K.fd_exhaustion).sort("ts", "source", "line", nulls_last=True)
@@ -49,30 +69,14 @@ class DataloaderFailure(Rule):
         culprits = tuple(sorted(set(ev["rank"].drop_nulls().to_list())))
         others = victim_ranks(t) - set(culprits)
         conf = self.base_confidence + (0.1 if others else 0.0) - (0.15 if not culprits else 0.0)
-        text = " ".join(ev["text"].to_list()).lower()
-        fixes = [
-            "Set `DataLoader(..., timeout=120)` (well below the process-group timeout) so a stuck worker "
-            "raises on the rank that owns it instead of hanging the whole job."
+        exhausted = set(ev["exhausted"].drop_nulls().to_list())  # the kinds' readings: what ran out
+        wanted = [
+            "timeout",
+            *(["shm"] if "shm" in exhausted else []),
+            *(["fds"] if "fds" in exhausted else []),
+            *(["killed"] if ev["signal"].is_not_null().any() else []),  # `worker (pid N) is killed by signal: ...`
+            "slow_read",
         ]
-        if "bus error" in text or "shared memory" in text:
-            fixes.append(
-                "Raise the shared-memory limit: `docker run --shm-size=16g` / Kubernetes `emptyDir: "
-                "{medium: Memory}` on `/dev/shm`; check `df -h /dev/shm` on the node."
-            )
-        if "open files" in text or "ancdata" in text:
-            fixes.append(
-                "Raise the file-descriptor limit (`ulimit -n 65536`) or use "
-                "`torch.multiprocessing.set_sharing_strategy('file_system')`; fewer `num_workers`."
-            )
-        if "killed" in text:
-            fixes.append(
-                "A worker was SIGKILLed (usually the kernel OOM killer): lower `num_workers` / "
-                "`prefetch_factor`, check `dmesg` for `Out of memory: Killed process`."
-            )
-        fixes.append(
-            "Find the slow read: `py-spy dump --pid <rank pid> --subprocesses` on the stuck rank shows its workers' "
-            "frames; keep the output beside the logs for ncclpm."
-        )
         who = ranks_text(culprits) if culprits else "one rank"
         return self.finding(
             confidence=conf,
@@ -82,7 +86,7 @@ class DataloaderFailure(Rule):
             explanation="A rank whose input pipeline stalls stops issuing collectives, so every other rank "
             "waits in its next all-reduce until the process-group timeout; their timeouts are a symptom.",
             evidence=quotes(ev),
-            fixes=tuple(fixes),
+            fixes=self.fixes(*wanted),
             dont=(
                 "Do not raise the NCCL/process-group timeout: it only makes the job hang longer.",
                 "Do not set NCCL_P2P_DISABLE / NCCL_IB_DISABLE: the network is not involved.",

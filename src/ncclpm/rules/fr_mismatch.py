@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.rules._fr_evidence import changed_call_sites, entry_evidence
-from ncclpm.rules.base import Finding, Rule, ranks_text
+from ncclpm.rules.base import Finding, Fix, Rule, ranks_text
 from ncclpm.schema import Category
 
 
@@ -26,11 +28,6 @@ class FlightRecorderCollectivesDisagree(Rule):
 
     ## Example
     `all_reduce #4 of default_pg: rank 0 in=[[768]] Float, rank 1 in=[[1536]] Float` — a size mismatch.
-
-    ## How to fix
-    Look at the stack of the differing entries (in the evidence): make every rank issue the same
-    collectives with the same shapes and dtypes in the same order (rank-dependent branches, skipped steps,
-    uneven last batches, data-dependent shapes).
     """
 
     id = "FR01"
@@ -38,8 +35,17 @@ class FlightRecorderCollectivesDisagree(Rule):
     category = Category.MISMATCHED_COLLECTIVES
     needs = frozenset({"fr_analysis"})
     base_confidence = 0.85
-    priority = 88
     explains = ("CT01", "CR01", "ST01", "TO01")
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "same_collectives": Fix(
+            "Compare the stacks of the differing entries above and make every rank issue the same "
+            "collectives, with the same shapes and dtypes, in the same order."
+        ),
+        "debug_detail": Fix(
+            "Re-run once with `TORCH_DISTRIBUTED_DEBUG=DETAIL` to have every collective's fingerprint "
+            "checked before it runs."
+        ),
+    }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         assert t.fr_analysis is not None
@@ -73,12 +79,7 @@ class FlightRecorderCollectivesDisagree(Rule):
             explanation="Entries of every rank's dump were aligned on the process group's collective sequence "
             "number; at this one the ranks issued different collectives, so none of them can complete.",
             evidence=entry_evidence(t, keys),
-            fixes=(
-                "Compare the stacks of the differing entries above and make every rank issue the same "
-                "collectives, with the same shapes and dtypes, in the same order.",
-                "Re-run once with `TORCH_DISTRIBUTED_DEBUG=DETAIL` to have every collective's fingerprint "
-                "checked before it runs.",
-            ),
+            fixes=self.fixes(),
             dont=("No timeout or NCCL setting fixes a program that issues different collectives on different ranks.",),
             verify=("The next run's dumps (or DETAIL mode) show the same op/size/dtype on every rank at this step.",),
             facts={"group": g, "seq": seq, "kind": first["kind"], "decided": decided, "call_site_changed": moved},

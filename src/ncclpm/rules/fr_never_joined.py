@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import polars as pl
 
 from ncclpm.analysis.fr_match import FRAnalysis
@@ -9,8 +11,8 @@ from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.rules._facts import exceptions_not_victim
 from ncclpm.rules._fr_evidence import entry_evidence, last_entry_evidence
-from ncclpm.rules.base import Finding, Rule, ranks_text
-from ncclpm.schema import Category
+from ncclpm.rules.base import Finding, Fix, Rule, ranks_text
+from ncclpm.schema import Category, FRCulprit
 
 # What a culprit's own stack or log lines say it was doing -> the category it points to.
 FRAME_HINTS = (
@@ -45,11 +47,6 @@ class FlightRecorderRankStopped(Rule):
     ## Example
     `rank 0 never joined barrier #10 of default_pg; 2 peers were waiting` while rank 0's log says
     `Saving checkpoint ...`.
-
-    ## How to fix
-    Depends on what the culprit was doing (the category): rank-local work longer than the timeout, a
-    DataLoader stall, a crash, a GPU fault. Its stack frames and last lines are in the evidence; `py-spy
-    dump` of that rank in the next hang shows the exact frame.
     """
 
     id = "FR02"
@@ -57,13 +54,26 @@ class FlightRecorderRankStopped(Rule):
     category = Category.SLOW_RANK_WORK
     needs = frozenset({"fr_analysis"})
     base_confidence = 0.55
-    priority = 55
     explains = ("CT01",)
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "look": Fix(
+            "Look at what the culprit rank was doing (its last lines and the stack above); on the next "
+            "hang run `py-spy dump --pid <pid>` on it."
+        ),
+        "keep_dumps": Fix(
+            "Keep `TORCH_NCCL_TRACE_BUFFER_SIZE=2000` and `TORCH_NCCL_DUMP_ON_TIMEOUT=1` set so every "
+            "failure leaves dumps like these."
+        ),
+        "check_gpu": Fix(
+            "Check the GPU of that rank: `nvidia-smi`, `dmesg | grep -i xid`.",
+            when="the rank stopped completing collectives its peers had finished",
+        ),
+    }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         fa = t.fr_analysis
         assert fa is not None
-        if fa.culprit_kind not in ("never_joined", "stopped_completing"):
+        if fa.culprit_kind not in (FRCulprit.NEVER_JOINED, FRCulprit.STOPPED_COMPLETING):
             return pl.DataFrame()
         return fa.rank_facts.filter(pl.col("culprit"))
 
@@ -80,8 +90,8 @@ class FlightRecorderRankStopped(Rule):
     def _how(fa: FRAnalysis) -> str:
         kinds = set(fa.rank_facts.filter(pl.col("culprit"))["culprit_kind"].drop_nulls().to_list())
         parts = {
-            "never_joined": "never joined a collective the other ranks were waiting in",
-            "stopped_completing": "stopped completing collectives its peers had already finished",
+            FRCulprit.NEVER_JOINED: "never joined a collective the other ranks were waiting in",
+            FRCulprit.STOPPED_COMPLETING: "stopped completing collectives its peers had already finished",
         }
         return " or ".join(parts[k] for k in sorted(kinds) if k in parts) or "stopped"
 
@@ -101,7 +111,7 @@ class FlightRecorderRankStopped(Rule):
         # torch's own frames (all_reduce, barrier...) say nothing about what the rank was doing
         hint_text = " ".join(p for p in user_frames.split(" < ") if not any(m in p for m in TORCH_FRAMES))
         by_logs, by_frames = self._from_logs(t, culprits), self._from_frames(hint_text)
-        stuck = fa.culprit_kind == "stopped_completing"
+        stuck = fa.culprit_kind == FRCulprit.STOPPED_COMPLETING
         category = by_logs or by_frames or (Category.NVML_DRIVER_FAILURE if stuck else Category.SLOW_RANK_WORK)
         conf = 0.85 if by_logs else 0.7 if by_frames else self.base_confidence
         missing = fa.missing.filter(pl.col("missing_rank").is_in(culprits))
@@ -129,13 +139,7 @@ class FlightRecorderRankStopped(Rule):
                 else ""
             ),
             evidence=evidence,
-            fixes=(
-                "Look at what the culprit rank was doing (its last lines and the stack above); on the next "
-                "hang run `py-spy dump --pid <pid>` on it.",
-                "Keep `TORCH_NCCL_TRACE_BUFFER_SIZE=2000` and `TORCH_NCCL_DUMP_ON_TIMEOUT=1` set so every "
-                "failure leaves dumps like these.",
-            )
-            + (("Check the GPU of that rank: `nvidia-smi`, `dmesg | grep -i xid`.",) if stuck else ()),
+            fixes=self.fixes("look", "keep_dumps", *(["check_gpu"] if stuck else [])),
             dont=("Do not raise the timeout or disable P2P/IB before knowing why this rank stopped.",),
             verify=("In the next run's dumps every rank reaches the same last sequence number in every group.",),
             facts={"fr_kind": fa.culprit_kind, "root_group": fa.root_group},

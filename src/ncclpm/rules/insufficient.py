@@ -2,12 +2,35 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.rules._facts import known_ranks, victim_lines
-from ncclpm.rules.base import Finding, Rule, quotes
+from ncclpm.rules.base import Finding, Fix, Rule, quotes
 from ncclpm.schema import Category
+
+# The evidence to collect when it is missing from the job: (what, when) - the findings' fixes read "Collect <what>."
+MISSING = {
+    "logs": ("logs of ranks {ranks|that printed nothing} (no line from them was found)", "some ranks printed nothing"),
+    "dumps": (
+        "flight-recorder dumps: run with `TORCH_NCCL_TRACE_BUFFER_SIZE=2000` and "
+        "`TORCH_NCCL_DUMP_ON_TIMEOUT=1` (dumps land in `TORCH_FR_DUMP_TEMP_FILE`, default "
+        "`~/.cache/torch/comm_lib_trace_rank_<rank>`)",
+        "no dumps in the job",
+    ),
+    "nccl_log": (
+        "NCCL's own log: `NCCL_DEBUG=INFO` (or `WARN`), `NCCL_DEBUG_FILE=/path/nccl.%h.%p`",
+        "no NCCL_DEBUG output in the job",
+    ),
+    "stacks": (
+        "stack dumps of the hung ranks while they hang: `py-spy dump --pid <pid>` on each rank (add "
+        "`--subprocesses` for DataLoader workers), or `faulthandler.register(signal.SIGUSR1)` in the script "
+        "and `kill -USR1 <pid>`; keep the files beside the logs",
+        "no stack dumps in the job",
+    ),
+}
 
 
 class InsufficientEvidence(Rule):
@@ -23,43 +46,29 @@ class InsufficientEvidence(Rule):
 
     ## Example
     Only rank 0's log, one `Watchdog caught collective operation timeout` line, no dumps.
-
-    ## How to fix
-    Re-run with `TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1` (flight-recorder dumps),
-    `NCCL_DEBUG=INFO` (or `WARN`), per-rank logs (`torchrun --log-dir DIR --tee 3`), and when it hangs
-    `py-spy dump --pid <pid>` on every rank.
     """
 
     id = "IN01"
     name = "insufficient-evidence"
     category = Category.UNKNOWN
     base_confidence = 0.2
-    priority = -1
     fallback = True
+    FIXES: ClassVar[dict[str, Fix]] = {key: Fix(f"Collect {what}.", when) for key, (what, when) in MISSING.items()}
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         return pl.DataFrame({"job": [t.job_name]})
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
-        missing: list[str] = []
         seen = set(t.ranks["rank"].to_list())
         absent = sorted(known_ranks(t) - seen)
-        if absent:
-            missing.append(f"logs of ranks {', '.join(map(str, absent[:16]))} (no line from them was found)")
-        if t.fr is None:
-            missing.append(
-                "flight-recorder dumps: run with `TORCH_NCCL_TRACE_BUFFER_SIZE=2000` and "
-                "`TORCH_NCCL_DUMP_ON_TIMEOUT=1` (dumps land in `TORCH_FR_DUMP_TEMP_FILE`, default "
-                "`~/.cache/torch/comm_lib_trace_rank_<rank>`)"
-            )
-        if t.lines.filter(pl.col("message").str.contains("NCCL (?:INFO|WARN)")).is_empty():
-            missing.append("NCCL's own log: `NCCL_DEBUG=INFO` (or `WARN`), `NCCL_DEBUG_FILE=/path/nccl.%h.%p`")
-        if not t.has("stacks") or (t.extra["stacks"]["format"] == "fr").all():
-            missing.append(
-                "stack dumps of the hung ranks while they hang: `py-spy dump --pid <pid>` on each rank (add "
-                "`--subprocesses` for DataLoader workers), or `faulthandler.register(signal.SIGUSR1)` in the script "
-                "and `kill -USR1 <pid>`; keep the files beside the logs"
-            )
+        no_stacks = not t.has("stacks") or (t.extra["stacks"]["format"] == "fr").all()
+        wanted = [
+            *(["logs"] if absent else []),
+            *(["dumps"] if t.fr is None else []),
+            *(["nccl_log"] if not t.nccl_log else []),
+            *(["stacks"] if no_stacks else []),
+        ]
+        missing = [Fix(MISSING[k][0]).render({"ranks": ", ".join(map(str, absent[:16]))}) for k in wanted]
         victims = victim_lines(t)
         return self.finding(
             culprit_ranks=(),
@@ -70,7 +79,7 @@ class InsufficientEvidence(Rule):
             + "; ".join(missing)
             + ".",
             evidence=quotes(victims, 4),
-            fixes=tuple(f"Collect {m}." for m in missing),
+            fixes=self.fixes(*wanted, ranks=", ".join(map(str, absent[:16]))) if wanted else (),
             dont=(
                 "Do not set NCCL_P2P_DISABLE=1 / NCCL_IB_DISABLE=1 or an `NCCL_TIMEOUT` (read by nothing) "
                 "without evidence: they hide faults and slow every job.",

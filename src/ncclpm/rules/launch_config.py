@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
-from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
-
-SET_DEVICE = (
-    "Call `torch.cuda.set_device(int(os.environ['LOCAL_RANK']))` before `init_process_group` and before any "
-    "process group or device mesh is created (or pass `device_id=`); check that `CUDA_VISIBLE_DEVICES` and "
-    "`--nproc_per_node` match the GPUs of the node."
-)
-LOCAL_RANK_ARG = (
-    "Accept both spellings in the script (`parser.add_argument('--local-rank', '--local_rank', type=int)`) or, "
-    "better, read `int(os.environ['LOCAL_RANK'])` and launch with `torchrun`: since torch 2.0 "
-    "`torch.distributed.launch` passes `--local-rank`."
-)
 
 
 class LaunchMisconfigured(Rule):
@@ -40,18 +31,31 @@ class LaunchMisconfigured(Rule):
     ## Example
     `[rank2]: ncclInvalidUsage: ... Last error: Duplicate GPU detected : rank 0 and rank 1 both on CUDA
     device 6000`.
-
-    ## How to fix
-    Set the device per rank before creating any process group (`torch.cuda.set_device(local_rank)`), and make
-    the launcher and the script agree on arguments (read `LOCAL_RANK` from the environment).
     """
 
     id = "CF01"
     name = "launch-misconfigured"
     category = Category.CONFIG_VERSION
     base_confidence = 0.9
-    priority = 88
     explains = ("CT01", "CR01", "RZ01")
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "set_device": Fix(
+            "Call `torch.cuda.set_device(int(os.environ['LOCAL_RANK']))` before `init_process_group` and before any "
+            "process group or device mesh is created (or pass `device_id=`); check that `CUDA_VISIBLE_DEVICES` and "
+            "`--nproc_per_node` match the GPUs of the node.",
+            when="two ranks on one GPU",
+        ),
+        "local_rank_arg": Fix(
+            "Accept both spellings in the script (`parser.add_argument('--local-rank', '--local_rank', type=int)`) "
+            "or, better, read `int(os.environ['LOCAL_RANK'])` and launch with `torchrun`: since torch 2.0 "
+            "`torch.distributed.launch` passes `--local-rank`.",
+            when="the script rejects `--local-rank`",
+        ),
+        "match_arguments": Fix(
+            "Make the launch command's arguments match the script's parser.",
+            when="the script rejects other arguments",
+        ),
+    }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         return t.kinds(K.duplicate_gpu, K.launcher_args).sort("ts", "source", "line", nulls_last=True)
@@ -72,7 +76,7 @@ class LaunchMisconfigured(Rule):
                 "a missing `torch.cuda.set_device(local_rank)`: a communicator created lazily (a sub-group, a "
                 "device mesh) then lands on the default device of every process.",
                 evidence=quotes(dup),
-                fixes=(SET_DEVICE,),
+                fixes=self.fixes("set_device"),
                 dont=("Do not retry on other nodes: the mapping is wrong everywhere.",),
                 verify=("Each rank logs a different `cuda:N` / NCCL busId at init.",),
             )
@@ -94,7 +98,7 @@ class LaunchMisconfigured(Rule):
             explanation="argparse prints `error: ...` and exits with status 2 before any distributed code runs; "
             "torchrun's failure summary then lists the workers with exitcode 2. No NCCL or hardware is involved.",
             evidence=quotes(args),
-            fixes=(LOCAL_RANK_ARG if local_rank else "Make the launch command's arguments match the script's parser.",),
+            fixes=self.fixes("local_rank_arg" if local_rank else "match_arguments"),
             dont=("Do not look for a network or GPU problem: the workers never got past argument parsing.",),
             verify=("`python train.py --help` lists every argument the launch command passes.",),
         )

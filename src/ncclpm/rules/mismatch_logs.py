@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.rules._facts import timeouts, victim_ranks
-from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
-_OWN_FP = r"Rank (?<who>\d+) is running collective: CollectiveFingerPrint\((?<fp>[^)]*\)[^)]*)\)"
+CALL = ("op", "seq", "numel_in")
 
 
 def minority(votes: pl.DataFrame, key: str) -> tuple[int, ...]:
@@ -41,19 +43,24 @@ class CollectivesDisagreeInLogs(Rule):
     ## Example
     `Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=3, OpType=ALLREDUCE,
     TensorShape=[768], ...), but Rank 1 is running collective: ...TensorShape=[1536]...`
-
-    ## How to fix
-    Find the rank-dependent branch around that step (`if rank == 0:` around a collective, data-dependent
-    early exits, unused parameters with DDP, uneven last batches) and make every rank issue the same
-    collectives in the same order; run once with `TORCH_DISTRIBUTED_DEBUG=DETAIL` to get the exact call.
     """
 
     id = "MC01"
     name = "collectives-disagree-in-logs"
     category = Category.MISMATCHED_COLLECTIVES
     base_confidence = 0.8
-    priority = 85
     explains = ("CT01", "CR01")
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "same_collectives": Fix(
+            "Find the rank-dependent code path at that step (a collective under `if rank == 0`, an early "
+            "`continue`/`break`, an uneven last batch, DDP with unused parameters) and make every rank "
+            "issue the same collectives with the same shapes and dtypes."
+        ),
+        "debug_detail": Fix(
+            "Run once with `TORCH_DISTRIBUTED_DEBUG=DETAIL` (checks every collective's fingerprint) and "
+            "`TORCH_NCCL_TRACE_BUFFER_SIZE=2000` (flight-recorder dumps) to get the exact call site."
+        ),
+    }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         detected = t.kinds(K.mismatch_detected)
@@ -62,21 +69,19 @@ class CollectivesDisagreeInLogs(Rule):
         return pl.concat([detected, disagree]).sort("ts", "source", "line", nulls_last=True)
 
     def _culprits(self, t: Tables, ev: pl.DataFrame) -> tuple[tuple[int, ...], str]:
-        fps = (
-            ev.filter(pl.col("event") == "pg.collective_mismatch_detected")
-            .with_columns(pl.col("text").str.extract_groups(_OWN_FP).alias("_f"))
-            .unnest("_f")
-            .filter(pl.col("who").is_not_null())
-        )
-        if not fps.is_empty():
-            votes = fps.select(pl.col("who").cast(pl.Int32).alias("rank"), "fp").unique()
+        # DETAIL mode's line: "Rank <subject_rank> is running collective: CollectiveFingerPrint(<its own call>)"
+        fps = ev.filter((pl.col("kind") == K.mismatch_detected) & pl.col("subject_rank").is_not_null())
+        own = pl.struct("seq", "op", "shape", "dtype").alias("fp")
+        votes = fps.select(pl.col("subject_rank").cast(pl.Int32).alias("rank"), own).unique()
+        if votes["rank"].n_unique() > 1:  # a vote needs two voters; one rank's line alone names nobody
             aspects = ev["detail"].drop_nulls()
             return minority(votes, "fp"), (aspects[0] if aspects.len() else "the collective fingerprints differ")
         to = ev.filter(pl.col("kind") == K.collective_timeout)
         if not to.is_empty():
-            votes = to.select("rank", pl.format("{} #{} numel {}", "op", "seq", "numel_in").alias("call")).unique()
+            call = pl.format("{} #{} numel {}", *(pl.col(c).cast(pl.String).fill_null("?") for c in CALL))
+            votes = to.select("rank", call.alias("call")).unique().sort("rank", "call")
             return minority(votes, "call"), "the timed-out collectives differ: " + ", ".join(
-                f"rank {r}: {c}" for r, c in sorted(votes.iter_rows())
+                f"rank {r}: {c}" for r, c in votes.iter_rows()
             )
         # gloo's size check names no peer: the aborting rank and the ranks that lost it are all involved.
         ranks = tuple(sorted(set(ev["rank"].drop_nulls().to_list()) | victim_ranks(t)))
@@ -101,13 +106,7 @@ class CollectivesDisagreeInLogs(Rule):
             explanation="Collectives are matched by call order on every rank of a group; a rank that skips, adds "
             "or reshapes one leaves the others waiting (or reduces garbage).",
             evidence=quotes(ev),
-            fixes=(
-                "Find the rank-dependent code path at that step (a collective under `if rank == 0`, an early "
-                "`continue`/`break`, an uneven last batch, DDP with unused parameters) and make every rank "
-                "issue the same collectives with the same shapes and dtypes.",
-                "Run once with `TORCH_DISTRIBUTED_DEBUG=DETAIL` (checks every collective's fingerprint) and "
-                "`TORCH_NCCL_TRACE_BUFFER_SIZE=2000` (flight-recorder dumps) to get the exact call site.",
-            ),
+            fixes=self.fixes(),
             dont=("Raising the timeout or setting NCCL_P2P_DISABLE / NCCL_IB_DISABLE cannot fix a program bug.",),
             verify=("`TORCH_DISTRIBUTED_DEBUG=DETAIL` passes the step without a 'Detected mismatch' error.",),
             facts={"involved_ranks": involved},

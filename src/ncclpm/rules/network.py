@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.rules._hosts import ranks_on, where
 from ncclpm.rules._links import failing_pairs, implicated_hosts, link_ends
-from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.rules.rank_crash import RankDiedFirst
 from ncclpm.schema import Category
 
@@ -22,19 +24,6 @@ IB_STATUS = {
     "10": "IBV_WC_REM_ACCESS_ERR: remote access error",
     "11": "IBV_WC_REM_OP_ERR: remote operation error",
 }
-# What each class of line says about the network (confidence before the crash check).
-CLASSES = [
-    ("ib", r"Got completion from peer|async fatal event|Call to ibv_", 0.88),
-    (
-        "interface",
-        r"No interface found in the same subnet|no socket interface found|No usable listening interface",
-        0.87,
-    ),
-    ("connect", r"socketStartConnect|socketPollConnect|socketFinalizeAccept|Call to recv from", 0.7),
-    ("closed", r"Connection closed by remote peer|Connection reset by peer", 0.5),
-    ("remote_exited", r"remote process exited or there was a network error", 0.45),
-]
-_PEER_IN_TEXT = r"(?:from peer|remote peer|Connect to|recv from|remote address) (\S+?)(?:\s|,|$)"
 
 
 class NcclTransportError(Rule):
@@ -60,43 +49,40 @@ class NcclTransportError(Rule):
     `node12:4411:4502 [5] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer
     10.0.3.14<41524> with error 12, opcode 0, len 0, vendor err 129 (Recv)` on node12 while node14 (10.0.3.14)
     is the only peer named.
-
-    ## How to fix
-    Check the named hosts' ports (`ibstat`, `ibv_devinfo`, link-down/symbol-error counters with `perfquery`
-    or `ibdiagnet`), drain the host whose port is bad, and run `nccl-tests` `all_reduce_perf` across the two
-    hosts. For interface errors set `NCCL_SOCKET_IFNAME` to the interface that routes between the hosts.
-    `NCCL_IB_TIMEOUT` (e.g. 22) helps only on congested but healthy fabrics.
     """
 
     id = "NW01"
     name = "nccl-network-error"
     category = Category.NETWORK_TRANSPORT
     base_confidence = 0.85
-    # Above CR01: a rank that raised an NCCL network error "crashed" because of the network. When another rank
-    # really died first, this rule demotes itself to a symptom instead (see `_crashed_first`).
-    priority = 72
+    # Before CR01 in precedence.py: a rank that raised an NCCL network error "crashed" because of the network.
+    # When another rank really died first, this rule demotes itself to a symptom instead (see `_crashed_first`).
     explains = ("CT01", "CR01")
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "check_ports": Fix(
+            "Check the ports of {hosts|the named hosts}: `ibstat` / `ibv_devinfo` "
+            "(state, rate), link-down and symbol-error counters (`perfquery`, `ibdiagnet`); drain a host whose "
+            "port flaps and reseat/replace the cable or switch port."
+        ),
+        "nccl_tests": Fix(
+            "Reproduce outside the job with nccl-tests (`all_reduce_perf -b 8 -e 1G`) across the named hosts."
+        ),
+        "interfaces": Fix(
+            "For interface errors pin `NCCL_SOCKET_IFNAME` (and `NCCL_IB_HCA`) to the interfaces that route "
+            "between the hosts; for IB status 12 on a congested but healthy fabric raise `NCCL_IB_TIMEOUT` "
+            "(e.g. 22)."
+        ),
+    }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        net = t.kinds(K.network_error)
-        remote = t.kinds(K.nccl_error).filter(pl.col("text").str.contains(CLASSES[-1][1]))
-        ev = pl.concat([net, remote])
-        cls, strength = pl.lit(None, pl.String), pl.lit(None, pl.Float64)
-        for name, rx, conf in reversed(CLASSES):
-            hit = pl.col("text").str.contains(rx)
-            cls = pl.when(hit).then(pl.lit(name)).otherwise(cls)
-            strength = pl.when(hit).then(pl.lit(conf)).otherwise(strength)
-        peer = pl.coalesce("peer", pl.col("text").str.extract(_PEER_IN_TEXT, 1))
-        # Strongest kind of line first (an IB completion error says more than torch's summary of it).
-        return (
-            ev.with_columns(cls.alias("cls"), strength.alias("strength"), peer.alias("peer"))
-            .filter(pl.col("cls").is_not_null())
-            .sort(["strength", "ts", "source", "line"], descending=[True, False, False, False], nulls_last=True)
-        )
+        # net_class / strength are the kinds' readings (parsers/kinds.toml); strongest kind of line first (an IB
+        # completion error says more than torch's summary of it)
+        ev = t.kinds(K.network_error, K.nccl_error).filter(pl.col("net_class").is_not_null())
+        return ev.sort(["strength", "ts", "source", "line"], descending=[True, False, False, False], nulls_last=True)
 
     def _summary(self, t: Tables, ev: pl.DataFrame, culprit_hosts: list[str], reporters: list[str], pairs: list) -> str:
         detail = self._detail(ev.row(0, named=True))
-        if set(ev["cls"].to_list()) <= {"interface"}:
+        if set(ev["net_class"].to_list()) <= {"interface"}:
             ifname = (
                 t.kinds(K.setting)
                 .filter((pl.col("var") == "NCCL_SOCKET_IFNAME") & pl.col("host").is_in(culprit_hosts))["value"]
@@ -112,14 +98,14 @@ class NcclTransportError(Rule):
             )
         if len(culprit_hosts) == 2:
             ends = [f"{ranks_text(r)} on {h}" for h, r in link_ends(t, ev, culprit_hosts).items()]
-            hca = ev["text"].str.extract(r" hca (\w+)", 1).drop_nulls().unique().to_list()
+            hca = ev["hca"].drop_nulls().unique().to_list()
             via = f" (HCA {', '.join(hca)})" if hca else ""
             return f"NCCL's connection between {' and '.join(ends)} failed{via}: {detail}"
         return f"NCCL's network transport failed on {where(t, culprit_hosts or reporters)}: {detail}"
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         reporters, pairs = failing_pairs(t, ev)
-        culprit_hosts = implicated_hosts(set(ev["cls"].to_list()) <= {"interface"}, reporters, pairs)
+        culprit_hosts = implicated_hosts(set(ev["net_class"].to_list()) <= {"interface"}, reporters, pairs)
         culprits = tuple(ranks_on(t, culprit_hosts))
         if len(culprit_hosts) == 2 and len(pairs) == 1:  # one link: the processes at its ends, where known
             culprits = tuple(sorted({r for ranks in link_ends(t, ev, culprit_hosts).values() for r in ranks}))
@@ -142,15 +128,7 @@ class NcclTransportError(Rule):
             "process died first, the host common to every failing pair is where the link, port or "
             "interface configuration is bad; every other rank then waits on the collective that crosses it.",
             evidence=quotes(ev),
-            fixes=(
-                f"Check the ports of {', '.join(culprit_hosts) or 'the named hosts'}: `ibstat` / `ibv_devinfo` "
-                "(state, rate), link-down and symbol-error counters (`perfquery`, `ibdiagnet`); drain a host whose "
-                "port flaps and reseat/replace the cable or switch port.",
-                "Reproduce outside the job with nccl-tests (`all_reduce_perf -b 8 -e 1G`) across the named hosts.",
-                "For interface errors pin `NCCL_SOCKET_IFNAME` (and `NCCL_IB_HCA`) to the interfaces that route "
-                "between the hosts; for IB status 12 on a congested but healthy fabric raise `NCCL_IB_TIMEOUT` "
-                "(e.g. 22).",
-            ),
+            fixes=self.fixes(hosts=", ".join(culprit_hosts) or "the named hosts"),
             dont=(
                 "`NCCL_IB_DISABLE=1` only moves the traffic to TCP sockets - an order of magnitude slower - "
                 "and hides the bad link.",
@@ -162,7 +140,7 @@ class NcclTransportError(Rule):
                 "hosts": culprit_hosts,
                 "reporting_hosts": reporters,
                 "host_pairs": sorted(sorted(p) for p in pairs),
-                "classes": sorted(set(ev["cls"].to_list())),
+                "classes": sorted(set(ev["net_class"].to_list())),
             },
         )
 
@@ -171,7 +149,7 @@ class NcclTransportError(Rule):
         """Ranks that died on their own and explain these lines (a dead peer closes its connections and stops
         answering IB): any crash for weak lines; for IB errors a crash on an implicated host or earlier than
         the first error. Interface errors are configuration, never a dead peer."""
-        if "interface" in set(ev["cls"].to_list()):
+        if "interface" in set(ev["net_class"].to_list()):
             return set()
         lost = set(ranks_on(t, t.kinds(K.node_failure)["value"].drop_nulls().to_list()))  # nodes Slurm saw fail
         if lost:
@@ -190,7 +168,7 @@ class NcclTransportError(Rule):
     @staticmethod
     def _detail(row: dict) -> str:
         status = (row.get("error_type") or "").split("(")[-1].rstrip(")")
-        if row["cls"] == "ib" and status in IB_STATUS:
+        if row["net_class"] == "ib" and status in IB_STATUS:
             return f"InfiniBand completion status {status} ({IB_STATUS[status]})"
         text = row["text"] or ""
         cut = text.find("NCCL WARN ")

@@ -3,29 +3,19 @@
 from __future__ import annotations
 
 import tomllib
+from typing import ClassVar
 
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.resources import data_dir
-from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
 XID: dict[str, dict] = tomllib.loads((data_dir("parsers") / "xid_codes.toml").read_text(encoding="utf-8"))["xid"]
-# How much each kind of line proves on its own. An NVLS setup failure is the NVSwitch fabric most of the time,
-# but also a driver too old for the NCCL in the wheel: likely, not conclusive.
-STRENGTH = {K.nvml_error: 0.9, K.xid: 0.9, K.gpu_lost: 0.9, K.gpu_hw_error: 0.9, K.gpu_fabric_error: 0.85}
-NVLS_STRENGTH = 0.75
-FABRIC_FIX = (
-    "NVSwitch systems: `systemctl status nvidia-fabricmanager` must show it active, at exactly the driver's "
-    "version (`nvidia-smi` vs `nv-fabricmanager --version`); after a fabric-manager restart reset the GPUs "
-    "(`nvidia-smi -r`) or reboot the node. `NCCL_NVLS_ENABLE=0` avoids NVLS until then."
-)
-HW_FIX = (
-    "An uncorrectable ECC error is a GPU memory fault: drain the node, reset the GPU (`nvidia-smi -r`), check "
-    "`nvidia-smi -q -d ECC` and retired pages, and have the GPU replaced if it recurs."
-)
+# The kinds this rule reads; how much each line proves on its own is their `strength` reading (kinds.toml).
+GPU_KINDS = [K.nvml_error, K.xid, K.gpu_lost, K.gpu_hw_error, K.gpu_fabric_error]
 
 
 def nccl_bus_id(pci: str) -> str | None:
@@ -60,27 +50,37 @@ class NvmlDriverFailure(Rule):
     ## Example
     `[rank1]: torch.distributed.DistBackendError: NCCL error ...` followed by
     `nvmlDeviceGetHandleByIndex(0) failed: Unknown Error`.
-
-    ## How to fix
-    Run `nvidia-smi` on the named node; if it fails, drain the node and reboot / reload the driver (driver
-    and user-space library versions must match); check the container runtime exposes the GPUs
-    (`--gpus all`, `NVIDIA_VISIBLE_DEVICES`); look at `dmesg` for Xid errors.
     """
 
     id = "NV01"
     name = "nvml-driver-failure"
     category = Category.NVML_DRIVER_FAILURE
     base_confidence = 0.9
-    priority = 95
     explains = ("CT01", "CR01")
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "fabric": Fix(
+            "NVSwitch systems: `systemctl status nvidia-fabricmanager` must show it active, at exactly the driver's "
+            "version (`nvidia-smi` vs `nv-fabricmanager --version`); after a fabric-manager restart reset the GPUs "
+            "(`nvidia-smi -r`) or reboot the node. `NCCL_NVLS_ENABLE=0` avoids NVLS until then.",
+            when="the NVSwitch fabric failed",
+        ),
+        "ecc": Fix(
+            "An uncorrectable ECC error is a GPU memory fault: drain the node, reset the GPU (`nvidia-smi -r`), check "
+            "`nvidia-smi -q -d ECC` and retired pages, and have the GPU replaced if it recurs.",
+            when="a GPU hardware fault",
+        ),
+        "check_driver": Fix(
+            "Run `nvidia-smi` on that node; if it errors, drain the node and reboot or reload the "
+            "driver (driver and user-space library versions must match)."
+        ),
+        "check_container": Fix(
+            "Check the container sees the GPUs (`--gpus all`, `NVIDIA_VISIBLE_DEVICES`, device cgroup)."
+        ),
+        "check_xid": Fix("Check `dmesg | grep -i xid` for GPU faults on that node."),
+    }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        ev = t.kinds(*STRENGTH).with_columns(
-            pl.when(pl.col("event") == "nccl.nvls_cuda_failure")
-            .then(NVLS_STRENGTH)
-            .otherwise(pl.col("kind").replace_strict(STRENGTH, default=0.5, return_dtype=pl.Float64))
-            .alias("strength")
-        )
+        ev = t.kinds(*GPU_KINDS)
         return ev.sort("strength", "ts", "source", "line", descending=[True, False, False, False], nulls_last=True)
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
@@ -91,10 +91,7 @@ class NvmlDriverFailure(Rule):
         ]
         where = ranks_text(culprits) if culprits else (f"host {', '.join(hosts)}" if hosts else "a node")
         kinds = set(ev["kind"].to_list())
-        extra = (
-            *((FABRIC_FIX,) if K.gpu_fabric_error in kinds else ()),
-            *((HW_FIX,) if K.gpu_hw_error in kinds else ()),
-        )
+        extra = [*(["fabric"] if K.gpu_fabric_error in kinds else []), *(["ecc"] if K.gpu_hw_error in kinds else [])]
         return self.finding(
             confidence=float(ev["strength"].max()),  # type: ignore[arg-type]
             culprit_ranks=culprits,
@@ -103,13 +100,7 @@ class NvmlDriverFailure(Rule):
             "init or a collective fail on that node and the other ranks then time out."
             + ("".join(f" {x}." for x in xids)),
             evidence=quotes(ev),
-            fixes=(
-                *extra,
-                "Run `nvidia-smi` on that node; if it errors, drain the node and reboot or reload the "
-                "driver (driver and user-space library versions must match).",
-                "Check the container sees the GPUs (`--gpus all`, `NVIDIA_VISIBLE_DEVICES`, device cgroup).",
-                "Check `dmesg | grep -i xid` for GPU faults on that node.",
-            ),
+            fixes=self.fixes(*extra, "check_driver", "check_container", "check_xid"),
             dont=(
                 "NCCL_P2P_DISABLE=1 / NCCL_IB_DISABLE=1 do not repair a driver; they only slow every job.",
                 "NCCL_TIMEOUT is read by nothing (neither NCCL nor PyTorch).",
@@ -138,7 +129,7 @@ class NvmlDriverFailure(Rule):
         found: set[int] = set()
         for r in xid.iter_rows(named=True):
             bus = nccl_bus_id(r["pci"])
-            hosts = {h for h in known_hosts if h in r["text"].split() or h in r["source"].split("/")}
+            hosts = {h for h in known_hosts if h == r["node"] or h in r["source"].split("/")}
             hit = comms.filter(pl.col("bus_id").str.to_lowercase().str.strip_chars_start("0") == bus)
             if hosts:
                 hit = hit.filter(pl.col("host").is_in(list(hosts)))

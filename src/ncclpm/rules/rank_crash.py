@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.rules._facts import exceptions_not_victim, victim_lines, victim_ranks
-from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
 # Kinds another rule explains better: their ranks are not "crashes" for this rule.
@@ -47,19 +49,29 @@ class RankDiedFirst(Rule):
     ## Example
     `failed (exitcode: -9) local_rank: 1 (pid: 32489)` / `Signal 9 (SIGKILL) received by PID 32489` for rank
     1, then `Connection reset by peer` on rank 0.
-
-    ## How to fix
-    Fix the crash on that rank (its traceback, or for SIGKILL the host's OOM killer: `dmesg`); the timeouts on
-    the other ranks disappear with it. Set `TORCH_NCCL_ASYNC_ERROR_HANDLING=1` (torchrun's default) so the
-    survivors exit promptly instead of waiting for the full timeout.
     """
 
     id = "CR01"
     name = "rank-died-first"
     category = Category.RANK_CRASH
     base_confidence = 0.75
-    priority = 70
     explains = ("CT01",)
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "host_memory": Fix(
+            "The kernel's OOM killer ended a process (host RAM, not GPU memory): lower DataLoader workers / "
+            "prefetch, pinned-memory buffers and per-rank host copies, or ask for more memory "
+            "(`#SBATCH --mem`).",
+            when="the kernel's OOM killer shows in the job",
+        ),
+        "fix_crash": Fix(
+            "Fix the failure on the culprit rank (its traceback above); for SIGKILL check the host's "
+            "kernel log (`dmesg -T | grep -i 'killed process'`) for the OOM killer."
+        ),
+        "async_errors": Fix(
+            "Keep `TORCH_NCCL_ASYNC_ERROR_HANDLING=1` (torchrun's default) so the survivors abort "
+            "promptly instead of hanging for the full timeout."
+        ),
+    }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         explained = set(t.kinds(*EXPLAINED_KINDS)["rank"].drop_nulls().to_list())
@@ -106,15 +118,6 @@ class RankDiedFirst(Rule):
         oom_hit = bool(culprit_pids & set(oom["pid"].drop_nulls().to_list()))
         if oom_hit:
             conf += 0.2  # the kernel names the culprit's own pid: the reason is known
-        oom_fix = (
-            (
-                "The kernel's OOM killer ended a process (host RAM, not GPU memory): lower DataLoader workers / "
-                "prefetch, pinned-memory buffers and per-rank host copies, or ask for more memory "
-                "(`#SBATCH --mem`).",
-            )
-            if not oom.is_empty()
-            else ()
-        )
         return self.finding(
             confidence=conf,
             culprit_ranks=culprits,
@@ -129,13 +132,7 @@ class RankDiedFirst(Rule):
                 *quotes(oom, 2),
                 *quotes(victim_lines(t).filter(pl.col("rank").is_in(list(others))), 2),
             ),
-            fixes=(
-                *oom_fix,
-                "Fix the failure on the culprit rank (its traceback above); for SIGKILL check the host's "
-                "kernel log (`dmesg -T | grep -i 'killed process'`) for the OOM killer.",
-                "Keep `TORCH_NCCL_ASYNC_ERROR_HANDLING=1` (torchrun's default) so the survivors abort "
-                "promptly instead of hanging for the full timeout.",
-            ),
+            fixes=self.fixes(*([] if oom.is_empty() else ["host_memory"]), "fix_crash", "async_errors"),
             dont=(
                 "Do not raise the collective timeout: the peer is gone, waiting longer changes nothing.",
                 "Do not chase the SIGABRT/SIGTERM of the other ranks: they are torn down because of this one.",

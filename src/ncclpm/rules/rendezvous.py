@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import polars as pl
 
+from ncclpm.clamp import MAX_LISTED_RANKS
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
-from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.rules.store_wait import store_waits
 from ncclpm.schema import Category
 
@@ -31,19 +34,27 @@ class ProcessGroupNeverFormed(Rule):
     ## Example
     Rank 0: `Timed out after 11 seconds waiting for clients. 1/2 clients joined.`; rank 1: `The client
     socket has timed out after 10000ms while trying to connect to (127.0.0.1, 39652).`
-
-    ## How to fix
-    Check that every node got the same MASTER_ADDR/MASTER_PORT (or rendezvous endpoint) and that the port is
-    free and reachable (`nc -zv host port`), that the number of processes started equals WORLD_SIZE
-    (`--nnodes` × `--nproc_per_node`), and that all nodes were actually started.
     """
 
     id = "RZ01"
     name = "process-group-never-formed"
     category = Category.INIT_RENDEZVOUS
     base_confidence = 0.85
-    priority = 75
     explains = ("CT01", "CR01")
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "same_address": Fix(
+            "Give every node the same `MASTER_ADDR`/`MASTER_PORT` (or `--rdzv-endpoint`) and check it is "
+            "reachable from each node: `nc -zv $MASTER_ADDR $MASTER_PORT`."
+        ),
+        "all_started": Fix(
+            "Make the number of processes started equal WORLD_SIZE (`--nnodes` × `--nproc_per_node`); "
+            "make sure every node's launcher actually started."
+        ),
+        "port": Fix(
+            "If the port is in use, pick a free one or let torchrun choose (`--rdzv-backend=c10d "
+            "--rdzv-endpoint=host:0` / `--master-port` unset)."
+        ),
+    }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         # Store waits after the group formed are the waiting side of a busy rank (WT01), not a rendezvous.
@@ -59,12 +70,14 @@ class ProcessGroupNeverFormed(Rule):
         connect = ev.filter(pl.col("kind") == K.store_connect)["rank"].drop_nulls().unique().to_list()
         if connect:
             return tuple(sorted(connect)), "could not reach the store (MASTER_ADDR/MASTER_PORT)"
-        joined = ev.filter(pl.col("event") == "store.clients_timeout")
-        if not joined.is_empty():
-            expected = int(joined["expected"].max())
+        joined = ev.filter((pl.col("kind") == K.store_timeout) & pl.col("expected").is_not_null())
+        expected, arrived = joined["expected"].max(), joined["nranks"].min()
+        if not joined.is_empty() and expected is not None:
             seen = set(t.ranks["rank"].to_list())
-            missing = tuple(r for r in range(expected) if r not in seen)
-            return missing, f"only {int(joined['nranks'].min())} of {expected} processes joined"
+            # a count from a log: the missing ranks are listed only when there are few enough to list
+            missing = tuple(r for r in range(int(expected)) if r not in seen) if expected <= MAX_LISTED_RANKS else ()
+            got = "some" if arrived is None else str(int(arrived))
+            return missing, f"only {got} of {int(expected)} processes joined"
         return (), "the rendezvous never completed"
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
@@ -78,14 +91,7 @@ class ProcessGroupNeverFormed(Rule):
             explanation="The failure happened before any collective: the processes did not all reach the "
             "rendezvous/TCPStore. This is a launch or network-setup problem, not a training or NCCL bug.",
             evidence=quotes(ev),
-            fixes=(
-                "Give every node the same `MASTER_ADDR`/`MASTER_PORT` (or `--rdzv-endpoint`) and check it is "
-                "reachable from each node: `nc -zv $MASTER_ADDR $MASTER_PORT`.",
-                "Make the number of processes started equal WORLD_SIZE (`--nnodes` × `--nproc_per_node`); "
-                "make sure every node's launcher actually started.",
-                "If the port is in use, pick a free one or let torchrun choose (`--rdzv-backend=c10d "
-                "--rdzv-endpoint=host:0` / `--master-port` unset).",
-            ),
+            fixes=self.fixes(),
             dont=(
                 "No NCCL variable (NCCL_P2P_DISABLE, NCCL_IB_DISABLE, NCCL_SOCKET_IFNAME) affects the "
                 "TCPStore rendezvous that failed here.",

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import ClassVar
 
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.rules._hosts import ranks_on, where
-from ncclpm.rules.base import Finding, Rule, quotes
+from ncclpm.rules.base import Finding, Fix, Rule, quotes
 from ncclpm.schema import Category
 
 
@@ -29,18 +30,28 @@ class JobCancelledByScheduler(Rule):
 
     ## Example
     `*** STEP 771204.0 ON nid00123 CANCELLED AT 2025-11-03T12:00:14 DUE TO TIME LIMIT ***`
-
-    ## How to fix
-    Time limit: request more time (`#SBATCH --time`), checkpoint and resubmit (requeue), or find why the job got
-    slower (its step times before the cancel). Node failure: resubmit excluding the node and report it.
     """
 
     id = "SL01"
     name = "job-cancelled-by-scheduler"
     category = Category.TIMEOUT_TOO_SHORT
     base_confidence = 0.7
-    priority = 40
     explains = ("CT01", "CR01", "ST01", "TO01", "NW01")
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "more_time": Fix(
+            "Ask for more time (`#SBATCH --time=...`) or checkpoint regularly and requeue "
+            "(`#SBATCH --requeue`, resume from the last checkpoint).",
+            when="time limit",
+        ),
+        "compare_steps": Fix(
+            "Compare step times before the cancel with earlier runs: if the job got slower, find out why.",
+            when="time limit",
+        ),
+        "exclude_node": Fix(
+            "Resubmit excluding the failed node (`--exclude=<node>`) and report it to the admins.",
+            when="node failure",
+        ),
+    }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         # A cancel without a reason is a user or admin killing the job - usually because it hung: a consequence.
@@ -89,15 +100,7 @@ class JobCancelledByScheduler(Rule):
                 "than the job asked for (or it got slower)."
             ),
             evidence=quotes(lost) + quotes(ev),
-            fixes=(
-                ("Resubmit excluding the failed node (`--exclude=<node>`) and report it to the admins.",)
-                if node_failure
-                else (
-                    "Ask for more time (`#SBATCH --time=...`) or checkpoint regularly and requeue "
-                    "(`#SBATCH --requeue`, resume from the last checkpoint).",
-                    "Compare step times before the cancel with earlier runs: if the job got slower, find out why.",
-                )
-            ),
+            fixes=self.fixes("exclude_node") if node_failure else self.fixes("more_time", "compare_steps"),
             dont=("Do not change NCCL settings or the collective timeout: NCCL did not fail.",),
             verify=("The next run finishes (or checkpoints) before its time limit.",),
         )

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
-from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
 # `nvidia-smi topo -m` link types that route P2P through a CPU host bridge or across sockets (no NVLink, no
@@ -55,22 +57,28 @@ class ShmOrP2pFailure(Rule):
 
     ## Example
     `NCCL WARN Error while creating shared memory segment /dev/shm/nccl-ZDKj3b (size 9637888)`
-
-    ## How to fix
-    Give the container a real /dev/shm (`docker run --shm-size=16g` or `--ipc=host`; Kubernetes: an
-    `emptyDir: {medium: Memory}` volume on /dev/shm). For P2P: disable PCIe ACS / set the IOMMU to passthrough
-    (`iommu=pt`) on the host; `NCCL_P2P_DISABLE=1` is a slow workaround, not a fix.
     """
 
     id = "SH01"
     name = "shm-or-p2p-failure"
     category = Category.SHM_P2P_TOPOLOGY
     base_confidence = 0.85
-    priority = 84
     explains = ("CT01", "CR01")
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "shm": Fix(
+            "Give the container a real /dev/shm: `docker run --shm-size=16g` (or `--ipc=host`); Kubernetes: "
+            "mount an `emptyDir: {medium: Memory}` volume at /dev/shm. Check with `df -h /dev/shm`.",
+            when="shared memory",
+        ),
+        "p2p": Fix(
+            "Enable peer access on the host: disable PCIe ACS in the BIOS / set `iommu=pt`; check "
+            "`nvidia-smi topo -m` and `nvidia-smi topo -p2p r`.",
+            when="peer-to-peer",
+        ),
+    }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        direct = t.kinds(K.shm_error, "p2p_error").with_columns(pl.lit(self.base_confidence).alias("strength"))
+        direct = t.kinds(K.shm_error, K.p2p_error).with_columns(pl.lit(self.base_confidence).alias("strength"))
         hidden = t.kinds(K.gpu_not_visible).with_columns(pl.lit(0.8).alias("strength"))
         found = pl.concat([direct, hidden, sigbus_in_nccl(t)])
         if found.is_empty():
@@ -99,17 +107,6 @@ class ShmOrP2pFailure(Rule):
         if shm and not size.is_empty():
             what += f" (/dev/shm is {size['detail'][0]}, {size['value'][0]} used)"
         where = (ranks_text(culprits) if culprits else "") + (f" on {', '.join(hosts)}" if hosts else "")
-        fixes = (
-            (
-                "Give the container a real /dev/shm: `docker run --shm-size=16g` (or `--ipc=host`); Kubernetes: "
-                "mount an `emptyDir: {medium: Memory}` volume at /dev/shm. Check with `df -h /dev/shm`.",
-            )
-            if shm
-            else (
-                "Enable peer access on the host: disable PCIe ACS in the BIOS / set `iommu=pt`; check "
-                "`nvidia-smi topo -m` and `nvidia-smi topo -p2p r`.",
-            )
-        )
         return self.finding(
             confidence=float(ev["strength"].max()),  # type: ignore[arg-type]
             culprit_ranks=culprits,
@@ -117,7 +114,7 @@ class ShmOrP2pFailure(Rule):
             explanation="NCCL connects GPUs of one node through shared memory or CUDA peer-to-peer; when that "
             "fails the communicator cannot be built and every rank fails or waits.",
             evidence=quotes(ev) + (quotes(size, 1) if shm else ()),
-            fixes=fixes,
+            fixes=self.fixes("shm" if shm else "p2p"),
             dont=(
                 "`NCCL_SHM_DISABLE=1` / `NCCL_P2P_DISABLE=1` route intra-node traffic through slower paths; use "
                 "them only as a stop-gap while the host is fixed.",

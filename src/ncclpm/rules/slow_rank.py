@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from typing import ClassVar
 
 import polars as pl
 
+from ncclpm.clamp import duration_text
 from ncclpm.ingest.code_verdicts import timeout_origin
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.rules._busy import busy_text, rank_local_work, waiting_in_barrier
 from ncclpm.rules._facts import known_ranks, late_timeouts, timeouts, victim_lines, victim_ranks
-from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.rules.rank_crash import crashed_ranks
-from ncclpm.schema import Category
+from ncclpm.schema import Category, FRCulprit
 
 BUSY_KINDS = [K.dataloader_error, K.fd_exhaustion, K.cuda_oom, K.nvml_error, K.crash_signal, K.cuda_error]
 
@@ -34,25 +35,34 @@ class RankBusyOutsideCollectives(Rule):
     ## Example
     Rank 0: `Saving checkpoint to /ckpt/step_1000 ...` then nothing; ranks 1-3: `Watchdog caught collective
     operation timeout: WorkNCCL(SeqNum=6764, OpType=ALLREDUCE, NumelIn=1, ...) ran for 600006 milliseconds`.
-
-    ## How to fix
-    Do the slow work on every rank or outside the synchronised section (async checkpointing with
-    `torch.distributed.checkpoint.async_save`, evaluation sharded across ranks), or give the process group a
-    timeout longer than the work (`init_process_group(timeout=timedelta(hours=1))`, or a separate group with a
-    long timeout just for the barrier around the slow step).
     """
 
     id = "ST01"
     name = "rank-busy-outside-collectives"
     category = Category.SLOW_RANK_WORK
     base_confidence = 0.55
-    priority = 60
     explains = ("CT01",)
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "move_work": Fix(
+            "Move the slow rank-local work out of the synchronised section: checkpoint with "
+            "`torch.distributed.checkpoint.async_save`, shard evaluation/sampling across all ranks, or let "
+            "the other ranks continue and synchronise later."
+        ),
+        "longer_timeout": Fix(
+            "If the work must stay, give the process group a timeout longer than it: "
+            "`dist.init_process_group(backend, timeout=datetime.timedelta(hours=1))` (or a dedicated "
+            "`dist.new_group(timeout=...)` for the barrier around it)."
+        ),
+        "record_dumps": Fix(
+            "Set `TORCH_NCCL_TRACE_BUFFER_SIZE=2000` and `TORCH_NCCL_DUMP_ON_TIMEOUT=1` so the next "
+            "failure leaves flight-recorder dumps that name the missing rank."
+        ),
+    }
 
     def _named(self, t: Tables) -> set[int]:
         named = set(t.kinds(K.monitored_barrier)["subject_rank"].drop_nulls().to_list())
         fa = t.fr_analysis
-        if fa is not None and fa.culprit_kind == "never_joined":
+        if fa is not None and fa.culprit_kind == FRCulprit.NEVER_JOINED:
             named |= set(fa.culprit_ranks)
         return named
 
@@ -117,7 +127,7 @@ class RankBusyOutsideCollectives(Rule):
         victims = sorted(victim_ranks(t) - set(culprits))
         origin = timeout_origin(t, int(timeout_ms) if timeout_ms else None)
         origin = f", {origin}" if origin else ""
-        limit = f" (timeout {timedelta(milliseconds=int(timeout_ms))}{origin})" if timeout_ms else ""
+        limit = f" (timeout {duration_text(timeout_ms)}{origin})" if timeout_ms else ""
         who = (
             ranks_text(culprits).capitalize()
             if culprits
@@ -149,16 +159,7 @@ class RankBusyOutsideCollectives(Rule):
             f"{ranks_text(victims)} waited {wait} and timed out{limit}.",
             explanation=explanation,
             evidence=quotes(act) + quotes(victim_lines(t), 3),
-            fixes=(
-                "Move the slow rank-local work out of the synchronised section: checkpoint with "
-                "`torch.distributed.checkpoint.async_save`, shard evaluation/sampling across all ranks, or let "
-                "the other ranks continue and synchronise later.",
-                "If the work must stay, give the process group a timeout longer than it: "
-                "`dist.init_process_group(backend, timeout=datetime.timedelta(hours=1))` (or a dedicated "
-                "`dist.new_group(timeout=...)` for the barrier around it).",
-                "Set `TORCH_NCCL_TRACE_BUFFER_SIZE=2000` and `TORCH_NCCL_DUMP_ON_TIMEOUT=1` so the next "
-                "failure leaves flight-recorder dumps that name the missing rank.",
-            ),
+            fixes=self.fixes(),
             dont=(
                 "`NCCL_TIMEOUT` is read by nothing; the timeout is the `timeout=` of `init_process_group`.",
                 "`NCCL_P2P_DISABLE=1` / `NCCL_IB_DISABLE=1` do not help: the network is idle, not broken.",

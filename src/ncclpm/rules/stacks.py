@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import ClassVar
 
 import polars as pl
 
 from ncclpm.analysis.stack_tree import StackClass, StackTree, build_stack_tree, describe_dumps
 from ncclpm.ingest.tables import Tables
 from ncclpm.rules._facts import known_ranks, victim_ranks
-from ncclpm.rules.base import Evidence, Finding, Rule, ranks_text
+from ncclpm.rules.base import Evidence, Finding, Fix, Rule, ranks_text
 from ncclpm.schema import Category
 
 WAITING = {"collective", "backward"}  # a rank here is waiting for its peers
@@ -41,11 +42,6 @@ class StacksOddRankOut(Rule):
 
     ## Example
     `ranks 0, 1, 3: all_reduce ← train_step (train.py:76); rank 2: torch.save ← save_checkpoint (train.py:53)`.
-
-    ## How to fix
-    Depends on where the odd rank was: move checkpointing/evaluation out of the synchronised section or give it
-    a longer process-group timeout; give the DataLoader a `timeout=` and fix the stalled read; make every rank
-    issue the same collectives in the same order from the same code path.
     """
 
     id = "SK01"
@@ -53,8 +49,47 @@ class StacksOddRankOut(Rule):
     category = Category.SLOW_RANK_WORK
     needs = frozenset({"stacks"})
     base_confidence = 0.6
-    priority = 82
     explains = ("CT01",)
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "dataloader_timeout": Fix(
+            "Give the DataLoader a `timeout=` well below the process-group timeout so the stalled read raises on "
+            "the rank that owns it; dump the worker processes too (`py-spy dump --pid <pid> --subprocesses`) to see "
+            "the read that hangs.",
+            when="the odd rank waited for its DataLoader",
+        ),
+        "fix_read": Fix(
+            "Fix the read itself (network storage, a lock shared across workers) or lower `num_workers`.",
+            when="the odd rank waited for its DataLoader",
+        ),
+        "same_collectives": Fix(
+            "Make every rank issue the same collectives in the same order: move collectives out of rank-dependent "
+            "branches (`if rank == 0: ...`), run evaluation/logging collectives on all ranks.",
+            when="the odd rank was in another collective",
+        ),
+        "debug_detail": Fix(
+            "Run once with `TORCH_DISTRIBUTED_DEBUG=DETAIL` to have torch check each collective across ranks.",
+            when="the odd rank was in another collective",
+        ),
+        "move_work": Fix(
+            "Move the slow rank-local work out of the synchronised section (async checkpointing with "
+            "`torch.distributed.checkpoint.async_save`, evaluation sharded across ranks), or give the process group "
+            "a timeout longer than it (`init_process_group(timeout=timedelta(hours=1))`).",
+            when="the odd rank was busy elsewhere",
+        ),
+        "time_step": Fix(
+            "Time the step the odd rank was in and compare it with the process-group timeout.",
+            when="the odd rank was busy elsewhere",
+        ),
+        "first_dead": Fix(
+            "Find the rank that died or stopped first and fix that: the stuck watchdog is the consequence.",
+            when="a watchdog thread is stuck in an NCCL kernel",
+        ),
+        "keep_monitoring": Fix(
+            "Keep the heartbeat monitor on (`TORCH_NCCL_ENABLE_MONITORING=1`, the default) so a stuck watchdog "
+            "kills its process instead of hanging the job; newer torch releases also abort such hangs.",
+            when="a watchdog thread is stuck in an NCCL kernel",
+        ),
+    }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         stacks = t.extra.get("stacks")
@@ -73,6 +108,13 @@ class StacksOddRankOut(Rule):
         if len(tree.classes) == 1 and tree.classes[0].activity == "dataloader":
             return self._alone(t, tree, tree.classes[0])
         return None
+
+    def _fixes(self, category: Category) -> tuple[str, ...]:
+        if category == Category.DATALOADER_HANG:
+            return self.fixes("dataloader_timeout", "fix_read")
+        if category == Category.MISMATCHED_COLLECTIVES:
+            return self.fixes("same_collectives", "debug_detail")
+        return self.fixes("move_work", "time_step")
 
     def _category(self, c: StackClass) -> tuple[Category, float, str]:
         if c.activity == "dataloader":
@@ -114,7 +156,7 @@ class StacksOddRankOut(Rule):
             explanation=f"Merged stacks of {tree.n_processes} processes: {tree.summary()}. The ranks in a "
             f"collective are waiting for the odd one; {who} never reached it because it was {doing}.{busy}",
             evidence=_quotes(odd) + _quotes(workers[:1], 1) + _quotes(waiting, 2),
-            fixes=_fixes(category),
+            fixes=self._fixes(category),
             verify=(
                 "Dump the stacks again after the fix (`py-spy dump --pid <pid>` on every rank): all ranks "
                 f"should be in the same place; today: {wait_where}.",
@@ -139,7 +181,7 @@ class StacksOddRankOut(Rule):
             "are matched by order, so ranks that call different ones (or call them from different code paths) "
             "wait for each other forever.",
             evidence=_quotes(odd) + _quotes([major], 2),
-            fixes=_fixes(Category.MISMATCHED_COLLECTIVES),
+            fixes=self._fixes(Category.MISMATCHED_COLLECTIVES),
             facts={"victim_ranks": sorted(major.ranks), "stack_classes": tree.summary()},
         )
 
@@ -166,11 +208,7 @@ class StacksOddRankOut(Rule):
             "for the rank that exited or stopped first (its log, torchrun's summary, `dmesg` on its node); a GPU "
             "fault (Xid) looks the same from here.",
             evidence=_quotes([c], 4),
-            fixes=(
-                "Find the rank that died or stopped first and fix that: the stuck watchdog is the consequence.",
-                "Keep the heartbeat monitor on (`TORCH_NCCL_ENABLE_MONITORING=1`, the default) so a stuck watchdog "
-                "kills its process instead of hanging the job; newer torch releases also abort such hangs.",
-            ),
+            fixes=self.fixes("first_dead", "keep_monitoring"),
         )
 
     def _alone(self, t: Tables, tree: StackTree, c: StackClass) -> Finding:
@@ -185,7 +223,7 @@ class StacksOddRankOut(Rule):
             "this rank, so it stopped issuing collectives. Dumps of the other ranks would show them waiting in a "
             "collective.",
             evidence=_quotes([c]),
-            fixes=_fixes(Category.DATALOADER_HANG),
+            fixes=self._fixes(Category.DATALOADER_HANG),
             facts={"victim_ranks": sorted(others), "stack_classes": tree.summary()},
         )
 
@@ -236,25 +274,3 @@ def _quotes(classes: list[StackClass], limit: int = 3) -> tuple[Evidence, ...]:
             seen.add((f.source, f.src_line))
             out.append(Evidence(f.source, f.src_line, f.text, f.rank))
     return tuple(out)
-
-
-def _fixes(category: Category) -> tuple[str, ...]:
-    if category == Category.DATALOADER_HANG:
-        return (
-            "Give the DataLoader a `timeout=` well below the process-group timeout so the stalled read raises on "
-            "the rank that owns it; dump the worker processes too (`py-spy dump --pid <pid> --subprocesses`) to see "
-            "the read that hangs.",
-            "Fix the read itself (network storage, a lock shared across workers) or lower `num_workers`.",
-        )
-    if category == Category.MISMATCHED_COLLECTIVES:
-        return (
-            "Make every rank issue the same collectives in the same order: move collectives out of rank-dependent "
-            "branches (`if rank == 0: ...`), run evaluation/logging collectives on all ranks.",
-            "Run once with `TORCH_DISTRIBUTED_DEBUG=DETAIL` to have torch check each collective across ranks.",
-        )
-    return (
-        "Move the slow rank-local work out of the synchronised section (async checkpointing with "
-        "`torch.distributed.checkpoint.async_save`, evaluation sharded across ranks), or give the process group "
-        "a timeout longer than it (`init_process_group(timeout=timedelta(hours=1))`).",
-        "Time the step the odd rank was in and compare it with the process-group timeout.",
-    )

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.rules._busy import busy_text, rank_local_work
 from ncclpm.rules._facts import in_context, progress_before
-from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
 # The DataLoader's shared-seed exchange: rank 0 draws the seed and publishes it in the store; the others wait.
@@ -23,7 +25,7 @@ def store_waits(t: Tables) -> pl.DataFrame:
         pl.col("subject_rank").alias("awaited"), pl.lit("nccl_id").alias("how")
     )
     timeouts = t.kinds(K.store_timeout)
-    seed = in_context(t, timeouts, ["frame_dataloader"]).with_columns(
+    seed = in_context(t, timeouts, [K.frame_dataloader]).with_columns(
         pl.lit(SEED_PUBLISHER, pl.Int64).alias("awaited"), pl.lit("dataloader_seed").alias("how")
     )
     later = progress_before(t, timeouts.join(seed.select("source", "line"), on=["source", "line"], how="anti"))
@@ -52,20 +54,23 @@ class RankAwaitedThroughStore(Rule):
     `setting up NCCL communicator and retreiving ncclUniqueId from [0] via c10d key-value store by key '0',
     but store->get('0') got error: Socket Timeout` while rank 0 runs `dataset.map(..., desc="Running tokenizer
     on dataset")`.
-
-    ## How to fix
-    Do the rank-local work before the process group is used, once, and cache it (pre-tokenise the dataset in a
-    separate step, `datasets` caching, `main_process_first` with a timeout that covers it); or raise the timeout
-    that applies: `init_process_group(timeout=...)`, Trainer's `ddp_timeout`, accelerate's
-    `InitProcessGroupKwargs(timeout=...)`, DeepSpeed's `timeout`.
     """
 
     id = "WT01"
     name = "rank-awaited-through-store"
     category = Category.SLOW_RANK_WORK
     base_confidence = 0.6
-    priority = 58
     explains = ("CT01", "CR01")
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "move_work": Fix(
+            "Move the slow rank-local step before the process group is used, or run it once offline and cache "
+            "it (pre-tokenise; `datasets` cache files)."
+        ),
+        "raise_timeout": Fix(
+            "Or raise the timeout that applies: `init_process_group(timeout=timedelta(hours=2))`, Trainer's "
+            "`ddp_timeout`, accelerate's `InitProcessGroupKwargs(timeout=...)`, DeepSpeed's `timeout`."
+        ),
+    }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         return store_waits(t)
@@ -95,12 +100,7 @@ class RankAwaitedThroughStore(Rule):
             f"rank that had not reached the same point yet. {who.capitalize()} was doing rank-local work (typically "
             "dataset tokenisation or loading on the main process) or had died; its own log decides which.",
             evidence=quotes(busy, 2) + quotes(ev, 4),
-            fixes=(
-                "Move the slow rank-local step before the process group is used, or run it once offline and cache "
-                "it (pre-tokenise; `datasets` cache files).",
-                "Or raise the timeout that applies: `init_process_group(timeout=timedelta(hours=2))`, Trainer's "
-                "`ddp_timeout`, accelerate's `InitProcessGroupKwargs(timeout=...)`, DeepSpeed's `timeout`.",
-            ),
+            fixes=self.fixes(),
             dont=(
                 "Do not debug the network or the store address: the store answered.",
                 "`NCCL_TIMEOUT` is read by nothing; the store's wait uses the process group's timeout.",

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from typing import ClassVar
 
 import polars as pl
 
+from ncclpm.clamp import duration_text
 from ncclpm.ingest.code_verdicts import timeout_origin
 from ncclpm.ingest.tables import Tables
 from ncclpm.rules._facts import known_ranks, late_timeouts, timeouts
-from ncclpm.rules.base import Finding, Rule, quotes
+from ncclpm.rules.base import Finding, Fix, Rule, quotes
 from ncclpm.schema import Category
 
 DEFAULT_NCCL_TIMEOUT_MS = 600_000
@@ -30,19 +31,23 @@ class AllRanksTimedOutTogether(Rule):
     ## Example
     Ranks 0-7: `WorkNCCL(SeqNum=1, OpType=BROADCAST, NumelIn=131072000, ..., Timeout(ms)=60000) ran for 60012
     milliseconds`.
-
-    ## How to fix
-    Give the process group a timeout that fits the slowest legitimate collective:
-    `init_process_group(backend, timeout=datetime.timedelta(minutes=30))`; warm up NCCL before timing-critical
-    code; look at NCCL_DEBUG=INFO output for a slow transport (`via NET/Socket` where IB was expected).
     """
 
     id = "TO01"
     name = "all-ranks-timed-out-together"
     category = Category.TIMEOUT_TOO_SHORT
     base_confidence = 0.5
-    priority = 30
     explains = ("CT01",)
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "raise_timeout": Fix(
+            "Raise the process-group timeout above {limit|the one the collectives timed out after}: "
+            "`dist.init_process_group(backend, timeout=datetime.timedelta(minutes=30))`."
+        ),
+        "check_transport": Fix(
+            "Run with `NCCL_DEBUG=INFO` and check the transport (`via NET/IB` vs `via NET/Socket`) and any "
+            "`NCCL WARN` lines before assuming it is only the timeout."
+        ),
+    }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         to = timeouts(t).filter(pl.col("seq").is_not_null() & pl.col("op").is_not_null())
@@ -58,7 +63,7 @@ class AllRanksTimedOutTogether(Rule):
         row = ev.row(0, named=True)
         conf = self.base_confidence + (0.15 if timeout_ms and timeout_ms < DEFAULT_NCCL_TIMEOUT_MS else 0.0)
         conf += 0.05 if (row["seq"] or 0) <= 2 else 0.0
-        limit = timedelta(milliseconds=timeout_ms)
+        limit = duration_text(timeout_ms)
         origin = timeout_origin(t, timeout_ms or None)
         return self.finding(
             confidence=conf,
@@ -70,12 +75,7 @@ class AllRanksTimedOutTogether(Rule):
             "short for this collective (first collective with lazy init, very large tensors, slow link) or the "
             "transport is degraded.",
             evidence=quotes(ev, 4),
-            fixes=(
-                f"Raise the process-group timeout above {limit}: "
-                "`dist.init_process_group(backend, timeout=datetime.timedelta(minutes=30))`.",
-                "Run with `NCCL_DEBUG=INFO` and check the transport (`via NET/IB` vs `via NET/Socket`) and any "
-                "`NCCL WARN` lines before assuming it is only the timeout.",
-            ),
+            fixes=self.fixes(limit=limit),
             dont=("`NCCL_TIMEOUT` does nothing - only `timeout=` in `init_process_group`/`new_group` counts.",),
             verify=(
                 "Time the collective with `TORCH_NCCL_ENABLE_TIMING=1` and a flight-recorder dump; it must "

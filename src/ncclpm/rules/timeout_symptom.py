@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.rules._facts import victim_lines
-from ncclpm.rules.base import Finding, Rule, quotes, ranks_text
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
 
@@ -26,18 +28,19 @@ class CollectiveTimeoutSymptom(Rule):
     ## Example
     `[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=668, OpType=ALLREDUCE, NumelIn=52,
     NumelOut=52, Timeout(ms)=600000) ran for 600097 milliseconds before timing out.`
-
-    ## How to fix
-    Fix the root cause reported above it. If none was found, collect more evidence: per-rank logs of every
-    rank, flight-recorder dumps (`TORCH_NCCL_TRACE_BUFFER_SIZE=2000`, `TORCH_NCCL_DUMP_ON_TIMEOUT=1`),
-    `NCCL_DEBUG=INFO`, and `py-spy dump` of a hung rank.
     """
 
     id = "CT01"
     name = "collective-timeout-symptom"
     category = Category.SYMPTOM
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "root_cause": Fix(
+            "Fix the root cause reported above it. If none was found, collect more evidence: per-rank logs of every "
+            "rank, flight-recorder dumps (`TORCH_NCCL_TRACE_BUFFER_SIZE=2000`, `TORCH_NCCL_DUMP_ON_TIMEOUT=1`), "
+            "`NCCL_DEBUG=INFO`, and `py-spy dump` of a hung rank."
+        ),
+    }
     base_confidence = 0.9
-    priority = 0
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         return victim_lines(t).sort("ts", "source", "line", nulls_last=True)

@@ -17,13 +17,26 @@ import stat
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
+from ncclpm.escape import clean_name
 from ncclpm.sources import archives
 from ncclpm.sources.code import code_language
+from ncclpm.sources.names import unique_names
 
 HEAD_BYTES = 65536
 MAX_TEXT_BYTES = 16 * 1024**3  # a decompressed .gz log larger than this is refused (gzip bomb)
+
+
+class SourceKind(StrEnum):
+    """What a source is, from its content."""
+
+    TEXT = "text"  # a log
+    FR = "fr"  # a flight-recorder dump (pickle or JSON)
+    ERROR_FILE = "errorfile"  # a torchelastic error file (error.json)
+    STACK = "stack"  # a stack dump of a hung process (py-spy, gdb, faulthandler)
+    CODE = "code"  # a script or configuration file, read for settings only
 
 
 @dataclass(frozen=True)
@@ -31,7 +44,7 @@ class Source:
     """One input file: on disk (`path`) or in memory (`data`, from an archive or stdin)."""
 
     name: str
-    kind: str  # "text" | "fr" | "errorfile" | "stack" | "code"
+    kind: SourceKind
     path: Path | None = None
     data: bytes | None = None
 
@@ -50,8 +63,9 @@ class Job:
     name: str
     sources: list[Source] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    seen_files: dict[tuple[int, int], str] = field(default_factory=dict, repr=False)  # (st_dev, st_ino) -> name
 
-    def of_kind(self, kind: str) -> list[Source]:
+    def of_kind(self, kind: SourceKind) -> list[Source]:
         return [s for s in self.sources if s.kind == kind]
 
 
@@ -60,11 +74,17 @@ def _mostly_control(sample: bytes) -> bool:
     return control > max(8, len(sample) // 10)
 
 
+# Terminal output that is text: colour and cursor escape sequences, and the backspace dance of a progress spinner
+# (pip writes "\b\b\b   \b\b\b" before each frame). Three or more bytes in a fixed shape: random bytes almost
+# never hold one, so removing them before counting control bytes keeps binary junk binary.
+_TERMINAL_TEXT = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|(\x08+) +\1")
+
+
 def looks_binary(head: bytes) -> bool:
     """True for content that is not text: many NULs/control bytes (a stray NUL in a log is fine).
 
     Runs of NULs are padding, not content: a node that crashed leaves its logs with a zero-filled tail or hole
-    (delayed allocation), and such a log is still text."""
+    (delayed allocation), and such a log is still text. Colour codes and a spinner's backspaces are text too."""
     if not head:
         return False
     if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
@@ -72,30 +92,35 @@ def looks_binary(head: bytes) -> bool:
     sample = head[:8192]
     if not _mostly_control(sample):
         return False
-    text = re.sub(rb"\0{16,}", b"", sample)
+    text = _TERMINAL_TEXT.sub(b"", re.sub(rb"\0{16,}", b"", sample))
     return not text.strip() or _mostly_control(text)
 
 
+_JSON_LINES = re.compile(rb"\}[ \t]*\r?\n[ \t]*\{")
+
+
 def _looks_like_error_file(name: str, head: bytes) -> bool:
-    return name.endswith(".json") and b'"message"' in head[:4096] and b"{" in head[:16]
+    """One JSON object with a "message" (torchelastic writes one line); JSON lines (a structured log named
+    *.json, one object per line) are a text log."""
+    return name.endswith(".json") and b'"message"' in head[:4096] and b"{" in head[:16] and not _JSON_LINES.search(head)
 
 
-def classify(name: str, head: bytes) -> str | None:
+def classify(name: str, head: bytes) -> SourceKind | None:
     """Kind of a source from its name and first bytes; None = not something ncclpm reads."""
     from ncclpm.ingest.flight_recorder import looks_like_fr_dump
     from ncclpm.ingest.stack_sniff import looks_like_stack_dump
 
     if looks_like_fr_dump(name, head):
-        return "fr"
+        return SourceKind.FR
     if _looks_like_error_file(name, head):
-        return "errorfile"
+        return SourceKind.ERROR_FILE
     if looks_like_stack_dump(name, head):
-        return "stack"
+        return SourceKind.STACK
     if looks_binary(head):
         return None
     if code_language(name, head, truncated=len(head) >= HEAD_BYTES):
-        return "code"
-    return "text"
+        return SourceKind.CODE
+    return SourceKind.TEXT
 
 
 def _add_gzip(path: Path, display: str, job: Job) -> None:
@@ -149,37 +174,76 @@ def _gzip_prefix(path: Path, size: int) -> bytes:
     return b"".join(parts)
 
 
-def _walk(root: Path, job: Job) -> Iterator[Path]:
-    def unlisted(exc: OSError) -> None:
-        where = Path(exc.filename).relative_to(root) if exc.filename and Path(exc.filename) != root else root
-        job.warnings.append(f"{where}: folder cannot be listed ({exc.strerror or exc}) - skipped")
+def _label(path: Path, root: Path | None = None) -> str:
+    """A path as a name in warnings and reports: relative to `root`, one printable line."""
+    return clean_name(str(path.relative_to(root)) if root is not None and path != root else str(path))
 
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False, onerror=unlisted):
-        dirnames.sort()
-        for dname in list(dirnames):
-            if (Path(dirpath) / dname).is_symlink():
-                job.warnings.append(f"{Path(dirpath, dname).relative_to(root)}: symlinked folder not followed")
-                dirnames.remove(dname)
-        for fname in sorted(filenames):
-            path = Path(dirpath) / fname
+
+def _listing(folder: Path, root: Path, job: Job) -> tuple[list[str], list[str]]:
+    """(sub-folders, files) of one folder, sorted; symlinked folders and unlistable folders are warnings."""
+    try:
+        with os.scandir(folder) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError as exc:
+        job.warnings.append(f"{_label(folder, root)}: folder cannot be listed ({exc.strerror or exc}) - skipped")
+        return [], []
+    folders, files = [], []
+    for e in entries:
+        try:
+            is_dir = e.is_dir(follow_symlinks=False)
+        except OSError:
+            is_dir = False
+        if is_dir:
+            folders.append(e.name)
+        elif e.is_symlink() and Path(e.path).is_dir():
+            job.warnings.append(f"{_label(Path(e.path), root)}: symlinked folder not followed")
+        else:
+            files.append(e.name)
+    return folders, files
+
+
+def _walk(root: Path, job: Job) -> Iterator[Path]:
+    """Files under `root`, depth first in name order, without following symlinked folders. Iterative: a folder
+    nested thousands of levels deep is no RecursionError."""
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        folders, files = _listing(folder, root, job)
+        for fname in files:
+            path = folder / fname
             if path.is_symlink():
                 try:
                     inside = path.resolve().is_relative_to(root.resolve())
                 except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Python < 3.13)
-                    job.warnings.append(f"{path.relative_to(root)}: symlink loop - skipped")
+                    job.warnings.append(f"{_label(path, root)}: symlink loop - skipped")
                     continue
                 if not inside:
                     job.warnings.append(
-                        f"{path.relative_to(root)}: symlink to a file outside the job folder - not followed"
+                        f"{_label(path, root)}: symlink to a file outside the job folder - not followed"
                     )
                     continue
             yield path
+        stack.extend(folder / d for d in reversed(folders))
+
+
+def _first_time_seen(st: os.stat_result, display: str, job: Job) -> bool:
+    """False (with a warning) for a file already read under another name: a hard link, or the same file given
+    twice - its lines would count twice."""
+    key = (st.st_dev, st.st_ino)
+    if key in job.seen_files:
+        job.warnings.append(f"{display}: same file as {job.seen_files[key]} - read once")
+        return False
+    job.seen_files[key] = display
+    return True
 
 
 def _add_file(path: Path, display: str, job: Job) -> None:
     try:
-        if not stat.S_ISREG(path.stat().st_mode):
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
             job.warnings.append(f"{display}: not a regular file (FIFO, device or socket) - skipped")
+            return
+        if not _first_time_seen(st, display, job):
             return
         with path.open("rb") as fh:
             raw_head = fh.read(HEAD_BYTES)
@@ -219,27 +283,40 @@ def _job_name(paths: list[str | Path]) -> str:
     if not paths:
         return "stdin"
     if len(paths) == 1:
-        return str(paths[0])
+        return clean_name(paths[0])
     parents = {str(Path(p).parent) for p in paths}
-    return parents.pop() if len(parents) == 1 else f"{paths[0]} (+{len(paths) - 1} more)"
+    return clean_name(parents.pop() if len(parents) == 1 else f"{paths[0]} (+{len(paths) - 1} more)")
+
+
+def _add_path(p: str | Path, job: Job) -> Path | None:
+    """Add one argument's sources; returns the folder their names are relative to (None if nothing)."""
+    path = Path(p)
+    if path.is_dir():
+        for f in _walk(path, job):
+            _add_file(f, _label(f, path), job)
+        return Path(os.path.abspath(path))
+    if path.exists() or path.is_symlink():
+        _add_file(path, clean_name(path.name), job)
+        return Path(os.path.abspath(path)).parent
+    job.warnings.append(f"{clean_name(p)}: no such file or folder")
+    return None
 
 
 def collect(paths: Iterable[str | Path], stdin_bytes: bytes | None = None, name: str | None = None) -> Job:
-    """Build a Job from paths (files, folders, archives) and/or text read from stdin."""
+    """Build a Job from paths (files, folders, archives) and/or text read from stdin. Every source gets a name
+    of its own (`names.py`): two files with the same relative name in two inputs are both read."""
     paths = list(paths)
-    job = Job(name or _job_name(paths))
+    job = Job(clean_name(name) if name else _job_name(paths))
+    anchors: list[Path | None] = []
     if stdin_bytes is not None:
         if archives.archive_kind("<stdin>", stdin_bytes[:512]) not in (None, "gz"):
             _add_archive(stdin_bytes, "<stdin>", job)  # `cat job.tar.gz | ncclpm diagnose -`
         else:
             _add_classified("<stdin>", stdin_bytes[:HEAD_BYTES], job, data=stdin_bytes)
+        anchors += [None] * len(job.sources)
     for p in paths:
-        path = Path(p)
-        if path.is_dir():
-            for f in _walk(path, job):
-                _add_file(f, str(f.relative_to(path)), job)
-        elif path.exists() or path.is_symlink():
-            _add_file(path, path.name, job)
-        else:
-            job.warnings.append(f"{p}: no such file or folder")
+        before = len(job.sources)
+        anchor = _add_path(p, job)
+        anchors += [anchor] * (len(job.sources) - before)
+    job.sources = unique_names(job.sources, anchors, job.warnings)
     return job

@@ -7,13 +7,14 @@ summary with unexplained failures clustered by signature (`summary.py`, `signatu
 """
 
 from ncclpm.triage.jobs import JobRef, find_jobs
-from ncclpm.triage.runner import run_local, run_ray
+from ncclpm.triage.runner import Interrupted, run_local, run_ray
 from ncclpm.triage.summary import render_summary
 from ncclpm.triage.table import TABLE_SCHEMA, to_frame, write_table
 from ncclpm.triage.worker import triage_job
 
 __all__ = [
     "TABLE_SCHEMA",
+    "Interrupted",
     "JobRef",
     "find_jobs",
     "render_summary",

@@ -6,19 +6,25 @@ so the jobs running at that moment are known: they are re-run one by one in a pr
 job that kills its worker again gets an error row), and the jobs not started yet go on in a fresh pool.
 Polars gets `POLARS_MAX_THREADS = cores // workers` threads per worker unless the variable is already set
 (the pool's processes are spawned, never forked: polars must not be forked; Python spawns them as jobs are
-submitted, so the variable is set only around the submissions).
+submitted, so the variable is set only around the submissions). Jobs always run in worker processes, also with
+one worker: a job that aborts its process (a Rust panic, the OOM killer) costs that job's row, never the run.
+
+Ctrl-C: workers ignore SIGINT (the terminal sends it to every process of the group); the parent cancels the
+jobs not started, kills the workers and raises `Interrupted` with the rows finished so far.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
+from ncclpm.schema import Category
 from ncclpm.triage.jobs import JobRef
 from ncclpm.triage.signature import signature
 from ncclpm.triage.worker import empty_row, triage_job
@@ -28,8 +34,16 @@ OnDone = Callable[[Row], None]
 MAX_ROUNDS = 8
 
 
+class Interrupted(Exception):
+    """Ctrl-C during a run: `rows` are the jobs finished before it, in job order."""
+
+    def __init__(self, rows: list[Row]) -> None:
+        super().__init__(f"interrupted after {len(rows)} jobs")
+        self.rows = rows
+
+
 def _error_row(job: JobRef, message: str) -> Row:
-    return empty_row(job.name) | {"category": "unknown", "error": message, "signature": signature(message)}
+    return empty_row(job.name) | {"category": str(Category.UNKNOWN), "error": message, "signature": signature(message)}
 
 
 @contextmanager
@@ -51,6 +65,7 @@ _started: Any = None  # in a pool worker: the queue it reports each job it start
 def _init_worker(started: Any) -> None:
     global _started
     _started = started
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it kills the workers
 
 
 def _triage_reporting(path: str, name: str) -> Row:
@@ -61,13 +76,26 @@ def _triage_reporting(path: str, name: str) -> Row:
     return triage_job(path, name)
 
 
-def _pool(workers: int, started: Any = None) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(
+@contextmanager
+def _pool(workers: int, started: Any = None) -> Iterator[ProcessPoolExecutor]:
+    """A spawned pool; on the way out because of an exception (Ctrl-C), pending jobs are cancelled and the
+    workers killed instead of waiting for the queue to drain."""
+    pool = ProcessPoolExecutor(
         max_workers=workers,
         mp_context=multiprocessing.get_context("spawn"),
         initializer=_init_worker,
         initargs=(started,),
     )
+    try:
+        yield pool
+    except BaseException:
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for p in processes:
+            with suppress(OSError, ValueError):
+                p.kill()
+        raise
+    pool.shutdown(wait=True)
 
 
 def _alone(job: JobRef) -> Row:
@@ -102,10 +130,11 @@ def _round(jobs: Sequence[JobRef], workers: int, finish: Callable[[JobRef, Row],
 
 
 def run_local(jobs: Sequence[JobRef], workers: int | None = None, on_done: OnDone | None = None) -> list[Row]:
-    """Triage `jobs` on `workers` processes (default: every core); 1 = in this process.
+    """Triage `jobs` on `workers` processes (default: every core), always in worker processes.
 
     When a worker dies, the jobs that were running in the pool are re-run one by one in their own process (the
-    one that kills it again gets an error row) and the jobs not started yet go to a fresh pool.
+    one that kills it again gets an error row) and the jobs not started yet go to a fresh pool. Ctrl-C raises
+    `Interrupted` with the rows finished so far.
     """
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs) or 1))
     done: dict[str, Row] = {}
@@ -115,21 +144,20 @@ def run_local(jobs: Sequence[JobRef], workers: int | None = None, on_done: OnDon
         if on_done is not None:
             on_done(row)
 
-    if workers == 1:
-        for job in jobs:
-            finish(job, triage_job(job.path, job.name))
-        return [done[j.path] for j in jobs]
     todo = list(jobs)
-    for _ in range(MAX_ROUNDS):
-        suspects = _round(todo, workers, finish)
-        for job in todo:
-            if job.path in suspects:
-                finish(job, _alone(job))
-        todo = [j for j in todo if j.path not in done]
-        if not todo:
-            break
-    for job in todo:  # pools kept breaking without a suspect: isolate everything left
-        finish(job, _alone(job))
+    try:
+        for _ in range(MAX_ROUNDS):
+            if not todo:
+                break
+            suspects = _round(todo, workers, finish)
+            for job in todo:
+                if job.path in suspects:
+                    finish(job, _alone(job))
+            todo = [j for j in todo if j.path not in done]
+        for job in todo:  # pools kept breaking without a suspect: isolate everything left
+            finish(job, _alone(job))
+    except KeyboardInterrupt:
+        raise Interrupted([done[j.path] for j in jobs if j.path in done]) from None
     return [done[j.path] for j in jobs]
 
 
@@ -148,18 +176,30 @@ def run_ray(jobs: Sequence[JobRef], address: str | None = "auto", on_done: OnDon
         pending = {task.remote(j.path, j.name): j for j in jobs}
         done: dict[str, Row] = {}
         waiting = list(pending)
-        while waiting:
-            ready, waiting = ray.wait(waiting, num_returns=1)
-            for ref in ready:
-                job = pending[ref]
-                try:
-                    row = ray.get(ref)
-                except Exception as exc:  # a lost task or dead worker is that job's error row
-                    row = _error_row(job, f"ray task failed: {type(exc).__name__}: {exc}"[:400])
-                done[job.path] = row
-                if on_done is not None:
-                    on_done(row)
+        try:
+            _collect_ray(ray, pending, waiting, done, on_done)
+        except KeyboardInterrupt:
+            for ref in waiting:
+                with suppress(Exception):
+                    ray.cancel(ref, force=True)
+            raise Interrupted([done[j.path] for j in jobs if j.path in done]) from None
         return [done[j.path] for j in jobs]
     finally:
         if started:
             ray.shutdown()
+
+
+def _collect_ray(ray: Any, pending: dict, waiting: list, done: dict[str, Row], on_done: OnDone | None) -> None:
+    """Wait for the Ray tasks one by one; `waiting` shrinks in place (what is left to cancel on Ctrl-C)."""
+    while waiting:
+        ready, rest = ray.wait(waiting, num_returns=1)
+        waiting[:] = rest
+        for ref in ready:
+            job = pending[ref]
+            try:
+                row = ray.get(ref)
+            except Exception as exc:  # a lost task or dead worker is that job's error row
+                row = _error_row(job, f"ray task failed: {type(exc).__name__}: {exc}"[:400])
+            done[job.path] = row
+            if on_done is not None:
+                on_done(row)

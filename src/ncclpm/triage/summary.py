@@ -9,6 +9,7 @@ from typing import Any
 import polars as pl
 
 from ncclpm.render.jinja import environment
+from ncclpm.schema import Category
 
 MAX_JOBS_LISTED = 50
 MAX_CLUSTERS = 30
@@ -58,7 +59,7 @@ def summary_context(frame: pl.DataFrame) -> dict[str, Any]:
                 "more": max(0, rows.height - MAX_JOBS_LISTED),
             }
         )
-    unknown = readable.filter(pl.col("category") == "unknown")
+    unknown = readable.filter(pl.col("category") == str(Category.UNKNOWN))
     return {
         "total": frame.height,
         "n_failed": failed.height,

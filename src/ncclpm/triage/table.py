@@ -1,7 +1,8 @@
 """The triage table: one row per job, a fixed polars schema, written as Parquet, CSV or NDJSON.
 
 Parquet is written by polars itself (no pyarrow needed). CSV cannot hold lists: `culprit_ranks` becomes
-"0,3" there. Rows are sorted by job so the same inputs give the same file.
+"0,3" there, and text that a spreadsheet would run as a formula (`=HYPERLINK(...)` in a log line) gets a leading
+`'`. Rows are sorted by job so the same inputs give the same file.
 """
 
 from __future__ import annotations
@@ -56,12 +57,17 @@ def table_format(path: Path) -> str:
         raise ValueError(f"{path}: the table format comes from the extension: {', '.join(sorted(FORMATS))}") from None
 
 
-def write_table(frame: pl.DataFrame, path: Path) -> None:
+def write_table(frame: pl.DataFrame, path: Path, force: bool = False) -> None:
+    """Write the table where asked, atomically and never through a symlink (`outfile.py`); CSV cells are made
+    formula-safe (`export.csv_safe`)."""
+    from ncclpm.export import csv_safe
+    from ncclpm.outfile import write_output
+
     fmt = table_format(path)
     if fmt == "parquet":
-        frame.write_parquet(path)
+        write_output(path, frame.write_parquet, force)
     elif fmt == "ndjson":
-        frame.write_ndjson(path)
+        write_output(path, frame.write_ndjson, force)
     else:
         flat = frame.with_columns(pl.col("culprit_ranks").list.eval(pl.element().cast(pl.String)).list.join(","))
-        flat.write_csv(path)
+        write_output(path, csv_safe(flat).write_csv, force)

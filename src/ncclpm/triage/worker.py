@@ -12,6 +12,8 @@ import re
 import time
 from typing import Any
 
+from ncclpm.schema import Category
+from ncclpm.sources.discover import SourceKind
 from ncclpm.triage.signature import signature, strip_prefix
 
 # For jobs no rule explains, the catalog has by definition not recognised the error: look at the raw text.
@@ -57,7 +59,7 @@ def _raw_error(job: Any) -> str | None:
     """The first line of the job's text sources that reads like an error (strong words first), skipping the
     launcher's generic consequences (ChildFailedError, 'failed (exitcode: 1)', SIGTERM...)."""
     weak: str | None = None
-    for src in job.of_kind("text"):
+    for src in job.of_kind(SourceKind.TEXT):
         try:
             text = src.read_bytes()[:RAW_SCAN_BYTES].decode("utf-8", "replace")
         except (OSError, ValueError):
@@ -83,7 +85,7 @@ def _top_error(tables: Any, d: Any, job: Any) -> str | None:
     if not tb.is_empty():
         r = tb.sort("ts", "source", "line", nulls_last=True).row(0, named=True)
         return f"{r['error_type']}: {r['detail']}"
-    if str(d.category) == "unknown" and (raw := _raw_error(job)):
+    if d.category == Category.UNKNOWN and (raw := _raw_error(job)):
         return raw
     errors = tables.events.filter(pl.col("severity") == "error")
     if not errors.is_empty():
@@ -135,6 +137,6 @@ def triage_job(path: str, name: str | None = None) -> dict[str, Any]:
         _fill(row, tables, diagnose_tables(tables), job)
     except Exception as exc:  # one bad job is a row with an error, never the end of the run
         message = f"{type(exc).__name__}: {exc}"
-        row.update(category="unknown", error=message[:MAX_TEXT], signature=signature(message))
+        row.update(category=str(Category.UNKNOWN), error=message[:MAX_TEXT], signature=signature(message))
     row["seconds"] = round(time.perf_counter() - start, 3)
     return row

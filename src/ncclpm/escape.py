@@ -1,0 +1,159 @@
+"""Every escape ncclpm applies to text that came from the input, one function per output context.
+
+Everything in a report may come from the uploader: log lines, file and archive member names, the job name, values
+read from dumps and error files. This module is the one place that makes such text safe for where it goes:
+
+- names (`clean_name`): one printable line - C0/C1 controls, escape sequences and bidi overrides removed, line
+  breaks collapsed, undecodable bytes of a file name shown as `\\xe9`;
+- a terminal (`terminal`, `terminal_json`): no escape sequence (colour, clear screen, window title, OSC 8 links)
+  and no control character other than newline and tab reaches it;
+- Markdown (`md_text`, `md_cell`, `md_span`, `md_block`, `md_prose`): no raw HTML, no link or image, no line break
+  out of an inline field or a code span or block;
+- Slack mrkdwn (`slack_text`, `slack_code`): `& < >` as entities (no `<!channel>`, no `<url|link>`), one line;
+- CSV (`csv_cell`): no formula (`=HYPERLINK(...)`) for a spreadsheet to run.
+HTML is escaped by Jinja's autoescape; the templates' `finalize` (render/jinja.py) runs `plain` on every value.
+
+No import from the rest of ncclpm: sources, renderers and triage all use it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# ESC sequences (CSI, OSC, DCS/SOS/PM/APC strings, two-byte ones) and their 8-bit C1 forms.
+_SEQUENCES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]?"
+    r"|\x1b\][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
+    r"|\x1b[PX^_][^\x1b\x9c]*(?:\x1b\\|\x9c)?"
+    r"|\x1b[ -~]?"
+    r"|\x9b[0-?]*[ -/]*[@-~]?"
+    r"|\x9d[^\x07\x9c]*[\x07\x9c]?"
+)
+# C0 except tab and newline, DEL, C1, bidi embeddings/overrides/isolates and marks, line/paragraph separators.
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_SEPARATORS = re.compile(r"\r\n|[\r\u2028\u2029\x0b\x0c\x85]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_BREAKS = re.compile(r"\s*\n\s*")
+
+
+class Escaped(str):
+    """Text already escaped for the output format it is written into (templates do not escape it again)."""
+
+
+def _str(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _surrogate(m: re.Match[str]) -> str:
+    code = ord(m.group(0))
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else "\ufffd"
+
+
+def plain(value: Any) -> str:
+    """Text without escape sequences and control characters (newline and tab kept; CR and other line
+    separators become newlines), and without undecodable halves of characters."""
+    text = _SEPARATORS.sub("\n", _str(value))
+    text = _SEQUENCES.sub("", text)
+    return _SURROGATE.sub(_surrogate, _CONTROLS.sub("", text))
+
+
+def one_line(value: Any) -> str:
+    """`plain` on one line: every line break (with the blanks around it) becomes one space."""
+    return _BREAKS.sub(" ", plain(value)).replace("\t", " ")
+
+
+def clean_name(value: Any) -> str:
+    """A file, member or job name as a label: one printable line. Undecodable bytes of a file name (Python's
+    surrogate escapes) are shown as `\\xe9`, so two names that differ only there stay different."""
+    return one_line(value).strip() or "?"
+
+
+# ---------------------------------------------------------------------------------------------------- terminal
+
+
+def terminal(value: Any) -> str:
+    """Text for a terminal: no escape sequence, no control character but newline and tab."""
+    return plain(value)
+
+
+_JSON_UNSAFE = re.compile(r"[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+
+
+def terminal_json(text: str) -> str:
+    """JSON text for a terminal: the characters `json.dumps(ensure_ascii=False)` leaves raw that a terminal
+    acts on (C1 controls such as the 8-bit CSI, bidi overrides) as `\\uXXXX` - the same JSON value."""
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
+
+
+# ---------------------------------------------------------------------------------------------------- Markdown
+
+_MD_ENTITIES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+
+
+def _md_inline(text: str) -> str:
+    """Markdown outside code: no HTML (entities), no link or image (`](` broken), nothing else changed."""
+    return text.translate(_MD_ENTITIES).replace("](", "]\\(")
+
+
+def md_text(value: Any) -> Escaped:
+    """Input text in Markdown prose: one line, no HTML, no link or image, backticks that open no code span."""
+    return Escaped(_md_inline(one_line(value)).replace("`", "\\`"))
+
+
+def md_cell(value: Any, width: int = 160) -> Escaped:
+    """`md_text` in a table cell: `|` escaped, cut to `width` characters before escaping."""
+    return Escaped(md_text(one_line(value)[:width]).replace("|", "\\|"))
+
+
+def md_span(value: Any, width: int | None = None, cell: bool = False) -> Escaped:
+    """Input text inside a `code span`: one line, backticks made `'` (they would end the span); `|` escaped in
+    a table cell (GFM splits cells before it sees code spans)."""
+    text = one_line(value).replace("`", "'")
+    if width is not None and len(text) > width:
+        text = text[: width - 1] + "…"
+    return Escaped(text.replace("|", "\\|") if cell else text)
+
+
+def md_block(value: Any, indent: str = "    ") -> Escaped:
+    """Input text as an indented code block: every line (CR and other separators included) indented, so none
+    can end the block."""
+    return Escaped(("\n" + indent).join(plain(value).split("\n")))
+
+
+_CODE_SPAN = re.compile(r"(`[^`\n]+`)")
+
+
+def md_prose(value: Any) -> Escaped:
+    """A rule's own prose (fixes, explanations): its `code spans` kept as written, the rest escaped like
+    `md_text` - the prose may quote host names or values from the logs."""
+    parts = _CODE_SPAN.split(one_line(value))
+    return Escaped("".join(p if i % 2 else _md_inline(p) for i, p in enumerate(parts)))
+
+
+# ------------------------------------------------------------------------------------------------------- Slack
+
+
+def slack_text(value: Any) -> Escaped:
+    """Slack mrkdwn text: one line, `& < >` as the entities Slack asks for (no `<!channel>`, no `<url|x>`)."""
+    return Escaped(one_line(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
+
+
+def slack_code(value: Any) -> Escaped:
+    """Text for a Slack ``` block: lines kept, backticks made `'` (they could end the block), then escaped."""
+    text = plain(value).replace("`", "'")
+    return Escaped(text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
+
+
+# --------------------------------------------------------------------------------------------------------- CSV
+
+FORMULA_START = r"^[=+\-@\t\r\uff1d\uff0b\uff0d\uff20]"  # also for polars (export.csv_safe)
+_FORMULA = re.compile(FORMULA_START)
+
+
+def csv_cell(value: Any) -> Any:
+    """A CSV cell no spreadsheet runs as a formula: text starting with `= + - @` (or their full-width forms), tab
+    or CR gets a leading `'` (OWASP's advice); other values unchanged."""
+    if isinstance(value, str) and _FORMULA.match(value):
+        return "'" + value
+    return value

@@ -1,0 +1,35 @@
+"""Apply the kind declarations' readings to the events table: `victim`, and the attributes `[[kind.reading]]`
+entries set (`net_class`, `strength`, `exhausted`...), so rules read columns instead of re-matching text.
+
+For each attribute the first reading of the event's kind that sets it and whose `when` matches the event's
+text wins; `victim` is true for every event of a `victim = true` kind, or when a reading says so.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ncclpm.kinds import KindDecl
+from ncclpm.schema import EVENT_FIELDS
+
+
+def apply_readings(events: pl.DataFrame, kinds: dict[str, KindDecl]) -> pl.DataFrame:
+    chains: dict[str, list[tuple[pl.Expr, object]]] = {}
+    for decl in kinds.values():
+        is_kind = pl.col("kind") == decl.name
+        for r in decl.readings:
+            cond = is_kind if r.when is None else is_kind & pl.col("text").str.contains(r.when)
+            for attr, value in r.set.items():
+                chains.setdefault(attr, []).append((cond, value))
+    victim_kinds = [d.name for d in kinds.values() if d.victim]
+    exprs: list[pl.Expr] = []
+    for attr, branches in chains.items():
+        dtype = EVENT_FIELDS[attr]
+        expr = pl.when(branches[0][0]).then(pl.lit(branches[0][1], dtype))
+        for cond, value in branches[1:]:
+            expr = expr.when(cond).then(pl.lit(value, dtype))
+        base = pl.col("kind").is_in(victim_kinds) if attr == "victim" else pl.col(attr)
+        exprs.append(expr.otherwise(base).alias(attr))
+    if "victim" not in chains:
+        exprs.append(pl.col("kind").is_in(victim_kinds).alias("victim"))
+    return events.with_columns(exprs).with_columns(pl.col("victim").fill_null(False))

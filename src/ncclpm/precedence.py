@@ -1,0 +1,43 @@
+"""Which root cause wins when several rules fire - declared in one place.
+
+The engine orders root-cause findings by confidence band (conclusive > likely > possible), then by the position
+of their rule in `PRECEDENCE` (earlier wins), then by confidence. A rule that explains how the others came about
+comes before them; a reading inferred from absence (a silent rank) or from the whole job timing out comes after
+every rule that quotes a failure. Every registered rule is listed exactly once (checked at import); `ncclpm
+rules` prints this order with the reasons.
+"""
+
+from __future__ import annotations
+
+PRECEDENCE: tuple[tuple[str, str], ...] = (
+    ("NV01", "a broken GPU driver makes everything on its node fail: NCCL errors, crashes, timeouts"),
+    ("OM01", "an out-of-memory error is the exact reason its rank died"),
+    ("FR01", "the dumps prove which collective differed, and at which sequence number"),
+    ("CF01", "ranks set up wrong (two on one GPU, launcher and script disagree) fail the same way every time"),
+    ("MC01", "ranks issuing different collectives is a program bug no infrastructure fix touches"),
+    ("SH01", "a /dev/shm or peer-to-peer failure breaks the communicator before any collective"),
+    ("SK01", "the stacks show where the odd rank really was, down to the user's line"),
+    ("DL01", "a DataLoader failure is why its rank stopped issuing collectives"),
+    ("CV01", "mixed NCCL/torch versions break the wire protocol: what follows is a consequence"),
+    ("RZ01", "the group never formed: nothing ran yet"),
+    ("NW01", "a rank that raised a network error died of the network (NW01 demotes itself when a peer died first)"),
+    ("CR01", "a rank that died first, for a reason no rule above names"),
+    ("ST01", "a rank silent while the others waited: inferred from absence, below every rule that quotes a failure"),
+    ("WT01", "ranks waited in the store for a rank still busy elsewhere: the store wait is the only trace"),
+    ("FR02", "the dumps name the rank that stopped, but not why"),
+    ("SL01", "the scheduler ended the job: above only the all-ranks-timed-out reading"),
+    ("TO01", "every rank joined and waited together: what remains when no rank is to blame"),
+    ("CT01", "the symptom itself: never a root cause"),
+    ("IN01", "the fallback: runs only when nothing else found a cause"),
+)
+
+RANK: dict[str, int] = {rule: i for i, (rule, _) in enumerate(PRECEDENCE)}
+
+
+def check(rule_ids: set[str]) -> list[str]:
+    """Problems with the table against the registered rule ids (empty when it lists each exactly once)."""
+    listed = [r for r, _ in PRECEDENCE]
+    problems = [f"{r} is listed twice" for r in sorted({r for r in listed if listed.count(r) > 1})]
+    problems += [f"{r} is not a registered rule" for r in sorted(set(listed) - rule_ids)]
+    problems += [f"{r} is missing (every rule must have a place)" for r in sorted(rule_ids - set(listed))]
+    return problems
