@@ -300,3 +300,66 @@ def test_rules_say_where_the_timeout_in_force_was_set(tmp_path: Path, sample: st
     )
     d = diagnose([job])
     assert d.primary.rule == rule and "the code sets 2 h" in d.summary and "never reached" in d.summary
+
+
+def test_control_characters_in_code_never_reach_a_report(tmp_path: Path) -> None:
+    (tmp_path / "t.py").write_text(
+        'import os\nos.environ["NCCL_DEBUG"] = "\x1b[31mINFO\x07"\n'
+        "dist.init_process_group('nccl', timeout=timedelta(seconds=x\x1b[2J))\n"
+    )
+    code = build([tmp_path]).extra["code_settings"]
+    assert not any(any(ch in str(v) for ch in "\x1b\x07") for row in code.iter_rows() for v in row)
+    md = render(diagnose([tmp_path]), "md")
+    assert "\x1b" not in md and "\x07" not in md and "INFO" in md
+
+
+def test_a_notebook_is_read_cell_by_cell_with_file_lines(tmp_path: Path) -> None:
+    cells = [
+        {"cell_type": "markdown", "metadata": {}, "source": ["Run with `init_process_group(timeout=timedelta(1))`"]},
+        {"cell_type": "code", "metadata": {}, "outputs": [], "source": ["%env NCCL_DEBUG=INFO\n", "import os\n"]},
+        {
+            "cell_type": "code",
+            "metadata": {},
+            "outputs": [{"output_type": "stream", "name": "stderr", "text": [LOG_LINES[0]]}],
+            "source": ["dist.init_process_group(\n", "    'nccl',\n", "    timeout=timedelta(minutes=45),\n", ")\n"],
+        },
+        {"cell_type": "code", "metadata": {}, "source": ["!torchrun --nproc_per_node=4 train.py"]},
+    ]
+    nb = tmp_path / "debug.ipynb"
+    nb.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1))
+    t = build([tmp_path])
+    assert t.code_sources == ("debug.ipynb",) and t.events.is_empty(), "cell outputs are not evidence either"
+    facts = {r["name"]: r for r in t.extra["code_settings"].iter_rows(named=True)}
+    lines = nb.read_text().splitlines()
+    timeout = facts["init_process_group(timeout=)"]
+    assert timeout["number"] == 2700.0 and "timeout=timedelta(minutes=45)" in lines[timeout["line"] - 1]
+    assert facts["NCCL_DEBUG"]["value"] == "INFO" and "%env NCCL_DEBUG" in lines[facts["NCCL_DEBUG"]["line"] - 1]
+    assert facts["torchrun --nproc_per_node"]["value"] == "4"
+
+
+def test_comment_stripping_is_linear_and_respects_quotes() -> None:
+    from ncclpm.ingest.code_statements import strip_comment
+
+    assert strip_comment("export NCCL_DEBUG=INFO  # was WARN") == "export NCCL_DEBUG=INFO  "
+    assert strip_comment("echo '# not a comment' # a comment") == "echo '# not a comment' "
+    assert strip_comment('NCCL_IB_HCA="mlx5_0#1"') == 'NCCL_IB_HCA="mlx5_0#1"'
+    hostile = "x " + "# " * 100_000 + "'"  # quadratic for a regex with a look-ahead at every `#`
+    assert strip_comment(hostile) == "x "
+
+
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [
+        ("deep.json", b"[" * 60_000),
+        ("deep.ipynb", b'{"cells": ' + b"[" * 60_000),
+        ("cells.ipynb", b'{"cells": [{"cell_type": "code", "source": 5}, 7], "nbformat": 4}'),
+        ("nested.py", b"x = " + b"(" * 5_000 + b"\n"),
+        ("long.sh", b"#!/bin/bash\nexport NCCL_DEBUG=" + b"# " * 50_000 + b"'\n"),
+        ("big.yaml", b"a:\n  b: 1\n" + b"- " * 40_000),
+    ],
+)
+def test_hostile_code_files_are_read_or_named_never_crash(tmp_path: Path, name: str, data: bytes) -> None:
+    (tmp_path / name).write_bytes(data)
+    (tmp_path / "rank0.log").write_text("[rank0]: training done\n")
+    d = diagnose([tmp_path])  # broken JSON is not a config: read as text, harmlessly
+    assert d.n_sources + len(d.code_files) == 2 and str(d.category) not in FAILURES

@@ -358,20 +358,23 @@ def catalog() -> None:
 @catalog.command("check")
 @click.argument("dirs", nargs=-1, type=click.Path(file_okay=False, exists=True, path_type=Path))
 def catalog_check(dirs: tuple[Path, ...]) -> None:
-    """Validate the shipped catalogs (and DIRS): ids, regexes, fields, examples."""
+    """Validate the shipped catalogs (and DIRS) and the code readings: ids, regexes, fields, examples."""
     from ncclpm.ingest.catalog import CatalogError, load_catalog
+    from ncclpm.ingest.code_settings import ReadingError, load_readings, run_reading_examples
     from ncclpm.ingest.selftest import run_examples
 
     try:
         cat = load_catalog(tuple(dirs))
-    except CatalogError as exc:
+        readings, _ = load_readings()
+    except (CatalogError, ReadingError) as exc:
         click.echo(f"catalog error: {exc}", err=True)
         sys.exit(EXIT_INPUT)
-    problems = run_examples(cat)
+    problems = run_examples(cat) + run_reading_examples()
     for p in problems:
         click.echo(p, err=True)
     click.echo(
-        f"{len(cat.patterns)} patterns, {len(cat.envelopes)} envelopes, {len(cat.kinds)} kinds: "
+        f"{len(cat.patterns)} patterns, {len(cat.envelopes)} envelopes, {len(cat.kinds)} kinds, "
+        f"{len(readings)} code readings: "
         f"{'OK' if not problems else f'{len(problems)} problem(s)'}"
     )
     sys.exit(EXIT_INPUT if problems else EXIT_OK)

@@ -186,8 +186,16 @@ def to_number(value: str, unit: str, names: dict[str, float]) -> float | None:
     return _arith(node, names)
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _clean(text: str) -> str:
+    """Control characters (an ANSI escape, a bell) are never part of a setting: shown as U+FFFD, not sent on."""
+    return _CONTROL.sub("\ufffd", text)
+
+
 def _unquote(value: str) -> str:
-    value = value.strip()
+    value = _clean(value).strip()
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
         return value[1:-1]
     return value
@@ -209,11 +217,11 @@ def read_statement(st: Statement, readings: Iterable[Reading]) -> Iterator[dict[
                 line, raw = st.line_at(base + (m.start("value") if m.group("value") is not None else m.start()))
                 yield {
                     "setting": r.setting,
-                    "name": " ".join(r.name.format_map(defaultdict(str, groups)).split()),
+                    "name": _clean(" ".join(r.name.format_map(defaultdict(str, groups)).split())),
                     "value": _unquote(groups.get("value", "")),
                     "unit": r.unit,
                     "line": line,
-                    "text": raw[:MAX_QUOTE],
+                    "text": _clean(raw[:MAX_QUOTE]),
                     "reading": r.id,
                 }
 

@@ -18,7 +18,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 _SCHEDULER = re.compile(r"^#(?:SBATCH|PBS|BSUB)\s")
-_SHELL_COMMENT = re.compile(r"""(?:^|\s)#(?=(?:[^"']|"[^"]*"|'[^']*')*$).*$""")
 _STRING_ONLY = re.compile(r"""^[rbuRBU]{0,2}(?:"|')""")
 _MAGIC = re.compile(r"^\s*(?:!|%env\b)")
 SEARCH_WINDOW = 5000  # file lines searched for a notebook source line (bounded: no quadratic scan)
@@ -36,6 +35,25 @@ class Statement:
         """(line number, physical line) holding the character at `offset` of `text`."""
         i = max(0, bisect_right(self.starts, offset) - 1)
         return self.lines[i], self.raw[i]
+
+
+def strip_comment(line: str) -> str:
+    """A shell / YAML / TOML line without its `#` comment (a `#` that starts a word outside quotes). One pass:
+    a line of many `#` and an odd quote stays linear."""
+    quote = None
+    escaped = False
+    for i, ch in enumerate(line):
+        if escaped:
+            escaped = False
+        elif ch == "\\" and quote != "'":
+            escaped = True
+        elif quote is not None:
+            quote = None if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i]
+    return line
 
 
 def _join(parts: list[tuple[int, str, str]], lang: str) -> Statement | None:
@@ -114,7 +132,7 @@ def shell_statements(lines: Iterable[tuple[int, str]], lang: str = "shell") -> I
     parts: list[tuple[int, str, str]] = []
     for no, raw in lines:
         s = raw.strip()
-        kept = s if _SCHEDULER.match(s) else _SHELL_COMMENT.sub("", raw).rstrip()
+        kept = s if _SCHEDULER.match(s) else strip_comment(raw).rstrip()
         continued = kept.endswith("\\")
         parts.append((no, kept[:-1] if continued else kept, raw))
         if not continued:
@@ -129,7 +147,7 @@ def yaml_statements(lines: Iterable[tuple[int, str]]) -> Iterator[Statement]:
     parts: list[tuple[int, str, str]] = []
     item_indent = -1
     for no, raw in lines:
-        kept = _SHELL_COMMENT.sub("", raw).rstrip()
+        kept = strip_comment(raw).rstrip()
         if not kept.strip():
             continue
         indent = len(kept) - len(kept.lstrip())
@@ -146,7 +164,7 @@ def yaml_statements(lines: Iterable[tuple[int, str]]) -> Iterator[Statement]:
 
 def line_statements(lines: Iterable[tuple[int, str]], lang: str) -> Iterator[Statement]:
     for no, raw in lines:
-        kept = _SHELL_COMMENT.sub("", raw) if lang == "toml" else raw
+        kept = strip_comment(raw) if lang == "toml" else raw
         if st := _join([(no, kept, raw)], lang):
             yield st
 

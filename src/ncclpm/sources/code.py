@@ -24,6 +24,7 @@ from pathlib import PurePosixPath
 
 LANGUAGES = ("python", "notebook", "shell", "yaml", "toml", "json", "dockerfile")
 MAX_LINES = 400  # lines looked at: a code snapshot is code from its first line, a log is a log early on
+MAX_LINE = 2000  # characters of a line looked at: its start tells a log line from code
 PARSE_CHARS = 16384  # what the Python parser is given: enough to tell, and the parse stays a few ms
 _BY_SUFFIX = {
     ".py": "python",
@@ -196,7 +197,7 @@ def _tally(text: str) -> _Tally:
     depth = 0  # brackets opened by a code line and not closed yet
     after_frame = continued = False
     for raw in text.splitlines()[:MAX_LINES]:
-        line = raw.rstrip()
+        line = raw[:MAX_LINE].rstrip()
         s = line.lstrip()
         if quote is not None:
             quote = _triple_open(line, quote)
@@ -259,12 +260,14 @@ def _parses_as_python(text: str, truncated: bool) -> bool:
 def _json_kind(text: str, hint: str | None, truncated: bool) -> str | None:
     try:
         doc = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         first = text.lstrip().split("\n", 1)[0]
         try:
+            if first.strip() == text.strip():
+                raise ValueError("one line: already tried")
             json.loads(first)
             return None  # one JSON value per line: a structured log, not a config
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
         return hint if truncated and hint in ("json", "notebook") else None
     if isinstance(doc, dict) and isinstance(doc.get("cells"), list):
@@ -310,8 +313,8 @@ def code_language(name: str, head: bytes, truncated: bool = False) -> str | None
     said = t.shebang or (hint if hint in ("python", "shell") else None)
     if said != "shell" and (t.python or said == "python") and _parses_as_python(text, truncated):
         return "python"
-    if said:
-        return said if t.code and t.code * 10 >= t.total * 3 else None
+    if said:  # named or marked as code: code unless what is seen of it is mostly not
+        return said if t.total == 0 or (t.code and t.code * 10 >= t.total * 3) else None
     if t.log or t.fences or t.code * 10 < t.total * 6 or not (t.code >= 2 or t.code == t.total):
         return None
     if t.shell >= t.python:
