@@ -22,9 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from ncclpm.synth.fr_dumps import FAULTS, culprit_rank, generate
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the synthetic-dump generator lives with the tests (not in the wheel)
+from tests.synth.fr_dumps import FAULTS, culprit_rank, generate  # noqa: E402
 
 _CHILD = r"""
 import json, os, re, resource, sys, time

@@ -65,6 +65,8 @@ PRODUCERS: dict[str, tuple[Path, Callable[[Tables], bool]]] = {
         lambda t: "mismatch_detected" in _kinds(t),
     ),
     "dmesg": (CASES / "issue4_xid79_kernlog" / "input", lambda t: "xid" in _kinds(t)),
+    # `journalctl -k` prints the kernel log in the same syslog form as kern.log
+    "journalctl": (CASES / "issue4_xid79_kernlog" / "input", lambda t: "xid" in _kinds(t)),
     "nvidia-smi": (ROOT / "sample_logs" / "nccl_nvml_unknown_error", lambda t: "nvml_error" in _kinds(t)),
     "torch.__version__": (
         CASES / "issue4_nccl_version_differs_by_host" / "input",

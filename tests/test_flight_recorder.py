@@ -17,10 +17,10 @@ from ncclpm.ingest.flight_recorder import (
     FR_GROUPS_SCHEMA,
     FR_STATUS_SCHEMA,
     load_fr_dumps,
-    looks_like_fr_dump,
     version_tuple,
 )
-from ncclpm.synth.fr_dumps import generate
+from ncclpm.sources.fr_sniff import looks_like_fr_dump
+from tests.synth.fr_dumps import generate
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 CORPUS = SHARED / "corpus"

@@ -10,7 +10,7 @@ import pytest
 
 from ncclpm.analysis.fr_match import analyze_fr
 from ncclpm.ingest.flight_recorder import load_fr_dumps
-from ncclpm.synth.fr_dumps import FAULTS, culprit_rank, generate
+from tests.synth.fr_dumps import FAULTS, culprit_rank, generate
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 NVRX = CORPUS / "nvrx-fr"

@@ -10,7 +10,7 @@ import pytest
 
 from ncclpm.ingest import fr_decode
 from ncclpm.ingest.flight_recorder import FRLoad, load_fr_dumps
-from ncclpm.synth.fr_dumps import generate
+from tests.synth.fr_dumps import generate
 
 
 class _OsSystem:

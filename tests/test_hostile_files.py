@@ -576,3 +576,17 @@ def test_a_dump_whose_rank_does_not_fit_int32_is_skipped_not_fatal(tmp_path: Pat
     d = diagnose([job])
     assert any(w.startswith("fr/raw/fr_trace_rank_99999999999: ") for w in d.warnings)
     assert (str(d.category), list(d.culprit_ranks)) == (clean.category, clean.culprits)
+
+
+def test_a_dump_with_oddly_typed_values_does_not_take_the_others_down() -> None:
+    """Found by scripts/fuzz_long.py: one dump's malformed nested value made the whole chunk fail to convert."""
+    from ncclpm.ingest.flight_recorder import load_fr_dumps
+    from ncclpm.ingest.fr_decode import _NoGlobalsUnpickler
+
+    good = (CASE / "fr" / "raw" / "fr_trace_rank_1").read_bytes()
+    odd = _NoGlobalsUnpickler(io.BytesIO(good)).load()
+    odd["pg_status"] = {"0": {"last_enqueued_collective": 3, "x": "y"}, "1": [1, 2]}
+    odd["entries"][0]["input_sizes"] = [[1, "two"], None]
+    fr = load_fr_dumps([("fr_trace_rank_1", good), ("odd_rank_2", pickle.dumps(odd))])
+    assert set(fr.entries["rank"].unique().to_list()) >= {1}
+    assert fr.entries.filter(fr.entries["rank"] == 1).height == 10

@@ -1,6 +1,7 @@
 """`--format json` is `Diagnosis.to_dict()`: stable keys and types (schema_version 1), checked on jobs of every
 shape - a timeout with a failing collective, a crash with flight-recorder dumps, no rank at all, nothing
-readable - and kept in step with the key list documented in the README."""
+readable - against the published contract (docs/report.schema.json, with `jsonschema`) and kept in step with
+the key list documented in the README."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator
 
 from ncclpm.api import diagnose
 from ncclpm.render import render
 from ncclpm.schema import Category
 
 ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = json.loads((ROOT / "docs" / "report.schema.json").read_text(encoding="utf-8"))
+VALIDATOR = Draft202012Validator(SCHEMA)
 CASES = ROOT / "tests" / "cases"
 JOBS = {
     "timeout": ROOT / "sample_logs" / "nccl_rank0_sample_generation",
@@ -106,6 +110,8 @@ def _ranks(values: list) -> None:
 
 
 def _check(d: dict) -> None:
+    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message[:200]}" for e in VALIDATOR.iter_errors(d)]
+    assert not errors, errors
     _typed(d, TOP, "diagnosis")
     assert d["schema_version"] == 1
     assert d["category"] in {str(c) for c in Category} and d["band"] in BANDS
@@ -175,3 +181,28 @@ def test_readme_documents_every_key() -> None:
     d = diagnose([JOBS["timeout"]]).to_dict()
     keys = set(d) | set(COLLECTIVE) | set(FINDING) | set(EVIDENCE)
     assert keys <= documented, sorted(keys - documented)
+
+
+def test_the_published_schema_is_valid_and_matches_every_golden_report() -> None:
+    Draft202012Validator.check_schema(SCHEMA)
+    golden = [p for p in sorted((ROOT / "tests" / "golden").glob("*.json")) if not p.name.endswith(".slack.json")]
+    assert golden
+    for path in golden:
+        _check(json.loads(path.read_text(encoding="utf-8")))
+
+
+def test_the_schema_refuses_what_the_contract_forbids() -> None:
+    d = json.loads((ROOT / "tests" / "golden" / "nccl_rank0_sample_generation.json").read_text(encoding="utf-8"))
+    for broken in (
+        {**d, "band": "certain"},
+        {**d, "confidence": 1.5},
+        {**d, "new_key_not_in_the_schema": 1},
+        {k: v for k, v in d.items() if k != "findings"},
+        {**d, "culprit_ranks": [-1]},
+    ):
+        assert list(VALIDATOR.iter_errors(broken)), broken
+
+
+def test_the_schema_lists_every_top_level_key_the_record_has() -> None:
+    d = diagnose([JOBS["timeout"]]).to_dict()
+    assert set(SCHEMA["required"]) == set(d) == set(SCHEMA["properties"])

@@ -20,7 +20,7 @@ ray = pytest.importorskip("ray")
 
 from ncclpm.cli import main  # noqa: E402
 from ncclpm.triage import find_jobs, run_local, run_ray, to_frame  # noqa: E402
-from ncclpm.triage.make_jobs import make_jobs  # noqa: E402
+from tests.synth.make_jobs import make_jobs  # noqa: E402
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 

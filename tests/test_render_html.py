@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ncclpm.api import diagnose
-from ncclpm.diagnosis import Diagnosis
+from ncclpm.model import Diagnosis
 from ncclpm.render import render
 from ncclpm.render.timeline import MAX_ROWS, build_timeline
 

@@ -13,10 +13,10 @@ import pytest
 from ncclpm.analysis.stack_tree import build_stack_tree
 from ncclpm.api import diagnose
 from ncclpm.ingest.catalog import load_catalog
-from ncclpm.ingest.stack_sniff import stack_format
 from ncclpm.ingest.tables import build_tables
 from ncclpm.render import render
 from ncclpm.sources.discover import collect
+from ncclpm.sources.stack_sniff import stack_format
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ROOT / "tests" / "cases"

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from ncclpm.api import diagnose
 from ncclpm.cli import main
 from ncclpm.triage import TABLE_SCHEMA, find_jobs, render_summary, run_local, to_frame, triage_job, write_table
-from ncclpm.triage.make_jobs import make_jobs
 from ncclpm.triage.signature import signature
+from tests.synth.make_jobs import make_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 SLOW = ROOT / "sample_logs" / "nccl_rank0_sample_generation"

@@ -358,3 +358,16 @@ def test_closed_vocabularies_are_enums() -> None:
     d = diagnose([ROOT / "sample_logs" / "gloo_rank0_slow_work"])
     assert isinstance(d.band, Band) and isinstance(d.category, Category)
     assert d.to_dict()["band"] == "conclusive" and type(d.to_dict()["band"]) is Band  # a str: JSON as is
+
+
+def test_no_bare_unknown_literal_in_the_code() -> None:
+    """`Category.UNKNOWN`, not a string that a typo would silently change."""
+    import re
+
+    hits = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in sorted((ROOT / "src" / "ncclpm").rglob("*.py"))
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"""["']unknown["']""", line) and not line.strip().startswith("UNKNOWN = ")
+    ]
+    assert not hits, hits

@@ -6,11 +6,12 @@ from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
-from ncclpm.diagnosis import Diagnosis
-from ncclpm.diff.model import DiffReport
+from ncclpm.analysis import analysed
+from ncclpm.diff_model import DiffReport
 from ncclpm.engine import diagnose_tables
 from ncclpm.ingest.catalog import Catalog, load_catalog
 from ncclpm.ingest.tables import Tables, build_tables
+from ncclpm.model import Diagnosis
 from ncclpm.sources.discover import collect
 from ncclpm.sources.paste import normalise_paste_bytes
 
@@ -28,14 +29,15 @@ def build(
     name: str | None = None,
     fr_columns: str = "analysis",
 ) -> Tables:
-    """Collect the job's sources and build every table. Text on stdin is taken as pasted: chat and ticket
-    damage (code fences, `&gt;`, smart quotes, lines re-wrapped at 80 columns) is undone first.
-    ``fr_columns="all"`` keeps every flight-recorder column (the default keeps what the analysis reads)."""
+    """Collect the job's sources and build every table, flight-recorder verdicts included. Text on stdin is taken
+    as pasted: chat and ticket damage (code fences, `&gt;`, smart quotes, lines re-wrapped at 80 columns) is
+    undone first. ``fr_columns="all"`` keeps every flight-recorder column (the default keeps what the analysis
+    reads)."""
     cat = catalog(patterns)
     if stdin_bytes is not None:
         stdin_bytes = normalise_paste_bytes(stdin_bytes, cat.head_regex())
     job = collect(paths, stdin_bytes=stdin_bytes, name=name)
-    return build_tables(job, cat, fr_columns=fr_columns)
+    return analysed(build_tables(job, cat, fr_columns=fr_columns))
 
 
 def diagnose(

@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ncclpm import precedence
-from ncclpm.diagnosis import Diagnosis, Rival
+from ncclpm.analysis import analysed
 from ncclpm.ingest.tables import Tables
+from ncclpm.model import Diagnosis, Rival
 from ncclpm.noticed import who_noticed
-from ncclpm.report_facts import cross_check, failing_collective, rank_rows, settings_rows, versions
+from ncclpm.report_facts import caveats, cross_check, failing_collective, rank_rows, settings_rows, versions
 from ncclpm.rules import ALL_RULES
 from ncclpm.rules.base import Finding, Rule
 from ncclpm.schema import Category
@@ -118,6 +119,7 @@ def choose(
 
 
 def diagnose_tables(t: Tables, select: Iterable[str] = (), ignore: Iterable[str] = ()) -> Diagnosis:
+    t = analysed(t)  # the analysis stage: flight-recorder verdicts, before the rules read them
     rules = select_rules(select, ignore)
     findings, warnings, skipped = evaluate(t, rules)
     primary, rivals, symptoms, supporting = choose(findings, rules, t, warnings)
@@ -146,4 +148,6 @@ def diagnose_tables(t: Tables, select: Iterable[str] = (), ignore: Iterable[str]
         noticed=who_noticed(t),
         settings=settings_rows(t),
         code_files=t.code_sources,
+        caveats=caveats(t),
+        line_prefix=t.line_prefix,
     )

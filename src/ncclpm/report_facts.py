@@ -111,6 +111,11 @@ def settings_rows(t: Tables) -> tuple[dict, ...]:
     return tuple(table.filter(pl.col("verdict") != "").iter_rows(named=True))
 
 
+def caveats(t: Tables) -> tuple[str, ...]:
+    """What the evidence cannot show: ranks whose flight-recorder dumps are missing, P2P entries not aligned..."""
+    return () if t.fr_analysis is None else tuple(t.fr_analysis.notes)
+
+
 def cross_check(t: Tables, primary: Finding) -> str | None:
     """Do the logs and the flight-recorder dumps name the same culprit? Say so either way."""
     fa = t.fr_analysis

@@ -6,55 +6,9 @@ the right columns and a rule never has to guess a dtype.
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 import polars as pl
 
-
-class Category(StrEnum):
-    """Root-cause categories (stable ids used in the JSON output)."""
-
-    SLOW_RANK_WORK = "slow_rank_work"
-    DATALOADER_HANG = "dataloader_hang"
-    NVML_DRIVER_FAILURE = "nvml_driver_failure"
-    MISMATCHED_COLLECTIVES = "mismatched_collectives"
-    RANK_CRASH = "rank_crash"
-    CUDA_OOM = "cuda_oom"
-    TIMEOUT_TOO_SHORT = "timeout_too_short"
-    NETWORK_TRANSPORT = "network_transport"
-    SHM_P2P_TOPOLOGY = "shm_p2p_topology"
-    INIT_RENDEZVOUS = "init_rendezvous"
-    CONFIG_VERSION = "config_version"
-    SYMPTOM = "symptom"
-    UNKNOWN = "unknown"
-
-
-class Band(StrEnum):
-    """Named confidence bands, weakest first: conclusive ≥ 0.85, likely ≥ 0.6, possible below."""
-
-    POSSIBLE = "possible"
-    LIKELY = "likely"
-    CONCLUSIVE = "conclusive"
-
-    @classmethod
-    def of(cls, confidence: float) -> Band:
-        if confidence >= 0.85:
-            return cls.CONCLUSIVE
-        return cls.LIKELY if confidence >= 0.6 else cls.POSSIBLE
-
-    @property
-    def rank(self) -> int:
-        """0 for possible ... 2 for conclusive (to compare bands)."""
-        return list(Band).index(self)
-
-
-class FRCulprit(StrEnum):
-    """How the flight-recorder dumps implicate a rank (cf. torch's fr_trace MatchState)."""
-
-    MISMATCH = "mismatch"  # it issued a different collective than the majority at the same sequence number
-    NEVER_JOINED = "never_joined"  # it never reached a collective its peers were waiting in
-    STOPPED_COMPLETING = "stopped_completing"  # its collectives stayed incomplete after its peers finished them
-
+from ncclpm.model import Band, Category, FRCulprit  # noqa: F401 - the closed vocabularies, re-exported
 
 LEVELS = ["F", "E", "W", "I", "V", "C"]
 

@@ -74,14 +74,13 @@ class FRAnalysis:
     missing: pl.DataFrame
     mismatches: pl.DataFrame
     stuck: pl.DataFrame
-    state_diffs: pl.DataFrame
     rank_facts: pl.DataFrame
     root_group: str | None
     culprit_ranks: tuple[int, ...]
     culprit_kind: FRCulprit | None
     summary: str
     culprit_frames: pl.DataFrame
-    notes: tuple[str, ...]
+    notes: tuple[str, ...]  # caveats the report shows (dumps missing from ranks, ...)
 
 
 def _collectives(load: FRLoad) -> pl.DataFrame:
@@ -306,35 +305,6 @@ def _mismatches(coll: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema).sort("t", "group_key", "kind")
 
 
-def _state_diffs(coll: pl.DataFrame) -> pl.DataFrame:
-    st = pl.col("state").cast(pl.String).fill_null("unknown")
-    at = ["group_key", "seq"]
-    differ = (pl.col("state").to_physical().fill_null(9).n_unique().over(at) > 1) | (
-        pl.col("done").n_unique().over(at) > 1
-    )
-    per = (
-        coll.filter(differ)
-        .with_columns(st.alias("st"))
-        .group_by("group_key", "seq")
-        .agg(
-            pl.col("op").first(),
-            pl.col("st").n_unique().alias("k"),
-            *[
-                pl.col("rank").filter(pl.col("st") == v).sort().alias(f"{v}_ranks")
-                for v in ("scheduled", "started", "completed")
-            ],
-            pl.col("rank").filter(pl.col("done")).sort().alias("retired_ranks"),
-            pl.col("done").n_unique().alias("kd"),
-        )
-    )
-    return (
-        per.filter((pl.col("k") > 1) | (pl.col("kd") > 1))
-        .drop("k", "kd")
-        .rename({"seq": "collective_seq_id"})
-        .sort("group_key", "collective_seq_id")
-    )
-
-
 def _sink_ranks(missing: pl.DataFrame) -> set[int]:
     """Ranks in sink SCCs of the wait-for graph (holder -> missing rank)."""
     edges = (
@@ -556,7 +526,6 @@ def analyze_fr(load: FRLoad) -> FRAnalysis:
         missing=missing.drop("t"),
         mismatches=mismatches.drop("t"),
         stuck=stuck.drop("t"),
-        state_diffs=_state_diffs(coll),
         rank_facts=_rank_facts(load, coll, v),
         root_group=v.root,
         culprit_ranks=v.culprits,

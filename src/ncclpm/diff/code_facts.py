@@ -9,9 +9,9 @@ import re
 
 import polars as pl
 
-from ncclpm.diff.model import Fact, Quote
 from ncclpm.diff.relevance import launcher_family
 from ncclpm.diff.units import duration_text
+from ncclpm.diff_model import Fact, Quote
 from ncclpm.ingest.code_settings import code_facts
 from ncclpm.ingest.tables import Tables
 

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import polars as pl
 
-from ncclpm.diagnosis import Diagnosis
 from ncclpm.diff.facts import config_facts, quote
-from ncclpm.diff.model import RELEVANCE, Difference, DiffReport, Fact, Quote, RunSummary
 from ncclpm.diff.nccl_facts import nccl_facts
 from ncclpm.diff.progress import progress_differences
 from ncclpm.diff.relevance import NATIVE_SIGNALS, BadContext, api_error, family_order, judge
+from ncclpm.diff_model import RELEVANCE, Difference, DiffReport, Fact, Quote, RunSummary
 from ncclpm.ingest.settings import env_knowledge
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
+from ncclpm.model import Diagnosis
 
 NOT_SET = "not set"
 

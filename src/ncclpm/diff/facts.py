@@ -10,9 +10,9 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from ncclpm.diff.model import Fact, Quote
 from ncclpm.diff.relevance import launcher_family, setting_family
 from ncclpm.diff.units import duration_text, seconds_of
+from ncclpm.diff_model import Fact, Quote
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import polars as pl
 
 from ncclpm.diff.facts import listed, quote
-from ncclpm.diff.model import Fact
+from ncclpm.diff_model import Fact
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 

@@ -12,7 +12,7 @@ from statistics import median
 import polars as pl
 
 from ncclpm.diff.facts import quote
-from ncclpm.diff.model import Difference, Quote
+from ncclpm.diff_model import Difference, Quote
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
-from ncclpm.diff.model import RELEVANCE, Difference, Quote
 from ncclpm.diff.units import seconds_of
+from ncclpm.diff_model import RELEVANCE, Difference, Quote
 from ncclpm.resources import data_dir
 
 NATIVE_SIGNALS = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGILL", "SIGFPE")

@@ -20,8 +20,8 @@ import polars as pl
 
 from ncclpm.ingest.stack_frames import frame_rules
 from ncclpm.ingest.stack_parse import Block, Frame, parse_pyspy_json, parse_stack_lines
-from ncclpm.ingest.stack_sniff import stack_format
 from ncclpm.sources.discover import Job, SourceKind
+from ncclpm.sources.stack_sniff import stack_format
 
 STACKS_SCHEMA = pl.Schema(
     {

@@ -3,7 +3,8 @@
 Tables (schemas in `schema.py`): `lines` (prefiltered, envelope resolved), `events` (typed catalog
 matches + torchelastic error files), `tracebacks`, `elastic` (torchrun failure summary entries), `ranks`
 (one row per rank: what it last did, whether and where it timed out, its first error, how it exited), and,
-when the job holds flight-recorder dumps, `fr` (loaded dumps) and `fr_analysis` (cross-rank matching); in
+when the job holds flight-recorder dumps, `fr` (loaded dumps; `fr_analysis`, their cross-rank matching, is
+computed by the analysis stage: `ncclpm.analysis.analysed`); in
 `extra`: `stacks` (every frame of every stack dump, `ingest/stacks.py`), NCCL communicators and warnings,
 settings, `code_settings`. Code and configuration files are not evidence: they only feed `code_settings`
 (`code_settings.py`) and the settings table, and are listed in `code_sources`, not in `sources`.
@@ -64,9 +65,10 @@ class Tables:
     sources: tuple[str, ...]
     warnings: tuple[str, ...]
     fr: FRLoad | None = None
-    fr_analysis: FRAnalysis | None = None
+    fr_analysis: FRAnalysis | None = None  # the cross-rank verdict on `fr`: filled by analysis.analysed()
     extra: dict[str, pl.DataFrame] = field(default_factory=dict)
     nccl_log: bool = False  # the job holds NCCL's own log (NCCL_DEBUG output)
+    line_prefix: str = ""  # the catalog's envelopes as a Python regex (reports strip them from quoted lines)
     code_sources: tuple[str, ...] = ()  # code and configuration files, read for settings only
 
     def has(self, name: str) -> bool:
@@ -85,19 +87,16 @@ class Tables:
         return self.events.filter(pl.col("kind").is_in(list(K.check(*kinds, where="Tables.kinds"))))
 
 
-def _read_dumps(job: Job, warnings: list[str], columns: str) -> tuple[FRLoad | None, FRAnalysis | None]:
+def _read_dumps(job: Job, warnings: list[str], columns: str) -> FRLoad | None:
     dumps = job.of_kind(SourceKind.FR)
     if not dumps:
-        return None, None
-    from ncclpm.analysis.fr_match import analyze_fr
+        return None
     from ncclpm.ingest.flight_recorder import load_fr_dumps
 
     # each dump's bytes are read when the loader gets to it (one dump in memory at a time)
     fr = load_fr_dumps([(src.name, src.read_bytes) for src in dumps], columns=columns)
     warnings.extend(fr.warnings)
-    if fr.entries.is_empty():
-        return fr, None
-    return fr, analyze_fr(fr)
+    return fr
 
 
 def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") -> Tables:
@@ -114,7 +113,7 @@ def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") ->
     events = fill_ranks(events, process_ranks)
     lines = fill_line_ranks(lines_table(parsed), process_ranks)
     elastic = parse_elastic_summaries(parsed)
-    fr, fr_analysis = _read_dumps(job, warnings, fr_columns)
+    fr = _read_dumps(job, warnings, fr_columns)
     stacks = build_stacks(job, lines, pid_rank_map(lines, events, elastic, process_ranks), fr, warnings)
     code = job.of_kind(SourceKind.CODE)
     code_settings = code_settings_table(code, warnings)
@@ -134,7 +133,6 @@ def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") ->
         sources=tuple(s.name for s in evidence),
         warnings=tuple(warnings),
         fr=fr,
-        fr_analysis=fr_analysis,
         extra=dict(
             zip(
                 EXTRA_TABLES,
@@ -150,5 +148,6 @@ def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") ->
             )
         ),
         nccl_log=has_nccl_log(lines),
+        line_prefix=catalog.prefix_regex(),
         code_sources=tuple(s.name for s in code),
     )

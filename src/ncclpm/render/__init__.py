@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from ncclpm.diagnosis import Diagnosis
+from ncclpm.model import Diagnosis
 from ncclpm.render.jinja import render_template
 
 

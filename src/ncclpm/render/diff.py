@@ -1,5 +1,5 @@
 """Render a `DiffReport` (`ncclpm diff`): Markdown, plain text, HTML and Slack through `templates/diff.*`, JSON and
-Slack Block Kit built in Python. Reads only the diff model (`ncclpm.diff.model`)."""
+Slack Block Kit built in Python. Reads only the diff model (`ncclpm.diff_model`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ncclpm import __version__
-from ncclpm.diff.model import DiffReport
+from ncclpm.diff_model import DiffReport
 from ncclpm.render.jinja import environment
 
 SLACK_MAX = 3000

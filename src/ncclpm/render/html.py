@@ -9,10 +9,9 @@ import re
 from markupsafe import Markup, escape
 
 from ncclpm import __version__
-from ncclpm.diagnosis import SCHEMA_VERSION, Diagnosis
+from ncclpm.model import SCHEMA_VERSION, Diagnosis
 from ncclpm.render.jinja import render_template
 from ncclpm.render.timeline import build_timeline
-from ncclpm.triage.signature import strip_prefix
 
 _CODE = re.compile(r"`([^`\n]+)`")
 
@@ -30,5 +29,5 @@ def render_html(d: Diagnosis) -> str:
         version=__version__,
         schema_version=SCHEMA_VERSION,
         inline=inline_code,
-        clean=strip_prefix,
+        clean=d.clean,
     )

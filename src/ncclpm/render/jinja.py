@@ -9,7 +9,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from ncclpm.clamp import duration_text
-from ncclpm.diagnosis import Diagnosis
+from ncclpm.model import Diagnosis
 from ncclpm.render.rankview import rank_groups
 from ncclpm.resources import data_dir
 

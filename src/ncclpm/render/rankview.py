@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ncclpm.diagnosis import Diagnosis
+from ncclpm.model import Diagnosis
 
 MAX_SINGLE_ROWS = 24
 MAX_LABEL = 48

@@ -13,9 +13,8 @@ import json
 from typing import Any
 
 from ncclpm.clamp import duration_text
-from ncclpm.diagnosis import Diagnosis
+from ncclpm.model import Diagnosis, ranks_text
 from ncclpm.render.jinja import environment
-from ncclpm.rules.base import ranks_text
 
 MAX_CHARS = 3000  # a Block Kit section holds 3,000 characters; Slack truncates messages at 4,000
 LINE_CHARS = 700

@@ -18,14 +18,14 @@ its timeout gets its wait drawn back from that error (the only time known).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from ncclpm.clamp import duration_text, shift, timedelta_ms
-from ncclpm.diagnosis import Diagnosis
+from ncclpm.model import Diagnosis
 from ncclpm.render.rankview import RankGroup, rank_groups
-from ncclpm.triage.signature import strip_prefix
 
 LABEL_W, PLOT_W, EXIT_W = 230, 640, 130
 LABEL_CHARS = 17  # monospace 11.5px in the label column, before the role tag
@@ -250,13 +250,15 @@ def _ordinal_marks(rep: dict[str, Any], sc: _Scale) -> list[Mark]:
     return marks
 
 
-def _note(rep: dict[str, Any], marks: list[Mark], sc: _Scale, dated: bool) -> tuple[str, float, str]:
+def _note(
+    rep: dict[str, Any], marks: list[Mark], sc: _Scale, dated: bool, clean: Callable[[str], str]
+) -> tuple[str, float, str]:
     """Text on the row: the culprit's first error after its last mark when there is room; for a rank with no
     dated line in a dated picture, what it last said (its time is unknown)."""
     if sc.scaled and not dated:
         said = rep.get("first_error") if rep.get("role") == "culprit" else None
         said = said or rep.get("last_activity") or rep.get("first_error")
-        text = f"time unknown - last said: {strip_prefix(said)}" if said else "no timestamped line"
+        text = f"time unknown - last said: {clean(said)}" if said else "no timestamped line"
         x = sc.x0 + 12
     elif rep.get("role") == "culprit" and (rep.get("first_error") or rep.get("last_activity")) and marks:
         # what made it the culprit: its error, or - when that error is only its own timeout - what it was doing
@@ -273,7 +275,7 @@ def _note(rep: dict[str, Any], marks: list[Mark], sc: _Scale, dated: bool) -> tu
             x, room, anchor = left, int((left - sc.x0 - 8) / 6.2), "end"
     if room < 12:
         return "", 0.0, anchor
-    text = " ".join(strip_prefix(text).split())
+    text = " ".join(clean(text).split())
     return (text if len(text) <= room else text[: room - 1] + "…"), x, anchor
 
 
@@ -323,7 +325,7 @@ def build_timeline(d: Diagnosis) -> Timeline | None:
             if sc.scaled and dated
             else (_ordinal_marks(rep, sc) if not sc.scaled else [])
         )
-        note, note_x, anchor = _note(rep, marks, sc, dated)
+        note, note_x, anchor = _note(rep, marks, sc, dated, d.clean)
         rows.append(
             Row(
                 _short_label(g),

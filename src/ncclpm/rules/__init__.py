@@ -10,7 +10,9 @@ from ncclpm.rules.dataloader import DataloaderFailure
 from ncclpm.rules.fr_mismatch import FlightRecorderCollectivesDisagree
 from ncclpm.rules.fr_never_joined import FlightRecorderRankStopped
 from ncclpm.rules.insufficient import InsufficientEvidence
+from ncclpm.rules.killed_outside import JobKilledFromOutside
 from ncclpm.rules.launch_config import LaunchMisconfigured
+from ncclpm.rules.main_first import MainProcessFirstOutlastedTimeout
 from ncclpm.rules.mismatch_logs import CollectivesDisagreeInLogs
 from ncclpm.rules.network import NcclTransportError
 from ncclpm.rules.nvml import NvmlDriverFailure
@@ -41,6 +43,8 @@ ALL_RULES: tuple[type[Rule], ...] = (
     VersionsDifferAcrossRanks,
     JobCancelledByScheduler,
     LaunchMisconfigured,
+    JobKilledFromOutside,
+    MainProcessFirstOutlastedTimeout,
     RankAwaitedThroughStore,
     StacksOddRankOut,
     InsufficientEvidence,

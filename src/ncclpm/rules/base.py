@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import inspect
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import polars as pl
 
 from ncclpm.ingest.tables import TABLE_NAMES, Tables
-from ncclpm.schema import Band, Category
+from ncclpm.model import MAX_QUOTE, Category, Evidence, Finding, ranks_text  # noqa: F401 - rules use them from here
 
 DOC_SECTIONS = ("## What it detects", "## Why it matters", "## Example", "## How to fix")
 _SLOT = re.compile(r"\{(\w+)\|([^{}]*)\}")  # `{hosts|the named hosts}`: a value, and what the docs show
@@ -40,60 +40,6 @@ class Fix:
         return _SLOT.sub(lambda m: m[2] if values is None else str(values[m[1]]), self.text)
 
 
-MAX_QUOTE = 400
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """One quoted line: where it is and what it says."""
-
-    file: str
-    line: int | None
-    text: str
-    rank: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"file": self.file, "line": self.line, "text": self.text, "rank": self.rank}
-
-
-@dataclass(frozen=True)
-class Finding:
-    rule: str
-    name: str
-    category: Category
-    confidence: float
-    culprit_ranks: tuple[int, ...]
-    summary: str
-    explanation: str
-    evidence: tuple[Evidence, ...]
-    fixes: tuple[str, ...] = ()
-    dont: tuple[str, ...] = ()
-    verify: tuple[str, ...] = ()
-    explains: tuple[str, ...] = ()
-    facts: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def band(self) -> Band:
-        return Band.of(self.confidence)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "rule": self.rule,
-            "name": self.name,
-            "category": str(self.category),
-            "confidence": round(self.confidence, 3),
-            "band": self.band,
-            "culprit_ranks": list(self.culprit_ranks),
-            "summary": self.summary,
-            "explanation": self.explanation,
-            "evidence": [e.to_dict() for e in self.evidence],
-            "fixes": list(self.fixes),
-            "dont": list(self.dont),
-            "verify": list(self.verify),
-            "facts": self.facts,
-        }
-
-
 def quotes(frame: pl.DataFrame, limit: int = 6, text_col: str = "text") -> tuple[Evidence, ...]:
     """Evidence from rows with source/line/rank/text, de-duplicated, first `limit` rows."""
     if frame.is_empty():
@@ -103,15 +49,6 @@ def quotes(frame: pl.DataFrame, limit: int = 6, text_col: str = "text") -> tuple
         Evidence(r["source"], r["line"], (r[text_col] or "")[:MAX_QUOTE], r.get("rank"))
         for r in rows.iter_rows(named=True)
     )
-
-
-def ranks_text(ranks: tuple[int, ...] | list[int]) -> str:
-    ranks = sorted(ranks)
-    if not ranks:
-        return "no rank"
-    if len(ranks) > 8:
-        return f"ranks {', '.join(map(str, ranks[:6]))} … ({len(ranks)} ranks)"
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
 class RuleError(TypeError):

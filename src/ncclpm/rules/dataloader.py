@@ -56,6 +56,17 @@ class DataloaderFailure(Rule):
             "`prefetch_factor`, check `dmesg` for `Out of memory: Killed process`.",
             when="a worker was killed by a signal",
         ),
+        "traceback_end": Fix(
+            "Read the end of that rank's traceback (its stderr or torchrun's error file): a worker killed by a "
+            "signal, a `timeout` expiring, or a store `Socket Timeout` in the seed exchange.",
+            when="the logs show only where the rank stopped (a traceback into DataLoader code), not why",
+        ),
+        "uneven_shards": Fix(
+            "If the ranks' data iterators have different lengths (uneven shards), make them equal "
+            "(`drop_last=True`, `DistributedSampler`, datapipes `fullsync()`): a rank that starts its next epoch "
+            "early waits for the others.",
+            when="the logs show only where the rank stopped (a traceback into DataLoader code), not why",
+        ),
         "slow_read": Fix(
             "Find the slow read: `py-spy dump --pid <rank pid> --subprocesses` on the stuck rank shows its workers' "
             "frames; keep the output beside the logs for ncclpm."
@@ -63,12 +74,19 @@ class DataloaderFailure(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        return t.kinds(K.dataloader_error, K.fd_exhaustion).sort("ts", "source", "line", nulls_last=True)
+        errors = t.kinds(K.dataloader_error, K.fd_exhaustion)
+        if errors.is_empty():
+            # No DataLoader error line, but a traceback that runs into DataLoader code: the rank failed (or was
+            # stopped) while fetching or starting to iterate its data; the error itself was cut from the logs.
+            errors = t.kinds(K.frame_dataloader).sort("source", "line").unique(["source", "rank"], keep="last")
+        return errors.sort("ts", "source", "line", nulls_last=True)
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         culprits = tuple(sorted(set(ev["rank"].drop_nulls().to_list())))
         others = victim_ranks(t) - set(culprits)
         conf = self.base_confidence + (0.1 if others else 0.0) - (0.15 if not culprits else 0.0)
+        if (ev["kind"] == K.frame_dataloader).all():
+            return self._in_dataloader_code(t, ev, culprits)
         exhausted = set(ev["exhausted"].drop_nulls().to_list())  # the kinds' readings: what ran out
         wanted = [
             "timeout",
@@ -96,4 +114,23 @@ class DataloaderFailure(Rule):
                 "naming the worker.",
             ),
             facts={"victim_ranks": sorted(others)},
+        )
+
+    def _in_dataloader_code(self, t: Tables, ev: pl.DataFrame, culprits: tuple[int, ...]) -> Finding:
+        who = ranks_text(culprits) if culprits else "a rank"
+        where = ev["value"].drop_nulls()
+        return self.finding(
+            confidence=0.5,  # where it stopped, not why: a lead
+            culprit_ranks=culprits,
+            summary=f"{who.capitalize()} failed inside DataLoader code ({where[0] if where.len() else 'its iterator'}"
+            "); the error line itself is not in these logs.",
+            explanation="The traceback runs into the DataLoader - creating its iterator (worker start-up, the "
+            "shared-seed exchange of distributed samplers) or fetching a batch - so the rank's data pipeline is "
+            "where it stopped. The exception line that says why was cut from the paste; the rank's full stderr "
+            "(or its error file) has it.",
+            evidence=quotes(ev, 3),
+            fixes=self.fixes("traceback_end", "uneven_shards", "timeout"),
+            dont=("Do not debug NCCL: the rank stopped in its input pipeline, before any collective.",),
+            verify=("The rank's full traceback ends in the DataLoader with the reason.",),
+            facts={"victim_ranks": sorted(victim_ranks(t) - set(culprits))},
         )

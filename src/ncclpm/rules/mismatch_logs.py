@@ -12,8 +12,6 @@ from ncclpm.rules._facts import timeouts, victim_ranks
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
-CALL = ("op", "seq", "numel_in")
-
 
 def minority(votes: pl.DataFrame, key: str) -> tuple[int, ...]:
     """Ranks whose `key` value is held by fewer ranks than the most common one (all ranks on a tie)."""
@@ -64,8 +62,17 @@ class CollectivesDisagreeInLogs(Rule):
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         detected = t.kinds(K.mismatch_detected)
-        to = timeouts(t).filter(pl.col("seq").is_not_null())
-        disagree = to.filter(pl.struct("seq", "op", "numel_in").n_unique().over(pl.col("pg").fill_null("?")) > 1)
+        # One timeout per rank and group, its last: a rank that reports two different collectives was restarted,
+        # or the paste mixes runs - that is not two ranks disagreeing.
+        to = (
+            timeouts(t)
+            .filter(pl.col("seq").is_not_null())
+            .with_columns(pl.col("pg").fill_null("?").alias("_pg"))
+            .sort("ts", "source", "line", nulls_last=False)
+            .group_by("rank", "_pg", maintain_order=True)
+            .last()
+        )
+        disagree = to.filter(pl.struct("seq", "op", "numel_in").n_unique().over("_pg") > 1).select(detected.columns)
         return pl.concat([detected, disagree]).sort("ts", "source", "line", nulls_last=True)
 
     def _culprits(self, t: Tables, ev: pl.DataFrame) -> tuple[tuple[int, ...], str]:
@@ -78,7 +85,8 @@ class CollectivesDisagreeInLogs(Rule):
             return minority(votes, "fp"), (aspects[0] if aspects.len() else "the collective fingerprints differ")
         to = ev.filter(pl.col("kind") == K.collective_timeout)
         if not to.is_empty():
-            call = pl.format("{} #{} numel {}", *(pl.col(c).cast(pl.String).fill_null("?") for c in CALL))
+            numel = pl.format(" numel {}", "numel_in").fill_null("")  # older wordings print no size
+            call = pl.concat_str(pl.format("{} #{}", "op", "seq"), numel)
             votes = to.select("rank", call.alias("call")).unique().sort("rank", "call")
             return minority(votes, "call"), "the timed-out collectives differ: " + ", ".join(
                 f"rank {r}: {c}" for r, c in votes.iter_rows()

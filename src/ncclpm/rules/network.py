@@ -24,6 +24,9 @@ IB_STATUS = {
     "10": "IBV_WC_REM_ACCESS_ERR: remote access error",
     "11": "IBV_WC_REM_OP_ERR: remote operation error",
 }
+# Addresses a peer must never advertise to another host: the loopback its hostname resolves to in /etc/hosts
+# (127.0.1.1), link-local, the default docker bridge. A connection to one is the wrong interface, not a fault.
+WRONG_ADDRESS = r"^(?:127\.0\.1\.1\b|169\.254\.|172\.17\.|fe80:)"
 
 
 class NcclTransportError(Rule):
@@ -78,10 +81,22 @@ class NcclTransportError(Rule):
         # net_class / strength are the kinds' readings (parsers/kinds.toml); strongest kind of line first (an IB
         # completion error says more than torch's summary of it)
         ev = t.kinds(K.network_error, K.nccl_error).filter(pl.col("net_class").is_not_null())
+        wrong = (pl.col("net_class") == "connect") & pl.col("peer").fill_null("").str.contains(WRONG_ADDRESS)
+        ev = ev.with_columns(
+            pl.when(wrong).then(pl.lit("interface")).otherwise("net_class").alias("net_class"),
+            pl.when(wrong).then(pl.lit(0.8)).otherwise("strength").alias("strength"),
+        )
         return ev.sort(["strength", "ts", "source", "line"], descending=[True, False, False, False], nulls_last=True)
 
     def _summary(self, t: Tables, ev: pl.DataFrame, culprit_hosts: list[str], reporters: list[str], pairs: list) -> str:
         detail = self._detail(ev.row(0, named=True))
+        advertised = ev.filter(pl.col("peer").fill_null("").str.contains(WRONG_ADDRESS))["peer"].unique().to_list()
+        if advertised:
+            return (
+                f"A peer advertised {', '.join(sorted(advertised))} for cross-host connections - a loopback, "
+                "link-local or docker-bridge address no other host can reach: the wrong network interface was "
+                f"picked (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME unset or wrong). {detail}"
+            )
         if set(ev["net_class"].to_list()) <= {"interface"}:
             ifname = (
                 t.kinds(K.setting)

@@ -23,7 +23,9 @@ from pathlib import Path
 from ncclpm.escape import clean_name
 from ncclpm.sources import archives
 from ncclpm.sources.code import code_language
+from ncclpm.sources.fr_sniff import looks_like_fr_dump
 from ncclpm.sources.names import unique_names
+from ncclpm.sources.stack_sniff import looks_like_stack_dump
 
 HEAD_BYTES = 65536
 MAX_TEXT_BYTES = 16 * 1024**3  # a decompressed .gz log larger than this is refused (gzip bomb)
@@ -107,9 +109,6 @@ def _looks_like_error_file(name: str, head: bytes) -> bool:
 
 def classify(name: str, head: bytes) -> SourceKind | None:
     """Kind of a source from its name and first bytes; None = not something ncclpm reads."""
-    from ncclpm.ingest.flight_recorder import looks_like_fr_dump
-    from ncclpm.ingest.stack_sniff import looks_like_stack_dump
-
     if looks_like_fr_dump(name, head):
         return SourceKind.FR
     if _looks_like_error_file(name, head):

@@ -7,23 +7,15 @@
 
 from __future__ import annotations
 
-import functools
 import re
 from typing import TYPE_CHECKING
+
+from ncclpm import model
 
 if TYPE_CHECKING:
     from ncclpm.ingest.catalog import Catalog
 
 MAX_LEN = 200
-
-# What is stripped besides the catalog's envelopes: tags inside the message (`[Rank 3]`, `[PG ID 0 ... Rank 3]`,
-# `[c10d]`, any short bracketed tag) and training scripts' own `rank1 pid123:` prefix.
-_OWN_PREFIXES = (r"\[[^\]]{0,80}\]:?", r"rank\d+ pid\d+:")
-
-
-@functools.lru_cache(maxsize=8)
-def _stripper(envelopes: str) -> re.Pattern[str]:
-    return re.compile(r"^(?:\s*(?:" + "|".join((envelopes, *_OWN_PREFIXES)) + r"))+\s*")
 
 
 def _envelopes(catalog: Catalog | None) -> str:
@@ -57,7 +49,7 @@ _MASKS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
 def strip_prefix(line: str, catalog: Catalog | None = None) -> str:
     """A log line without its envelopes (rank, level, timestamp, host prefixes: every envelope of `catalog`, the
     shipped one by default) and the tags that open its message."""
-    return _stripper(_envelopes(catalog)).sub("", line, count=1).strip()
+    return model.strip_prefix(line, _envelopes(catalog))
 
 
 def signature(message: str | None, catalog: Catalog | None = None) -> str:

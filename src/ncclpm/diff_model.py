@@ -1,4 +1,4 @@
-"""The record `ncclpm diff` produces: plain dataclasses, no polars, so every renderer reads only this module.
+"""The record `ncclpm diff` produces (standard library only, like `ncclpm.model`: rendering reads only these).
 
 A `Fact` is one thing a run's logs say about its configuration or progress (the torch version, a variable's
 value, the world size, the transport between two ranks, the step time), with the line that says it. Comparing

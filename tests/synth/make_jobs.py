@@ -1,6 +1,6 @@
 """Generate a folder of job archives for trying and timing `ncclpm triage`.
 
-    python -m ncclpm.triage.make_jobs OUT_DIR --n 200 [--seed 0] [--templates tests/cases]
+    python -m tests.synth.make_jobs OUT_DIR --n 200 [--seed 0] [--templates tests/cases]
 
 Most jobs are copies of the case folders (`tests/cases/*/input`, and the `sample_logs/` jobs they point at) - real
 failures of every category - packed as `.tar.gz`, `.tgz`, `.zip`, `.tar` or `.tar.zst`, under a per-job top
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import zstandard
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 FORMATS = (".tar.gz", ".tgz", ".zip", ".tar", ".tar.zst")
 TEXT_SUFFIXES = (".log", ".out", ".txt", ".stderr", ".stdout")
 NOISE = (

@@ -15,7 +15,7 @@ hang; an optional ``fault`` decides who caused it:
 
 The culprit is ``culprit_rank(n_ranks, fault)``.  Only plain dict/list/str/int/float/bool/None go into
 the pickle (stdlib ``pickle.dumps``), so a restricted unpickler can read them.
-CLI: ``python -m ncclpm.synth.fr_dumps OUT_DIR --ranks N --entries M [--groups G] [--fault F]``.
+CLI: ``python -m tests.synth.fr_dumps OUT_DIR --ranks N --entries M [--groups G] [--fault F]``.
 """
 
 from __future__ import annotations
@@ -222,7 +222,7 @@ def generate(
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m ncclpm.synth.fr_dumps", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m tests.synth.fr_dumps", description=__doc__.splitlines()[0])
     ap.add_argument("out_dir", type=Path)
     ap.add_argument("--ranks", type=int, default=16)
     ap.add_argument("--entries", type=int, default=2000)

@@ -1,0 +1,247 @@
+"""The model: what a diagnosis says, with no dependency beyond the standard library.
+
+Closed vocabularies (`Category`, `Band`, `FRCulprit`), a quoted line (`Evidence`), what one rule concluded
+(`Finding`) and the record a diagnosis produces (`Diagnosis`; `to_dict()` is the only serialisation: JSON
+output, batch tables). Renderers import this module only: rendering never loads the parsers, the tables or the
+rules.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+
+class Category(StrEnum):
+    """Root-cause categories (stable ids used in the JSON output)."""
+
+    SLOW_RANK_WORK = "slow_rank_work"
+    DATALOADER_HANG = "dataloader_hang"
+    NVML_DRIVER_FAILURE = "nvml_driver_failure"
+    MISMATCHED_COLLECTIVES = "mismatched_collectives"
+    RANK_CRASH = "rank_crash"
+    CUDA_OOM = "cuda_oom"
+    TIMEOUT_TOO_SHORT = "timeout_too_short"
+    NETWORK_TRANSPORT = "network_transport"
+    SHM_P2P_TOPOLOGY = "shm_p2p_topology"
+    INIT_RENDEZVOUS = "init_rendezvous"
+    CONFIG_VERSION = "config_version"
+    SYMPTOM = "symptom"
+    UNKNOWN = "unknown"
+
+
+class Band(StrEnum):
+    """Named confidence bands, weakest first: conclusive ≥ 0.85, likely ≥ 0.6, possible below."""
+
+    POSSIBLE = "possible"
+    LIKELY = "likely"
+    CONCLUSIVE = "conclusive"
+
+    @classmethod
+    def of(cls, confidence: float) -> Band:
+        if confidence >= 0.85:
+            return cls.CONCLUSIVE
+        return cls.LIKELY if confidence >= 0.6 else cls.POSSIBLE
+
+    @property
+    def rank(self) -> int:
+        """0 for possible ... 2 for conclusive (to compare bands)."""
+        return list(Band).index(self)
+
+
+class FRCulprit(StrEnum):
+    """How the flight-recorder dumps implicate a rank (cf. torch's fr_trace MatchState)."""
+
+    MISMATCH = "mismatch"  # it issued a different collective than the majority at the same sequence number
+    NEVER_JOINED = "never_joined"  # it never reached a collective its peers were waiting in
+    STOPPED_COMPLETING = "stopped_completing"  # its collectives stayed incomplete after its peers finished them
+
+
+MAX_QUOTE = 400
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One quoted line: where it is and what it says."""
+
+    file: str
+    line: int | None
+    text: str
+    rank: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "text": self.text, "rank": self.rank}
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    name: str
+    category: Category
+    confidence: float
+    culprit_ranks: tuple[int, ...]
+    summary: str
+    explanation: str
+    evidence: tuple[Evidence, ...]
+    fixes: tuple[str, ...] = ()
+    dont: tuple[str, ...] = ()
+    verify: tuple[str, ...] = ()
+    explains: tuple[str, ...] = ()
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def band(self) -> Band:
+        return Band.of(self.confidence)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "name": self.name,
+            "category": str(self.category),
+            "confidence": round(self.confidence, 3),
+            "band": self.band,
+            "culprit_ranks": list(self.culprit_ranks),
+            "summary": self.summary,
+            "explanation": self.explanation,
+            "evidence": [e.to_dict() for e in self.evidence],
+            "fixes": list(self.fixes),
+            "dont": list(self.dont),
+            "verify": list(self.verify),
+            "facts": self.facts,
+        }
+
+
+def ranks_text(ranks: tuple[int, ...] | list[int]) -> str:
+    ranks = sorted(ranks)
+    if not ranks:
+        return "no rank"
+    if len(ranks) > 8:
+        return f"ranks {', '.join(map(str, ranks[:6]))} … ({len(ranks)} ranks)"
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+# What opens a log line besides the catalog's envelopes: tags inside the message (`[Rank 3]`, `[PG ID 0 ...]`,
+# `[c10d]`, any short bracketed tag) and training scripts' own `rank1 pid123:` prefix.
+_OWN_PREFIXES = (r"\[[^\]]{0,80}\]:?", r"rank\d+ pid\d+:")
+
+
+@functools.lru_cache(maxsize=8)
+def _stripper(envelopes: str) -> re.Pattern[str]:
+    alternatives = "|".join(a for a in (envelopes, *_OWN_PREFIXES) if a)
+    return re.compile(r"^(?:\s*(?:" + alternatives + r"))+\s*")
+
+
+def strip_prefix(line: str, envelopes: str = "") -> str:
+    """A log line without what opens it: the envelopes (`envelopes` = the catalog's `prefix_regex()`: rank,
+    level, timestamp, host prefixes) and the tags that open its message."""
+    return _stripper(envelopes).sub("", line, count=1).strip()
+
+
+SCHEMA_VERSION = 1
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class Rival:
+    finding: Finding
+    why_not: str
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    job: str
+    primary: Finding
+    rivals: tuple[Rival, ...]
+    symptoms: tuple[Finding, ...]
+    failing_collective: dict[str, Any] | None
+    world_size: int | None
+    world_size_declared: bool
+    ranks: tuple[dict[str, Any], ...]
+    decisive: tuple[Evidence, ...]
+    warnings: tuple[str, ...]
+    not_evaluated: tuple[str, ...] = ()
+    versions: dict[str, str] = field(default_factory=dict)
+    settings: tuple[dict[str, Any], ...] = ()
+    n_sources: int = 0
+    supporting: tuple[Finding, ...] = ()
+    cross_check: str | None = None
+    stack_tree: dict[str, Any] | None = None  # merged stacks of the ranks (stack_facts.py)
+    stack_check: str | None = None  # whether the stacks agree with the logs and dumps
+    noticed: tuple[str, ...] = ()  # who noticed first: dump signals, propagated errors, NCCL's diagnostics
+    code_files: tuple[str, ...] = ()  # code and configuration files: read for settings only, never as evidence
+    caveats: tuple[str, ...] = ()  # limits of the evidence (flight-recorder dumps missing from ranks, ...)
+    line_prefix: str = field(default="", repr=False, compare=False)  # the catalog's envelopes (not serialised)
+
+    def clean(self, line: str) -> str:
+        """A quoted log line without its envelopes and opening tags, for display."""
+        return strip_prefix(line, self.line_prefix)
+
+    @property
+    def category(self) -> Category:
+        return self.primary.category
+
+    @property
+    def confidence(self) -> float:
+        return self.primary.confidence
+
+    @property
+    def band(self) -> Band:
+        return Band.of(self.confidence)
+
+    @property
+    def culprit_ranks(self) -> tuple[int, ...]:
+        return self.primary.culprit_ranks
+
+    @property
+    def summary(self) -> str:
+        return self.primary.summary
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return (self.primary, *self.supporting, *(r.finding for r in self.rivals), *self.symptoms)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable(
+            {
+                "schema_version": SCHEMA_VERSION,
+                "job": self.job,
+                "category": str(self.category),
+                "confidence": round(self.confidence, 3),
+                "band": self.band,
+                "culprit_ranks": list(self.culprit_ranks),
+                "summary": self.summary,
+                "failing_collective": self.failing_collective,
+                "world_size": self.world_size,
+                "world_size_declared": self.world_size_declared,
+                "findings": [f.to_dict() for f in self.findings],
+                "rivals": [{"rule": r.finding.rule, "why_not": r.why_not} for r in self.rivals],
+                "supporting": [f.rule for f in self.supporting],
+                "symptoms": [f.rule for f in self.symptoms],
+                "cross_check": self.cross_check,
+                "stack_tree": self.stack_tree,
+                "stack_check": self.stack_check,
+                "noticed": list(self.noticed),
+                "decisive_evidence": [e.to_dict() for e in self.decisive],
+                "ranks": list(self.ranks),
+                "versions": self.versions,
+                "settings": list(self.settings),
+                "warnings": list(self.warnings),
+                "not_evaluated": list(self.not_evaluated),
+                "sources": self.n_sources,
+                "code_files": list(self.code_files),
+                "caveats": list(self.caveats),
+            }
+        )

@@ -1,0 +1,111 @@
+"""Layers: which package may import which. The model depends on nothing; rendering reads only the model; ingest
+reads sources, never the analysis; no two packages import each other (imports inside functions count, imports
+under `if TYPE_CHECKING:` do not)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "ncclpm"
+
+
+def _unit(module: str) -> str:
+    """The layer a module belongs to: its subpackage (`ingest`), or the top-level module (`engine`)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "ncclpm"
+
+
+def _is_module(name: str) -> bool:
+    return (SRC / f"{name}.py").exists() or (SRC / name).is_dir()
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "ncclpm":  # `from ncclpm import x`: a submodule, or a name of the package itself
+                names = [f"ncclpm.{a.name}" for a in node.names if _is_module(a.name)] or ["ncclpm"]
+            else:
+                names = [node.module]
+            found |= {n for n in names if n.startswith("ncclpm")}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("ncclpm.")}
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for path in SRC.rglob("*.py"):
+        rel = path.relative_to(SRC.parent).with_suffix("")
+        module = ".".join(p for p in rel.parts if p != "__init__")
+        unit = _unit(module)
+        graph.setdefault(unit, set()).update(_unit(m) for m in _runtime_imports(path) if _unit(m) != unit)
+    return graph
+
+
+GRAPH = _graph()
+
+
+def test_model_depends_on_nothing() -> None:
+    assert GRAPH["model"] == set()
+    tree = ast.parse((SRC / "model.py").read_text())
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names} | {
+        n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
+    }
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+
+
+def test_render_reads_only_the_model() -> None:
+    """...and leaf helpers that import nothing of ncclpm themselves (resources, escaping, number formatting)."""
+    leaves = {unit for unit, deps in GRAPH.items() if not deps}
+    assert "model" in GRAPH["render"]
+    assert GRAPH["render"] <= leaves | {"ncclpm"}, GRAPH["render"] - leaves
+
+
+@pytest.mark.parametrize(("lower", "upper"), [("ingest", "analysis"), ("sources", "ingest"), ("render", "triage")])
+def test_a_lower_layer_does_not_import_an_upper_one(lower: str, upper: str) -> None:
+    assert upper not in GRAPH[lower], f"{lower} imports {upper}"
+
+
+def test_no_two_packages_import_each_other() -> None:
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in GRAPH.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    cycles = sorted(u for u in GRAPH if u in reach(u) and u != "ncclpm")
+    assert not cycles, {u: sorted(GRAPH[u]) for u in cycles}
+
+
+def test_importing_ncclpm_or_its_renderers_loads_no_parser_table_or_rule() -> None:
+    code = (
+        "import sys, ncclpm, ncclpm.render, ncclpm.model\n"
+        "heavy = [m for m in sys.modules if m.split('.')[:2] in (['ncclpm','sources'], ['ncclpm','ingest'], "
+        "['ncclpm','rules'], ['ncclpm','analysis'], ['ncclpm','triage']) or m == 'polars']\n"
+        "print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_generators_used_only_by_tests_are_not_shipped() -> None:
+    """The wheel packages src/ncclpm: synthetic-dump and job-archive generators live in tests/synth."""
+    shipped = {p.stem for p in SRC.rglob("*.py")}
+    assert not shipped & {"fr_dumps", "make_jobs"}
+    assert (SRC.parents[1] / "tests" / "synth" / "fr_dumps.py").is_file()
