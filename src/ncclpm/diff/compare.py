@@ -18,7 +18,7 @@ from ncclpm.diff_model import RELEVANCE, Difference, DiffReport, Fact, Quote, Ru
 from ncclpm.ingest.settings import env_knowledge
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
-from ncclpm.model import Diagnosis
+from ncclpm.model import Category, Diagnosis
 
 NOT_SET = "not set"
 
@@ -41,7 +41,8 @@ def summarize(t: Tables, d: Diagnosis) -> RunSummary:
         decisive=tuple(Quote(e.file, e.line, e.text) for e in d.decisive[:4]),
         sources=d.n_sources,
         world_size=d.world_size,
-        failed=str(d.category) != "unknown" or not (t.tracebacks.is_empty() and exits.is_empty() and errors.is_empty()),
+        failed=d.category != Category.UNKNOWN
+        or not (t.tracebacks.is_empty() and exits.is_empty() and errors.is_empty()),
     )
 
 
@@ -170,7 +171,7 @@ def _rank_key(d: Difference) -> tuple:
 def headline(good: RunSummary, bad: RunSummary, diffs: list[Difference], compared: int) -> str:
     if not bad.failed:
         verdict = "BAD shows no failure ncclpm can name."
-    elif bad.category == "unknown":
+    elif bad.category == Category.UNKNOWN:
         verdict = "BAD failed; its diagnosis names no cause."
     else:
         verdict = f"BAD failed with `{bad.category}`."
@@ -224,7 +225,7 @@ def compare(good_t: Tables, good_d: Diagnosis, bad_t: Tables, bad_d: Diagnosis) 
     note = same_work_note(good_t, good, bad_t, bad_d)
     if note:
         notes.append(note)
-    if good.failed and good.category != "unknown":
+    if good.failed and good.category != Category.UNKNOWN:
         notes.insert(0, f"GOOD failed too (`{good.category}`: {good.summary}): the differences are not a before/after.")
     return DiffReport(
         good=good,
