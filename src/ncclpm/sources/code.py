@@ -19,6 +19,7 @@ import ast
 import json
 import re
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -191,13 +192,25 @@ def _comment(s: str, t: _Tally) -> None:
         t.shell += 1
 
 
+def _first_lines(text: str, limit: int) -> Iterator[str]:
+    """The first `limit` lines, split lazily: a log is usually decided after a few lines of its 64 KB head."""
+    start = 0
+    for _ in range(limit):
+        if start >= len(text):
+            return
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        yield text[start : min(end, start + MAX_LINE)]
+        start = end + 1
+
+
 def _tally(text: str) -> _Tally:
     t = _Tally()
     quote: str | None = None  # inside a triple-quoted string opened by a code line
     depth = 0  # brackets opened by a code line and not closed yet
     after_frame = continued = False
-    for raw in text.splitlines()[:MAX_LINES]:
-        line = raw[:MAX_LINE].rstrip()
+    for raw in _first_lines(text, MAX_LINES):
+        line = raw.rstrip()
         s = line.lstrip()
         if quote is not None:
             quote = _triple_open(line, quote)
