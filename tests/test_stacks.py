@@ -217,3 +217,43 @@ def test_real_users_gdb_backtrace_of_a_stuck_watchdog() -> None:
     d = diagnose([case])  # no main thread: the stuck watchdog thread is read, and the verdict hedges
     assert str(d.category) == "rank_crash" and d.band == "possible" and not d.culprit_ranks
     assert "cudaGetLastError ← c10d::ProcessGroupNCCL::WorkNCCL::finishedGPUExecutionInternal" in d.summary
+
+
+# Ray Train's hang detector (ray/train/v2/_internal/callbacks/nccl_ras.py, Apache-2.0) writes
+# hang_detector/stack_traces/rank_<N>.log: `py-spy dump --native` output, or - when py-spy is missing - these
+# lines from its `dump_stack_trace`, run here in a real process whose main thread is blocked.
+RAY_FALLBACK = """
+import sys, threading, traceback
+
+def wait_for_peers(ev):
+    ev.wait()
+
+def dump():
+    stderr = "py-spy not installed"
+    lines = [f"[py-spy unavailable: {stderr}; Python-only traceback follows]"]
+    for thread_id, frame in sys._current_frames().items():
+        lines.append(f"\\n# Thread {thread_id}")
+        lines.append("".join(traceback.format_stack(frame)))
+    print("\\n".join(lines), flush=True)
+    done.set()
+
+done = threading.Event()
+threading.Timer(0.2, dump).start()
+wait_for_peers(done)
+"""
+
+
+def test_ray_train_stack_traces_fallback(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = tmp_path / "train_loop.py"
+    script.write_text(RAY_FALLBACK)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=True)
+    folder = tmp_path / "hang_detector" / "stack_traces"
+    folder.mkdir(parents=True)
+    (folder / "rank_2.log").write_text(out.stdout)
+    assert stack_format(out.stdout.encode()) == "text"
+    main = _main(_stacks(tmp_path)).sort("depth")
+    assert set(main["format"]) == {"traceback"} and set(main["rank"]) == {2} and set(main["rank_from"]) == {"file"}
+    assert main["func"].to_list()[0] == "<module>" and "wait_for_peers" in main["func"].to_list()

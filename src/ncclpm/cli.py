@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import select
 import sys
 import traceback
 from pathlib import Path
@@ -65,7 +66,19 @@ def _load_patterns(patterns: tuple[Path, ...]) -> None:
 
 
 def _read_stdin() -> bytes:
-    return sys.stdin.buffer.read()
+    """All of stdin, read in slices that wait at most 0.2 s: Ctrl-C must work while ncclpm waits for a paste, and
+    the signal may land on one of polars' threads, which does not interrupt a blocking read of the main thread."""
+    try:
+        fd = sys.stdin.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (tests): read it at once
+        return sys.stdin.buffer.read()
+    parts: list[bytes] = []
+    while True:
+        if select.select([fd], [], [], 0.2)[0]:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(parts)
+            parts.append(chunk)
 
 
 class _Main(click.Group):
@@ -261,8 +274,10 @@ def tables(paths: tuple[str, ...], name: str, fmt: str | None, output: Path | No
         text = export_table(t, name, fmt, output, force)
     except (KeyError, OutputError) as exc:
         raise click.UsageError(str(exc.args[0])) from None
-    if text is not None:
-        click.echo(terminal_json(text) if fmt == "ndjson" or not sys.stdout.isatty() else terminal(text), nl=False)
+    if text is not None:  # NDJSON: escapes keep the data; CSV: a terminal gets it cleaned, a pipe gets it as is
+        click.echo(
+            terminal_json(text) if fmt == "ndjson" else terminal(text) if sys.stdout.isatty() else text, nl=False
+        )
 
 
 @main.command()

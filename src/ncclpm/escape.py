@@ -19,6 +19,7 @@ No import from the rest of ncclpm: sources, renderers and triage all use it.
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Any
 
 # ESC sequences (CSI, OSC, DCS/SOS/PM/APC strings, two-byte ones) and their 8-bit C1 forms.
@@ -34,6 +35,8 @@ _SEQUENCES = re.compile(
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _SEPARATORS = re.compile(r"\r\n|[\r\u2028\u2029\x0b\x0c\x85]")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
+# Every character a name must not carry (archives replace each with "?"): controls, bidi, separators, surrogates.
+UNSAFE_IN_NAMES = re.compile(_CONTROLS.pattern[:-1] + r"\r\n\t\u2028\u2029\ud800-\udfff]")
 _BREAKS = re.compile(r"\s*\n\s*")
 
 
@@ -65,8 +68,12 @@ def one_line(value: Any) -> str:
 
 def clean_name(value: Any) -> str:
     """A file, member or job name as a label: one printable line. Undecodable bytes of a file name (Python's
-    surrogate escapes) are shown as `\\xe9`, so two names that differ only there stay different."""
-    return one_line(value).strip() or "?"
+    surrogate escapes) are shown as `\\xe9`, so two names that differ only there stay different; invisible
+    format characters (zero-width spaces, BOM, bidi marks) are dropped and other spaces become a space."""
+    text = "".join(
+        " " if (cat := unicodedata.category(c)) == "Zs" else "" if cat == "Cf" else c for c in one_line(value)
+    )
+    return text.strip() or "?"
 
 
 # ---------------------------------------------------------------------------------------------------- terminal
@@ -108,10 +115,10 @@ def md_cell(value: Any, width: int = 160) -> Escaped:
 
 def md_span(value: Any, width: int | None = None, cell: bool = False) -> Escaped:
     """Input text inside a `code span`: one line, backticks made `'` (they would end the span); `|` escaped in
-    a table cell (GFM splits cells before it sees code spans)."""
+    a table cell (GFM splits cells before it sees code spans). Cut like Jinja's `truncate(width, True)`."""
     text = one_line(value).replace("`", "'")
-    if width is not None and len(text) > width:
-        text = text[: width - 1] + "…"
+    if width is not None and len(text) > width + 5:
+        text = text[: width - 3] + "..."
     return Escaped(text.replace("|", "\\|") if cell else text)
 
 
@@ -121,22 +128,41 @@ def md_block(value: Any, indent: str = "    ") -> Escaped:
     return Escaped(("\n" + indent).join(plain(value).split("\n")))
 
 
+_BACKTICKS = re.compile(r"`+")
+
+
+def md_fenced(lines: Any, info: str = "") -> Escaped:
+    """Input lines as a fenced code block whose fence is longer than any run of backticks in them: no line can
+    close it early."""
+    body = [plain(line).replace("\n", " ") for line in lines]
+    fence = "`" * max([3] + [len(m.group(0)) + 1 for line in body for m in _BACKTICKS.finditer(line)])
+    return Escaped("\n".join([fence + info, *body, fence]))
+
+
 _CODE_SPAN = re.compile(r"(`[^`\n]+`)")
 
 
-def md_prose(value: Any) -> Escaped:
+def md_prose(value: Any, width: int | None = None, cell: bool = False) -> Escaped:
     """A rule's own prose (fixes, explanations): its `code spans` kept as written, the rest escaped like
-    `md_text` - the prose may quote host names or values from the logs."""
-    parts = _CODE_SPAN.split(one_line(value))
-    return Escaped("".join(p if i % 2 else _md_inline(p) for i, p in enumerate(parts)))
+    `md_text` - the prose may quote host names or values from the logs. In a table cell: cut to `width`, `|`
+    escaped."""
+    text = one_line(value)[:width] if width is not None else one_line(value)
+    parts = _CODE_SPAN.split(text)
+    out = "".join(p if i % 2 else _md_inline(p) for i, p in enumerate(parts))
+    return Escaped(out.replace("|", "\\|") if cell else out)
 
 
 # ------------------------------------------------------------------------------------------------------- Slack
 
 
 def slack_text(value: Any) -> Escaped:
-    """Slack mrkdwn text: one line, `& < >` as the entities Slack asks for (no `<!channel>`, no `<url|x>`)."""
-    return Escaped(one_line(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
+    """Slack mrkdwn text: one line, `& < >` as the entities Slack asks for (no `<!channel>`, no `<url|x>`), and no
+    ``` that would open a code block over the rest of the message (a single backtick is a rule's inline code)."""
+    text = _BACKTICKS3.sub(lambda m: "'" * len(m.group(0)), one_line(value))
+    return Escaped(text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
+
+
+_BACKTICKS3 = re.compile(r"`{3,}")
 
 
 def slack_code(value: Any) -> Escaped:

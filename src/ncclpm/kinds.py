@@ -104,7 +104,7 @@ def unknown_kind_message(name: str, known: Mapping[str, KindDecl] | set[str], wh
 
 
 class Kinds:
-    """Read-only view of the declared kinds: `K.name` -> "name" (checked), `K.decl(name)`, iteration."""
+    """Read-only view of the declared kinds: `K.name` -> "name" (checked), `in`, iteration."""
 
     def __init__(self, decls: Mapping[str, KindDecl]) -> None:
         self._decls = dict(decls)
@@ -121,10 +121,6 @@ class Kinds:
             if name not in self._decls:
                 raise UnknownKind(unknown_kind_message(name, self._decls, where))
         return names
-
-    def decl(self, name: str) -> KindDecl:
-        self.check(name)
-        return self._decls[name]
 
     @property
     def victims(self) -> tuple[str, ...]:

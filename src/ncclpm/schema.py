@@ -10,8 +10,6 @@ import polars as pl
 
 from ncclpm.model import Band, Category, FRCulprit  # noqa: F401 - the closed vocabularies, re-exported
 
-LEVELS = ["F", "E", "W", "I", "V", "C"]
-
 # Fields a catalog pattern may extract into the `events` table, with their dtype. A catalog that names a
 # field not listed here fails the catalog lint.
 EVENT_FIELDS: dict[str, pl.DataType] = {
@@ -51,10 +49,9 @@ EVENT_FIELDS: dict[str, pl.DataType] = {
     # Attributes set by the kind declarations (parsers/kinds.toml), not by regex groups:
     "victim": pl.Boolean(),  # printed because ANOTHER rank failed (never makes its rank a culprit)
     "net_class": pl.String(),  # network errors: ib / interface / connect / closed / remote_exited
-    "strength": pl.Float64(),  # network errors: how much the line alone says the network is at fault (0-1)
+    "strength": pl.Float64(),  # how much the line alone proves its cause (network errors, GPU/driver faults; 0-1)
     "exhausted": pl.String(),  # DataLoader failures: the resource that ran out (shm / fds)
 }
-ATTRS_SET_BY_KINDS = ("victim", "net_class", "strength", "exhausted")
 
 DTYPE_NAMES: dict[str, pl.DataType] = {
     "str": pl.String(),

@@ -18,7 +18,7 @@ import polars as pl
 
 from ncclpm.ingest.stack_frames import frame_rules, short_file
 
-FORMAT_PREFERENCE = {"py-spy": 0, "py-spy-json": 1, "faulthandler": 2, "gdb-py": 3, "gdb": 4, "fr": 5}
+FORMAT_PREFERENCE = {"py-spy": 0, "py-spy-json": 1, "faulthandler": 2, "traceback": 2, "gdb-py": 3, "gdb": 4, "fr": 5}
 
 
 @dataclass(frozen=True)
@@ -117,24 +117,22 @@ def _chosen_dumps(stacks: pl.DataFrame) -> tuple[pl.DataFrame, str]:
     return dumps, source
 
 
-def _frames(stacks: pl.DataFrame, dump: int) -> list[StackFrame]:
-    rows = stacks.filter(pl.col("dump") == dump).sort("depth")
-    frames = [
-        StackFrame(
-            r["func"],
-            short_file(r["file"]) if not r["native"] else (r["file"] or "?"),
-            r["code_line"],
-            bool(r["user"]),
-            bool(r["native"]),
-            r["source"],
-            r["line"],
-            r["text"],
-            r["rank"],
+def _frames_by_dump(stacks: pl.DataFrame, dumps: list[int]) -> dict[int, list[StackFrame]]:
+    """The frames of these dumps, outermost first, in one pass over the table; a dump with Python frames keeps
+    only those (native frames vary with addresses and build, Python frames are what the user wrote)."""
+    chosen = stacks.filter(pl.col("dump").is_in(dumps)).sort("dump", "depth")
+    out: dict[int, list[StackFrame]] = {}
+    for dump, func, file, line, user, native, source, src_line, text, rank in chosen.select(
+        "dump", "func", "file", "code_line", "user", "native", "source", "line", "text", "rank"
+    ).iter_rows():
+        shown = short_file(file) if not native else (file or "?")
+        out.setdefault(dump, []).append(
+            StackFrame(func, shown, line, bool(user), bool(native), source, src_line, text, rank)
         )
-        for r in rows.iter_rows(named=True)
-    ]
-    python = [f for f in frames if not f.native]
-    return python or frames
+    for dump, frames in out.items():
+        python = [f for f in frames if not f.native]
+        out[dump] = python or frames
+    return out
 
 
 def _describe(frames: list[StackFrame]) -> tuple[str, str | None, str | None, str | None, StackFrame | None]:
@@ -236,10 +234,21 @@ def _nodes(classes: list[StackClass], suspects: set[str], majority: set[str]) ->
     return tuple(out)
 
 
+_LAST: list[tuple[pl.DataFrame, StackTree | None]] = []  # the rule and the report ask for the same tree
+
+
 def build_stack_tree(stacks: pl.DataFrame | None) -> StackTree | None:
     """The merged tree and the classes of ranks; None when the job holds no main-thread stack."""
     if stacks is None or stacks.is_empty():
         return None
+    if _LAST and _LAST[0][0] is stacks:
+        return _LAST[0][1]
+    tree = _build(stacks)
+    _LAST[:] = [(stacks, tree)]
+    return tree
+
+
+def _build(stacks: pl.DataFrame) -> StackTree | None:
     dumps, source = _chosen_dumps(stacks)
     if dumps.is_empty():
         return None
@@ -247,8 +256,9 @@ def build_stack_tree(stacks: pl.DataFrame | None) -> StackTree | None:
     for r in dumps.sort("_pref", "source", "dump").iter_rows(named=True):
         best.setdefault(_identity(r), r)
     groups: dict[tuple, list[tuple[str, dict, list[StackFrame]]]] = {}
+    frames_of = _frames_by_dump(stacks, [r["dump"] for r in best.values()])
     for ident, r in best.items():
-        frames = _frames(stacks, r["dump"])
+        frames = frames_of[r["dump"]]
         groups.setdefault(tuple(f.key for f in frames), []).append((ident, r, frames))
     classes = []
     for members in groups.values():
@@ -286,11 +296,12 @@ def build_stack_tree(stacks: pl.DataFrame | None) -> StackTree | None:
 def describe_dumps(stacks: pl.DataFrame, dumps: list[int]) -> list[tuple[int, StackClass]]:
     """Each of these dumps (any thread, any process) described like a class of one: where it is and doing what."""
     out = []
+    frames_of = _frames_by_dump(stacks, dumps)
     for dump in dumps:
-        rows = stacks.filter(pl.col("dump") == dump)
-        if rows.is_empty():
+        if dump not in frames_of:
             continue
-        frames = _frames(stacks, dump)
+        frames = frames_of[dump]
+        rows = stacks.filter(pl.col("dump") == dump)
         where, activity, op, site, quote = _describe(frames)
         r = rows.row(0, named=True)
         ranks = (r["rank"],) if r["rank"] is not None else ()

@@ -27,7 +27,6 @@ from ncclpm.resources import data_dir
 from ncclpm.schema import DTYPE_NAMES, EVENT_FIELDS
 
 _UNSUPPORTED = re.compile(r"\(\?<?[=!]|\\[1-9]")
-ENVELOPE_FILE = "envelopes.toml"
 # A pattern field named `rank` is the rank the message names itself (`[7] is setting up NCCL communicator`):
 # it fills the event's rank where the line's prefix gave none.
 MESSAGE_RANK = "rank"

@@ -16,6 +16,7 @@ import polars as pl
 from ncclpm.sources.discover import Source
 
 MAX_LINE_CHARS = 8192
+MAX_KEPT_LINES = 200_000  # per source (~1.5 kB each through the pipeline): see `_capped`
 TQDM_END = r"(\[\d+:\d{2}(?::\d{2})?<[^\]\r]{0,80}\])"
 BATCH = 16  # files scanned together: parallel enough for a few cores, bounded memory
 _SCHEMA = {"source": pl.String(), "line": pl.Int64(), "raw": pl.String()}
@@ -86,6 +87,19 @@ def _read_one(src: Source, anchors: list[str], warnings: list[str]) -> pl.DataFr
         return None
 
 
+def _capped(frame: pl.DataFrame, name: str, warnings: list[str]) -> pl.DataFrame:
+    """At most MAX_KEPT_LINES lines of one source: its first and its last halves (how the job started, and how
+    it ended - where failures are). A log of millions of matching progress lines would need gigabytes."""
+    if frame.height <= MAX_KEPT_LINES:
+        return frame
+    half = MAX_KEPT_LINES // 2
+    warnings.append(
+        f"{name}: {frame.height:,} lines match a pattern; the first {half:,} and the last {half:,} were kept, "
+        f"{frame.height - 2 * half:,} in between dropped"
+    )
+    return pl.concat([frame.head(half), frame.tail(half)])
+
+
 def read_kept_lines(sources: list[Source], anchors: list[str], warnings: list[str]) -> pl.DataFrame:
     """Prefiltered lines of all text sources, in source order; unreadable sources become warnings.
 
@@ -109,7 +123,7 @@ def read_kept_lines(sources: list[Source], anchors: list[str], warnings: list[st
     for src in sources:
         if src.name not in frames:
             frames[src.name] = _read_one(src, anchors, warnings)
-    kept = [f for s in sources if (f := frames[s.name]) is not None]
+    kept = [_capped(f, s.name, warnings) for s in sources if (f := frames[s.name]) is not None]
     if not kept:
         return pl.DataFrame(schema=_SCHEMA)
     lines = pl.concat(kept, how="vertical")

@@ -94,6 +94,11 @@ def frame_rules() -> FrameRules:
     return FrameRules(tuple(lib.get("path_markers", ())), frozenset(lib.get("packages", ())), acts)
 
 
+_PYTHON_LIB = re.compile(r"/lib(?:64)?/python3(?:\.\d+)?/(.+)$")
+_DRIVE = re.compile(r"^[A-Za-z]:/")
+
+
+@lru_cache(maxsize=4096)
 def short_file(file: str | None) -> str:
     """`/opt/venv/lib/python3.11/site-packages/torch/x.py` -> `torch/x.py`; a user's path -> its file name."""
     if not file:
@@ -102,8 +107,8 @@ def short_file(file: str | None) -> str:
     for marker in ("site-packages/", "dist-packages/"):
         if marker in path:
             return path.rsplit(marker, 1)[1]
-    if m := re.search(r"/lib(?:64)?/python3(?:\.\d+)?/(.+)$", path):
+    if m := _PYTHON_LIB.search(path):
         return m.group(1)
-    if not path.startswith("/") and not re.match(r"^[A-Za-z]:/", path):
+    if not path.startswith("/") and not _DRIVE.match(path):
         return path.removeprefix("./")  # already short (py-spy prints paths relative to site-packages)
     return path.rsplit("/", 1)[-1]

@@ -11,6 +11,8 @@ from the log's own kept lines:
 - gdb `thread apply all bt` (`Thread 1 (Thread 0x... (LWP N) "name"):`, `#0  0x... in func (args) at f:l` /
   `from lib`) and `thread apply all py-bt` (`  File "path", line N, in func`); old CPython gdb support
   prints Python frames inside C frames as `Frame 0x..., for file f, line N, in func`;
+- Python's `traceback.format_stack` under `# Thread <id>` headers (Ray Train's hang detector writes this to
+  `stack_traces/rank_<N>.log` when py-spy is unavailable; outermost frame first, reversed here);
 - py-spy `dump --json` (a JSON list of threads) is read by `parse_pyspy_json`.
 Frames are kept in the order the tool printed them (innermost first for all of these).
 """
@@ -41,6 +43,8 @@ _GDB_FROM = re.compile(r"\) from (?P<lib>\S+)\s*$")
 _GDB_PYFRAME = re.compile(r"Frame 0x[0-9a-f]+, for file (?P<file>[^,]+), line (?P<line>\d+), in (?P<func>[\w<>.]+)")
 _PYBT_HEAD = re.compile(r"^Traceback \(most recent call first\):")
 _PYBT_FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+), in (?P<func>\S+)\s*$')
+_TB_THREAD = re.compile(r"^# Thread (?P<tid>\d+)\s*$")  # Ray Train's fallback: traceback.format_stack per thread
+_TB_FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+), in (?P<func>.+?)\s*$')
 _SECTION = re.compile(r"^=== Rank (?P<rank>\d{1,9}): ?(?P<addr>.*?) ===\s*$")
 _ADDR_HOST = re.compile(r"^(?:\w+://)?\[?(?P<host>[\w.:-]+?)\]?(?::\d+)?(?:/|$)")
 
@@ -59,7 +63,7 @@ class Frame:
 class Block:
     """One thread's stack as one tool printed it."""
 
-    fmt: str  # py-spy | py-spy-json | faulthandler | gdb | gdb-py | fr
+    fmt: str  # py-spy | py-spy-json | faulthandler | gdb | gdb-py | traceback | fr
     header_line: int | None
     pid: int | None = None
     tid: str | None = None
@@ -128,6 +132,10 @@ class _Reader:
 
     def feed(self, lineno: int | None, text: str, rank_hint: int | None) -> None:
         text = text.rstrip("\r\n")
+        head = text[:2]
+        if self.block is not None and (head[:1] in (" ", "\t") or (head[:1] == "#" and head[1:].isdigit())):
+            self._frame(lineno, text)
+            return
         if m := _SECTION.match(text):
             self.section_rank = _int(m["rank"])
             host = _ADDR_HOST.match(m["addr"].strip())
@@ -155,6 +163,10 @@ class _Reader:
             return
         if m := _GDB_THREAD.match(text):
             self._gdb_thread(m, lineno, rank_hint)
+            return
+        if m := _TB_THREAD.match(text):
+            blk = self._open(Block("traceback", lineno, self.pid, m["tid"]), rank_hint)
+            blk.pthread = _int(m["tid"])
             return
         if _PYBT_HEAD.match(text) and self.block is not None and self.block.fmt == "gdb":
             gdb = self.block
@@ -201,6 +213,8 @@ class _Reader:
                 else:
                     func, file, line, native = _gdb_func(m["rest"])
                     blk.frames.append(Frame(func, file, line, native, lineno, text.strip()))
+        elif blk.fmt == "traceback" and (m := _TB_FRAME.match(text)):
+            blk.frames.insert(0, Frame(m["func"], m["file"], _int(m["line"]), False, lineno, text.strip()))
         elif blk.fmt == "gdb-py" and (m := _PYBT_FRAME.match(text)):
             blk.frames.append(Frame(m["func"], m["file"], _int(m["line"]), False, lineno, text.strip()))
 

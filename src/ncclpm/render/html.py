@@ -9,6 +9,7 @@ import re
 from markupsafe import Markup, escape
 
 from ncclpm import __version__
+from ncclpm.escape import plain
 from ncclpm.model import SCHEMA_VERSION, Diagnosis
 from ncclpm.render.jinja import render_template
 from ncclpm.render.timeline import build_timeline
@@ -18,7 +19,7 @@ _CODE = re.compile(r"`([^`\n]+)`")
 
 def inline_code(text: str) -> Markup:
     """Rule prose (fixes, explanations) marks code with backticks: escape everything, then `x` -> <code>x</code>."""
-    return Markup(_CODE.sub(r"<code>\1</code>", str(escape(text))))
+    return Markup(_CODE.sub(r"<code>\1</code>", str(escape(plain(text)))))
 
 
 def render_html(d: Diagnosis) -> str:

@@ -1,4 +1,11 @@
-"""The Jinja environment for report templates (loaded from the shipped `templates/` directory)."""
+"""The Jinja environment for report templates (loaded from the shipped `templates/` directory).
+
+Escaping is not left to each template line. `finalize` runs on every value a template prints: in Markdown
+templates (`*.md`) a value is escaped with `escape.md_text` unless a filter already escaped it for its context
+(`md_span`, `md_cell`, `md_block`, `md_prose`, `md_quote`, `md_fenced` return `escape.Escaped`); in HTML templates
+Jinja's autoescape does the escaping and `finalize` removes control characters and escape sequences; Slack values
+come escaped from render/slack.py. A field added to a template later is escaped without anyone remembering to.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +13,11 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, pass_context, select_autoescape
+from jinja2.runtime import Context
+from markupsafe import Markup
 
+from ncclpm import escape
 from ncclpm.clamp import duration_text
 from ncclpm.model import Diagnosis
 from ncclpm.render.rankview import rank_groups
@@ -24,15 +34,20 @@ def _ts(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _md_text(value: Any) -> str:
-    """Log-derived text outside code: `<`, `>` and `&` as entities, so no renderer sees raw HTML in it."""
-    text = "" if value is None else str(value)
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+def _md_quote(e: Any) -> escape.Escaped:
+    """One evidence line: where (file:line, rank), then the line itself as an indented code block."""
+    where = escape.md_text(e.file) + (f":{e.line}" if e.line is not None else "")
+    rank = f" (rank {e.rank})" if e.rank is not None else ""
+    return escape.Escaped(f"{where}{rank}\n\n    {escape.md_block(e.text)}")
 
 
-def _md_cell(value: Any, width: int = 160) -> str:
-    text = "" if value is None else str(value)
-    return _md_text(text.replace("|", "\\|").replace("\n", " ")[:width])
+@pass_context
+def _finalize(ctx: Context, value: Any) -> Any:
+    if value is None or isinstance(value, bool | int | float | escape.Escaped | Markup):
+        return value
+    if (ctx.name or "").endswith(".md"):
+        return escape.md_text(value)
+    return escape.plain(value)
 
 
 @lru_cache(maxsize=1)
@@ -44,8 +59,19 @@ def environment() -> Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
         autoescape=select_autoescape(enabled_extensions=("html", "html.j2"), default_for_string=False),
+        finalize=_finalize,
     )
-    env.filters.update(duration_ms=_duration_ms, ts=_ts, md_cell=_md_cell, md_text=_md_text)
+    env.filters.update(
+        duration_ms=_duration_ms,
+        ts=_ts,
+        md_text=escape.md_text,
+        md_cell=escape.md_cell,
+        md_span=escape.md_span,
+        md_block=escape.md_block,
+        md_prose=escape.md_prose,
+        md_fenced=escape.md_fenced,
+        md_quote=_md_quote,
+    )
     return env
 
 

@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from ncclpm.clamp import duration_text
+from ncclpm.escape import one_line, plain, slack_code, slack_text
 from ncclpm.model import Diagnosis, ranks_text
 from ncclpm.render.jinja import environment
 
@@ -24,19 +25,19 @@ BLOCKS = ("verdict", "facts", "evidence", "fix", "footer")
 
 
 def escape(text: Any) -> str:
-    """Slack's three control characters as entities (the only escaping Slack asks for)."""
-    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """Input text for Slack: one line, `& < >` as entities (`escape.slack_text`, the one place it is done)."""
+    return slack_text(text)
 
 
-def _cut(text: str, limit: int) -> str:
-    text = " ".join(text.split()) if "\n" not in text else text
+def _cut(text: Any, limit: int) -> str:
+    text = one_line(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _code(text: str, limit: int = LINE_CHARS) -> str:
-    """Log text for a ``` block: capped, backticks made harmless, then escaped."""
-    lines = text.replace("`", "'").splitlines() or [""]
-    return escape(_cut("\n".join(lines[:12]), limit))
+    """Log text for a ``` block: at most 12 lines and `limit` characters, escaped (`escape.slack_code`)."""
+    body = "\n".join(plain(text).splitlines()[:12])
+    return slack_code(body if len(body) <= limit else body[: limit - 1] + "…")
 
 
 def _collective(d: Diagnosis) -> str:

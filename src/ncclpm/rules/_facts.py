@@ -49,12 +49,6 @@ def late_timeouts(t: Tables) -> set[int]:
     return set(late["rank"].to_list())
 
 
-def first_symptom_ts(t: Tables):
-    """Time of the first victim line (None if undated)."""
-    ts = victim_lines(t)["ts"].drop_nulls()
-    return ts.min() if ts.len() else None
-
-
 def known_ranks(t: Tables) -> set[int]:
     """Ranks seen in the job, plus every rank below the world size when there are at most MAX_LISTED_RANKS:
     a world size is a number from a log, and `WORLD_SIZE=999999999` must not become a billion-element set."""

@@ -32,9 +32,6 @@ class Fix:
     text: str
     when: str = ""
 
-    def slots(self) -> set[str]:
-        return {m[1] for m in _SLOT.finditer(self.text)}
-
     def render(self, values: dict[str, Any] | None = None) -> str:
         """The text with its slots filled from `values`, or with their doc text when `values` is None."""
         return _SLOT.sub(lambda m: m[2] if values is None else str(values[m[1]]), self.text)

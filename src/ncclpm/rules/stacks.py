@@ -93,11 +93,12 @@ class StacksOddRankOut(Rule):
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         stacks = t.extra.get("stacks")
-        return stacks.filter(pl.col("format") != "fr") if stacks is not None else pl.DataFrame()
+        live = stacks is not None and not (stacks["format"] == "fr").all()
+        return stacks if live else pl.DataFrame()  # flight-recorder frames alone are FR01/FR02's evidence
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         tree = build_stack_tree(ev)
-        if tree is None:
+        if tree is None or tree.source != "live":
             return self._stuck_thread(ev)
         waiting = [c for c in tree.classes if c.activity in WAITING]
         elsewhere = [c for c in tree.classes if c.activity not in WAITING]

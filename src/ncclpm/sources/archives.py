@@ -26,7 +26,8 @@ Limits (:class:`Limits`) and why:
   members, zip with millions of entries). Reaching it stops everything.
 - ``max_member_bytes``: one member, decompressed; held in memory at once. Over it the member is skipped.
 - ``max_total_bytes``: every decompressed byte processed (tar stream bytes, zip/gz member bytes, nested
-  archives counted both as the member that holds them and as their contents). Reaching it stops everything.
+  archives counted both as the member that holds them and as their contents, the holes of a sparse tar member
+  counted as the zeros they become). Reaching it stops everything.
 - ``max_ratio``: decompressed bytes so far / size of the outer archive, checked while streaming once more
   than ``ratio_min_bytes`` were produced (small archives of zeros are legitimately very compressible).
   It catches zip/gzip/tar bombs and overlapping-entry zip bombs long before the byte limits. Stops everything.
@@ -60,6 +61,8 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+
+from ncclpm.escape import UNSAFE_IN_NAMES
 
 CHUNK = 1 << 20
 SNIFF_BYTES = 65536
@@ -326,7 +329,7 @@ def _short(name: str, limit: int = 160) -> str:
 
 def _safe_name(raw: str) -> tuple[str, bool]:
     """Relative '/'-separated name with '..' resolved inside the archive; True if it had to change."""
-    text = "".join("?" if ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) <= 0xDFFF else c for c in raw)
+    text = UNSAFE_IN_NAMES.sub("?", raw)  # C0/C1 controls, bidi overrides, undecodable bytes
     text = text.replace("\\", "/")
     changed = text != raw.replace("\\", "/") or text.startswith("/")
     if len(text) >= 2 and text[1] == ":" and text[0].isalpha():
@@ -395,8 +398,27 @@ def _tar_member(tf: tarfile.TarFile, info: tarfile.TarInfo, scan: _Scan, ctx: _C
         scan.skip(name, f"larger than max_member_bytes={ctx.limits.max_member_bytes}")
         return
     fobj = tf.extractfile(info)
-    data = fobj.read() if fobj is not None else b""
+    try:
+        data = _read_charged(fobj, ctx) if fobj is not None else b""
+    except _TooBig:
+        scan.skip(name, f"larger than max_member_bytes={ctx.limits.max_member_bytes}")
+        return
     yield from _emit(name, data, scan, ctx, depth)
+
+
+def _read_charged(fobj: IO[bytes], ctx: _Ctx) -> bytes:
+    """A tar member's bytes, charging the budget for those the metered stream did not: the holes of a sparse
+    member (GNU `tar -S`) cost nothing in the archive and everything in memory."""
+    budget, parts, size = ctx.budget, [], 0
+    start = budget.total
+    while chunk := fobj.read(CHUNK):
+        size += len(chunk)
+        if (uncharged := size - (budget.total - start)) > 0:
+            budget.charge(uncharged)
+        if size > ctx.limits.max_member_bytes:
+            raise _TooBig(size)
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _check_tar_end(tf: tarfile.TarFile, scan: _Scan, warnings: list[str]) -> None:

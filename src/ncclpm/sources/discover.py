@@ -21,7 +21,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from ncclpm.escape import clean_name
-from ncclpm.sources import archives
+from ncclpm.sources import archives, sparse
 from ncclpm.sources.code import code_language
 from ncclpm.sources.fr_sniff import looks_like_fr_dump
 from ncclpm.sources.names import unique_names
@@ -49,6 +49,19 @@ class Source:
     kind: SourceKind
     path: Path | None = None
     data: bytes | None = None
+
+    def read_head(self, limit: int) -> bytes:
+        """At most the first `limit` bytes (decompressed for a .gz on disk), without reading the rest."""
+        if self.data is not None:
+            return self.data[:limit]
+        assert self.path is not None
+        with self.path.open("rb") as fh:
+            if fh.read(2) != b"\x1f\x8b":
+                fh.seek(0)
+                return fh.read(limit)
+            fh.seek(0)
+            with gzip.GzipFile(fileobj=fh, mode="rb") as gz:
+                return gz.read(limit)
 
     def read_bytes(self) -> bytes:
         if self.data is not None:
@@ -253,10 +266,27 @@ def _add_file(path: Path, display: str, job: Job) -> None:
         if outer == "gz":
             _add_gzip(path, display, job)
             return
+        if sparse.has_holes(st) and _add_sparse(path, st, display, job):
+            return
     except OSError as exc:
         job.warnings.append(f"{display}: cannot be read ({exc.strerror or exc}) - skipped")
         return
     _add_classified(display, raw_head, job, path=path)
+
+
+def _add_sparse(path: Path, st: os.stat_result, display: str, job: Job) -> bool:
+    """A sparse file read without its holes (`sparse.py`); False when the file system cannot tell them."""
+    read = sparse.read_without_holes(path, st.st_size)
+    if read is None:
+        return False
+    data, holes, cut = read
+    more = f"; only its first {sparse.MAX_DATA:,} bytes of data were read" if cut else ""
+    job.warnings.append(
+        f"{display}: sparse file - {holes:,} bytes of holes (never written: a crashed node, a preallocated or "
+        f"truncated file) skipped, {len(data):,} bytes of data read{more}"
+    )
+    _add_classified(display, data[:HEAD_BYTES], job, data=data)
+    return True
 
 
 def _add_classified(display: str, head: bytes, job: Job, path: Path | None = None, data: bytes | None = None) -> None:
@@ -274,7 +304,7 @@ def _add_archive(data: bytes | Path, display: str, job: Job) -> None:
     for member in archives.iter_archive(data, display, job.warnings):
         if archives.archive_kind(member.name, member.data[:512]) not in (None, "gz"):
             continue  # nested archives are expanded by iter_archive itself
-        _add_classified(member.name, member.data[:HEAD_BYTES], job, data=member.data)
+        _add_classified(clean_name(member.name), member.data[:HEAD_BYTES], job, data=member.data)
 
 
 def _job_name(paths: list[str | Path]) -> str:

@@ -1,7 +1,8 @@
 """Is this file a stack dump? Decided from its first bytes, whatever its name.
 
 Stack dumps (py-spy `dump` text or `--json`, faulthandler output on its own, gdb `thread apply all bt`, torch's
-debug-server `stacks_<ts>.txt` / `pyspy_dump_<ts>.txt`, Ray's stack-trace files, which are py-spy output) are
+debug-server `stacks_<ts>.txt` / `pyspy_dump_<ts>.txt`, Ray Train's `hang_detector/stack_traces/rank_<N>.log`:
+`py-spy dump --native` output, or Python tracebacks per thread when py-spy is missing) are
 read by `ingest/stacks.py`, not as logs. A log that merely contains a faulthandler block (a rank's stderr
 after `Fatal Python error`, or after `faulthandler.register(SIGUSR1)`) stays a log: its stacks are read from
 its kept lines.
@@ -19,7 +20,8 @@ _FIRST = re.compile(
     rb"|Stack \(most recent call first\):"
     rb"|Thread \d+ \(Thread 0x[0-9a-fA-F]+ \(LWP \d+\)"  # gdb
     rb"|=== Rank \d+: .* ===\s*$"  # torch debug server
-    rb"|PARTIAL DATA: \d+/\d+ workers responded)",
+    rb"|PARTIAL DATA: \d+/\d+ workers responded"
+    rb"|\[py-spy unavailable: .*Python-only traceback follows\])",  # Ray Train's stack_traces/rank_<N>.log
     re.MULTILINE,
 )
 # gdb prints its attach chatter (new LWPs, libthread_db, the current frame, auto-load warnings) before the first

@@ -19,7 +19,7 @@ import multiprocessing
 import os
 import signal
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager, suppress
 from typing import Any
@@ -32,6 +32,7 @@ from ncclpm.triage.worker import empty_row, triage_job
 Row = dict[str, Any]
 OnDone = Callable[[Row], None]
 MAX_ROUNDS = 8
+TICK = 0.25  # s: the main thread wakes up this often, so a Ctrl-C that landed on a polars thread is seen
 
 
 class Interrupted(Exception):
@@ -102,7 +103,10 @@ def _alone(job: JobRef) -> Row:
     """Re-run one job in its own process after a pool broke: its result, or why its worker died."""
     try:
         with _pool(1) as pool:
-            return pool.submit(triage_job, job.path, job.name).result()
+            fut = pool.submit(triage_job, job.path, job.name)
+            while not wait([fut], timeout=TICK).done:  # wake up now and then: see TICK
+                pass
+            return fut.result()
     except BrokenProcessPool:
         return _error_row(job, "the worker process died while reading this job (killed? out of memory?)")
 
@@ -115,13 +119,16 @@ def _round(jobs: Sequence[JobRef], workers: int, finish: Callable[[JobRef, Row],
     with _pool(workers, started) as pool:
         with _env("POLARS_MAX_THREADS", str(max(1, (os.cpu_count() or 1) // workers))):  # spawned on submit
             futures: dict[Future[Row], JobRef] = {pool.submit(_triage_reporting, j.path, j.name): j for j in jobs}
-        for fut in as_completed(futures):
-            try:
-                row = fut.result()
-            except BrokenProcessPool:
-                continue  # a worker died: every unfinished job of this pool fails like this
-            finish(futures[fut], row)
-            finished.add(futures[fut].path)
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, timeout=TICK, return_when=FIRST_COMPLETED)
+            for fut in done:
+                try:
+                    row = fut.result()
+                except BrokenProcessPool:
+                    continue  # a worker died: every unfinished job of this pool fails like this
+                finish(futures[fut], row)
+                finished.add(futures[fut].path)
     suspects = set()
     while not started.empty():
         suspects.add(started.get())

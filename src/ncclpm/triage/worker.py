@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import time
+import zlib
 from typing import Any
 
 from ncclpm.schema import Category
@@ -61,8 +62,8 @@ def _raw_error(job: Any) -> str | None:
     weak: str | None = None
     for src in job.of_kind(SourceKind.TEXT):
         try:
-            text = src.read_bytes()[:RAW_SCAN_BYTES].decode("utf-8", "replace")
-        except (OSError, ValueError):
+            text = src.read_head(RAW_SCAN_BYTES).decode("utf-8", "replace")  # an 800 MB log: its head only
+        except (OSError, ValueError, EOFError, zlib.error):
             continue
         for line in text.splitlines():
             if _CONSEQUENCE.search(line):
