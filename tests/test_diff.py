@@ -259,3 +259,11 @@ def test_settings_read_from_the_code_of_each_run(tmp_path: Path) -> None:
     )
     assert first.good_evidence.file == "train.py" and "minutes=30" in first.good_evidence.text
     assert ("process-group backend", "nccl") in report.same
+
+
+def test_the_command_lists_every_diff_format() -> None:
+    """The CLI spells the formats out (so `--help` imports no renderer): the list must be the renderers'."""
+    from ncclpm.cli import DIFF_FORMATS
+    from ncclpm.render.diff import DIFF_RENDERERS
+
+    assert tuple(sorted(DIFF_RENDERERS)) == DIFF_FORMATS

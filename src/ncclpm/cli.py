@@ -3,7 +3,8 @@
 Data goes to stdout (or `-o FILE`), diagnostics to stderr. Exit codes: 0 diagnosed, 1 a `--fail-on` threshold
 was met, 2 usage or input error (nothing readable, an output file that exists without `--force`), 3 internal
 error (a bug in ncclpm: one line on stderr, the traceback with NCCLPM_DEBUG=1) - never 1, which CI reads as
-"root cause found".
+"root cause found" -, 130 interrupted (Ctrl-C). Everything printed goes through `escape.terminal` (no escape
+sequence from a log or a file name reaches the terminal); files are written by `outfile.py`.
 """
 
 from __future__ import annotations
@@ -20,14 +21,14 @@ import click
 from ncclpm import __version__
 from ncclpm.escape import terminal, terminal_json
 from ncclpm.outfile import OutputError, check_output, write_text
-from ncclpm.render import RENDERERS, render
-from ncclpm.render.diff import DIFF_RENDERERS
-from ncclpm.schema import Band, Category
 
 EXIT_OK, EXIT_FAIL_ON, EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-BANDS = tuple(str(b) for b in Band)
+# = the values of ncclpm.schema.Band and sorted(ncclpm.render.RENDERERS), spelt out so that --help and usage errors
+# import no polars (tests check both lists and sys.modules)
+BANDS = ("possible", "likely", "conclusive")
+FORMATS = ("html", "json", "md", "slack", "slack-json")
 DATA_FORMATS = ("json", "slack-json")  # JSON text: made terminal-safe by escaping, never by dropping characters
-DIFF_FORMATS = tuple(DIFF_RENDERERS)
+DIFF_FORMATS = ("html", "json", "md", "slack", "slack-json", "text")  # = sorted(ncclpm.render.diff.DIFF_RENDERERS)
 
 
 def _say(message: str) -> None:
@@ -114,7 +115,7 @@ def main() -> None:
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True)
-@click.option("-f", "--format", "fmt", type=click.Choice(sorted(RENDERERS)), default="md", show_default=True)
+@click.option("-f", "--format", "fmt", type=click.Choice(FORMATS), default="md", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the report here.")
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
 @click.option("--select", multiple=True, help="Only these rules (ids or names).")
@@ -140,6 +141,8 @@ def diagnose(
 ) -> None:
     """Diagnose one job: PATHS are a log folder, files, archives, or `-` for pasted text on stdin."""
     from ncclpm.api import diagnose as run
+    from ncclpm.render import render
+    from ncclpm.schema import Band, Category
 
     _check_output(output, force)
     _load_patterns(patterns)

@@ -25,6 +25,7 @@ PRECEDENCE: tuple[tuple[str, str], ...] = (
     ("ST01", "a rank silent while the others waited: inferred from absence, below every rule that quotes a failure"),
     ("WT01", "ranks waited in the store for a rank still busy elsewhere: the store wait is the only trace"),
     ("MP01", "ranks failed inside a main_process_first section: the main process's work is the only candidate"),
+    ("TS01", "a timeout of seconds, or not the one the code sets: below every rule that names a rank's reason"),
     ("FR02", "the dumps name the rank that stopped, but not why"),
     ("SL01", "the scheduler ended the job: above only the all-ranks-timed-out reading"),
     ("EX01", "the launcher was killed from outside while no rank had failed: the sender is outside the job"),

@@ -23,6 +23,7 @@ from ncclpm.rules.shm_topology import ShmOrP2pFailure
 from ncclpm.rules.slow_rank import RankBusyOutsideCollectives
 from ncclpm.rules.stacks import StacksOddRankOut
 from ncclpm.rules.store_wait import RankAwaitedThroughStore
+from ncclpm.rules.timeout_sanity import TimeoutSetTooShort
 from ncclpm.rules.timeout_short import AllRanksTimedOutTogether
 from ncclpm.rules.timeout_symptom import CollectiveTimeoutSymptom
 
@@ -45,6 +46,7 @@ ALL_RULES: tuple[type[Rule], ...] = (
     LaunchMisconfigured,
     JobKilledFromOutside,
     MainProcessFirstOutlastedTimeout,
+    TimeoutSetTooShort,
     RankAwaitedThroughStore,
     StacksOddRankOut,
     InsufficientEvidence,
