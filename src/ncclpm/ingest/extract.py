@@ -170,7 +170,11 @@ def parse_lines(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
 def _pattern_events(parsed: pl.LazyFrame, p: Pattern) -> pl.LazyFrame:
     """The events of one pattern, with only the fields it declares (the others are added once, at the end)."""
     hits = parsed.filter(pl.col("message").str.contains_any(list(p.anchors)) & pl.col("message").str.contains(p.regex))
-    hits = hits.with_columns(pl.col("message").str.extract_groups(p.regex).alias("_m"))
+    if p.repeat:  # one event per match: each match is read again on its own for its groups
+        hits = hits.with_columns(pl.col("message").str.extract_all(p.regex).alias("_all")).explode("_all")
+        hits = hits.with_columns(pl.col("_all").str.extract_groups(p.regex).alias("_m"))
+    else:
+        hits = hits.with_columns(pl.col("message").str.extract_groups(p.regex).alias("_m"))
     cols = [
         typed(pl.col("_m").struct.field(name), p.fields[name]).cast(dtype).alias(name)
         for name, dtype in EVENT_FIELDS.items()
