@@ -103,9 +103,15 @@ def _md_inline(text: str) -> str:
     return text.translate(_MD_ENTITIES).replace("](", "]\\(")
 
 
+def _md_outside_code(text: str) -> str:
+    """Text outside any code span: backslashes and backticks escaped (neither can start anything), then no HTML,
+    no link or image."""
+    return _md_inline(text.replace("\\", "\\\\")).replace("`", "\\`")
+
+
 def md_text(value: Any) -> Escaped:
     """Input text in Markdown prose: one line, no HTML, no link or image, backticks that open no code span."""
-    return Escaped(_md_inline(one_line(value)).replace("`", "\\`"))
+    return Escaped(_md_outside_code(one_line(value)))
 
 
 def md_cell(value: Any, width: int = 160) -> Escaped:
@@ -139,7 +145,8 @@ def md_fenced(lines: Any, info: str = "") -> Escaped:
     return Escaped("\n".join([fence + info, *body, fence]))
 
 
-_CODE_SPAN = re.compile(r"(`[^`\n]+`)")
+# A code span as CommonMark reads it: a run of N backticks, then text, then the next run of exactly N backticks.
+_CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)")
 
 
 def md_prose(value: Any, width: int | None = None, cell: bool = False) -> Escaped:
@@ -147,9 +154,12 @@ def md_prose(value: Any, width: int | None = None, cell: bool = False) -> Escape
     `md_text` - the prose may quote host names or values from the logs. In a table cell: cut to `width`, `|`
     escaped."""
     text = one_line(value)[:width] if width is not None else one_line(value)
-    parts = _CODE_SPAN.split(text)
-    out = "".join(p if i % 2 else _md_inline(p) for i, p in enumerate(parts))
-    return Escaped(out.replace("|", "\\|") if cell else out)
+    out, pos = [], 0
+    for m in _CODE_SPAN.finditer(text):
+        out += [_md_outside_code(text[pos : m.start()]), m.group(0)]
+        pos = m.end()
+    joined = "".join([*out, _md_outside_code(text[pos:])])
+    return Escaped(joined.replace("|", "\\|") if cell else joined)
 
 
 # ------------------------------------------------------------------------------------------------------- Slack
