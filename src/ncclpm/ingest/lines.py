@@ -140,6 +140,14 @@ def _is_big(src: Source) -> bool:
         return False
 
 
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _small(src: Source) -> bool:
     try:
         return src.path is not None and src.path.stat().st_size <= SMALL_TEXT and src.path.suffix != ".gz"
@@ -152,7 +160,10 @@ def _read_one(src: Source, anchors: list[str], warnings: list[str], line_start: 
     that lines a terminal hard-wrapped are re-joined before the prefilter."""
     try:
         if _needs_python_decode(src) or (line_start and _small(src)):
-            return _keep(_frame_from_bytes(src.read_bytes(), line_start), src.name, anchors, line_start).collect()
+            data = src.read_bytes()
+            if data[:2] not in (b"\xff\xfe", b"\xfe\xff") and not _is_utf8(data):
+                warnings.append(f"{src.name}: not valid UTF-8; read with invalid bytes replaced")
+            return _keep(_frame_from_bytes(data, line_start), src.name, anchors, line_start).collect()
         assert src.path is not None
         lf = pl.scan_lines(src.path, name="raw", row_index_name="line", row_index_offset=1)
         try:
