@@ -12,8 +12,8 @@ physical line. Huge lines are cut to `MAX_LINE_CHARS` after the prefilter.
 from __future__ import annotations
 
 import gzip
-import re
 import zlib
+from dataclasses import dataclass
 
 import polars as pl
 
@@ -23,12 +23,11 @@ from ncclpm.ingest.rawscan import (
     hit_line_regex,
     hit_rows,
     locate,
-    matched_lines,
     next_line,
     previous_line,
     utf8_text,
 )
-from ncclpm.ingest.unwrap import joins, python_start, rejoin_wrapped, unwrap_lines
+from ncclpm.ingest.unwrap import MIN_WIDTH, joins, python_start, rejoin_wrapped, unwrap_lines
 from ncclpm.sources.discover import Source
 
 __all__ = ["anchor_regex", "read_kept_lines"]
@@ -37,6 +36,8 @@ MAX_LINE_CHARS = 8192
 SMALL_TEXT = 2 * 1024**2  # a text this small is read whole and re-joined (hard wraps) before the prefilter
 MAX_KEPT_LINES = 200_000  # per source (~1.5 kB each through the pipeline): see `_capped`
 TQDM_END = r"(\[\d+:\d{2}(?::\d{2})?<[^\]\r]{0,80}\])"
+GROUP_FILES = 64  # texts scanned together (one regex pass, one query for the kept lines) ...
+GROUP_BYTES = 32 * 1024 * 1024  # ... holding at most about this many bytes
 CHUNK_BYTES = 8 * 1024 * 1024  # a bigger (or gzipped) file is read in blocks of this size, cut at line ends
 _SCHEMA = {"source": pl.String(), "line": pl.Int64(), "raw": pl.String()}
 
@@ -98,53 +99,86 @@ def _needs_python_decode(src: Source) -> bool:
         return True
 
 
-def _utf8_series(data: bytes, name: str, warnings: list[str]) -> tuple[bytes, pl.Series]:
-    """`data` as UTF-8 bytes and a one-row Series; invalid bytes are replaced (with a warning)."""
-    text = utf8_text(data)
-    if text is None:
-        warnings.append(f"{name}: not valid UTF-8; read with invalid bytes replaced")
-        data = data.decode("utf-8", errors="replace").encode("utf-8")
-        text = pl.Series([data.decode("utf-8")])
-    return data, text
+@dataclass
+class _Text:
+    """One text to scan: its UTF-8 bytes, and how its lines are read."""
+
+    name: str
+    data: bytes
+    original: bytes  # as read: the slow path (`_frame_from_bytes`) decodes it itself
+    whole: bool  # a small text, re-joined whole if hard-wrapped (Python's lines); else polars' lines
+    first_line: int = 1  # of a block of a big file
 
 
-def _scan(
-    data: bytes, name: str, anchors: list[str], warnings: list[str], line_start: str, first_line: int = 1
-) -> pl.DataFrame:
-    """The kept lines of one text (or one block of a big file: `first_line` is its first line's number), found
-    in the raw text (`rawscan`). Lines are read as polars reads them; `line_start` re-joins wrapped lines."""
-    data, text = _utf8_series(data, name, warnings)
-    hits = locate(data, matched_lines(text, hit_line_regex(tuple(anchors))), first_line)
-    numbers, lines = hit_rows(data, hits, with_next=bool(line_start), python_lines=False)
-    return _keep(_rows(numbers, lines), name, anchors, line_start).collect()
+def _as_strings(texts: list[_Text], warnings: list[str]) -> pl.Series:
+    """The texts as one string Series, validated in Rust; a text with invalid UTF-8 is decoded with its invalid
+    bytes replaced, with a warning."""
+    try:
+        return pl.Series([t.data for t in texts], dtype=pl.Binary).cast(pl.String)
+    except pl.exceptions.ComputeError:  # "invalid utf8": find which
+        pass
+    for t in texts:
+        if utf8_text(t.data) is None:
+            warnings.append(f"{t.name}: not valid UTF-8; read with invalid bytes replaced")
+            t.data = t.data.decode("utf-8", errors="replace").encode("utf-8")
+    return pl.Series([t.data for t in texts], dtype=pl.Binary).cast(pl.String)
 
 
-def _scan_small(data: bytes, name: str, anchors: list[str], warnings: list[str], line_start: str) -> pl.DataFrame:
-    """A small text (read as Python splits lines) whose hard-wrapped lines are re-joined before the prefilter.
-    Re-joining can only change what is kept where an anchor is cut by a newline or a hit line is cut from (or
-    continued by) its neighbour; without either, the hits are read as they are, else the whole text is re-joined
-    the slow way (`unwrap.unwrap_lines`)."""
-    original = data
-    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        data = _decode(data).encode("utf-8")
-    elif utf8_text(data) is None:
-        warnings.append(f"{name}: not valid UTF-8; read with invalid bytes replaced")
-    data, text = _utf8_series(data, name, [])
-    found = matched_lines(text, hit_line_regex(tuple(anchors), across_newlines=True))
-    hits = [] if any("\n" in f for f in found) else locate(data, found)
-    start = python_start(line_start)
-    if (found and not hits) or any(_joins_neighbour(data, h, start) for h in hits):
-        return _keep(_frame_from_bytes(original, line_start), name, anchors, line_start).collect()
-    numbers, lines = hit_rows(data, hits, with_next=True, python_lines=True)
-    return _keep(_rows(numbers, lines), name, anchors, line_start).collect()
+def _scan(texts: list[_Text], anchors: list[str], warnings: list[str], line_start: str) -> dict[str, pl.LazyFrame]:
+    """The kept lines of each text, found in its raw bytes (`rawscan`): one regex pass over all the texts, then
+    only the hit lines (and the line after each: `line_start` re-joins wrapped lines) are cut out."""
+    if not texts:
+        return {}
+    series = _as_strings(texts, warnings)
+    found: list[list[str]] = [[] for _ in texts]
+    for whole in (False, True):
+        idx = [i for i, t in enumerate(texts) if t.whole == whole]
+        if idx:
+            pattern = hit_line_regex(tuple(anchors), across_newlines=whole)
+            for i, lines in zip(idx, series.gather(idx).str.extract_all(pattern).to_list(), strict=True):
+                found[i] = lines or []
+    hits = [
+        None if t.whole and any("\n" in line for line in f) else locate(t.data, f, t.first_line)
+        for t, f in zip(texts, found, strict=True)
+    ]
+    slow = _may_join([(t, h) for t, h in zip(texts, hits, strict=True) if t.whole and h], line_start)
+    out: dict[str, pl.LazyFrame] = {}
+    for t, h in zip(texts, hits, strict=True):
+        if h is None or t.name in slow:  # re-joined whole, the slow way
+            out[t.name] = _keep(_frame_from_bytes(t.original, line_start), t.name, anchors, line_start)
+        else:
+            numbers, lines = hit_rows(t.data, h, with_next=bool(line_start), python_lines=t.whole)
+            out[t.name] = _keep(_rows(numbers, lines), t.name, anchors, line_start)
+    return out
 
 
-def _joins_neighbour(data: bytes, hit: Hit, start: re.Pattern[str]) -> bool:
-    line = data[hit.start : hit.end].decode("utf-8")
-    before, after = previous_line(data, hit), next_line(data, hit, python_lines=True)
-    return (before is not None and joins(before.decode("utf-8"), line, start)) or (
-        after is not None and joins(line, after.decode("utf-8"), start)
+def _may_join(texts: list[tuple[_Text, list[Hit]]], line_start: str) -> set[str]:
+    """The small texts where re-joining hard-wrapped lines may change what is kept. With no anchor cut by a
+    newline (checked by the caller), that needs a hit line glued to the line before or after it
+    (`unwrap.joins`). Lengths and the line start are checked in one query first (Rust's reading of the start
+    trusted only on ASCII lines, where it never matches more than Python's); the pairs left are checked exactly."""
+    rows: list[tuple[int, str, str]] = []
+    for i, (t, hits) in enumerate(texts):
+        for hit in hits:
+            line = t.data[hit.start : hit.end].decode("utf-8")
+            before, after = previous_line(t.data, hit), next_line(t.data, hit, python_lines=True)
+            if before is not None:
+                rows.append((i, before.decode("utf-8"), line))
+            if after is not None:
+                rows.append((i, line, after.decode("utf-8")))
+    if not rows:
+        return set()
+    frame = pl.DataFrame(rows, schema={"text": pl.Int64(), "head": pl.String(), "tail": pl.String()}, orient="row")
+    head, tail = pl.col("head"), pl.col("tail")
+    ascii_tail = tail.str.len_bytes() == tail.str.len_chars()
+    candidates = frame.filter(
+        (head.str.len_chars() >= MIN_WIDTH)
+        & (tail.str.len_chars() <= head.str.len_chars())
+        & (tail != "")
+        & ~(ascii_tail & tail.str.contains(f"^(?:{line_start})"))
     )
+    start = python_start(line_start)
+    return {texts[i][0].name for i, a, b in candidates.iter_rows() if joins(a, b, start)}
 
 
 def _rows(numbers: list[int], lines: list[str]) -> pl.LazyFrame:
@@ -169,7 +203,9 @@ def _chunked(src: Source, anchors: list[str], warnings: list[str]) -> pl.DataFra
                     continue
             if not data:
                 break
-            parts.append(_scan(data, src.name, anchors, lossy, "", line0))  # a process's log: nothing to re-join
+            # a process's log: nothing to re-join
+            block_text = _Text(src.name, data, data, whole=False, first_line=line0)
+            parts.append(_scan([block_text], anchors, lossy, "")[src.name].collect())
             line0 += data.count(b"\n") + (not data.endswith(b"\n"))
             if not block:
                 break
@@ -187,20 +223,31 @@ def _is_big(src: Source) -> bool:
         return False
 
 
-def _read_one(src: Source, anchors: list[str], warnings: list[str], line_start: str = "") -> pl.DataFrame | None:
-    """One source read whole. A small text is read as Python splits lines, so that lines a terminal hard-wrapped
+def _text(src: Source, line_start: str) -> _Text:
+    """A source read whole. A small text is read as Python splits lines, so that lines a terminal hard-wrapped
     are re-joined before the prefilter."""
+    python_decode = _needs_python_decode(src)
+    data = src.read_bytes()
+    whole = bool(line_start) and len(data) <= SMALL_TEXT and (python_decode or _small(src))
+    utf8 = _decode(data).encode("utf-8") if data[:2] in (b"\xff\xfe", b"\xfe\xff") else data
+    return _Text(src.name, utf8, data, whole)
+
+
+def _collect(pending: dict[str, pl.LazyFrame], warnings: list[str]) -> dict[str, pl.DataFrame | None]:
+    """The pending sources' kept lines, in one `collect_all` (one by one if that fails)."""
+    names, lazies = list(pending), list(pending.values())
     try:
-        python_decode = _needs_python_decode(src)
-        data = src.read_bytes()
-        if line_start and len(data) <= SMALL_TEXT and (python_decode or _small(src)):
-            return _scan_small(data, src.name, anchors, warnings, line_start)
-        if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
-            data = _decode(data).encode("utf-8")
-        return _scan(data, src.name, anchors, warnings, line_start)
-    except (OSError, ValueError, pl.exceptions.PolarsError) as exc:
-        warnings.append(f"{src.name}: could not be read as text ({exc}) - skipped")
-        return None
+        return dict(zip(names, pl.collect_all(lazies), strict=True))
+    except pl.exceptions.PolarsError:
+        pass
+    out: dict[str, pl.DataFrame | None] = {}
+    for name, lazy in zip(names, lazies, strict=True):
+        try:
+            out[name] = lazy.collect()
+        except pl.exceptions.PolarsError as exc:
+            warnings.append(f"{name}: could not be read as text ({exc}) - skipped")
+            out[name] = None
+    return out
 
 
 def _capped(frame: pl.DataFrame, name: str, warnings: list[str]) -> pl.DataFrame:
@@ -221,6 +268,7 @@ def read_kept_lines(
 ) -> pl.DataFrame:
     """Prefiltered lines of all text sources, in source order; unreadable sources become warnings."""
     frames: dict[str, pl.DataFrame | None] = {}
+    group: list[_Text] = []
     for src in sources:
         if src.path is not None and not _needs_python_decode(src) and _is_big(src):
             try:
@@ -228,9 +276,17 @@ def read_kept_lines(
             except (OSError, EOFError, zlib.error, pl.exceptions.PolarsError) as exc:
                 warnings.append(f"{src.name}: could not be read as text ({exc}) - skipped")
                 frames[src.name] = None
-        else:
-            frames[src.name] = _read_one(src, anchors, warnings, line_start)
-    kept = [_capped(f, s.name, warnings) for s in sources if (f := frames[s.name]) is not None]
+            continue
+        try:
+            group.append(_text(src, line_start))
+        except (OSError, ValueError) as exc:
+            warnings.append(f"{src.name}: could not be read as text ({exc}) - skipped")
+            frames[src.name] = None
+        if len(group) >= GROUP_FILES or sum(len(t.data) for t in group) >= GROUP_BYTES:
+            frames |= _collect(_scan(group, anchors, warnings, line_start), warnings)
+            group = []
+    frames |= _collect(_scan(group, anchors, warnings, line_start), warnings)
+    kept = [_capped(f, s.name, warnings) for s in sources if (f := frames.get(s.name)) is not None]
     if not kept:
         return pl.DataFrame(schema=_SCHEMA)
     lines = pl.concat(kept, how="vertical")
