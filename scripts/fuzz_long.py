@@ -47,7 +47,7 @@ def _cap_memory(extra_mb: int) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
 
 
-def run_target(name: str, examples: int, seed: int, memory_mb: int = 0) -> dict:
+def run_target(name: str, examples: int, seed: int, memory_mb: int = 0, trace_dir: str | None = None) -> dict:
     os.nice(19)
     from hypothesis import HealthCheck, given, settings
     from hypothesis import seed as hypothesis_seed
@@ -69,6 +69,8 @@ def run_target(name: str, examples: int, seed: int, memory_mb: int = 0) -> dict:
     def check(value: object) -> None:
         nonlocal count
         count += 1
+        if trace_dir:  # the input being tried, kept when the process dies (a segfault, a Rust abort)
+            Path(trace_dir, f"{name}.last").write_text(repr(value)[:1_000_000])
         first = target.run(value)
         assert target.run(value) == first, "same input, different output"
         if (note := _notice(name, first)) is not None:
@@ -103,6 +105,7 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=1, help="processes (targets run in parallel)")
     ap.add_argument("--seed", type=int, default=random.SystemRandom().randrange(2**32))
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--trace-dir", help="write each target's current input to DIR/<target>.last")
     ap.add_argument("--memory-mb", type=int, default=2048, help="address space per process past the warm-up (0: none)")
     args = ap.parse_args()
     names = args.targets.split(",") if args.targets else list(TARGETS)
@@ -111,7 +114,7 @@ def main() -> int:
     order = sorted(names, key=lambda n: -budget[n] * (5 if n.startswith(("parse", "log", "job")) else 1))
     results = []
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        futures = [pool.submit(run_target, n, budget[n], args.seed, args.memory_mb) for n in order]
+        futures = [pool.submit(run_target, n, budget[n], args.seed, args.memory_mb, args.trace_dir) for n in order]
         for fut in futures:
             r = fut.result()
             results.append(r)
