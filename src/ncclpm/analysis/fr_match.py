@@ -35,6 +35,7 @@ Members without a dump are noted, never blamed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import polars as pl
@@ -67,6 +68,7 @@ SIZE_CHECKED_OPS = frozenset(
     }
 )
 _I = pl.Int64
+_Expand = Callable[[pl.DataFrame], pl.DataFrame]  # FRLoad.expand: ids -> values for a few rows
 
 
 @dataclass(frozen=True)
@@ -85,8 +87,9 @@ class FRAnalysis:
 
 def _collectives(load: FRLoad) -> pl.DataFrame:
     """The aligned entries, in one chunk per column (the table is kept in chunks as loaded; the group_bys below
-    run ~2.5x faster on one chunk, and this projection is the only copy made)."""
-    e = load.entries.filter(~pl.col("is_p2p").fill_null(False) & (pl.col("collective_seq_id") > 0))
+    run ~2.5x faster on one chunk, and this projection is the only copy made).  Text is Categorical and sizes and
+    dtypes are ids of the load's distinct values (`FRLoad.compact`): equal ids are equal values."""
+    e = load.compact.filter(~pl.col("is_p2p").fill_null(False) & (pl.col("collective_seq_id") > 0))
     done = pl.col("retired").fill_null(False) | (pl.col("state") == "completed").fill_null(False)
     return e.select(
         "group_key",
@@ -95,8 +98,8 @@ def _collectives(load: FRLoad) -> pl.DataFrame:
         "rank",
         pl.col("collective_seq_id").alias("seq"),
         "op",
-        "input_sizes",
-        "input_dtypes",
+        "input_sizes_id",
+        "input_dtypes_id",
         "state",
         "time_created_ns",
         "record_id",
@@ -104,10 +107,15 @@ def _collectives(load: FRLoad) -> pl.DataFrame:
     ).rechunk()
 
 
+def _text(frame: pl.DataFrame) -> pl.DataFrame:
+    """Categorical columns of an analysis result back to String (the results' schemas are String)."""
+    return frame.with_columns(pl.col(pl.Categorical).cast(pl.String))
+
+
 def _frontier(load: FRLoad, coll: pl.DataFrame, dump_ranks: pl.Series) -> pl.DataFrame:
     """One row per (group, member with dump): L = last seq reached (null if unknown), min held seq."""
     members = (
-        load.groups.select("group_key", pl.col("ranks").alias("rank"))
+        load.groups.select(pl.col("group_key").cast(pl.Categorical), pl.col("ranks").alias("rank"))
         .explode("rank")
         .drop_nulls("rank")
         .filter(pl.col("rank").is_in(dump_ranks.implode()))
@@ -123,7 +131,9 @@ def _frontier(load: FRLoad, coll: pl.DataFrame, dump_ranks: pl.Series) -> pl.Dat
         .filter(pl.col("pg_id").list.len() == 1)
         .with_columns(pl.col("pg_id").list.first())
     )
-    status = load.status.select("rank", "pg_id", pl.col("group_key").alias("st_key"), "last_enqueued")
+    status = load.status.select(
+        "rank", "pg_id", pl.col("group_key").cast(pl.Categorical).alias("st_key"), "last_enqueued"
+    )
     out = (
         members.join(held, on=["group_key", "rank"], how="left")
         .join(pg_of, on="group_key", how="left")
@@ -162,17 +172,21 @@ def _missing(front: pl.DataFrame, held: pl.DataFrame) -> pl.DataFrame:
     )
     nxt = nxt.filter(pl.col("seq").is_not_null()).join(held, on=["group_key", "seq"])
     nxt = nxt.filter(~pl.col("present_ranks").list.contains(pl.col("rank")))
-    return nxt.select(
-        "group_key",
-        "pg_desc",
-        pl.col("seq").alias("collective_seq_id"),
-        "op",
-        pl.col("rank").alias("missing_rank"),
-        "present_ranks",
-        pl.col("L").alias("missing_last_seq"),
-        (pl.col("seq") - pl.col("L")).alias("behind_by"),
-        "t",
-    ).sort("t", "group_key", "missing_rank")
+    return (
+        _text(nxt)
+        .select(
+            "group_key",
+            "pg_desc",
+            pl.col("seq").alias("collective_seq_id"),
+            "op",
+            pl.col("rank").alias("missing_rank"),
+            "present_ranks",
+            pl.col("L").alias("missing_last_seq"),
+            (pl.col("seq") - pl.col("L")).alias("behind_by"),
+            "t",
+        )
+        .sort("t", "group_key", "missing_rank")
+    )
 
 
 def _stuck(coll: pl.DataFrame, front: pl.DataFrame, skip: pl.DataFrame) -> pl.DataFrame:
@@ -194,7 +208,7 @@ def _stuck(coll: pl.DataFrame, front: pl.DataFrame, skip: pl.DataFrame) -> pl.Da
         (pl.col("n_beyond") - pl.col("n_nd").fill_null(0)).alias("peers_done")
     )
     return (
-        nd.join(counts.filter(pl.col("peers_done") > 0), on=["group_key", "seq"])
+        _text(nd.join(counts.filter(pl.col("peers_done") > 0), on=["group_key", "seq"]))
         .select(
             "group_key",
             "pg_desc",
@@ -209,17 +223,18 @@ def _stuck(coll: pl.DataFrame, front: pl.DataFrame, skip: pl.DataFrame) -> pl.Da
     )
 
 
-def _votes(coll: pl.DataFrame, kind: str, value: pl.Expr, text: pl.Expr, where: pl.Expr) -> pl.DataFrame:
-    """Per (group, seq) meeting `where` (a condition on the whole group) with >= 2 distinct values: one row per value
-    with the ranks holding it. Values are compared by hash and the mask is computed before any row is copied, so
-    only the few divergent rows are materialised and turned into text."""
+def _votes(coll: pl.DataFrame, kind: str, value: str, text: pl.Expr, where: pl.Expr, expand: _Expand) -> pl.DataFrame:
+    """Per (group, seq) meeting `where` (a condition on the whole group) with >= 2 distinct values of column `value`:
+    one row per value with the ranks holding it.  Values are compared by id (or Categorical code), the mask is
+    computed before any row is copied, and only the few divergent rows get their values (`expand`) and text."""
     at = ["group_key", "seq"]
-    keep = where & (pl.len().over(at) > 1) & (pl.col("h").n_unique().over(at) > 1)
-    c = coll.lazy().with_columns(value.hash().alias("h")).filter(keep).collect()
+    keep = where & (pl.len().over(at) > 1) & (pl.col(value).n_unique().over(at) > 1)
+    c = coll.lazy().filter(keep).collect()
     if c.is_empty():
         return pl.DataFrame()
     return (
-        c.with_columns(text.alias("vs"))
+        expand(c.select("group_key", "seq", "rank", "time_created_ns", "pg_desc", value, pl.col(value).alias("h")))
+        .with_columns(text.alias("vs"))
         .group_by("group_key", "seq", "h")
         .agg(
             pl.col("rank").sort().alias("ranks"),
@@ -236,12 +251,13 @@ _INNER = pl.concat_str(pl.lit("["), pl.element().cast(pl.List(pl.String)).list.j
 _SIZES_TEXT = pl.concat_str(pl.lit("["), pl.col("input_sizes").list.eval(_INNER).list.join(", "), pl.lit("]"))
 
 
-def _mismatch_candidates(coll: pl.DataFrame) -> list[pl.DataFrame]:
+def _mismatch_candidates(coll: pl.DataFrame, expand: _Expand) -> list[pl.DataFrame]:
     same_op = pl.col("op").n_unique().over(["group_key", "seq"]) == 1  # a property of the whole (group, seq)
+    checked = pl.col("op").is_in(list(SIZE_CHECKED_OPS))
     parts = [
-        _votes(coll, "op", pl.col("op"), pl.col("op"), pl.lit(True)),
-        _votes(coll, "size", pl.col("input_sizes"), _SIZES_TEXT, same_op & pl.col("op").is_in(list(SIZE_CHECKED_OPS))),
-        _votes(coll, "dtype", pl.col("input_dtypes"), pl.col("input_dtypes").list.join(","), same_op),
+        _votes(coll, "op", "op", pl.col("op"), pl.lit(True), expand),
+        _votes(coll, "size", "input_sizes_id", _SIZES_TEXT, same_op & checked, expand),
+        _votes(coll, "dtype", "input_dtypes_id", pl.col("input_dtypes").list.join(","), same_op, expand),
     ]
     return [p.select("group_key", "pg_desc", "seq", "kind", "vs", "ranks", "n", "t") for p in parts if not p.is_empty()]
 
@@ -266,8 +282,8 @@ def _mismatch_row(vals: list[dict]) -> dict:
     }
 
 
-def _mismatches(coll: pl.DataFrame) -> pl.DataFrame:
-    parts = _mismatch_candidates(coll)
+def _mismatches(coll: pl.DataFrame, expand: _Expand) -> pl.DataFrame:
+    parts = _mismatch_candidates(coll, expand)
     schema = {
         "group_key": pl.String,
         "pg_desc": pl.String,
@@ -393,7 +409,7 @@ def _frames_str(col: str, depth: int = 4) -> pl.Expr:
 
 
 def _rank_facts(load: FRLoad, coll: pl.DataFrame, v: _Verdict) -> pl.DataFrame:
-    e = load.entries
+    e = load.compact
     # each rank's last entry: the highest record_id (nulls lowest), the later row on ties - as a stable sort would
     key = pl.col("record_id").fill_null(-(2**63))
     pick = (
@@ -402,7 +418,7 @@ def _rank_facts(load: FRLoad, coll: pl.DataFrame, v: _Verdict) -> pl.DataFrame:
         .group_by("rank")
         .agg(pl.len().alias("n_entries"), pl.col("_i").filter(key == key.max()).last())
     )
-    rows = e[pick["_i"].to_list()].select(
+    rows = load.expand(e[pick["_i"].to_list()].select("rank", "op", "state", "group_key", "frames_id")).select(
         "rank",
         pl.col("op").alias("last_op"),
         pl.col("state").cast(pl.String).alias("last_state"),
@@ -432,14 +448,16 @@ def _rank_facts(load: FRLoad, coll: pl.DataFrame, v: _Verdict) -> pl.DataFrame:
 
 
 def _culprit_frames(load: FRLoad, culprits: tuple[int, ...], per_rank: int = 3) -> pl.DataFrame:
-    e = load.entries.filter(pl.col("rank").is_in(list(culprits)) & pl.col("frames").list.len().gt(0))
-    return (
+    stacks = load.values.get("frames", pl.Series([], dtype=pl.List(pl.Null)))
+    with_stack = pl.Series(stacks.list.len().gt(0).fill_null(False).arg_true(), dtype=pl.UInt32)
+    e = load.compact.filter(pl.col("rank").is_in(list(culprits)) & pl.col("frames_id").is_in(with_stack.implode()))
+    picked = (
         e.sort("record_id", descending=True)
         .group_by("rank", maintain_order=True)
         .head(per_rank)
-        .select("rank", "group_key", "collective_seq_id", "op", "frames", _frames_str("frames").alias("summary"))
-        .sort("rank", "collective_seq_id")
+        .select("rank", "group_key", "collective_seq_id", "op", "frames_id")
     )
+    return load.expand(picked).with_columns(_frames_str("frames").alias("summary")).sort("rank", "collective_seq_id")
 
 
 def _notes(load: FRLoad, coll: pl.DataFrame) -> list[str]:
@@ -458,7 +476,7 @@ def _notes(load: FRLoad, coll: pl.DataFrame) -> list[str]:
             f"dumps from ranks {sorted(absent)} are missing: expected members of "
             f"{', '.join(groups[:5])}{more}; they cannot be checked or blamed"
         )
-    n_p2p = load.entries.filter(pl.col("is_p2p").fill_null(False)).height
+    n_p2p = load.compact.filter(pl.col("is_p2p").fill_null(False)).height
     if n_p2p:
         notes.append(f"{n_p2p} P2P entries not aligned across ranks (p2p_seq_id counts per rank)")
     if any(g.startswith("pg_id:") for g in active):
@@ -507,8 +525,8 @@ def analyze_fr(load: FRLoad) -> FRAnalysis:
     front = _frontier(load, coll, dump_ranks)
     held = _held(coll)
     missing = _missing(front, held)
-    mismatches = _mismatches(coll)
-    skip = mismatches.select("group_key", pl.col("collective_seq_id").alias("seq"))
+    mismatches = _mismatches(coll, load.expand)
+    skip = mismatches.select(pl.col("group_key").cast(pl.Categorical), pl.col("collective_seq_id").alias("seq"))
     stuck = _stuck(coll, front, skip)
     sizes = dict(load.groups.select("group_key", "size").iter_rows())
     v = _verdict(missing, mismatches, stuck, sizes)
