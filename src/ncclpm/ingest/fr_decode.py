@@ -347,8 +347,20 @@ def read_dump(
     nested = _NESTED_ALL if full else _NESTED_ANALYSIS
     dump = Dump(name, rank, fmt, meta)
     dump.cols = _columns(entries, keep_frames, scalars, nested)
+    if fmt == "json" and (bad := _containers_in(dump.cols, scalars)):
+        # a pickle nests at most fr_scan.MAX_DEPTH deep; JSON up to the parser's limit, and polars takes minutes
+        # to refuse a 900-deep list where it wants an int (found by the dump_depth fuzz target)
+        return None, [*warnings, f"{name}: skipped, entries have unexpected types (a list or dict as {bad})"]
     dump.n = len(entries)
     return dump, warnings
+
+
+_PLAIN = frozenset({int, float, str, bool, type(None)})
+
+
+def _containers_in(cols: dict, scalars: tuple[str, ...]) -> str | None:
+    """The first scalar column holding something else than a plain value (a list, a dict), else None."""
+    return next((k for k in scalars if not set(map(type, cols[k])) <= _PLAIN), None)
 
 
 def _newest(times: list, ids: list) -> tuple[int, int]:
