@@ -182,7 +182,20 @@ def _groups_table(used: list[Dump], seen: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=FR_GROUPS_SCHEMA).sort("group_key")  # deterministic order
 
 
-def _status_table(used: list[Dump], entries: pl.DataFrame) -> pl.DataFrame:
+def _pg_keys(chunks: list[pl.DataFrame], used: list[Dump]) -> pl.DataFrame:
+    """(rank, pg_id) -> the group_key of its first entry, from per-chunk partial aggregates (no copy of the table)."""
+    parts = [
+        c.group_by("_id", "pg_id", maintain_order=True).agg(pl.col("rank").first(), pl.col("group_key").first())
+        for c in chunks
+    ]
+    if not parts:
+        return pl.DataFrame(schema={"rank": pl.Int32, "pg_id": pl.Int64, "group_key": pl.String})
+    keys = pl.concat(parts).filter(pl.col("_id").is_in([d.uid for d in used]))
+    keys = keys.unique(["rank", "pg_id"], keep="first", maintain_order=True)
+    return keys.select("rank", "pg_id", pl.col("group_key").cast(pl.String))
+
+
+def _status_table(used: list[Dump], pg_map: pl.DataFrame) -> pl.DataFrame:
     rows: dict[str, list] = {k: [] for k in FR_STATUS_SCHEMA.names() if k != "group_key"}
     for d in used:
         for pg_id, enq, started, completed in d.meta.status:
@@ -193,8 +206,6 @@ def _status_table(used: list[Dump], entries: pl.DataFrame) -> pl.DataFrame:
             rows["last_completed"].append(completed)
     sub = {k: v for k, v in FR_STATUS_SCHEMA.items() if k != "group_key"}
     status = pl.DataFrame(rows, schema=pl.Schema(sub))
-    pg_map = entries.select("rank", "pg_id", "group_key").unique(["rank", "pg_id"], keep="first")
-    pg_map = pg_map.with_columns(pl.col("group_key").cast(pl.String))
     return status.join(pg_map, on=["rank", "pg_id"], how="left").select(FR_STATUS_SCHEMA.names())
 
 
@@ -254,7 +265,7 @@ def load_fr_dumps(items: Iterable[tuple[str, DumpData]], *, frames: str = "tail"
     return FRLoad(
         compact=entries,
         groups=_groups_table(used, seen),
-        status=_status_table(used, entries),
+        status=_status_table(used, _pg_keys(out.frames, used)),
         dumps=table,
         warnings=tuple(warnings),
         values=out.values,

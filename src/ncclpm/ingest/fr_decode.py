@@ -394,7 +394,8 @@ def _op(profiling: pl.Expr) -> pl.Expr:
 
 
 class Chunks:
-    """Column lists of a few dumps -> one polars chunk every ~_CHUNK_ROWS entries (normalised columns)."""
+    """Each dump's column lists -> a small polars frame at once (so no Python object outlives its dump); every
+    ~_CHUNK_ROWS entries the frames become one normalised, compact chunk."""
 
     def __init__(self, full: bool) -> None:
         self.full = full
@@ -402,67 +403,49 @@ class Chunks:
         self.scalars = {k: t for k, t in _SCALAR_TYPES.items() if full or k in _ANALYSIS_SCALARS}
         self.nested = _NESTED_ALL if full else _NESTED_ANALYSIS
         self.interners = {k: _Interner(k) for k in self.nested}
-        self.pending: list[Dump] = []
+        self.pending: list[pl.DataFrame] = []
         self.rows = 0
         self.frames: list[pl.DataFrame] = []
 
     def add(self, d: Dump, warnings: list[str]) -> None:
         d.newest = _newest(d.cols.get("time_created_ns") or [], d.cols.get("record_id") or [])
-        self.pending.append(d)
-        self.rows += d.n
-        if self.rows >= _CHUNK_ROWS:
-            self.flush(warnings)
-
-    def flush(self, warnings: list[str]) -> None:
-        good = self.pending
-        if good:
-            try:
-                with _no_unraisable_prints():
-                    frame = self._build(good, warnings)
-            except Exception:  # find the dumps with unexpected scalar types, skip them, build again
-                with _no_unraisable_prints():
-                    good = [d for d in good if self._check(d, warnings)]
-                frame = self._build(good, warnings) if good else None
-            if frame is not None and frame.height:
-                self.frames.append(frame)
-        for d in self.pending:
-            d.cols = {}
-        self.pending, self.rows = [], 0
-
-    def _build(self, dumps: list[Dump], warnings: list[str] | None) -> pl.DataFrame:
-        flat = chain.from_iterable
-        data = {}
-        for k, t in self.scalars.items():
-            data[k] = pl.Series(k, list(flat(d.cols[k] for d in dumps)), dtype=t, strict=True)
-        for k in ("pg_name", "pg_desc"):
-            data[k] = pl.Series(k, list(flat(d.cols[k] for d in dumps)), dtype=pl.String, strict=True)
-        hit: dict[int, list[str]] = {}
-        for k in self.nested:
-            ids = []
-            for i, d in enumerate(dumps):
-                d_ids, bad = self.interners[k].add(d.cols[k])
-                ids.append(d_ids)
-                if bad:
-                    hit.setdefault(i, []).append(k)
-            data[f"{k}_id"] = pl.Series(f"{k}_id", list(flat(ids)), dtype=pl.UInt32)
-        for i, keys in hit.items():
-            if warnings is not None:
-                warnings.append(f"{dumps[i].source}: malformed {', '.join(keys)} in some entries; shown as missing")
-        n = [d.n for d in dumps]
-        idx = list(chain.from_iterable([i] * c for i, c in enumerate(n)))
-        data["rank"] = pl.Series("rank", [d.rank for d in dumps], dtype=pl.Int32).gather(idx)
-        data["source"] = pl.Series("source", [d.source for d in dumps], dtype=pl.String).gather(idx)
-        data["_id"] = pl.Series("_id", [d.uid for d in dumps], dtype=pl.Int64).gather(idx)
-        return _normalise(pl.DataFrame(data), self.schema)
-
-    def _check(self, d: Dump, warnings: list[str]) -> bool:
         try:
-            self._build([d], None)
-            return True
+            with _no_unraisable_prints():
+                raw = self._raw(d, warnings)
         except Exception as exc:  # a malformed dump is skipped, not fatal
             warnings.append(f"{d.source}: skipped, entries have unexpected types ({str(exc)[:120]})")
             d.bad, d.used, d.note = True, False, "entries have unexpected types"
-            return False
+            raw = None
+        d.cols = {}
+        if raw is not None and raw.height:
+            self.pending.append(raw)
+            self.rows += raw.height
+        if self.rows >= _CHUNK_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            self.frames.append(_normalise(pl.concat(self.pending, rechunk=True), self.schema))
+        self.pending, self.rows = [], 0
+
+    def _raw(self, d: Dump, warnings: list[str]) -> pl.DataFrame:
+        """One dump's columns as polars (text still String; raises on a wrongly typed scalar)."""
+        data = {k: pl.Series(k, d.cols[k], dtype=t, strict=True) for k, t in self.scalars.items()}
+        for k in ("pg_name", "pg_desc"):
+            data[k] = pl.Series(k, d.cols[k], dtype=pl.String, strict=True)
+        bad = []
+        for k in self.nested:
+            ids, malformed = self.interners[k].add(d.cols[k])
+            data[f"{k}_id"] = pl.Series(f"{k}_id", ids, dtype=pl.UInt32)
+            if malformed:
+                bad.append(k)
+        if bad:
+            warnings.append(f"{d.source}: malformed {', '.join(bad)} in some entries; shown as missing")
+        n = d.n
+        data["rank"] = pl.repeat(d.rank, n, dtype=pl.Int32, eager=True).alias("rank")
+        data["source"] = pl.repeat(d.source, n, dtype=pl.String, eager=True).alias("source")
+        data["_id"] = pl.repeat(d.uid, n, dtype=pl.Int64, eager=True).alias("_id")
+        return pl.DataFrame(data)
 
 
 def _normalise(raw: pl.DataFrame, schema: pl.Schema) -> pl.DataFrame:
@@ -521,7 +504,7 @@ def decode_all(items: list[tuple[str, bytes | Callable[[], bytes]]], keep_frames
                 dump.uid = uid
                 dumps.append(dump)
                 chunks.add(dump, warnings)
-        chunks.flush(warnings)
+        chunks.flush()
         values = {k: i.values() for k, i in chunks.interners.items()}
         return Decoded(dumps, warnings, chunks.frames, values)
     finally:
