@@ -231,3 +231,28 @@ def test_scan_admits_real_dumps_and_refuses_each_hostile_shape() -> None:
     assert "memo table bomb" in reasons["memo_index_trace_rank_0"]
     assert "reference bomb" in reasons["pg_config_bomb_trace_rank_0"]
     assert "refused global posix.system" in (_verdict_py(b"\x80\x02cposix\nsystem\n.") or "")
+
+
+@pytest.mark.parametrize("field", ["collective_seq_id", "profiling_name", "time_created_ns", "is_p2p"])
+def test_a_deep_json_value_where_a_scalar_belongs_is_refused_at_once(field: str) -> None:
+    """Found by the dump_depth fuzz target: a 400-deep list as a JSON dump's scalar kept polars busy 8 s before it
+    refused it (900 deep: minutes, ~n^3); the scalar columns of JSON dumps are checked first."""
+    dump = {"version": "2.10", "pg_config": {}, "entries": [{"record_id": 0, "collective_seq_id": 1, field: "@"}]}
+    data = json.dumps(dump).replace('"@"', "[" * 400 + "]" * 400).encode()
+    fr = load_fr_dumps([("deep_trace_rank_0.json", data), ("fr_trace_rank_1", REAL_DUMP.read_bytes())])
+    assert list(fr.warnings) == [
+        f"deep_trace_rank_0.json: skipped, entries have unexpected types (a list or dict as {field})"
+    ]
+    assert set(fr.entries["rank"].to_list()) == {1}
+
+
+def test_a_huge_int_in_an_entry_prints_no_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by the dump_wrong_metadata fuzz target: a 5000-digit int (a 2 kB pickle) as an entry's timestamp made
+    polars' error message print 'Exception ignored ... Exceeds the limit (4300 digits)' tracebacks on stderr."""
+    dump = _real()
+    dump["entries"][0]["time_created_ns"] = 10**5000
+    fr = load_fr_dumps([("huge_trace_rank_0", pickle.dumps(dump)), ("fr_trace_rank_1", REAL_DUMP.read_bytes())])
+    assert any(w.startswith("huge_trace_rank_0: skipped, entries have unexpected types") for w in fr.warnings)
+    assert set(fr.entries["rank"].to_list()) == {1}
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "Exception ignored" not in err, err[:500]
