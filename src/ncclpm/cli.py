@@ -3,8 +3,9 @@
 Data goes to stdout (or `-o FILE`), diagnostics to stderr. Exit codes: 0 diagnosed, 1 a `--fail-on` threshold
 was met, 2 usage or input error (nothing readable, an output file that exists without `--force`), 3 internal
 error (a bug in ncclpm: one line on stderr, the traceback with NCCLPM_DEBUG=1) - never 1, which CI reads as
-"root cause found" -, 130 interrupted (Ctrl-C). Everything printed goes through `escape.terminal` (no escape
-sequence from a log or a file name reaches the terminal); files are written by `outfile.py`.
+"root cause found" -, 4 no failure in the logs, 5 not a distributed job's logs, 130 interrupted (Ctrl-C).
+Everything printed goes through `escape.terminal` (no escape sequence from a log or a file name reaches the
+terminal); files are written by `outfile.py`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ncclpm.escape import terminal, terminal_json
 from ncclpm.outfile import OutputError, check_output, write_text
 
 EXIT_OK, EXIT_FAIL_ON, EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_NO_FAILURE, EXIT_NOT_A_LOG = 4, 5  # diagnose: the logs show no failure / are not a distributed job's logs
 # = the values of ncclpm.schema.Band and sorted(ncclpm.render.RENDERERS), spelt out so that --help and usage errors
 # import no polars (tests check both lists and sys.modules)
 BANDS = ("possible", "likely", "conclusive")
@@ -163,6 +165,10 @@ def diagnose(
         _write(render(d, fmt), output, force, fmt)
         sys.exit(EXIT_INPUT)
     _write(render(d, fmt), output, force, fmt)
+    if d.category == Category.NO_FAILURE:
+        sys.exit(EXIT_NO_FAILURE)
+    if d.category == Category.NOT_A_TRAINING_LOG:
+        sys.exit(EXIT_NOT_A_LOG)
     if fail_on and d.category != Category.UNKNOWN and d.band.rank >= Band(fail_on).rank:
         sys.exit(EXIT_FAIL_ON)
 

@@ -32,6 +32,8 @@ class Category(StrEnum):
     CONFIG_VERSION = "config_version"
     SYMPTOM = "symptom"
     UNKNOWN = "unknown"
+    NO_FAILURE = "no_failure"  # the logs show the job finishing and no failure: nothing to diagnose
+    NOT_A_TRAINING_LOG = "not_a_training_log"  # no line of a distributed PyTorch job was recognised
 
 
 class Band(StrEnum):
