@@ -9,6 +9,7 @@ import polars as pl
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.rules._facts import timeouts, victim_ranks
+from ncclpm.rules._why import collective
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
@@ -119,3 +120,7 @@ class CollectivesDisagreeInLogs(Rule):
             verify=("`TORCH_DISTRIBUTED_DEBUG=DETAIL` passes the step without a 'Detected mismatch' error.",),
             facts={"involved_ranks": involved},
         )
+
+    def why_not(self, t: Tables, winner: Finding, mine: Finding | None) -> str | None:
+        same = collective(t) if mine is None and winner.category != Category.MISMATCHED_COLLECTIVES else ""
+        return f"every rank that timed out was in the same collective, {same}" if same else None

@@ -10,7 +10,8 @@ from ncclpm.clamp import duration_text
 from ncclpm.ingest.code_verdicts import timeout_origin
 from ncclpm.ingest.tables import Tables
 from ncclpm.rules._facts import known_ranks, late_timeouts, timeouts
-from ncclpm.rules.base import Finding, Fix, Rule, quotes
+from ncclpm.rules._why import never_joined
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
 DEFAULT_NCCL_TIMEOUT_MS = 600_000
@@ -83,3 +84,9 @@ class AllRanksTimedOutTogether(Rule):
             ),
             facts={"timeout_ms": timeout_ms} | ({"timeout_origin": origin} if origin else {}),
         )
+
+    def why_not(self, t: Tables, winner: Finding, mine: Finding | None) -> str | None:
+        if winner.category == Category.MISMATCHED_COLLECTIVES:
+            return None  # the ranks did join, each its own collective: MC01/FR01 say which
+        away = never_joined(t, winner.culprit_ranks)
+        return f"not every rank joined the collective: {ranks_text(away)} never entered it" if away else None
