@@ -14,22 +14,25 @@ from collections.abc import Callable
 
 from ncclpm.model import Action, Category, Finding
 
-# category -> (action, why in a few words). Keys are the category ids, so categories another branch adds
-# (`no_failure`, `not_a_training_log`) can be mapped before they exist.
+# category -> (action, why in a few words). Categories are str enums: a plain id maps a category another branch
+# adds (`no_failure`, `not_a_training_log`) before it exists.
 BY_CATEGORY: dict[str, tuple[Action, str]] = {
-    "slow_rank_work": (Action.FIX_CODE, "rank-local work inside a synchronised section: the job owner moves it"),
-    "dataloader_hang": (Action.FIX_CODE, "the input pipeline of one rank stopped: the job owner fixes it"),
-    "nvml_driver_failure": (Action.EXCLUDE_NODE, "a GPU or driver fault on a node: drain it, resubmit without it"),
-    "mismatched_collectives": (Action.FIX_CODE, "ranks issued different collectives: a program bug"),
-    "rank_crash": (Action.FIX_CODE, "a rank died of its own error: the job owner fixes it"),
-    "cuda_oom": (Action.FIX_CONFIG, "out of GPU memory: smaller batch, sharding or activation checkpointing"),
-    "timeout_too_short": (Action.RAISE_TIMEOUT, "every rank was in the collective: give it more time"),
-    "network_transport": (Action.RESTART, "a network error with no node to blame: resubmit, watch for a repeat"),
-    "shm_p2p_topology": (Action.FIX_CONFIG, "/dev/shm or peer-to-peer set-up: container or launch settings"),
-    "init_rendezvous": (Action.FIX_CONFIG, "the ranks never met: address, port or world size"),
-    "config_version": (Action.FIX_CONFIG, "the job was set up wrong: launch settings or versions"),
-    "symptom": (Action.COLLECT_MORE, "only the symptom is in the logs"),
-    "unknown": (Action.COLLECT_MORE, "the logs do not decide: collect what the report lists"),
+    Category.SLOW_RANK_WORK: (Action.FIX_CODE, "rank-local work inside a synchronised section: the job owner moves it"),
+    Category.DATALOADER_HANG: (Action.FIX_CODE, "the input pipeline of one rank stopped: the job owner fixes it"),
+    Category.NVML_DRIVER_FAILURE: (
+        Action.EXCLUDE_NODE,
+        "a GPU or driver fault on a node: drain it, resubmit without it",
+    ),
+    Category.MISMATCHED_COLLECTIVES: (Action.FIX_CODE, "ranks issued different collectives: a program bug"),
+    Category.RANK_CRASH: (Action.FIX_CODE, "a rank died of its own error: the job owner fixes it"),
+    Category.CUDA_OOM: (Action.FIX_CONFIG, "out of GPU memory: smaller batch, sharding or activation checkpointing"),
+    Category.TIMEOUT_TOO_SHORT: (Action.RAISE_TIMEOUT, "every rank was in the collective: give it more time"),
+    Category.NETWORK_TRANSPORT: (Action.RESTART, "a network error with no node to blame: resubmit, watch for a repeat"),
+    Category.SHM_P2P_TOPOLOGY: (Action.FIX_CONFIG, "/dev/shm or peer-to-peer set-up: container or launch settings"),
+    Category.INIT_RENDEZVOUS: (Action.FIX_CONFIG, "the ranks never met: address, port or world size"),
+    Category.CONFIG_VERSION: (Action.FIX_CONFIG, "the job was set up wrong: launch settings or versions"),
+    Category.SYMPTOM: (Action.COLLECT_MORE, "only the symptom is in the logs"),
+    Category.UNKNOWN: (Action.COLLECT_MORE, "the logs do not decide: collect what the report lists"),
     "no_failure": (Action.NONE, "nothing failed"),
     "not_a_training_log": (Action.COLLECT_MORE, "not a training job's log: send the job's own logs"),
 }

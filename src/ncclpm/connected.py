@@ -82,20 +82,25 @@ def timeout_in_force(t: Tables, primary: Finding) -> str | None:
         return None
     dead = _settings(t, "NCCL_TIMEOUT") + _settings(t, "TORCH_NCCL_TIMEOUT")
     origin = timeout_origin(t, ms)
-    if not origin:
+    if origin.startswith("set by"):
+        origin = f"was {origin}"
+    elif origin:
+        origin = f"is not what the code asks for: {origin}"
+    elif ms == TORCH_NCCL_DEFAULT_MS:
+        origin = "is torch's 10-min default for NCCL (no `timeout=` given)"
+    else:
         origin = (
-            "is torch's 10-min default for NCCL (no `timeout=` given)"
-            if ms == TORCH_NCCL_DEFAULT_MS
-            else "was set where the job creates its process group (`init_process_group(timeout=)`, a Trainer's "
-            "`ddp_timeout`, a launcher): that code is not among the files read"
+            "was set where the job creates its process group (`init_process_group(timeout=)`, a Trainer's "
+            "`ddp_timeout`, a launcher), in code that is not among the files read"
         )
-    limit = f"The timeout in force, Timeout(ms)={ms} ({human_seconds(ms / 1000)}),"
+    limit = f"Timeout(ms)={ms} ({human_seconds(ms / 1000)})"
     if dead:
         s = dead[0]
-        same = " - the same value, but it has no effect" if str(s["value"]).strip() == str(ms // 1000) else ""
-        return f"`{s['var']}={s['value']}` ({s['file']}:{s['line']}) is read by nothing{same}. {limit} {origin}."
+        same = str(s["value"]).strip() == str(ms // 1000)
+        value = "the same number" if same else "the timeout in force"
+        return f"`{s['var']}={s['value']}` ({s['file']}:{s['line']}) is read by nothing; {value}, {limit}, {origin}."
     if primary.category == Category.TIMEOUT_TOO_SHORT:
-        return f"{limit} {origin}."
+        return f"The timeout in force, {limit}, {origin}."
     return None
 
 

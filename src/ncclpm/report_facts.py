@@ -117,7 +117,9 @@ def rank_rows(t: Tables, primary: Finding) -> tuple[dict, ...]:
         to.sort("ts", "source", "line", nulls_last=True)
         .group_by("rank", maintain_order=True)
         .agg(
-            pl.col("numel_in").first().alias("timeout_numel_in"), pl.col("numel_out").first().alias("timeout_numel_out")
+            pl.col("numel_in").first().alias("timeout_numel_in"),
+            pl.col("numel_out").first().alias("timeout_numel_out"),
+            pl.col("timeout_ms").first(),
         )
         .cast({"rank": table.schema["rank"]})
     )

@@ -25,7 +25,7 @@ class _Paint:
     on: bool
 
     def __call__(self, text: str, code: str) -> str:
-        return f"\x1b[{code}m{text}\x1b[0m" if self.on and text else text
+        return f"\x1b[{code}m{text}\x1b[0m" if self.on and text.strip() else text
 
 
 def _wrap(text: str, width: int, indent: str, first: str | None = None) -> list[str]:
@@ -45,10 +45,9 @@ def _heading(p: _Paint, title: str, extra: str = "") -> list[str]:
 
 def _verdict(d: Diagnosis, p: _Paint, width: int) -> list[str]:
     head = f"{p(one_line(d.category), BAND_COLOUR.get(d.band, '1'))}  {d.band} {d.confidence:.2f}"
-    hosts = f" {one_line(', '.join(d.culprit_hosts))}" if d.culprit_hosts and d.action == "exclude_node" else ""
-    head += f"  →  {p(f'{d.action}{hosts}', '1;36')}"
     out = [head, *_wrap(d.summary, width, "")]
-    out += _wrap(f"{d.action}: {d.action_reason}.", width, "  ", first="  ") if d.action_reason else []
+    hosts = f" {', '.join(d.culprit_hosts)}" if d.culprit_hosts and d.action == "exclude_node" else ""
+    out += [p(line, "1;36") for line in _wrap(f"→ {d.action}{hosts} — {d.action_reason}", width, "  ")]
     out += [p(line, "2") for line in _wrap(" · ".join(facts_line(d)), width, "")]
     return out
 
@@ -72,7 +71,7 @@ def _evidence(d: Diagnosis, p: _Paint, width: int) -> list[str]:
     for e in d.decisive:
         where = e.ref + (f"  rank {e.rank}" if e.rank is not None else "")
         also = f"  ×{len(e.also) + 1}, also {', '.join(e.also)}" if e.also else ""
-        out += [p(one_line(where), "36") + p(one_line(also), "2")]
+        out += ["  " + p(one_line(where), "36") + p(one_line(also), "2")]
         out += ["    " + line for line in plain(e.text).split("\n")[:8]]
     return out if d.decisive else []
 
@@ -130,8 +129,6 @@ def render_text(d: Diagnosis, verbose: bool = False, color: bool = False, width:
     lines += _ranks(d, p, width)
     notes = d.warnings + (tuple(f"not evaluated: {n}" for n in d.not_evaluated) if verbose else ())
     lines += _bullets("Notes", notes, p, width)
-    lines += [
-        "",
-        p(f"{d.primary.rule} {d.primary.name} · `ncclpm explain {d.primary.rule}` · -f md for the full report", "2"),
-    ]
+    rule = one_line(d.primary.rule)
+    lines += ["", p(f"{rule} {one_line(d.primary.name)} · `ncclpm explain {rule}` · -f md for the full report", "2")]
     return "\n".join(lines) + "\n"

@@ -17,7 +17,9 @@ UNLESS = {
     "dataloader_timeout": "the job's DataLoader already has a timeout below the process group's (set in its code, or "
     "seen firing in its log)",
     "stack_dumps": "the job already has stack dumps of its ranks",
+    "nccl_info": "the job already has NCCL's INFO log (ncclpm read its transports and warnings)",
 }
+SLOW_SWITCHES = ("NCCL_P2P_DISABLE", "NCCL_IB_DISABLE")  # traffic through host memory / TCP sockets
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,8 @@ class JobFacts:
     stack_dumps: bool = False  # stack dumps (py-spy, faulthandler, gdb...) are among them
     dataloader_timeout: bool = False  # a DataLoader timeout below the process group's is set in code or fired in a log
     over: bool = False  # the job has ended (exits, aborts, timeouts): advice about a live process is for next time
+    nccl_info: bool = False  # NCCL_DEBUG=INFO output is among the logs
+    slow_switches: tuple[str, ...] = ()  # `NCCL_P2P_DISABLE=1 (run.sh:7)`: transports the job switched off
 
     @classmethod
     def of(cls, t: Tables) -> JobFacts:
@@ -41,4 +45,14 @@ class JobFacts:
             stack_dumps=stacks is not None and not stacks.is_empty(),
             dataloader_timeout=bool(below),
             over=ended,
+            nccl_info=not t.kinds(K.nccl_comm_init).is_empty() or not t.kinds(K.nccl_transport).is_empty(),
+            slow_switches=_slow_switches(t),
         )
+
+
+def _slow_switches(t: Tables) -> tuple[str, ...]:
+    table = t.extra.get("settings")
+    if table is None or table.is_empty():
+        return ()
+    off = table.filter(pl.col("var").is_in(SLOW_SWITCHES) & (pl.col("value") == "1")).unique("var", keep="first")
+    return tuple(f"`{r['var']}=1` ({r['file']}:{r['line']})" for r in off.sort("var").iter_rows(named=True))

@@ -22,6 +22,7 @@ from ncclpm.model import MAX_QUOTE, Category, Evidence, Finding, ranks_text  # n
 from ncclpm.rules._job import UNLESS, JobFacts
 
 DOC_SECTIONS = ("## What it detects", "## Why it matters", "## Example", "## How to fix")
+LIVE_PREFIX = "Next time it hangs, "  # a `live` fix, given for a job that is over
 _SLOT = re.compile(r"\{(\w+)\|([^{}]*)\}")  # `{hosts|the named hosts}`: a value, and what the docs show
 
 
@@ -123,7 +124,7 @@ class Rule:
             if fix.unless and getattr(self.job, fix.unless):
                 continue
             text = fix.render(values)
-            out.append(f"Next time it hangs, {text[:1].lower()}{text[1:]}" if fix.live and self.job.over else text)
+            out.append(f"{LIVE_PREFIX}{text[:1].lower()}{text[1:]}" if fix.live and self.job.over else text)
         return tuple(out)
 
     @classmethod

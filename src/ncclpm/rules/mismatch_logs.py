@@ -89,8 +89,9 @@ class CollectivesDisagreeInLogs(Rule):
             numel = pl.format(" numel {}", "numel_in").fill_null("")  # older wordings print no size
             call = pl.concat_str(pl.format("{} #{}", "op", "seq"), numel)
             votes = to.select("rank", call.alias("call")).unique().sort("rank", "call")
-            return minority(votes, "call"), "the timed-out collectives differ: " + ", ".join(
-                f"rank {r}: {c}" for r, c in votes.iter_rows()
+            by_call = votes.group_by("call").agg(pl.col("rank").sort()).sort(pl.col("rank").list.len(), "call")
+            return minority(votes, "call"), " while ".join(
+                f"{ranks_text(r)} timed out in {c}" for c, r in by_call.iter_rows()
             )
         # gloo's size check names no peer: the aborting rank and the ranks that lost it are all involved.
         ranks = tuple(sorted(set(ev["rank"].drop_nulls().to_list()) | victim_ranks(t)))

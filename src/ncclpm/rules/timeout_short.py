@@ -44,9 +44,16 @@ class AllRanksTimedOutTogether(Rule):
             "Raise the process-group timeout above {limit|the one the collectives timed out after}: "
             "`dist.init_process_group(backend, timeout=datetime.timedelta(minutes=30))`."
         ),
+        "slow_switch": Fix(
+            "Remove {switches|`NCCL_P2P_DISABLE=1` / `NCCL_IB_DISABLE=1` where the job sets it}: with peer-to-peer or "
+            "InfiniBand off every transfer goes through host memory or TCP sockets, several times slower, so a large "
+            "collective that fit the timeout no longer does.",
+            when="the job switches peer-to-peer or InfiniBand off",
+        ),
         "check_transport": Fix(
             "Run with `NCCL_DEBUG=INFO` and check the transport (`via NET/IB` vs `via NET/Socket`) and any "
-            "`NCCL WARN` lines before assuming it is only the timeout."
+            "`NCCL WARN` lines before assuming it is only the timeout.",
+            unless="nccl_info",
         ),
     }
 
@@ -76,7 +83,13 @@ class AllRanksTimedOutTogether(Rule):
             "short for this collective (first collective with lazy init, very large tensors, slow link) or the "
             "transport is degraded.",
             evidence=quotes(ev, 4),
-            fixes=self.fixes(limit=limit),
+            fixes=self.fixes(
+                "raise_timeout",
+                *(["slow_switch"] if self.job.slow_switches else []),
+                "check_transport",
+                limit=limit,
+                switches=" and ".join(self.job.slow_switches),
+            ),
             dont=("`NCCL_TIMEOUT` does nothing - only `timeout=` in `init_process_group`/`new_group` counts.",),
             verify=(
                 "Time the collective with `TORCH_NCCL_ENABLE_TIMING=1` and a flight-recorder dump; it must "
