@@ -38,7 +38,10 @@ def _write(text: str, output: Path | None, force: bool, fmt: str = "md", coloure
     """`coloured`: text the text renderer made with its own colour codes, every input value already escaped by it
     (escape.one_line/plain) - the only output written with escape sequences, and only to a terminal."""
     if output is None:
-        click.echo(text if coloured else terminal_json(text) if fmt in DATA_FORMATS else terminal(text), nl=False)
+        if coloured:  # click would strip the codes from a pipe: `--color always` means always
+            click.echo(text, nl=False, color=True)
+            return
+        click.echo(terminal_json(text) if fmt in DATA_FORMATS else terminal(text), nl=False)
         return
     try:
         write_text(output, text, force)
@@ -95,6 +98,11 @@ def _rule_ids(values: tuple[str, ...], option: str) -> tuple[str, ...]:
         except KeyError:
             raise click.UsageError(f"{option}: no rule {item!r}; `ncclpm rules` lists them") from None
     return tuple(out)
+
+
+def _default_format(output: Path | None) -> str:
+    """A person at a terminal gets the compact text report; a pipe or a file gets Markdown."""
+    return "text" if output is None and sys.stdout.isatty() else "md"
 
 
 def _use_colour(choice: str, output: Path | None) -> bool:
@@ -187,8 +195,7 @@ def diagnose(
     _check_output(output, force)
     _load_patterns(patterns)
     select, ignore = _rule_ids(select, "--select"), _rule_ids(ignore, "--ignore")
-    if fmt is None:
-        fmt = "text" if output is None and sys.stdout.isatty() else "md"
+    fmt = fmt or _default_format(output)
     stdin = _read_stdin() if "-" in paths else None
     files = [p for p in paths if p != "-"]
     d = run(
