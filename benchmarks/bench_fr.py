@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -32,12 +33,18 @@ sys.path.insert(0, sys.argv[1])
 from pathlib import Path
 from ncclpm.analysis.fr_match import analyze_fr
 from ncclpm.ingest.flight_recorder import load_fr_dumps
+try:  # a checkout with the old worker pool: measured in one process (the pool was the same CPU, see README)
+    from ncclpm.ingest import fr_decode
+    fr_decode._POOL_MIN_BYTES = 1 << 62
+except (ImportError, AttributeError):
+    pass
 rss = lambda: int(re.search(r"VmRSS:\s+(\d+)", open("/proc/self/status").read()).group(1)) / 1024
 base = rss()
 paths = sorted(Path(sys.argv[2]).iterdir())
-cpu = lambda: sum(os.times()[:2])
+cpu = lambda: sum(os.times()[:4])
 t0, c0 = time.perf_counter(), cpu()
-load = load_fr_dumps([(p.name, p.read_bytes) for p in paths])
+lazy = sys.argv[3] == "lazy"  # a checkout before the streaming loader takes bytes, read up front as it did
+load = load_fr_dumps([(p.name, p.read_bytes if lazy else p.read_bytes()) for p in paths])
 t1, c1 = time.perf_counter(), cpu()
 a = analyze_fr(load)
 t2, c2 = time.perf_counter(), cpu()
@@ -47,9 +54,12 @@ print(json.dumps({"load": t1 - t0, "load_cpu": c1 - c0, "analyze": t2 - t1, "ana
 """
 
 
-def _ncclpm(src: Path, folder: Path) -> dict:
+def _ncclpm(src: Path, folder: Path, lazy: bool = True) -> dict:
     res = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(src), str(folder)], capture_output=True, text=True, check=True
+        [sys.executable, "-c", _CHILD, str(src), str(folder), "lazy" if lazy else "eager"],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return json.loads(res.stdout)
 
@@ -64,7 +74,8 @@ def _torch_python(explicit: str | None) -> str | None:
     return None
 
 
-def _fr_trace(py: str, folder: Path) -> tuple[float, str]:
+def _fr_trace(py: str, folder: Path) -> tuple[float, str, float]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     res = subprocess.run(
         [py, "-m", "torch.distributed.flight_recorder.fr_trace", str(folder)],
@@ -74,12 +85,14 @@ def _fr_trace(py: str, folder: Path) -> tuple[float, str]:
         timeout=7200,
     )
     dt = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
     text = res.stdout + res.stderr
     found = re.search(r"missing ranks: \{([\d, ]+)\}", text) or re.search(r"Culprit rank (\d+)", text)
     if found:  # fr_trace's first finding (it may print one per group)
-        return dt, found.group(1).replace(" ", "")
+        return dt, found.group(1).replace(" ", ""), cpu
     last = text.strip().splitlines()[-1][:60] if text.strip() else "(no output)"
-    return dt, f"exit {res.returncode}: {last}"
+    return dt, f"exit {res.returncode}: {last}", cpu
 
 
 def _med(rows: list[dict], key: str) -> float:
@@ -90,12 +103,12 @@ def bench(folder: Path, n_ranks: int, a: argparse.Namespace, torch_py: str | Non
     mb = sum(p.stat().st_size for p in folder.iterdir()) / 1e6
     new: list[dict] = []
     old: list[dict] = []
-    fr: list[tuple[float, str]] = []
+    fr: list[tuple[float, str, float]] = []
     loads = []
     for i in range(a.runs):
         new.append(_ncclpm(ROOT / "src", folder))
         if a.baseline:
-            old.append(_ncclpm(Path(a.baseline) / "src", folder))
+            old.append(_ncclpm(Path(a.baseline) / "src", folder, lazy=False))
         if torch_py and i < a.fr_trace_runs:
             fr.append(_fr_trace(torch_py, folder))
         loads.append(os.getloadavg()[0])
@@ -103,13 +116,16 @@ def bench(folder: Path, n_ranks: int, a: argparse.Namespace, torch_py: str | Non
         if not rows:
             continue
         total = _med(rows, "load") + _med(rows, "analyze")
-        fr_s = statistics.median(t for t, _ in fr) if fr else None
+        cpu = _med(rows, "load_cpu") + _med(rows, "analyze_cpu")
+        fr_s = statistics.median(t for t, _, _ in fr) if fr else None
+        fr_cpu = statistics.median(c for _, _, c in fr) if fr else None
         print(
             f"| {label} | {n_ranks} | {n_ranks * a.entries} | {mb:.0f} | {_med(rows, 'load'):.2f} "
-            f"| {_med(rows, 'analyze'):.2f} | {total:.2f} | {_med(rows, 'load_cpu') + _med(rows, 'analyze_cpu'):.2f} "
+            f"| {_med(rows, 'analyze'):.2f} | {total:.2f} | {cpu:.2f} "
             f"| {_med(rows, 'peak_mb'):.0f} | {_med(rows, 'peak_mb') - _med(rows, 'base_mb'):.0f} "
             f"| {_med(rows, 'peak_mb') / mb:.2f} | {rows[0]['culprits']} ({culprit_rank(n_ranks, a.fault)}) "
-            f"| {f'{fr_s:.1f}' if fr_s else '-'} | {f'{fr_s / total:.1f}x' if fr_s else '-'} "
+            f"| {f'{fr_s:.1f} ({fr_cpu:.1f})' if fr_s else '-'} "
+            f"| {f'{fr_s / total:.1f}x ({fr_cpu / cpu:.1f}x)' if fr_s else '-'} "
             f"| {fr[0][1] if fr else '-'} | {statistics.median(loads):.1f} |",
             flush=True,
         )
@@ -131,7 +147,8 @@ def main() -> None:
     print(f"fault={a.fault}; fr_trace: {torch_py or 'skipped'}; times in s, memory in MB; medians of {a.runs}\n")
     print(
         "| tool | ranks | entries | dumps MB | load | analyze | load+analyze | CPU | peak RSS | peak - start RSS "
-        "| peak / dumps | culprits (expected) | fr_trace | fr_trace / ncclpm | fr_trace culprit | load avg |"
+        "| peak / dumps | culprits (expected) | fr_trace wall (CPU) | fr_trace / this, wall (CPU) | fr_trace culprit "
+        "| load avg |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|")
     for n in a.ranks:

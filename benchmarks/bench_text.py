@@ -1,14 +1,19 @@
-"""Time `ncclpm diagnose` on a large generated job against grep counting the same anchors.
+"""Time `ncclpm diagnose` on a large generated job against grep and ripgrep counting the same anchors.
 
-Usage: python benchmarks/bench_text.py [--ranks 512 --mb-per-rank 2 --dir /tmp/ncclpm-bench-job]
-Prints MB/s of ncclpm (whole command: start-up, scan, parse, rules, report) and of `grep -E` / `grep -F`
-over the same literal anchors, the ratio, and ncclpm's peak memory. The page cache is warmed first.
+Usage: python benchmarks/bench_text.py [--ranks 512 --mb-per-rank 2 --dir /tmp/ncclpm-bench-job --runs 3]
+Runs are interleaved (ncclpm, grep -E, grep -F, rg, ncclpm, ...) after a warm-up read of every file; the table
+shows median wall time, MB/s, median CPU time (user + system, less sensitive to a loaded machine), ncclpm's
+speed as a ratio of each tool's (by wall and by CPU), ncclpm's peak RSS against the input size, and the load
+average. ripgrep is Debian's `ripgrep` (skipped when absent).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -16,16 +21,16 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
 
-def timed(cmd: list[str], runs: int) -> tuple[float, str]:
-    times, out = [], ""
-    for _ in range(runs):
-        t = time.perf_counter()
-        out = subprocess.run(cmd, capture_output=True, text=True, check=False).stdout
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), out
+def run(cmd: list[str]) -> tuple[float, float, str]:
+    """(wall, CPU of the child, stdout)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False).stdout
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), out
 
 
 def peak_rss_mb(cmd: list[str]) -> float:
@@ -41,40 +46,44 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
     if not args.dir.exists():
-        subprocess.run(
-            [
-                sys.executable,
-                str(ROOT / "benchmarks" / "gen_text_job.py"),
-                str(args.dir),
-                "--ranks",
-                str(args.ranks),
-                "--mb-per-rank",
-                str(args.mb_per_rank),
-            ],
-            check=True,
-        )
+        gen = [sys.executable, str(ROOT / "benchmarks" / "gen_text_job.py"), str(args.dir)]
+        subprocess.run([*gen, "--ranks", str(args.ranks), "--mb-per-rank", str(args.mb_per_rank)], check=True)
     from ncclpm.ingest.catalog import load_catalog
 
     anchors = load_catalog().anchors
-    (args.dir.parent / "anchors.fixed").write_text("\n".join(anchors) + "\n")
-    (args.dir.parent / "anchors.ere").write_text(
-        "\n".join(re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\1", a) for a in anchors) + "\n"
-    )
-    size_mb = sum(p.stat().st_size for p in args.dir.rglob("*") if p.is_file()) / 1e6
-    subprocess.run(["cat", *map(str, sorted(args.dir.rglob("*.log")))], stdout=subprocess.DEVNULL, check=False)
-    nc = [sys.executable, "-m", "ncclpm", "diagnose", str(args.dir), "-f", "json"]
-    t_nc, out = timed(nc, args.runs)
-    t_ere, _ = timed(["grep", "-r", "-c", "-E", "-f", str(args.dir.parent / "anchors.ere"), str(args.dir)], args.runs)
-    t_fix, _ = timed(["grep", "-r", "-c", "-F", "-f", str(args.dir.parent / "anchors.fixed"), str(args.dir)], args.runs)
-    rss = peak_rss_mb(nc)
-    verdict = re.search(r'"category": "(\w+)"', out)
-    print("| input | ncclpm | grep -E | grep -F | ncclpm / grep -E | ncclpm / grep -F | ncclpm peak RSS | verdict |")
-    print("|---|---|---|---|---|---|---|---|")
-    print(
-        f"| {args.ranks} ranks, {size_mb:.0f} MB | {t_nc:.2f} s ({size_mb / t_nc:.0f} MB/s) | {t_ere:.2f} s "
-        f"({size_mb / t_ere:.0f} MB/s) | {t_fix:.2f} s ({size_mb / t_fix:.0f} MB/s) | {t_ere / t_nc:.2f} | "
-        f"{t_fix / t_nc:.2f} | {rss:.0f} MB | {verdict.group(1) if verdict else '?'} |"
-    )
+    fixed, ere = args.dir.parent / "anchors.fixed", args.dir.parent / "anchors.ere"
+    fixed.write_text("\n".join(anchors) + "\n")
+    ere.write_text("\n".join(re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\1", a) for a in anchors) + "\n")
+    files = sorted(str(p) for p in args.dir.rglob("*") if p.is_file())
+    size_mb = sum(os.path.getsize(p) for p in files) / 1e6
+    subprocess.run(["cat", *files], stdout=subprocess.DEVNULL, check=False)
+    tools = {
+        "ncclpm": [sys.executable, "-m", "ncclpm", "diagnose", str(args.dir), "-f", "json"],
+        "grep -E": ["grep", "-r", "-c", "-E", "-f", str(ere), str(args.dir)],
+        "grep -F": ["grep", "-r", "-c", "-F", "-f", str(fixed), str(args.dir)],
+    }
+    if shutil.which("rg"):
+        tools["rg"] = ["rg", "-c", "-F", "-f", str(fixed), str(args.dir)]
+    times: dict[str, list[tuple[float, float]]] = {k: [] for k in tools}
+    verdict, loads = "?", []
+    for _ in range(args.runs):
+        for name, cmd in tools.items():
+            wall, cpu, out = run(cmd)
+            times[name].append((wall, cpu))
+            if name == "ncclpm":
+                found = re.search(r'"category": "(\w+)"', out)
+                verdict = found.group(1) if found else "?"
+        loads.append(os.getloadavg()[0])
+    rss = peak_rss_mb(tools["ncclpm"])
+    med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in times.items()}
+    print(f"input: {args.ranks} ranks, {size_mb:.0f} MB in {len(files)} files; medians of {args.runs} interleaved runs")
+    print(f"load average during the runs: {statistics.median(loads):.1f}; ncclpm verdict: {verdict}\n")
+    print("| tool | wall s | MB/s | CPU s | ncclpm speed / tool speed (wall) | same, by CPU |")
+    print("|---|---:|---:|---:|---:|---:|")
+    nw, nc = med["ncclpm"]
+    for name, (w, c) in med.items():
+        print(f"| {name} | {w:.2f} | {size_mb / w:.0f} | {c:.2f} | {w / nw:.2f} | {c / nc:.2f} |")
+    print(f"\nncclpm peak RSS {rss:.0f} MB = {rss / size_mb:.2f} x the input")
 
 
 if __name__ == "__main__":

@@ -101,3 +101,11 @@ def test_a_message_that_names_its_own_rank_fills_the_rank() -> None:
     _, events = parse_one(CATALOG, line)
     row = events.filter(events["kind"] == "store_error").row(0, named=True)
     assert row["rank"] == 7 and row["subject_rank"] == 0
+
+
+def test_an_envelope_level_table_without_a_named_group_is_refused(tmp_path) -> None:
+    (tmp_path / "envelopes.toml").write_text(
+        "[[envelope]]\nid='x.e'\nslot='viewer'\nregex='''E\\\\s{2}'''\nlevel={default='E'}\n"
+    )
+    with pytest.raises(CatalogError, match="needs a named group"):
+        load_catalog((tmp_path,))

@@ -88,7 +88,8 @@ def test_a_failed_job_keeps_its_verdict_when_code_sits_beside_its_logs(tmp_path:
     _code_snapshot(job / "code")
     alone, with_code = diagnose([sample]), diagnose([job])
     assert (with_code.category, with_code.culprit_ranks) == (alone.category, alone.culprit_ranks)
-    assert with_code.confidence == pytest.approx(alone.confidence)
+    # Code may add a setting fact (a timeout the code sets that is not the one in force, TS01), never lower it.
+    assert with_code.confidence >= alone.confidence - 1e-9
     assert not [e for f in with_code.findings for e in f.evidence if e.file.startswith("code/")]
     assert len(with_code.code_files) >= 8 and with_code.n_sources == alone.n_sources
 
@@ -235,16 +236,23 @@ REAL_SNIPPETS = [
 
 @pytest.mark.skipif(not REAL.is_dir(), reason="real-issues corpus not available")
 @pytest.mark.parametrize(("case", "name", "lang"), REAL_SNIPPETS, ids=[c for c, _, _ in REAL_SNIPPETS])
-def test_real_code_snippets_are_code_and_never_change_the_verdict(case: str, name: str, lang: str) -> None:
+def test_real_code_snippets_are_code_and_only_improve_the_verdict(case: str, name: str, lang: str) -> None:
+    """Code is never evidence, but its settings may decide: d052's code raises a timeout the logs show was never
+    applied (the thread's resolution). With the code the answer is never further from the label."""
+    import json
+
     folder = REAL / case
     assert code_language(name, (folder / name).read_bytes()) == lang
+    label = json.loads((folder / "label.json").read_text())
     logs = [p for p in sorted(folder.iterdir()) if p.name not in (name, "label.json")]
     alone, both = diagnose(logs), diagnose([*logs, folder / name])
-    assert (both.category, both.culprit_ranks, both.confidence) == (
-        alone.category,
-        alone.culprit_ranks,
-        alone.confidence,
-    )
+
+    def score(d) -> float:
+        return 1.0 if d.category == label["category"] else 0.5 if d.category in label["secondary"] else 0.0
+
+    assert score(both) >= score(alone)
+    if both.category == alone.category:
+        assert both.confidence >= alone.confidence - 1e-9  # a setting the code confirms may only strengthen it
     assert both.code_files == (name,) and not [e for e in both.decisive if e.file == name]
 
 
@@ -299,7 +307,8 @@ def test_rules_say_where_the_timeout_in_force_was_set(tmp_path: Path, sample: st
         "dist.init_process_group('nccl', timeout=datetime.timedelta(hours=2))\n"
     )
     d = diagnose([job])
-    assert d.primary.rule == rule and "the code sets 2 h" in d.summary and "never reached" in d.summary
+    # A timeout the code raises but the logs show was not in force: TS01 says so (ST01 names the busy rank first).
+    assert d.primary.rule in (rule, "TS01") and "2 h" in d.summary and "never reached" in d.summary
 
 
 def test_control_characters_in_code_never_reach_a_report(tmp_path: Path) -> None:

@@ -131,7 +131,7 @@ from ncclpm.sources.discover import collect
 from ncclpm.triage.worker import _raw_error
 start = time.perf_counter()
 line = _raw_error(collect([sys.argv[1]]))
-usage = {"seconds": time.perf_counter() - start, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10}
+usage = {"seconds": time.perf_counter() - start, "rss_mb": int(next(x for x in open('/proc/self/status') if x.startswith('VmHWM')).split()[1]) >> 10}
 print("USAGE " + json.dumps(usage), file=sys.stderr)
 print("LINE " + json.dumps(line), file=sys.stderr)
 """

@@ -252,7 +252,7 @@ try:
     main(sys.argv[1:])
 finally:
     usage = {"seconds": time.perf_counter() - start,
-             "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10}
+             "rss_mb": int(next(x for x in open('/proc/self/status') if x.startswith('VmHWM')).split()[1]) >> 10}
     print("USAGE " + json.dumps(usage), file=sys.stderr)
 """
 
@@ -277,7 +277,8 @@ def _capped_python(
     code: str, args: list[str], cap_mb: int, timeout: float = 180, env: dict[str, str] | None = None
 ) -> tuple[int, dict, str]:
     """`python -c code args` in a memory-watched child (see `_capped_cli`); the code prints `USAGE {json}` on
-    stderr. `env` adds variables; its PYTHONPATH goes first."""
+    stderr. `env` adds variables; its PYTHONPATH goes first. The child reports its peak from /proc's VmHWM, not
+    `ru_maxrss`: that one survives exec, so a child of a big pytest process would report the parent's size."""
     if not Path("/proc/self/status").exists():
         pytest.skip("needs Linux /proc to watch the child's memory")
     extra = dict(env or {})

@@ -160,8 +160,10 @@ def test_nccl_version_per_rank_when_init_never_completed() -> None:
     assert {versions[r] for r in range(8)} == {"2.29.7"} and {versions[r] for r in range(8, 12)} == {"2.27.3"}
 
 
+# Channel 0's transport lines (one per peer) and ring order do pass: `ncclpm diff` compares them; the other
+# channels repeat them.
 NOISE = [
-    "gpu-a03:43007:43068 [1] NCCL INFO Channel 00/32 : 9[1] -> 10[2] via P2P/CUMEM/read",
+    "gpu-a03:43007:43068 [1] NCCL INFO Channel 05/32 : 9[1] -> 10[2] via P2P/CUMEM/read",
     "gpu-a03:43007:43068 [1] NCCL INFO Channel 01/0 : 11[3] -> 12[0] [send] via NET/IB/1/GDRDMA",
     "gpu-a03:43007:43068 [1] NCCL INFO Ring 00 : 8 -> 9 -> 10",
     "gpu-a03:43007:43068 [1] NCCL INFO Trees [0] 10/-1/-1->9->8 [1] 10/-1/-1->9->8",

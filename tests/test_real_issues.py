@@ -24,7 +24,7 @@ from tests.real_issues import (
     total,
 )
 
-FLOOR = 0.86  # share of the corpus score; raised as readings land
+FLOOR = 0.87  # share of the corpus score; raised as readings land
 CONCLUSIVE_PRECISION = 0.80  # goal 0.95; raised with the floor
 NAMES = case_names()
 needs_corpus = pytest.mark.skipif(corpus_dir() is None, reason="../shared/corpus/real-issues not present")

@@ -7,6 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ncclpm.analysis import analysed
+from ncclpm.diff_model import DiffReport
 from ncclpm.engine import diagnose_tables
 from ncclpm.ingest.catalog import Catalog, load_catalog
 from ncclpm.ingest.tables import Tables, build_tables
@@ -50,3 +51,24 @@ def diagnose(
 ) -> Diagnosis:
     """Diagnose one job: a folder, files, an archive, and/or pasted text."""
     return diagnose_tables(build(paths, stdin_bytes=stdin_bytes, patterns=patterns, name=name), select, ignore)
+
+
+def diff(
+    good: Iterable[str | Path],
+    bad: Iterable[str | Path],
+    *,
+    patterns: tuple[Path, ...] = (),
+    stdin_bytes: bytes | None = None,
+    stdin_side: str | None = None,
+) -> DiffReport:
+    """Compare a run that worked (GOOD) with one that failed (BAD); each side is a folder, files or an archive
+    (`stdin_side` = "good" or "bad" reads that side's pasted text from `stdin_bytes`)."""
+    from ncclpm.diff import compare
+
+    runs = []
+    for side, paths in (("good", good), ("bad", bad)):
+        data = stdin_bytes if stdin_side == side else None
+        t = build(paths, stdin_bytes=data, patterns=patterns, name=None if paths else f"{side} (pasted)")
+        runs.append((t, diagnose_tables(t)))
+    (good_t, good_d), (bad_t, bad_d) = runs
+    return compare(good_t, good_d, bad_t, bad_d)

@@ -1,9 +1,10 @@
-"""Command line: `ncclpm diagnose`, `triage`, `rules`, `explain`, `tables`, `catalog check`.
+"""Command line: `ncclpm diagnose`, `diff`, `triage`, `rules`, `explain`, `tables`, `catalog check`.
 
 Data goes to stdout (or `-o FILE`), diagnostics to stderr. Exit codes: 0 diagnosed, 1 a `--fail-on` threshold
 was met, 2 usage or input error (nothing readable, an output file that exists without `--force`), 3 internal
 error (a bug in ncclpm: one line on stderr, the traceback with NCCLPM_DEBUG=1) - never 1, which CI reads as
-"root cause found".
+"root cause found" -, 130 interrupted (Ctrl-C). Everything printed goes through `escape.terminal` (no escape
+sequence from a log or a file name reaches the terminal); files are written by `outfile.py`.
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ import click
 from ncclpm import __version__
 from ncclpm.escape import terminal, terminal_json
 from ncclpm.outfile import OutputError, check_output, write_text
-from ncclpm.render import RENDERERS, render
-from ncclpm.schema import Band, Category
 
 EXIT_OK, EXIT_FAIL_ON, EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-BANDS = tuple(str(b) for b in Band)
+# = the values of ncclpm.schema.Band and sorted(ncclpm.render.RENDERERS), spelt out so that --help and usage errors
+# import no polars (tests check both lists and sys.modules)
+BANDS = ("possible", "likely", "conclusive")
+FORMATS = ("html", "json", "md", "slack", "slack-json", "text")
 DATA_FORMATS = ("json", "slack-json")  # JSON text: made terminal-safe by escaping, never by dropping characters
+DIFF_FORMATS = ("html", "json", "md", "slack", "slack-json", "text")  # = sorted(ncclpm.render.diff.DIFF_RENDERERS)
 
 
 def _say(message: str) -> None:
@@ -151,7 +154,7 @@ def main() -> None:
     "-f",
     "--format",
     "fmt",
-    type=click.Choice(sorted(RENDERERS)),
+    type=click.Choice(FORMATS),
     help="Report format [default: text on a terminal, md when piped or written to a file].",
 )
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the report here.")
@@ -191,6 +194,8 @@ def diagnose(
 ) -> None:
     """Diagnose one job: PATHS are a log folder, files, archives, or `-` for pasted text on stdin."""
     from ncclpm.api import diagnose as run
+    from ncclpm.render import render
+    from ncclpm.schema import Band, Category
 
     _check_output(output, force)
     _load_patterns(patterns)
@@ -221,6 +226,61 @@ def diagnose(
     _write(text, output, force, fmt, coloured=coloured)
     if fail_on and d.category != Category.UNKNOWN and d.band.rank >= Band(fail_on).rank:
         sys.exit(EXIT_FAIL_ON)
+
+
+@main.command("diff")
+@click.argument("runs", nargs=-1)
+@click.option("-g", "--good", "good_more", multiple=True, help="Add a file or folder to GOOD (repeatable).")
+@click.option("-b", "--bad", "bad_more", multiple=True, help="Add a file or folder to BAD (repeatable).")
+@click.option("-f", "--format", "fmt", type=click.Choice(DIFF_FORMATS), default="md", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the report here.")
+@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
+@click.option(
+    "--patterns",
+    multiple=True,
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    help="Extra folder of TOML pattern catalogs.",
+)
+def diff_runs(
+    runs: tuple[str, ...],
+    good_more: tuple[str, ...],
+    bad_more: tuple[str, ...],
+    fmt: str,
+    output: Path | None,
+    force: bool,
+    patterns: tuple[Path, ...],
+) -> None:
+    """Compare a run that worked (GOOD) with one that failed (BAD): what changed, ranked by how much it can
+    explain BAD's failure. GOOD and BAD are each a log folder, a file or an archive (`-` for pasted text on
+    one side); -g/-b add more files to a side."""
+    from ncclpm.api import diff
+    from ncclpm.render.diff import render_diff
+
+    if len(runs) not in (0, 2):
+        raise click.UsageError("give GOOD and BAD (two paths), or the files of each side with -g/-b")
+    good = [*runs[:1], *good_more]
+    bad = [*runs[1:], *bad_more]
+    if not good or not bad:
+        raise click.UsageError("both GOOD and BAD need at least one path")
+    stdin_side = "good" if "-" in good else "bad" if "-" in bad else None
+    if "-" in good and "-" in bad:
+        raise click.UsageError("only one side can be read from stdin")
+    _check_output(output, force)
+    _load_patterns(patterns)
+    report = diff(
+        [p for p in good if p != "-"],
+        [p for p in bad if p != "-"],
+        patterns=patterns,
+        stdin_bytes=_read_stdin() if stdin_side else None,
+        stdin_side=stdin_side,
+    )
+    for w in report.warnings:
+        _say(f"ncclpm: warning: {w}")
+    _write(render_diff(report, fmt), output, force, fmt)
+    if report.good.sources == 0 or report.bad.sources == 0:
+        side = "GOOD" if report.good.sources == 0 else "BAD"
+        _say(f"ncclpm: error: nothing readable in {side} (see warnings above)")
+        sys.exit(EXIT_INPUT)
 
 
 @main.command("rules")
@@ -300,6 +360,12 @@ def tables(paths: tuple[str, ...], name: str, fmt: str | None, output: Path | No
 )
 @click.option("-j", "--jobs", "workers", type=click.IntRange(min=1), help="Parallel processes [default: all cores].")
 @click.option("--ray", "ray_address", metavar="ADDRESS", help="Run on Ray: auto, local, ray://host:port, host:port.")
+@click.option(
+    "--baseline",
+    "baseline_path",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="An earlier triage table (.parquet/.csv/.ndjson): failure signatures it never had are marked new.",
+)
 @click.option("--force", is_flag=True, help="Overwrite outputs that exist.")
 def triage(
     paths: tuple[Path, ...],
@@ -307,10 +373,12 @@ def triage(
     summary_out: Path | None,
     workers: int | None,
     ray_address: str | None,
+    baseline_path: Path | None,
     force: bool,
 ) -> None:
     """Triage many jobs: PATHS are jobs (folders, archives) or folders of jobs; one row per job."""
     from ncclpm.triage import Interrupted, find_jobs, render_summary, run_local, run_ray, to_frame, write_table
+    from ncclpm.triage.baseline import BaselineError, baseline_context, mark_new, read_baseline
     from ncclpm.triage.table import table_format
 
     for out in (output, summary_out):
@@ -319,6 +387,12 @@ def triage(
         try:
             table_format(output)
         except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+    baseline = None
+    if baseline_path is not None:
+        try:
+            baseline = read_baseline(baseline_path)
+        except BaselineError as exc:
             raise click.UsageError(str(exc)) from None
     warnings: list[str] = []
     jobs = find_jobs(paths, warnings)
@@ -338,6 +412,10 @@ def triage(
         except Interrupted as stop:  # Ctrl-C: the pending jobs were cancelled; keep the finished ones
             rows, interrupted = stop.rows, True
     frame = to_frame(rows)
+    context = None
+    if baseline is not None and baseline_path is not None:
+        frame = mark_new(frame, baseline)
+        context = baseline_context(frame, baseline, baseline_path.name)
     if interrupted:
         _say(f"ncclpm: interrupted after {frame.height} of {len(jobs)} jobs; pending jobs cancelled")
     if output is not None:
@@ -349,7 +427,7 @@ def triage(
     failed = frame["error"].is_not_null().sum()
     nothing = frame.height == 0 or failed == frame.height  # nothing readable: an input error, no summary on stdout
     if summary_out is not None or (output is None and not interrupted and not nothing):
-        _write(render_summary(frame), summary_out, force)
+        _write(render_summary(frame, baseline=context), summary_out, force)
     _say(f"ncclpm: {frame.height} jobs, {failed} unreadable, {frame['seconds'].sum():.1f} s of work")
     if nothing and not interrupted:
         for row in frame.filter(frame["error"].is_not_null()).head(10).iter_rows(named=True):

@@ -100,16 +100,16 @@ _BACKTICKS = re.compile(r"`+")
 
 # Markdown outside code is escaped with backslashes, never with entities: `\<` renders `<` and opens no tag,
 # `\&` keeps `&lt;` from being decoded, and the raw text stays readable in a terminal (no `&lt;` in it).
-_MD_PUNCT_ESCAPE = re.compile(r"\\(?=[!-/:-@\[-`{-~])")  # a backslash that would escape the next character
 _MD_ENTITY = re.compile(r"&(?=#?\w+;)")
 _MD_BLOCK_START = re.compile(r"^(\s*)([#>+\-*=|]|(?<=\d)[.)])|^(\s*\d{1,9})([.)])")
 
 
-def _md_inline(text: str, block: bool = True) -> str:
-    """Markdown outside code: no HTML or autolink (`<` escaped), no entity (`&` escaped where it would start one),
-    no link or image (`](` broken), no block (a leading `#`, `>`, list marker escaped - unless `block` is False,
-    for a table cell, which holds inline content only); nothing else changed."""
-    text = _MD_PUNCT_ESCAPE.sub(r"\\\\", text).replace("<", "\\<")
+def _md_outside_code(text: str, block: bool = True) -> str:
+    """Text outside any code span: backslashes and backticks escaped (neither can start anything), no HTML or
+    autolink (`<` escaped), no entity (`&` escaped where it would start one), no link or image (`](` broken), no
+    block (a leading `#`, `>`, list marker escaped - unless `block` is False: a table cell or the middle of a
+    line holds inline content only); nothing else changed."""
+    text = text.replace("\\", "\\\\").replace("`", "\\`").replace("<", "\\<")
     text = _MD_ENTITY.sub(r"\\&", text).replace("](", "]\\(")
     if not block:
         return text
@@ -118,13 +118,12 @@ def _md_inline(text: str, block: bool = True) -> str:
 
 def md_text(value: Any) -> Escaped:
     """Input text in Markdown prose: one line, no HTML, no link or image, backticks that open no code span."""
-    return Escaped(_md_inline(one_line(value)).replace("`", "\\`"))
+    return Escaped(_md_outside_code(one_line(value)))
 
 
 def md_cell(value: Any, width: int = 160) -> Escaped:
     """`md_text` in a table cell: `|` escaped, cut to `width` characters before escaping."""
-    text = _md_inline(one_line(value)[:width], block=False).replace("`", "\\`")
-    return Escaped(text.replace("|", "\\|"))
+    return Escaped(_md_outside_code(one_line(value)[:width], block=False).replace("|", "\\|"))
 
 
 def md_span(value: Any, width: int | None = None, cell: bool = False) -> Escaped:
@@ -166,7 +165,8 @@ def md_fenced(lines: Any, info: str = "") -> Escaped:
     return Escaped("\n".join([fence + info, *body, fence]))
 
 
-_CODE_SPAN = re.compile(r"(`[^`\n]+`)")
+# A code span as CommonMark reads it: a run of N backticks, then text, then the next run of exactly N backticks.
+_CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)")
 
 
 def md_prose(value: Any, width: int | None = None, cell: bool = False) -> Escaped:
@@ -174,9 +174,12 @@ def md_prose(value: Any, width: int | None = None, cell: bool = False) -> Escape
     `md_text` - the prose may quote host names or values from the logs. In a table cell: cut to `width`, `|`
     escaped."""
     text = one_line(value)[:width] if width is not None else one_line(value)
-    parts = _CODE_SPAN.split(text)
-    out = "".join(p if i % 2 else _md_inline(p, block=i == 0 and not cell) for i, p in enumerate(parts))
-    return Escaped(out.replace("|", "\\|") if cell else out)
+    out, pos = [], 0
+    for m in _CODE_SPAN.finditer(text):
+        out += [_md_outside_code(text[pos : m.start()], block=pos == 0 and not cell), m.group(0)]
+        pos = m.end()
+    joined = "".join([*out, _md_outside_code(text[pos:], block=pos == 0 and not cell)])
+    return Escaped(joined.replace("|", "\\|") if cell else joined)
 
 
 # ------------------------------------------------------------------------------------------------------- Slack

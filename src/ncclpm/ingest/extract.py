@@ -14,7 +14,7 @@ single node), the one rank a whole file talks about, and finally the file path (
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import polars as pl
 
@@ -82,7 +82,9 @@ def _level(catalog: Catalog) -> pl.Expr:
     levels: list[pl.Expr] = []
     for env in catalog.column_sources("level"):
         if "level" in env.columns:
-            levels.append(pl.col(env.columns["level"]))
+            # `E`, or a logging level name (`ERROR`, `WARNING`, `DEBUG`): the levels table's one letter
+            word = pl.col(env.columns["level"]).str.to_uppercase()
+            levels.append(pl.when(word == "DEBUG").then(pl.lit("V")).otherwise(word.str.slice(0, 1)))
             continue
         matched = pl.any_horizontal([pl.col(g).is_not_null() for g in env.groups])
         expr: pl.Expr | pl.expr.whenthen.Then | None = None
@@ -165,17 +167,19 @@ def parse_lines(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
     )
 
 
-def _pattern_events(parsed: pl.DataFrame, p: Pattern) -> pl.DataFrame:
+def _pattern_events(parsed: pl.LazyFrame, p: Pattern) -> pl.LazyFrame:
+    """The events of one pattern, with only the fields it declares (the others are added once, at the end)."""
     hits = parsed.filter(pl.col("message").str.contains_any(list(p.anchors)) & pl.col("message").str.contains(p.regex))
-    if hits.is_empty():
-        return pl.DataFrame(schema=EVENTS_SCHEMA)
-    hits = hits.with_columns(pl.col("message").str.extract_groups(p.regex).alias("_m"))
-    cols: list[pl.Expr] = []
-    for name, dtype in EVENT_FIELDS.items():
-        if name in p.fields:
-            cols.append(typed(pl.col("_m").struct.field(name), p.fields[name]).cast(dtype).alias(name))
-        else:
-            cols.append(pl.lit(None, dtype).alias(name))
+    if p.repeat:  # one event per match: each match is read again on its own for its groups
+        hits = hits.with_columns(pl.col("message").str.extract_all(p.regex).alias("_all")).explode("_all")
+        hits = hits.with_columns(pl.col("_all").str.extract_groups(p.regex).alias("_m"))
+    else:
+        hits = hits.with_columns(pl.col("message").str.extract_groups(p.regex).alias("_m"))
+    cols = [
+        typed(pl.col("_m").struct.field(name), p.fields[name]).cast(dtype).alias(name)
+        for name, dtype in EVENT_FIELDS.items()
+        if name in p.fields
+    ]
     rank = pl.col("rank")
     if MESSAGE_RANK in p.fields:
         rank = pl.coalesce(rank, typed(pl.col("_m").struct.field(MESSAGE_RANK), "i64").cast(pl.Int32, strict=False))
@@ -194,9 +198,10 @@ def _pattern_events(parsed: pl.DataFrame, p: Pattern) -> pl.DataFrame:
         "tag_pg",
         "tag_pg_desc",
     )
-    return out.with_columns(
-        pl.coalesce("pg", "tag_pg").alias("pg"), pl.coalesce("pg_desc", "tag_pg_desc").alias("pg_desc")
-    ).select(list(EVENTS_SCHEMA.keys()))
+    tags = [
+        pl.coalesce(c, f"tag_{c}").alias(c) if c in p.fields else pl.col(f"tag_{c}").alias(c) for c in ("pg", "pg_desc")
+    ]
+    return out.with_columns(tags).drop("tag_pg", "tag_pg_desc")
 
 
 def typed(raw: pl.Expr, dtype_name: str) -> pl.Expr:
@@ -244,10 +249,31 @@ def _drop_superseded(events: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
     return events.join(gone, on=["source", "line", "kind"], how="anti")
 
 
+def _patterns_with_anchor_hits(parsed: pl.DataFrame, patterns: Sequence[Pattern]) -> list[Pattern]:
+    """The patterns one of whose anchors occurs in some line: one query for all of them. Building a pattern's
+    plan compiles its regex (~10 ms each), so skipping the ones that cannot match is most of a small job's time."""
+    if parsed.is_empty() or not patterns:
+        return []
+    hit = parsed.select(
+        [pl.col("message").str.contains_any(list(p.anchors)).any().alias(str(i)) for i, p in enumerate(patterns)]
+    ).row(0)
+    return [p for p, h in zip(patterns, hit, strict=True) if h]
+
+
 def extract_events(parsed: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
-    """The `events` table: one row per (line, pattern) match, sorted by source and line."""
-    frames = [_pattern_events(parsed, p) for p in catalog.patterns]
-    events = pl.concat([f.cast(EVENTS_SCHEMA) for f in frames], how="vertical")  # type: ignore[arg-type]
+    """The `events` table: one row per (line, pattern) match, sorted by source and line.
+
+    Every pattern is one lazy plan over the same lines, and all of them run in one `collect_all` (in parallel,
+    the input shared): one query instead of one per pattern, which was most of a small job's time."""
+    patterns = _patterns_with_anchor_hits(parsed, catalog.patterns)
+    lines = parsed.lazy()
+    frames = pl.collect_all([_pattern_events(lines, p) for p in patterns]) if patterns else []
+    if not frames:  # (a select of literals on a frame without columns would make one row of nulls)
+        return apply_readings(pl.DataFrame(schema=EVENTS_SCHEMA), catalog.kinds)
+    got = pl.concat(frames, how="diagonal_relaxed")
+    events = got.select(
+        [pl.col(c) if c in got.columns else pl.lit(None, dtype).alias(c) for c, dtype in EVENTS_SCHEMA.items()]
+    ).cast(EVENTS_SCHEMA)  # type: ignore[arg-type]
     return apply_readings(_drop_superseded(events, catalog).sort("source", "line", "event"), catalog.kinds)
 
 

@@ -302,7 +302,9 @@ def _columns(entries: list[dict], keep_frames: int, scalars: tuple[str, ...], ne
     return cols
 
 
-def read_dump(name: str, data: bytes, keep_frames: int, full: bool) -> tuple[Dump | None, list[str]]:
+def read_dump(
+    name: str, data: bytes, keep_frames: int, full: bool, shared: dict | None = None
+) -> tuple[Dump | None, list[str]]:
     """Decode and check one dump; its entries become column lists (its objects are dropped by the caller)."""
     obj, fmt, warn = _decode(name, data)
     if warn:
@@ -315,7 +317,7 @@ def read_dump(name: str, data: bytes, keep_frames: int, full: bool) -> tuple[Dum
     rank = rank_from_name(name)
     if rank is None:
         return None, [f"{name}: skipped, no rank number in the file name"]
-    meta, problems = parse_meta(obj)
+    meta, problems = parse_meta(obj, shared)
     warnings = [f"{name}: ignored malformed {', '.join(problems)} (wrong type or out of range)"] if problems else []
     ver = version_tuple(meta.version)
     if ver and ver[0] != 2:
@@ -448,6 +450,7 @@ def decode_all(items: list[tuple[str, bytes | Callable[[], bytes]]], keep_frames
     warnings: list[str] = []
     dumps: list[Dump] = []
     chunks = Chunks(full)
+    shared: dict = {}  # member lists seen so far, shared between dumps
     try:
         for uid, (name, data) in enumerate(items):
             try:
@@ -456,7 +459,7 @@ def decode_all(items: list[tuple[str, bytes | Callable[[], bytes]]], keep_frames
                 warnings.append(f"{name}: flight-recorder dump unreadable ({exc}) - skipped")
                 continue
             try:
-                dump, warns = read_dump(name, raw, keep_frames, full)
+                dump, warns = read_dump(name, raw, keep_frames, full, shared)
             except Exception as exc:  # never fatal: an odd dump only skips this file
                 dump, warns = None, [f"{name}: unreadable dump ({type(exc).__name__}: {str(exc)[:120]})"]
             del raw

@@ -63,7 +63,7 @@ def _ranks(raw: object) -> tuple[list[int], bool]:
     return [], raw is None
 
 
-def _config(raw: object, problems: list[str]) -> dict[str, tuple[str, tuple[int, ...]]]:
+def _config(raw: object, problems: list[str], shared: dict) -> dict[str, tuple[str, tuple[int, ...]]]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -79,7 +79,9 @@ def _config(raw: object, problems: list[str]) -> dict[str, tuple[str, tuple[int,
         ranks, ok = _ranks(v.get("ranks"))
         desc = _text(v.get("desc", ""))
         bad |= not ok or desc is None
-        out[name] = (desc or "", tuple(ranks))
+        members = tuple(ranks)
+        # every dump repeats the same groups: one tuple per distinct member list, not one per dump (N^2 ints)
+        out[name] = (desc or "", shared.setdefault(members, members))
     if bad:
         problems.append("pg_config")
     return out
@@ -107,8 +109,9 @@ def _status(raw: object, problems: list[str]) -> list[tuple[int, int | None, int
     return out
 
 
-def parse_meta(obj: dict) -> tuple[Meta, list[str]]:
-    """The typed metadata of a decoded dump and the names of the fields that were dropped."""
+def parse_meta(obj: dict, shared: dict | None = None) -> tuple[Meta, list[str]]:
+    """The typed metadata of a decoded dump and the names of the fields that were dropped (`shared`: one dict per
+    load, so that equal member lists of different dumps are one object)."""
     problems: list[str] = []
     meta = Meta()
     for key, attr in (("version", "version"), ("comm_lib_version", "comm_lib_version")):
@@ -122,6 +125,6 @@ def parse_meta(obj: dict) -> tuple[Meta, list[str]]:
             problems.append(key)
         else:
             setattr(meta, attr, text)
-    meta.config = _config(obj.get("pg_config"), problems)
+    meta.config = _config(obj.get("pg_config"), problems, {} if shared is None else shared)
     meta.status = _status(obj.get("pg_status"), problems)
     return meta, problems

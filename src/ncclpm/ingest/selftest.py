@@ -24,13 +24,14 @@ def check_pattern_example(catalog: Catalog, p: Pattern, ex: Example) -> list[str
     parsed, events = parse_one(catalog, ex.line)
     mine = events.filter(pl.col("event") == p.id)
     where = f"{p.origin}: {p.id} example {ex.line[:60]!r}"
-    if mine.height != 1:
-        return [f"{where}: matched {mine.height} times, expected once"]
+    times = int(ex.expect.get("matches", 1))  # a `repeat` pattern's example may say how many matches the line has
+    if mine.height != times:
+        return [f"{where}: matched {mine.height} times, expected {times}"]
     left = sorted(set(events.filter(pl.col("kind").is_in(list(p.supersedes)))["kind"].to_list()))
     if left:
         return [f"{where}: superseded kinds {left} still read from the line"]
     env_keys = (ENVELOPE_KEYS & ex.expect.keys()) - set(p.fields)
-    field_keys = set(ex.expect) - env_keys
+    field_keys = set(ex.expect) - env_keys - {"matches"}
     return _mismatches(parsed.row(0, named=True), ex.expect, env_keys, where) + _mismatches(
         mine.row(0, named=True), ex.expect, field_keys, where
     )

@@ -114,7 +114,7 @@ def _date_yearless(frames: tuple[pl.DataFrame, ...], elastic: pl.DataFrame) -> t
 def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") -> Tables:
     """Read every source of the job once and build all tables (`fr_columns`: see `load_fr_dumps`)."""
     warnings = list(job.warnings)
-    kept = read_kept_lines(job.of_kind(SourceKind.TEXT), catalog.anchors, warnings)
+    kept = read_kept_lines(job.of_kind(SourceKind.TEXT), catalog.anchors, warnings, catalog.line_start_regex())
     parsed = parse_lines(kept, catalog)
     parsed = bound(parsed, warnings)
     error_files = apply_readings(read_error_files(job.of_kind(SourceKind.ERROR_FILE), warnings), catalog.kinds)

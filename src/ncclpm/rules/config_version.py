@@ -12,6 +12,16 @@ from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
 
+def _same_build_once(banners: pl.DataFrame) -> pl.DataFrame:
+    """pip names a wheel without its local label (`torch==2.14.1` in collect_env for the `2.14.1+cu130` the ranks
+    print): such a version is the same build when the job shows a labelled one of the same base, not a drift."""
+    base = pl.col("version").str.replace(r"\+.*$", "")
+    labelled = banners.filter(pl.col("version").str.contains("+", literal=True)).select("kind", base.alias("_base"))
+    same = banners.with_columns(base.alias("_base")).join(labelled.unique(), on=["kind", "_base"], how="semi")
+    unlabelled_dupe = same.filter(~pl.col("version").str.contains("+", literal=True)).select("source", "line")
+    return banners.join(unlabelled_dupe, on=["source", "line"], how="anti")
+
+
 class VersionsDifferAcrossRanks(Rule):
     """Ranks or hosts run different NCCL / torch versions, or NCCL itself reports a version mismatch.
 
@@ -47,7 +57,7 @@ class VersionsDifferAcrossRanks(Rule):
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         explicit = t.kinds(K.version_mismatch)
-        banners = t.kinds(K.nccl_version, K.torch_version).filter(pl.col("version").is_not_null())
+        banners = _same_build_once(t.kinds(K.nccl_version, K.torch_version).filter(pl.col("version").is_not_null()))
         who = pl.coalesce(pl.col("host"), pl.col("rank").cast(pl.String), pl.col("source"))
         banners = banners.with_columns(who.alias("_who"))
         differ = banners.filter(pl.col("version").n_unique().over("kind") > 1)

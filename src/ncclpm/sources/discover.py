@@ -84,8 +84,11 @@ class Job:
         return [s for s in self.sources if s.kind == kind]
 
 
+_NOT_CONTROL = bytes(b for b in range(256) if not (b < 9 or 13 < b < 32))
+
+
 def _mostly_control(sample: bytes) -> bool:
-    control = sum(1 for b in sample if b < 9 or 13 < b < 32)
+    control = len(sample.translate(None, _NOT_CONTROL))  # C-level count of bytes < 9 or 14..31
     return control > max(8, len(sample) // 10)
 
 

@@ -28,6 +28,7 @@ def _clusters(frame: pl.DataFrame) -> list[dict[str, Any]]:
             pl.col("top_error").drop_nulls().first().alias("example"),
             pl.col("top_evidence").drop_nulls().first().alias("where"),
             pl.col("error").drop_nulls().first(),
+            (pl.col("baseline") == "new").all().alias("new"),
         )
         .sort(["n", "signature"], descending=[True, False])
     )
@@ -71,5 +72,6 @@ def summary_context(frame: pl.DataFrame) -> dict[str, Any]:
     }
 
 
-def render_summary(frame: pl.DataFrame, title: str = "ncclpm triage") -> str:
-    return environment().get_template("summary.md").render(title=title, **summary_context(frame))
+def render_summary(frame: pl.DataFrame, title: str = "ncclpm triage", baseline: dict[str, Any] | None = None) -> str:
+    """`baseline`: `triage.baseline.baseline_context(...)` when the run is compared with an earlier table."""
+    return environment().get_template("summary.md").render(title=title, baseline=baseline, **summary_context(frame))

@@ -40,6 +40,7 @@ TABLE_SCHEMA = pl.Schema(
         "n_warnings": pl.Int64(),
         "error": pl.String(),
         "seconds": pl.Float64(),
+        "baseline": pl.String(),
     }
 )
 assert tuple(TABLE_SCHEMA) == ROW_KEYS

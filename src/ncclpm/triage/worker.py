@@ -49,6 +49,7 @@ ROW_KEYS = (
     "n_warnings",
     "error",
     "seconds",
+    "baseline",  # "new" / "seen" against `triage --baseline OLD` (set by the caller, not the worker)
 )
 MAX_TEXT = 400
 

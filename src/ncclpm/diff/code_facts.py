@@ -1,0 +1,56 @@
+"""Facts from the code and configuration files of a run (the `code_settings` table, `parsers/code_settings.toml`):
+the process-group timeout and backend the code sets, DataLoader arguments, launcher options of launch scripts and
+sbatch files. Code is what was written, logs are what ran: `config_facts` lets a log's fact win over the same fact
+read from code."""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+from ncclpm.diff.relevance import launcher_family
+from ncclpm.diff.units import duration_text
+from ncclpm.diff_model import Fact, Quote
+from ncclpm.ingest.code_settings import code_facts
+from ncclpm.ingest.tables import Tables
+
+TORCHRUN = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "python -m torch.distributed.run")
+_OPTION = re.compile(r"^-+")
+
+
+def _quote(r: dict) -> Quote:
+    return Quote(str(r["source"]), r["line"], str(r["text"] or ""))
+
+
+def _last(rows: pl.DataFrame) -> dict:
+    return rows.sort("source", "line").row(-1, named=True)
+
+
+def code_config_facts(t: Tables) -> list[Fact]:
+    facts: list[Fact] = []
+    timeout = code_facts(t, "pg_timeout").filter(pl.col("number").is_not_null())
+    if not timeout.is_empty() and timeout["number"].n_unique() == 1:
+        r = _last(timeout)
+        facts.append(
+            Fact("pg_timeout", "process-group timeout", "pg_timeout", "settings", duration_text(r["number"]), _quote(r))
+        )
+    backend = code_facts(t, "pg_init").filter(pl.col("value").is_not_null())
+    if not backend.is_empty():
+        r = _last(backend)
+        facts.append(Fact("pg_backend", "process-group backend", "backend", "settings", str(r["value"]), _quote(r)))
+    for setting, arg in (("dataloader_num_workers", "num_workers"), ("dataloader_timeout", "timeout")):
+        rows = code_facts(t, setting)
+        if not rows.is_empty():
+            r = _last(rows)
+            fact = Fact(f"dataloader:{arg}", f"DataLoader {arg}", "dataloader_setting", "settings", str(r["value"]))
+            facts.append(Fact(**{**fact.__dict__, "evidence": _quote(r)}))
+    for r in code_facts(t, "launcher_arg").sort("source", "line").iter_rows(named=True):
+        tool, _, option = str(r["name"]).rpartition(" ")
+        name = _OPTION.sub("", option).replace("-", "_")
+        if tool in TORCHRUN:
+            key, what, family = f"launcher:{name}", f"torchrun --{name}", launcher_family(name)
+        else:
+            key, what, family = f"launcher:{r['name']}", str(r["name"]), launcher_family(name)
+        facts.append(Fact(key, what, family, "launcher", str(r["value"] or "(set)"), _quote(r)))
+    return facts

@@ -1,0 +1,239 @@
+"""Compare two runs: their facts side by side, each difference judged against BAD's diagnosis, ranked.
+
+Facts with the same key are compared by value. A per-host or per-peer fact seen in one run only is not a
+difference (the hosts and the shape already say what changed); NCCL's choices seen in one run only mean the
+other ran without NCCL_DEBUG=INFO, which is said once instead of listing every fact. The same change seen under
+several names (every host's NCCL version, many rank pairs' transport) is one difference listing the others.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ncclpm.diff.facts import config_facts, quote
+from ncclpm.diff.nccl_facts import nccl_facts
+from ncclpm.diff.progress import progress_differences
+from ncclpm.diff.relevance import NATIVE_SIGNALS, BadContext, api_error, family_order, judge
+from ncclpm.diff_model import RELEVANCE, Difference, DiffReport, Fact, Quote, RunSummary
+from ncclpm.ingest.settings import env_knowledge
+from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
+from ncclpm.model import Category, Diagnosis
+
+NOT_SET = "not set"
+
+
+def run_facts(t: Tables) -> dict[str, Fact]:
+    return {f.key: f for f in (*config_facts(t), *nccl_facts(t))}
+
+
+def summarize(t: Tables, d: Diagnosis) -> RunSummary:
+    errors = t.events.filter(pl.col("severity") == "error")
+    exits = t.elastic.filter((pl.col("exit_code").fill_null(0) != 0) | pl.col("signal").is_not_null())
+    return RunSummary(
+        job=d.job,
+        category=str(d.category),
+        confidence=d.confidence,
+        band=d.band,
+        rule=d.primary.rule,
+        summary=d.summary,
+        culprit_ranks=tuple(d.culprit_ranks),
+        decisive=tuple(Quote(e.file, e.line, e.text) for e in d.decisive[:4]),
+        sources=d.n_sources,
+        world_size=d.world_size,
+        failed=d.category != Category.UNKNOWN
+        or not (t.tracebacks.is_empty() and exits.is_empty() and errors.is_empty()),
+    )
+
+
+FAILURE_ERRORS = 20  # BAD's first error lines taken besides what its diagnosis quotes
+
+
+def _failure_lines(t: Tables, d: Diagnosis) -> tuple[Quote, ...]:
+    """The lines BAD's failure rests on: what its diagnosis quotes, its culprits' first errors, its first errors."""
+    lines = [Quote(e.file, e.line, e.text) for e in (*d.decisive, *d.primary.evidence)]
+    errors = t.events.filter(pl.col("severity") == "error").sort("source", "line").head(FAILURE_ERRORS)
+    lines += [quote(r) for r in errors.iter_rows(named=True)]
+    for r in d.ranks:
+        if r.get("rank") in d.culprit_ranks and r.get("first_error"):
+            file, _, line = str(r.get("first_error_ref") or "").rpartition(":")
+            lines.append(Quote(file, int(line) if line.isdigit() else None, str(r["first_error"])))
+    return tuple(dict.fromkeys(lines))
+
+
+def _native_crash(t: Tables, d: Diagnosis) -> Quote | None:
+    crash = t.events.filter(pl.col("kind") == K.crash_signal)
+    if not crash.is_empty():
+        return quote(crash.sort("source", "line").row(0, named=True))
+    for r in d.ranks:
+        if r.get("signal") in NATIVE_SIGNALS:
+            return Quote("torchrun summary", None, f"rank {r['rank']} exited with {r['signal']}")
+    return None
+
+
+def bad_context(good: Tables, good_facts: dict[str, Fact], bad: Tables, d: Diagnosis) -> BadContext:
+    timeouts = bad.events.filter((pl.col("kind") == K.collective_timeout) & pl.col("timeout_ms").is_not_null())
+    timeout_lines: dict[int, Quote] = {}
+    for r in timeouts.sort("source", "line").iter_rows(named=True):
+        timeout_lines.setdefault(int(r["timeout_ms"]), quote(r))
+    hosts = good_facts.get("shape:hosts")
+    return BadContext(
+        category=str(d.category),
+        failure_lines=(failure := _failure_lines(bad, d)),
+        culprit_ranks=tuple(d.culprit_ranks),
+        culprit_hosts={
+            int(r["rank"]): str(r["host"]) for r in d.ranks if r["rank"] in d.culprit_ranks and r.get("host")
+        },
+        good_world_size=good.world_size,
+        good_hosts=frozenset(good.lines["host"].drop_nulls().unique().to_list()) if hosts else frozenset(),
+        timeout_lines=timeout_lines,
+        native_crash=_native_crash(bad, d),
+        api_error=api_error(failure),
+        unread_settings={str(k): str(v) for k, v in env_knowledge().get("unread", {}).items()},
+    )
+
+
+def _pair(
+    good: dict[str, Fact], bad: dict[str, Fact], good_t: Tables, bad_t: Tables
+) -> tuple[list[Difference], list[tuple[str, str]], int, list[str]]:
+    diffs: list[Difference] = []
+    same: list[tuple[str, str]] = []
+    notes: list[str] = []
+    compared = 0
+    for key in [*good, *(k for k in bad if k not in good)]:
+        g, b = good.get(key), bad.get(key)
+        fact = g or b
+        assert fact is not None
+        if g is not None and b is not None:
+            compared += 1
+            if g.value == b.value:
+                if not g.paired_only:
+                    same.append((g.what, g.value))
+                continue
+        elif fact.paired_only or fact.section == "nccl":
+            continue
+        unset = NOT_SET if _unset_in(good_t if g is None else bad_t, fact) else None
+        diffs.append(
+            Difference(
+                fact.what,
+                fact.family,
+                fact.section,
+                g.value if g else unset,
+                b.value if b else unset,
+                good_evidence=g.evidence if g else None,
+                bad_evidence=b.evidence if b else None,
+            )
+        )
+    for side, mine, other in (("GOOD", good, bad), ("BAD", bad, good)):
+        if any(f.section == "nccl" for f in mine.values()) and not any(f.section == "nccl" for f in other.values()):
+            notes.append(
+                f"Only {side}'s logs show NCCL's choices (NCCL_DEBUG=INFO): transports, interfaces and channels "
+                "are not compared."
+            )
+    return diffs, same, compared, notes
+
+
+def _one_sided(d: Difference) -> Difference:
+    """A fact only one run's logs show is no known change (the other run may just not have logged it)."""
+    if (d.good is None or d.bad is None) and not d.linked and d.relevance != "none":
+        side = "BAD" if d.good is None else "GOOD"
+        why = f"only {side}'s logs show it: cannot tell whether it changed"
+        return Difference(**{**d.__dict__, "relevance": "none", "why": why})
+    return d
+
+
+def _unset_in(other: Tables, fact: Fact) -> bool:
+    """A variable stated in a file (an env dump, a launch script) that the other run has too, without it: it was
+    not set there."""
+    if not fact.key.startswith("setting:") or fact.evidence is None:
+        return False
+    name = fact.evidence.file.rsplit("/", 1)[-1]
+    return any(src.rsplit("/", 1)[-1] == name for src in (*other.sources, *other.code_sources))
+
+
+def _fold(diffs: list[Difference]) -> list[Difference]:
+    """The same change under several names (hosts, rank pairs) is one difference that lists the others."""
+    groups: dict[tuple, list[Difference]] = {}
+    for d in diffs:
+        groups.setdefault((d.family, d.good, d.bad, d.relevance, d.linked), []).append(d)
+    out = []
+    for members in groups.values():
+        first = members[0]
+        also = tuple(m.what for m in members[1:]) + first.also
+        out.append(Difference(**{**first.__dict__, "also": also}) if also else first)
+    return out
+
+
+def _rank_key(d: Difference) -> tuple:
+    return (RELEVANCE.index(d.relevance), not d.linked, family_order(d.family), d.what)
+
+
+def headline(good: RunSummary, bad: RunSummary, diffs: list[Difference], compared: int) -> str:
+    if not bad.failed:
+        verdict = "BAD shows no failure ncclpm can name."
+    elif bad.category == Category.UNKNOWN:
+        verdict = "BAD failed; its diagnosis names no cause."
+    else:
+        verdict = f"BAD failed with `{bad.category}`."
+    top = [d for d in diffs if d.relevance in ("high", "medium")]
+    if top:
+        d = top[0]
+        lead = "Most likely explained by" if bad.failed else "The difference that matters most:"
+        return f"{verdict} {lead} {d.what}: `{d.good or 'not seen'}` in GOOD, `{d.bad or 'not seen'}` in BAD - {d.why}."
+    minor = [d for d in diffs if d.relevance == "low"]
+    if minor:
+        return (
+            f"{verdict} Only minor differences ({', '.join(d.what for d in minor[:3])}): none is a likely cause; "
+            "the failure did not come from a change ncclpm can see."
+        )
+    return (
+        f"{verdict} No difference between GOOD and BAD bears on it: {compared} facts (versions, settings, shape, "
+        "NCCL's choices) compared, the rest differs only in what cannot matter (times, pids, paths, where BAD "
+        "stopped). The failure did not come from a change of configuration ncclpm can see: look at what happened only "
+        "in BAD (its diagnosis below; a rank killed from outside, a node, a transient fault)."
+    )
+
+
+def same_work_note(good_t: Tables, good: RunSummary, bad_t: Tables, bad_d: Diagnosis) -> str | None:
+    """When BAD blames a rank's work outside collectives and GOOD's same rank did the same work and completed, say
+    so: that work alone does not explain BAD's failure."""
+    if good.failed or str(bad_d.category) != "slow_rank_work" or not bad_d.culprit_ranks:
+        return None
+    work = pl.col("kind") == K.activity
+    for rank in bad_d.culprit_ranks:
+        bad_work = bad_t.events.filter(work & (pl.col("rank") == rank))["detail"].drop_nulls().str.to_lowercase()
+        same = good_t.events.filter(
+            work & (pl.col("rank") == rank) & pl.col("detail").str.to_lowercase().is_in(bad_work.to_list())
+        )
+        if not same.is_empty():
+            r = same.sort("source", "line").row(0, named=True)
+            return (
+                f"GOOD's rank {rank} did the same work ({r['detail']}, {r['source']}:{r['line']}) and GOOD completed: "
+                "that work alone does not explain BAD's failure; what differs between the runs is listed below."
+            )
+    return None
+
+
+def compare(good_t: Tables, good_d: Diagnosis, bad_t: Tables, bad_d: Diagnosis) -> DiffReport:
+    good_facts, bad_facts = run_facts(good_t), run_facts(bad_t)
+    diffs, same, compared, notes = _pair(good_facts, bad_facts, good_t, bad_t)
+    diffs += progress_differences(good_t, bad_t)
+    ctx = bad_context(good_t, good_facts, bad_t, bad_d)
+    judged = sorted(_fold([_one_sided(judge(d, ctx)) for d in diffs]), key=_rank_key)
+    good, bad = summarize(good_t, good_d), summarize(bad_t, bad_d)
+    warnings = [f"GOOD: {w}" for w in good_d.warnings] + [f"BAD: {w}" for w in bad_d.warnings]
+    note = same_work_note(good_t, good, bad_t, bad_d)
+    if note:
+        notes.append(note)
+    if good.failed and good.category != Category.UNKNOWN:
+        notes.insert(0, f"GOOD failed too (`{good.category}`: {good.summary}): the differences are not a before/after.")
+    return DiffReport(
+        good=good,
+        bad=bad,
+        differences=tuple(judged),
+        same=tuple(same),
+        headline=headline(good, bad, judged, compared),
+        compared=compared,
+        warnings=tuple(warnings),
+        notes=tuple(notes),
+    )

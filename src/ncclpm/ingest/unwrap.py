@@ -1,0 +1,116 @@
+"""Re-join log lines a terminal or a copy cut at a fixed width, in files as well as pastes.
+
+A hard wrap cuts a long line at column W wherever it falls - often mid-token: `...NumelOut=524290048, Timeo` +
+`ut(ms)=600000) ran for 600055 milliseconds`. Catalog patterns need the whole line, so a kept (anchored) line
+is glued to the physical line after it when all of these hold:
+- it is at least `MIN_WIDTH` long and ends inside a token (a letter, digit, `_`, `(`, `=`, `,` or `.`);
+- the next line does not start like a log line (an envelope's head: `[rank3]:`, `[E1218 `, `host:pid:tid
+  [dev]`, ISO time...; or a traceback line) and starts inside a token too (no leading space, no bracket);
+- the next line is shorter than W (a tail, not another full line);
+- W is a width the file cuts at: at least two such cut lines share it, or it is a terminal's usual width.
+Only the anchored line and the one after it are looked at: the rest of the file is never materialised.
+
+Small texts (what users copy out of a terminal) are re-joined whole before the prefilter (`unwrap_lines`), so a
+line cut into several pieces - or cut inside an anchor - is read too: the wrap width is the length most lines
+end at when the next line continues them, and every piece of exactly that width is glued to the next.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import re
+from collections import Counter
+
+import polars as pl
+
+from ncclpm.ingest.envelopes import to_python
+
+MIN_WIDTH = 60
+TERMINAL_WIDTHS = (80, 94, 100, 120, 132, 160, 200)
+_ENDS_IN_TOKEN = r"[\w(=,.:/-]$"
+_STARTS_IN_TOKEN = r"^[\w)=,.:/-]"
+_TRACEBACK = r"^(?:Traceback \(most|\s+File \"|\s*$)"
+_TRACEBACK_PY = re.compile(r"Traceback \(most|\s+File \"")
+_ENDS_IN_TOKEN_PY = re.compile(_ENDS_IN_TOKEN)
+_STARTS_IN_TOKEN_PY = re.compile(_STARTS_IN_TOKEN)
+_RULE_PY = re.compile(r"[=*#~\s-]+")  # a rule line of a summary block (`=====`) is complete as it is
+
+
+def rejoin_wrapped(lf: pl.LazyFrame, hit: pl.Expr, line_start: str) -> pl.LazyFrame:
+    """The lines where `hit` holds (plus nothing else), each glued to its wrapped tail when it has one.
+    `line_start` is the envelopes' head regex (polars dialect): a line starting with one is never a tail; without
+    it nothing is re-joined."""
+    if not line_start:
+        return lf.filter(hit)
+    kept = lf.with_columns(hit.alias("_hit")).filter(pl.col("_hit") | pl.col("_hit").shift(1).fill_null(False))
+    raw, nxt = pl.col("raw"), pl.col("raw").shift(-1)
+    width = raw.str.len_chars()
+    tail = (
+        pl.col("_hit")
+        & (pl.col("line").shift(-1) == pl.col("line") + 1)
+        & (width >= MIN_WIDTH)
+        & raw.str.contains(_ENDS_IN_TOKEN)
+        & nxt.str.contains(_STARTS_IN_TOKEN).fill_null(False)
+        & ~nxt.str.contains(f"^(?:{line_start})" if line_start else "^$").fill_null(True)
+        & ~nxt.str.contains(_TRACEBACK).fill_null(True)
+        & (nxt.str.len_chars() < width)
+    )
+    shared = pl.col("_cut").count().over("_cut") >= 2  # over a materialised column: an expression key miscounts
+    glue = pl.col("_cut").is_not_null() & (shared | pl.col("_cut").is_in(TERMINAL_WIDTHS))
+    return (
+        kept.with_columns(pl.when(tail).then(width).alias("_cut"))
+        .with_columns(glue.alias("_glue"))
+        .with_columns(
+            pl.when(pl.col("_glue")).then(pl.concat_str(raw, nxt)).otherwise(raw).alias("raw"),
+            pl.col("_glue").shift(1).fill_null(False).alias("_tail"),
+        )
+        .filter(pl.col("_hit") & ~pl.col("_tail"))
+        .drop("_hit", "_cut", "_glue", "_tail")
+    )
+
+
+def hard_wrap_width(lines: list[str], start: re.Pattern[str]) -> int | None:
+    """The width a text was hard-wrapped at, if it was: the length most lines end at when the next line
+    continues them (does not start like a log line, is not blank, does not start with a space)."""
+    cuts = Counter(len(a) for a, b in itertools.pairwise(lines) if len(a) >= MIN_WIDTH and _continues(b, start))
+    if not cuts:
+        return None
+    width, n = cuts.most_common(1)[0]
+    return width if n >= 2 or width in TERMINAL_WIDTHS else None
+
+
+def unwrap_lines(lines: list[str], start: re.Pattern[str]) -> list[tuple[int, str]]:
+    """(first physical line number, re-joined text) for a hard-wrapped text; every line as is otherwise."""
+    width = hard_wrap_width(lines, start)
+    out: list[tuple[int, str]] = []
+    piece = ""  # the previous physical line
+    for number, line in enumerate(lines, start=1):
+        if out and width is not None and len(piece) == width and _cut(piece, line, start, chained=True):
+            out[-1] = (out[-1][0], out[-1][1] + line)
+        else:
+            out.append((number, line))
+        piece = line
+    return out
+
+
+def _continues(line: str, start: re.Pattern[str]) -> bool:
+    return bool(line) and not line[0].isspace() and not start.match(line) and not _TRACEBACK_PY.match(line)
+
+
+def _cut(line: str, tail: str, start: re.Pattern[str], chained: bool = False) -> bool:
+    """`line` looks cut at its end and `tail` looks like its continuation (in a chain of pieces, the next piece
+    may be as long as the cut one)."""
+    return (
+        len(line) >= MIN_WIDTH
+        and (len(tail) < len(line) or (chained and len(tail) == len(line)))
+        and _continues(tail, start)
+        and bool(_ENDS_IN_TOKEN_PY.search(line) and _STARTS_IN_TOKEN_PY.match(tail))
+        and not _RULE_PY.fullmatch(line)
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def python_start(line_start: str) -> re.Pattern[str]:
+    """The envelopes' head regex (polars dialect) as a compiled Python pattern anchored at the line start."""
+    return re.compile(f"^(?:{to_python(line_start)})")

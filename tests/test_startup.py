@@ -1,0 +1,58 @@
+"""Start-up: help, version and usage errors answer without importing polars (it costs most of a tiny run)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+_CHILD = """
+import json, sys
+from ncclpm.cli import main
+try:
+    main(sys.argv[1:], prog_name="ncclpm")
+    code = 0
+except SystemExit as exc:
+    code = exc.code
+print(json.dumps({"code": code, "polars": "polars" in sys.modules}), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["--help"], 0),
+        (["--version"], 0),
+        (["diagnose", "--help"], 0),
+        (["triage", "--help"], 0),
+        (["diagnose"], 2),  # missing PATHS
+        (["diagnose", "-f", "pdf", "x"], 2),
+        (["no-such-command"], 2),
+    ],
+)
+def test_help_and_usage_errors_import_no_polars(args: list[str], code: int) -> None:
+    res = subprocess.run([sys.executable, "-c", _CHILD, *args], capture_output=True, text=True, timeout=60)
+    out = json.loads(res.stderr.strip().splitlines()[-1])
+    assert out == {"code": code, "polars": False}, res.stderr[-500:]
+
+
+def test_the_format_list_is_the_renderers() -> None:
+    from ncclpm.cli import FORMATS
+    from ncclpm.render import RENDERERS
+
+    assert tuple(sorted(RENDERERS)) == FORMATS
+
+
+def test_import_ncclpm_is_lazy_but_complete() -> None:
+    code = "import sys, ncclpm; a = 'polars' in sys.modules; ncclpm.diagnose; ncclpm.Diagnosis; print(a)"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert res.stdout.strip() == "False"
+
+
+def test_the_band_list_is_the_bands() -> None:
+    from ncclpm.cli import BANDS
+    from ncclpm.schema import Band
+
+    assert tuple(str(b) for b in Band) == BANDS

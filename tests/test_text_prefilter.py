@@ -1,0 +1,63 @@
+"""The line prefilter: one regex alternation of the catalog anchors keeps exactly the lines `contains_any` keeps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from ncclpm.api import catalog
+from ncclpm.ingest.lines import anchor_regex
+from ncclpm.sources.discover import _mostly_control
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_anchor_regex_keeps_the_same_lines_as_contains_any() -> None:
+    anchors = list(catalog().anchors)
+    lines = [*anchors, *(f"x {a} y" for a in anchors), "a.b", "(x)", "[rank0]:", "\\", "a|b", "$HOME ^"]
+    for p in sorted((ROOT / "tests" / "cases").rglob("*.log"))[:200]:
+        lines += p.read_text(encoding="utf-8", errors="replace").splitlines()
+    s = pl.Series(lines)
+    assert s.str.contains(anchor_regex(tuple(anchors))).equals(s.str.contains_any(anchors))
+    assert s.str.contains(anchor_regex(("a.b", "(x)", "a|b"))).sum() == 3  # metacharacters are literal
+
+
+def test_control_byte_count_is_the_plain_definition() -> None:
+    samples = [
+        bytes(range(256)) * 32,
+        b"log line\n" * 900,
+        b"\x00" * 8192,
+        b"\x01" * 9 + b"a" * 80,
+        b"",
+        b"\x1b[0m" * 50,
+    ]
+    for s in samples:
+        slow = sum(1 for b in s if b < 9 or 13 < b < 32) > max(8, len(s) // 10)
+        assert _mostly_control(s) == slow
+
+
+def test_big_and_gzipped_files_read_in_blocks_give_the_same_lines(tmp_path: Path, monkeypatch) -> None:
+    import gzip
+
+    from ncclpm.ingest import lines as lines_mod
+    from ncclpm.sources.discover import collect
+
+    logs = sorted((ROOT / "tests" / "cases").rglob("*.log"))[:40]
+    text = b"".join(p.read_bytes() for p in logs)
+    (tmp_path / "big.log").write_bytes(text + b"tail without newline NCCL WARN x")
+    (tmp_path / "z.log.gz").write_bytes(gzip.compress(text))
+    (tmp_path / "bad.log").write_bytes(text[:5000] + b"\xff\xfe NCCL WARN broken utf8\n" + text[5000:9000])
+    anchors = list(catalog().anchors)
+    job = collect([tmp_path])
+    whole_w: list[str] = []
+    monkeypatch.setattr(lines_mod, "CHUNK_BYTES", 1 << 40)  # nothing is big: the whole-file readers
+    monkeypatch.setattr(lines_mod, "_is_big", lambda s: False)
+    whole = lines_mod.read_kept_lines(job.of_kind("text"), anchors, whole_w)
+    monkeypatch.undo()
+    monkeypatch.setattr(lines_mod, "CHUNK_BYTES", 4096)  # every file in many blocks
+    monkeypatch.setattr(lines_mod, "_is_big", lambda s: True)
+    block_w: list[str] = []
+    blocks = lines_mod.read_kept_lines(job.of_kind("text"), anchors, block_w)
+    assert whole.height > 100 and blocks.equals(whole)
+    assert sorted(block_w) == sorted(whole_w) and any("bad.log" in w for w in block_w)

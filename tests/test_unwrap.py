@@ -1,0 +1,63 @@
+"""Lines a terminal hard-wrapped are re-joined in files (not only in pastes), and nothing else is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ncclpm.api import build, diagnose
+from tests.real_issues import corpus_dir
+
+WATCHDOG = (
+    "[rank{r}]:[E ProcessGroupNCCL.cpp:563] [Rank {r}] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=15037, OpType=_ALLGATHER_BASE, NumelIn=131072512, NumelOut=524290048, Timeout(ms)=600000) "
+    "ran for 6000{r}5 milliseconds before timing out."
+)
+
+
+def _wrap(line: str, width: int) -> list[str]:
+    return [line[i : i + width] for i in range(0, len(line), width)]
+
+
+def _timeouts(path: Path) -> list[int]:
+    t = build([path])
+    return sorted(t.events.filter(t.events["kind"] == "collective_timeout")["rank"].to_list())
+
+
+@pytest.mark.parametrize("width", [80, 94, 132, 183])
+def test_watchdog_lines_cut_at_a_terminal_width_are_read_whole(tmp_path: Path, width: int) -> None:
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(piece for r in (1, 2, 3) for piece in _wrap(WATCHDOG.format(r=r), width)) + "\n")
+    assert _timeouts(log) == [1, 2, 3]
+
+
+def test_full_lines_of_one_width_are_not_glued(tmp_path: Path) -> None:
+    # NCCL INFO lines of the same length, then a shorter log line: all are lines of their own.
+    lines = [
+        f"node0{i}:21{i}:3{i} [{i}] NCCL INFO Channel 0{i}/0 : 0[101c0] -> 1[101d0] via P2P/IPC/read" for i in range(4)
+    ]
+    lines.append("node01:2119:2119 [1] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer")
+    lines.append("Use NCCL_DEBUG=INFO for more details")  # a plain line after a long one, but not a tail
+    log = tmp_path / "nccl.log"
+    log.write_text("\n".join(lines) + "\n")
+    t = build([log])
+    messages = t.lines["message"].to_list()
+    assert "misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer" in messages
+    assert not [m for m in messages if "peerUse" in m]
+
+
+def test_a_traceback_after_a_long_line_is_not_glued(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    first = WATCHDOG.format(r=1)
+    log.write_text(f'{first}\nTraceback (most recent call last):\n{first}\n  File "x.py", line 1, in f\n')
+    assert _timeouts(log) == [1, 1]
+
+
+@pytest.mark.skipif(corpus_dir() is None, reason="../shared/corpus/real-issues not present")
+def test_the_real_hard_wrapped_torchtune_log_is_read() -> None:
+    """torchtune#1165 (corpus d058): `...NumelOut=524290048, Timeo` / `ut(ms)=600000) ran for ...`."""
+    log = corpus_dir() / "d058" / "train.log"  # type: ignore[operator]
+    assert _timeouts(log) == [1, 2, 3]
+    d = diagnose([log])
+    assert d.failing_collective and d.failing_collective["timeout_ms"] == 600000
