@@ -101,19 +101,19 @@ _BACKTICKS = re.compile(r"`+")
 # Markdown outside code is escaped with backslashes, never with entities: `\<` renders `<` and opens no tag,
 # `\&` keeps `&lt;` from being decoded, and the raw text stays readable in a terminal (no `&lt;` in it).
 _MD_ENTITY = re.compile(r"&(?=#?\w+;)")
-_MD_BLOCK_START = re.compile(r"^(\s*)([#>+\-*=|]|(?<=\d)[.)])|^(\s*\d{1,9})([.)])")
+_MD_BLOCK_START = re.compile(r"^(\s*)([#>])")  # a heading or a quote where a value starts a line (after `- `)
 
 
 def _md_outside_code(text: str, block: bool = True) -> str:
     """Text outside any code span: backslashes and backticks escaped (neither can start anything), no HTML or
     autolink (`<` escaped), no entity (`&` escaped where it would start one), no link or image (`](` broken), no
-    block (a leading `#`, `>`, list marker escaped - unless `block` is False: a table cell or the middle of a
-    line holds inline content only); nothing else changed."""
+    heading or quote (a leading `#`, `>` escaped - unless `block` is False: a table cell holds inline content
+    only); nothing else changed."""
     text = text.replace("\\", "\\\\").replace("`", "\\`").replace("<", "\\<")
     text = _MD_ENTITY.sub(r"\\&", text).replace("](", "]\\(")
     if not block:
         return text
-    return _MD_BLOCK_START.sub(lambda m: (m[1] or m[3] or "") + "\\" + (m[2] or m[4]), text, count=1)
+    return _MD_BLOCK_START.sub(r"\1\\\2", text, count=1)
 
 
 def md_text(value: Any) -> Escaped:
