@@ -223,7 +223,7 @@ def test_a_code_file_name_is_escaped_in_the_reports(tmp_path: Path) -> None:
     (tmp_path / "rank0.log").write_text("[rank0]: training done\n")
     d = diagnose([tmp_path])
     assert d.code_files and d.settings[0]["file"].startswith("<img")
-    assert "<img" not in render(d, "md") and "<img" not in render(d, "html")
+    assert "<img" not in render(d, "md").replace("\\<", "") and "<img" not in render(d, "html")  # `\\<` shows `<`
 
 
 REAL_SNIPPETS = [
