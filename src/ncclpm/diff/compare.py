@@ -41,8 +41,7 @@ def summarize(t: Tables, d: Diagnosis) -> RunSummary:
         decisive=tuple(Quote(e.file, e.line, e.text) for e in d.decisive[:4]),
         sources=d.n_sources,
         world_size=d.world_size,
-        failed=d.category.names_a_cause
-        or not (t.tracebacks.is_empty() and exits.is_empty() and errors.is_empty()),
+        failed=d.category.names_a_cause or not (t.tracebacks.is_empty() and exits.is_empty() and errors.is_empty()),
     )
 
 
