@@ -178,7 +178,7 @@ def test_nothing_readable_is_still_a_valid_record(tmp_path: Path) -> None:
     junk.write_bytes(bytes(range(256)) * 64)
     d = diagnose([junk]).to_dict()
     _check(d)
-    assert d["category"] == "not_a_training_log" and d["sources"] == 0 and d["warnings"]
+    assert d["category"] == "unknown" and d["sources"] == 0 and d["warnings"]
 
 
 def test_pasted_text_record(tmp_path: Path) -> None:

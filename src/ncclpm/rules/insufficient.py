@@ -123,10 +123,12 @@ class InsufficientEvidence(Rule):
 
 def _nothing_recognised(t: Tables) -> bool:
     """No line read as anything (not even a Python frame), no dump, no stack: the input is not a distributed job's
-    log. A line that merely holds an anchor word (a package list naming `torch`) is not recognised."""
+    log. A line that merely holds an anchor word (a package list naming `torch`) is not recognised. With no source
+    read at all (an empty or broken archive) nothing was looked at: that stays `unknown`, with the warnings."""
     stacks = t.extra.get("stacks")
     return (
-        t.events.is_empty()
+        bool(t.sources)
+        and t.events.is_empty()
         and t.tracebacks.is_empty()
         and t.elastic.is_empty()
         and t.fr is None
