@@ -33,7 +33,21 @@ def _notice(name: str, output: str) -> str | None:
     return None
 
 
-def run_target(name: str, examples: int, seed: int) -> dict:
+def _cap_memory(extra_mb: int) -> None:
+    """Address space capped at what the warmed-up process has plus `extra_mb`: a blow-up becomes a MemoryError
+    (a finding) instead of a machine out of memory."""
+    status = Path("/proc/self/status")
+    if extra_mb > 0 and status.exists():
+        import re
+        import resource
+
+        vm = int(re.search(r"VmSize:\s+(\d+) kB", status.read_text()).group(1)) << 10
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]  # the soft limit only: the next target may raise it
+        soft = vm + (extra_mb << 20)
+        resource.setrlimit(resource.RLIMIT_AS, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+
+
+def run_target(name: str, examples: int, seed: int, memory_mb: int = 0, trace_dir: str | None = None) -> dict:
     os.nice(19)
     from hypothesis import HealthCheck, given, settings
     from hypothesis import seed as hypothesis_seed
@@ -55,6 +69,8 @@ def run_target(name: str, examples: int, seed: int) -> dict:
     def check(value: object) -> None:
         nonlocal count
         count += 1
+        if trace_dir:  # the input being tried, kept when the process dies (a segfault, a Rust abort)
+            Path(trace_dir, f"{name}.last").write_text(repr(value)[:1_000_000])
         first = target.run(value)
         assert target.run(value) == first, "same input, different output"
         if (note := _notice(name, first)) is not None:
@@ -62,6 +78,8 @@ def run_target(name: str, examples: int, seed: int) -> dict:
 
     start = time.perf_counter()
     try:
+        target.run(target.known[0]) if target.known else None  # warm up (polars threads, seeds) before the cap
+        _cap_memory(memory_mb)
         for known in target.known:
             assert target.run(known) == target.run(known), f"known input {known!r}: different output"
         check()
@@ -87,6 +105,8 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=1, help="processes (targets run in parallel)")
     ap.add_argument("--seed", type=int, default=random.SystemRandom().randrange(2**32))
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--trace-dir", help="write each target's current input to DIR/<target>.last")
+    ap.add_argument("--memory-mb", type=int, default=2048, help="address space per process past the warm-up (0: none)")
     args = ap.parse_args()
     names = args.targets.split(",") if args.targets else list(TARGETS)
     print(f"seed {args.seed}, {len(names)} targets, {args.jobs} process(es)", flush=True)
@@ -94,7 +114,7 @@ def main() -> int:
     order = sorted(names, key=lambda n: -budget[n] * (5 if n.startswith(("parse", "log", "job")) else 1))
     results = []
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        futures = [pool.submit(run_target, n, budget[n], args.seed) for n in order]
+        futures = [pool.submit(run_target, n, budget[n], args.seed, args.memory_mb, args.trace_dir) for n in order]
         for fut in futures:
             r = fut.result()
             results.append(r)

@@ -6,6 +6,10 @@
   Markdown report. Besides "no exception, same output twice": every source name is one printable line, no two
   sources share a name, and every file is either a source or named in a warning (nothing lost silently).
 - archive_member_names: a tar whose member names are random (duplicates included): same checks.
+- zip_member_names: the same in a zip (names stored as raw bytes, no UTF-8 flag: read as cp437).
+- job_folder_names: a folder of jobs with random names (and a stray file) through `find_jobs` and `ncclpm
+  diagnose`: every job found once with a printable name, the strays named; diagnose refuses the folder (exit 2,
+  the jobs share rank 0) or reads it, and nothing it prints acts on a terminal.
 - escapes: random text through every escape function, and the result through markdown-it: no HTML, link, image
   or line break from the text, nothing a terminal acts on.
 - paste_text: random text with fences, backticks, quotes and entities through `normalise_paste`.
@@ -19,18 +23,22 @@ import os
 import tarfile
 import tempfile
 import unicodedata
+import zipfile
 from pathlib import Path
 
+from click.testing import CliRunner
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
 from ncclpm import escape
 from ncclpm.api import catalog
+from ncclpm.cli import main
 from ncclpm.engine import diagnose_tables
 from ncclpm.ingest.tables import build_tables
 from ncclpm.render import render
 from ncclpm.sources import paste
 from ncclpm.sources.discover import collect
+from ncclpm.triage import find_jobs
 
 NAME_PIECES = [
     b"rank3.log",
@@ -109,7 +117,54 @@ def run_member_names(members: list[tuple[bytes, int]]) -> str:
         return _checked(d, 1)
 
 
+def run_zip_member_names(members: list[tuple[bytes, int]]) -> str:
+    with tempfile.TemporaryDirectory(prefix="ncclpm-fuzz-") as d:
+        buf = io.BytesIO()
+        names = [name or b"x" for name, _ in members]
+        with zipfile.ZipFile(buf, "w") as zf:  # ASCII stand-ins of the same length, replaced by the raw bytes
+            for i, (name, (_, line)) in enumerate(zip(names, members, strict=True)):
+                zf.writestr(f"{i:04d}".ljust(len(name), "_")[: max(len(name), 4)], LINES[line % len(LINES)] or b"x\n")
+        data = buf.getvalue()
+        for i, name in enumerate(names):
+            stand_in = f"{i:04d}".ljust(len(name), "_")[: max(len(name), 4)].encode()
+            data = data.replace(stand_in, name.ljust(len(stand_in), b"_"))
+        Path(d, "job.zip").write_bytes(data)
+        return _checked(d, 1)
+
+
 TERMINAL = ("\x1b", "\x9b", "\x07", "\u202e", "\u2066")
+
+
+def run_job_folder_names(args: tuple[list[bytes], bytes]) -> str:
+    names, stray = args
+    with tempfile.TemporaryDirectory(prefix="ncclpm-fuzz-") as d:
+        root = os.fsencode(d) + b"/jobs"
+        os.mkdir(root)
+        made = []
+        for i, name in enumerate(dict.fromkeys(n for n in names if n not in (b".", b".."))):
+            os.mkdir(root + b"/" + name)
+            with open(root + b"/" + name + b"/console.log", "w") as fh:
+                fh.write(LINES[i % 2].decode().replace("[rank1]", "[rank0]").replace("[rank2]", "[rank0]"))
+            made.append(name)
+        if stray not in (b".", b"..", *made):
+            with open(root + b"/" + stray, "w") as fh:
+                fh.write("notes\n")
+        warnings: list[str] = []
+        jobs = find_jobs([os.fsdecode(root)], warnings)
+        shown = [j.name for j in jobs]
+        assert len(set(shown)) == len(shown), shown
+        for text in (*shown, *warnings):
+            assert not any(unicodedata.category(c) in INVISIBLE for c in text), text
+        res = CliRunner().invoke(main, ["diagnose", os.fsdecode(root), "-f", "md"])
+        assert res.exit_code in (0, 2), (res.exit_code, res.output[-2000:])
+        assert not any(c in res.output for c in TERMINAL), res.output[-2000:]
+        if res.exit_code == 2:
+            assert "separate jobs" in res.stderr and "ncclpm triage" in res.stderr, res.stderr
+        else:
+            assert len(made) < 2 or "separate jobs" not in res.stderr, res.stderr
+        tmp = escape.clean_name(os.fsdecode(root))  # (the temporary folder's name differs from run to run)
+        relative = [x.replace(tmp, "JOBS") for x in (*shown, *warnings, res.output)]
+        return json.dumps([relative[: len(shown)], sorted(relative[len(shown) : -1]), res.exit_code, relative[-1]])
 
 
 def run_escapes(text: str) -> str:
@@ -178,6 +233,18 @@ TARGET_SPECS = {
         6,
         2_000,
         ([(b"\xc2\x9b", 0)], [(b"\xef\xbb\xbf", 0)]),  # a C1 control (8-bit CSI), a BOM: in names before
+    ),
+    "zip_member_names": (
+        st.lists(st.tuples(name_bytes, st.integers()), min_size=1, max_size=6),
+        run_zip_member_names,
+        6,
+        2_000,
+    ),
+    "job_folder_names": (
+        st.tuples(st.lists(name_bytes, min_size=1, max_size=6), name_bytes),
+        run_job_folder_names,
+        4,
+        1_000,
     ),
     "escapes": (
         st.one_of(

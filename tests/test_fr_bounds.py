@@ -231,3 +231,16 @@ def test_scan_admits_real_dumps_and_refuses_each_hostile_shape() -> None:
     assert "memo table bomb" in reasons["memo_index_trace_rank_0"]
     assert "reference bomb" in reasons["pg_config_bomb_trace_rank_0"]
     assert "refused global posix.system" in (_verdict_py(b"\x80\x02cposix\nsystem\n.") or "")
+
+
+@pytest.mark.parametrize("field", ["collective_seq_id", "profiling_name", "time_created_ns", "is_p2p"])
+def test_a_deep_json_value_where_a_scalar_belongs_is_refused_at_once(field: str) -> None:
+    """Found by the dump_depth fuzz target: a 400-deep list as a JSON dump's scalar kept polars busy 8 s before it
+    refused it (900 deep: minutes, ~n^3); the scalar columns of JSON dumps are checked first."""
+    dump = {"version": "2.10", "pg_config": {}, "entries": [{"record_id": 0, "collective_seq_id": 1, field: "@"}]}
+    data = json.dumps(dump).replace('"@"', "[" * 400 + "]" * 400).encode()
+    fr = load_fr_dumps([("deep_trace_rank_0.json", data), ("fr_trace_rank_1", REAL_DUMP.read_bytes())])
+    assert list(fr.warnings) == [
+        f"deep_trace_rank_0.json: skipped, entries have unexpected types (a list or dict as {field})"
+    ]
+    assert set(fr.entries["rank"].to_list()) == {1}

@@ -35,6 +35,7 @@ from ncclpm.ingest.multiline import parse_elastic_summaries, stitch_tracebacks
 from ncclpm.ingest.selftest import parse_one
 from ncclpm.ingest.tables import build_tables
 from ncclpm.sources.discover import Source, collect
+from tests.fuzz_dumps import TARGET_SPECS as DUMP_TARGETS
 from tests.fuzz_inputs import TARGET_SPECS as INPUT_TARGETS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -529,6 +530,7 @@ TARGETS: dict[str, Target] = {
 }
 
 TARGETS.update({name: Target(*spec) for name, spec in INPUT_TARGETS.items()})  # names, escapes, pastes
+TARGETS.update({name: Target(*spec) for name, spec in DUMP_TARGETS.items()})  # self-reference, depth, bombs, types
 
 CI = settings(
     deadline=None,

@@ -143,6 +143,60 @@ def test_a_few_jobs_beside_a_loose_log_are_still_one_job(tmp_path: Path, extra: 
     assert len(find_jobs([tmp_path])) == 1
 
 
+def _diagnose_cli(*args: object) -> object:
+    return CliRunner().invoke(main, ["diagnose", *map(str, args)])
+
+
+def test_diagnose_refuses_a_folder_of_jobs_and_points_at_triage(tmp_path: Path) -> None:
+    """60 jobs, a stray x.log and an empty rank0/: one merged verdict ('dataloader_hang on ranks 0-3', exit 0)
+    before; now exit 2, the jobs counted, the evidence, the stray named, `ncclpm triage DIR` suggested."""
+    jobs = tmp_path / "jobs"
+    _folder_of_jobs(jobs, 60)
+    (jobs / "x.log").write_text("notes of the person who collected these\n")
+    (jobs / "rank0").mkdir()
+    res = _diagnose_cli(jobs, "-o", tmp_path / "report.md")
+    assert res.exit_code == 2, res.output
+    assert "60 separate jobs (job-00, job-01, job-02, job-03, ... job-59)" in res.stderr
+    assert "rank 0 is in job-00/console.log and in job-04/console.log" in res.stderr
+    assert "x.log: in none of the 60 jobs" in res.stderr
+    assert f"ncclpm triage {jobs}" in res.stderr and "--one-job" in res.stderr
+    assert not (tmp_path / "report.md").exists()  # no report that could be taken for a verdict
+
+
+def test_diagnose_one_job_reads_them_as_one_and_says_so(tmp_path: Path) -> None:
+    _folder_of_jobs(tmp_path / "jobs", 12)
+    res = _diagnose_cli(tmp_path / "jobs", "--one-job", "-f", "json")
+    assert res.exit_code == 0, res.output
+    warnings = json.loads(res.stdout)["warnings"]
+    assert any("12 separate jobs" in w and w.endswith("read as one job (--one-job)") for w in warnings), warnings
+
+
+def test_diagnose_refuses_an_archive_of_jobs_and_two_runs_given_together(tmp_path: Path) -> None:
+    _folder_of_jobs(tmp_path / "jobs", 5)  # job-04 holds rank 0 again
+    with tarfile.open(tmp_path / "jobs.tar.gz", "w:gz") as tf:
+        tf.add(tmp_path / "jobs", arcname="jobs")
+    res = _diagnose_cli(tmp_path / "jobs.tar.gz")
+    assert res.exit_code == 2 and "5 separate jobs (job-00, job-01, job-02, job-03, job-04)" in res.stderr, res.output
+    (tmp_path / "job-04").mkdir()
+    (tmp_path / "job-04" / "console.log").write_text(OOM.format(0))
+    res = _diagnose_cli(tmp_path / "jobs" / "job-00", tmp_path / "job-04")
+    assert res.exit_code == 2 and "rank 0 is in job-00/console.log and in job-04/console.log" in res.stderr
+
+
+def test_one_job_of_many_nodes_is_still_diagnosed(tmp_path: Path) -> None:
+    """Guards: nodes of one job hold different global ranks; torchrun's per-rank folders are local ranks (every
+    node has an attempt_0/0/); one job's dumps in two formats hold the same ranks. None is several jobs."""
+    job = tmp_path / "job"
+    for i, host in enumerate(("gpu-c01", "gpu-c02", "gpu-c03")):
+        (job / host / "attempt_0" / "0").mkdir(parents=True)
+        (job / host / "attempt_0" / "0" / "stderr.log").write_text("RuntimeError: DataLoader timed out after 5 s\n")
+        (job / host / "console.log").write_text(DL.format(2 * i) + OOM.format(2 * i + 1))
+    res = _diagnose_cli(job)
+    assert res.exit_code == 0 and "separate jobs" not in res.stderr, res.output
+    res = _diagnose_cli(CASE / "fr")  # fr/fixed, fr/json, fr/raw: ranks 0-2 in each
+    assert res.exit_code == 0 and "separate jobs" not in res.stderr, res.output
+
+
 # -------------------------------------------------------------------------------- 3. text that looks odd
 
 

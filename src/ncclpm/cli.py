@@ -17,12 +17,17 @@ import shutil
 import sys
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ncclpm import __version__
 from ncclpm.escape import terminal, terminal_json
 from ncclpm.outfile import OutputError, check_output, write_text
+
+if TYPE_CHECKING:  # (no polars at start-up)
+    from ncclpm.ingest.tables import Tables
+    from ncclpm.triage.several_jobs import SeveralJobs
 
 EXIT_OK, EXIT_FAIL_ON, EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_NO_FAILURE, EXIT_NOT_A_LOG = 4, 5  # diagnose: the logs show no failure / are not a distributed job's logs
@@ -181,6 +186,7 @@ def main() -> None:
     help="Colour the text report (auto: on a terminal, unless NO_COLOR is set).",
 )
 @click.option("-v", "--verbose", is_flag=True, help="Also show internals: rules not evaluated, rivals' own summaries.")
+@click.option("--one-job", is_flag=True, help="Read PATHS as one job even when they hold several jobs.")
 def diagnose(
     paths: tuple[str, ...],
     fmt: str | None,
@@ -193,9 +199,12 @@ def diagnose(
     name: str | None,
     colour: str,
     verbose: bool,
+    one_job: bool,
 ) -> None:
-    """Diagnose one job: PATHS are a log folder, files, archives, or `-` for pasted text on stdin."""
-    from ncclpm.api import diagnose as run
+    """Diagnose one job: PATHS are a log folder, files, archives, or `-` for pasted text on stdin. A folder of
+    several jobs is refused (exit 2; `ncclpm triage` diagnoses each of them), unless --one-job is given."""
+    from ncclpm.api import build
+    from ncclpm.engine import diagnose_tables
     from ncclpm.render import render
     from ncclpm.schema import Band, Category
 
@@ -205,14 +214,10 @@ def diagnose(
     fmt = fmt or _default_format(output)
     stdin = _read_stdin() if "-" in paths else None
     files = [p for p in paths if p != "-"]
-    d = run(
-        files,
-        stdin_bytes=stdin,
-        patterns=patterns,
-        select=select,
-        ignore=ignore,
-        name=name or ("pasted text" if stdin is not None and not files else None),
-    )
+    name = name or ("pasted text" if stdin is not None and not files else None)
+    tables = build(files, stdin_bytes=stdin, patterns=patterns, name=name)
+    tables = _one_job_only(tables, files, one_job)
+    d = diagnose_tables(tables, select, ignore)
     for w in d.warnings:
         _say(f"ncclpm: warning: {w}")
     if d.n_sources == 0:  # an error: said on stderr, nothing on stdout (a pipe reading the report gets nothing)
@@ -232,6 +237,42 @@ def diagnose(
         sys.exit(EXIT_NOT_A_LOG)
     if fail_on and d.category.names_a_cause and d.band.rank >= Band(fail_on).rank:
         sys.exit(EXIT_FAIL_ON)
+
+
+def _one_job_only(tables: Tables, files: list[str], one_job: bool) -> Tables:
+    """Stop (exit 2) when the input is several jobs, saying which and how to diagnose them; with --one-job, go on
+    and say so in the report's warnings."""
+    from dataclasses import replace
+
+    from ncclpm.triage.several_jobs import describe, several_jobs
+
+    found = several_jobs(tables.sources, tables.events)
+    if found is None:
+        return tables
+    said = describe(found, files[0] if len(files) == 1 else None)
+    if one_job:
+        return replace(tables, warnings=(*tables.warnings, said + " - read as one job (--one-job)"))
+    _say(f"ncclpm: error: {said}; one verdict for all of them would be wrong")
+    for stray in found.loose[:20]:
+        _say(f"ncclpm: warning: {stray}: in none of the {len(found.jobs)} jobs (a stray file beside them)")
+    if len(found.loose) > 20:
+        _say(f"ncclpm: warning: ... and {len(found.loose) - 20} more files in none of the jobs")
+    _say(f"ncclpm:   diagnose each job:     {_triage_hint(found, files)}")
+    _say("ncclpm:   read them as one job:  add --one-job")
+    sys.exit(EXIT_INPUT)
+
+
+def _triage_hint(found: SeveralJobs, files: list[str]) -> str:
+    """`ncclpm triage DIR` when triage splits DIR into the same jobs, else the job folders one by one."""
+    from ncclpm.triage.jobs import find_jobs
+
+    if len(files) == 1 and Path(files[0]).is_dir():
+        root = Path(files[0]) / found.prefix
+        if len(find_jobs([root])) > 1:
+            return f"ncclpm triage {root}"
+        listed = [str(root / j) for j in found.jobs[:3]]
+        return "ncclpm triage " + " ".join(listed) + (" ..." if len(found.jobs) > 3 else "")
+    return "ncclpm triage PATH... (each job a folder or an archive of its own)"
 
 
 @main.command("diff")

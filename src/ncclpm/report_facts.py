@@ -21,8 +21,8 @@ def _fr_op(t: Tables, group: str, seq: int) -> str | None:
     if t.fr is None:
         return None
     ops = (
-        t.fr.entries.filter((pl.col("group_key") == group) & (pl.col("collective_seq_id") == seq))
-        .group_by("op")
+        t.fr.compact.filter((pl.col("group_key") == group) & (pl.col("collective_seq_id") == seq))
+        .group_by(pl.col("op").cast(pl.String))
         .len()
         .sort("len", "op", descending=[True, False])
     )

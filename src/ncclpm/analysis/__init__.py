@@ -11,7 +11,7 @@ from ncclpm.ingest.tables import Tables
 def analysed(t: Tables) -> Tables:
     """`t` with its flight-recorder dumps matched across ranks (`fr_analysis`); unchanged when there are none or
     when that was done already."""
-    if t.fr_analysis is not None or t.fr is None or t.fr.entries.is_empty():
+    if t.fr_analysis is not None or t.fr is None or t.fr.compact.is_empty():
         return t
     from ncclpm.analysis.fr_match import analyze_fr
 

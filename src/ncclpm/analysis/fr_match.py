@@ -35,6 +35,7 @@ Members without a dump are noted, never blamed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import polars as pl
@@ -67,6 +68,7 @@ SIZE_CHECKED_OPS = frozenset(
     }
 )
 _I = pl.Int64
+_Expand = Callable[[pl.DataFrame], pl.DataFrame]  # FRLoad.expand: ids -> values for a few rows
 
 
 @dataclass(frozen=True)
@@ -84,9 +86,14 @@ class FRAnalysis:
 
 
 def _collectives(load: FRLoad) -> pl.DataFrame:
-    """The aligned entries, in one chunk per column (the table is kept in chunks as loaded; the group_bys below
-    run ~2.5x faster on one chunk, and this projection is the only copy made)."""
-    e = load.entries.filter(~pl.col("is_p2p").fill_null(False) & (pl.col("collective_seq_id") > 0))
+    """The aligned entries (no P2P, a positive seq): a projection of the compact table (`FRLoad.compact`: text is
+    Categorical, sizes and dtypes are ids of the load's distinct values, so equal ids are equal values).  When
+    every entry is aligned, as in most jobs, the columns are shared with the table, not copied; the table stays in
+    its load chunks (the group_bys below take as long on them as on one chunk)."""
+    keep = ~pl.col("is_p2p").fill_null(False) & (pl.col("collective_seq_id") > 0).fill_null(False)
+    e = load.compact
+    if not e.select(keep.all()).item():
+        e = e.filter(keep)
     done = pl.col("retired").fill_null(False) | (pl.col("state") == "completed").fill_null(False)
     return e.select(
         "group_key",
@@ -95,35 +102,48 @@ def _collectives(load: FRLoad) -> pl.DataFrame:
         "rank",
         pl.col("collective_seq_id").alias("seq"),
         "op",
-        "input_sizes",
-        "input_dtypes",
+        "input_sizes_id",
+        "input_dtypes_id",
         "state",
         "time_created_ns",
-        "record_id",
         done.alias("done"),
-    ).rechunk()
+    )
+
+
+def _streamed(query: pl.LazyFrame) -> pl.DataFrame:
+    """A group_by over all entries, run by polars' streaming engine: in batches, so it needs a few MB where the
+    in-memory engine takes ~90 bytes per entry (45 MB at 512k entries) for one query."""
+    return query.collect(engine="streaming")
+
+
+def _text(frame: pl.DataFrame) -> pl.DataFrame:
+    """Categorical columns of an analysis result back to String (the results' schemas are String)."""
+    return frame.with_columns(pl.col(pl.Categorical).cast(pl.String))
 
 
 def _frontier(load: FRLoad, coll: pl.DataFrame, dump_ranks: pl.Series) -> pl.DataFrame:
     """One row per (group, member with dump): L = last seq reached (null if unknown), min held seq."""
     members = (
-        load.groups.select("group_key", pl.col("ranks").alias("rank"))
+        load.groups.select(pl.col("group_key").cast(pl.Categorical), pl.col("ranks").alias("rank"))
         .explode("rank")
         .drop_nulls("rank")
         .filter(pl.col("rank").is_in(dump_ranks.implode()))
         .unique()
     )
-    members = members.join(coll.select("group_key").unique(), on="group_key")  # groups with collectives
-    held = coll.group_by("group_key", "rank").agg(
-        pl.col("seq").max().alias("held_max"), pl.col("seq").min().alias("held_min")
+    held = _streamed(
+        coll.lazy()
+        .group_by("group_key", "rank")
+        .agg(pl.col("seq").max().alias("held_max"), pl.col("seq").min().alias("held_min"))
     )
+    members = members.join(held.select("group_key").unique(), on="group_key")  # groups with collectives
     pg_of = (
-        coll.group_by("group_key")
-        .agg(pl.col("pg_id").unique())
+        _streamed(coll.lazy().group_by("group_key").agg(pl.col("pg_id").unique()))
         .filter(pl.col("pg_id").list.len() == 1)
         .with_columns(pl.col("pg_id").list.first())
     )
-    status = load.status.select("rank", "pg_id", pl.col("group_key").alias("st_key"), "last_enqueued")
+    status = load.status.select(
+        "rank", "pg_id", pl.col("group_key").cast(pl.Categorical).alias("st_key"), "last_enqueued"
+    )
     out = (
         members.join(held, on=["group_key", "rank"], how="left")
         .join(pg_of, on="group_key", how="left")
@@ -135,19 +155,33 @@ def _frontier(load: FRLoad, coll: pl.DataFrame, dump_ranks: pl.Series) -> pl.Dat
 
 
 def _held(coll: pl.DataFrame) -> pl.DataFrame:
-    return (
-        coll.group_by("group_key", "seq")
+    """One row per (group, seq) held by someone: its first time and the counts of holders and of distinct ops,
+    sizes and dtypes that `_mismatch_candidates` needs (scalar aggregations only, so the query streams)."""
+    return _streamed(
+        coll.lazy()
+        .group_by("group_key", "seq")
         .agg(
-            pl.col("rank").unique().sort().alias("present_ranks"),
-            pl.col("op").mode().first(),
             pl.col("pg_desc").first(),
             pl.col("time_created_ns").min().alias("t"),
+            pl.len().alias("n"),
+            pl.col("op").n_unique().alias("n_op"),
+            pl.col("op").first().alias("op_first"),
+            pl.col("input_sizes_id").n_unique().alias("n_sizes"),
+            pl.col("input_dtypes_id").n_unique().alias("n_dtypes"),
         )
-        .sort("group_key", "seq")
+    ).sort("group_key", "seq")
+
+
+def _holders(coll: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFrame:
+    """Who holds each (group, seq) of `pairs` and the op most of them recorded (lists: only for these pairs)."""
+    keys = pairs.select("group_key", "seq").unique().lazy()
+    at = _streamed(coll.lazy().join(keys, on=["group_key", "seq"], how="semi"))
+    return at.group_by("group_key", "seq").agg(
+        pl.col("rank").unique().sort().alias("present_ranks"), pl.col("op").mode().first()
     )
 
 
-def _missing(front: pl.DataFrame, held: pl.DataFrame) -> pl.DataFrame:
+def _missing(coll: pl.DataFrame, front: pl.DataFrame, held: pl.DataFrame) -> pl.DataFrame:
     nxt = (
         front.with_columns((pl.col("L").fill_null(-1) + 1).alias("probe"))
         .sort("group_key", "probe")
@@ -160,19 +194,26 @@ def _missing(front: pl.DataFrame, held: pl.DataFrame) -> pl.DataFrame:
             check_sortedness=False,
         )
     )
-    nxt = nxt.filter(pl.col("seq").is_not_null()).join(held, on=["group_key", "seq"])
+    nxt = nxt.filter(pl.col("seq").is_not_null())
+    nxt = nxt.join(_holders(coll, nxt), on=["group_key", "seq"]).join(
+        held.select("group_key", "seq", "pg_desc", "t"), on=["group_key", "seq"]
+    )
     nxt = nxt.filter(~pl.col("present_ranks").list.contains(pl.col("rank")))
-    return nxt.select(
-        "group_key",
-        "pg_desc",
-        pl.col("seq").alias("collective_seq_id"),
-        "op",
-        pl.col("rank").alias("missing_rank"),
-        "present_ranks",
-        pl.col("L").alias("missing_last_seq"),
-        (pl.col("seq") - pl.col("L")).alias("behind_by"),
-        "t",
-    ).sort("t", "group_key", "missing_rank")
+    return (
+        _text(nxt)
+        .select(
+            "group_key",
+            "pg_desc",
+            pl.col("seq").alias("collective_seq_id"),
+            "op",
+            pl.col("rank").alias("missing_rank"),
+            "present_ranks",
+            pl.col("L").alias("missing_last_seq"),
+            (pl.col("seq") - pl.col("L")).alias("behind_by"),
+            "t",
+        )
+        .sort("t", "group_key", "missing_rank")
+    )
 
 
 def _stuck(coll: pl.DataFrame, front: pl.DataFrame, skip: pl.DataFrame) -> pl.DataFrame:
@@ -194,7 +235,7 @@ def _stuck(coll: pl.DataFrame, front: pl.DataFrame, skip: pl.DataFrame) -> pl.Da
         (pl.col("n_beyond") - pl.col("n_nd").fill_null(0)).alias("peers_done")
     )
     return (
-        nd.join(counts.filter(pl.col("peers_done") > 0), on=["group_key", "seq"])
+        _text(nd.join(counts.filter(pl.col("peers_done") > 0), on=["group_key", "seq"]))
         .select(
             "group_key",
             "pg_desc",
@@ -209,17 +250,16 @@ def _stuck(coll: pl.DataFrame, front: pl.DataFrame, skip: pl.DataFrame) -> pl.Da
     )
 
 
-def _votes(coll: pl.DataFrame, kind: str, value: pl.Expr, text: pl.Expr, where: pl.Expr) -> pl.DataFrame:
-    """Per (group, seq) meeting `where` (a condition on the whole group) with >= 2 distinct values: one row per value
-    with the ranks holding it. Values are compared by hash and the mask is computed before any row is copied, so
-    only the few divergent rows are materialised and turned into text."""
-    at = ["group_key", "seq"]
-    keep = where & (pl.len().over(at) > 1) & (pl.col("h").n_unique().over(at) > 1)
-    c = coll.lazy().with_columns(value.hash().alias("h")).filter(keep).collect()
-    if c.is_empty():
+def _votes(coll: pl.DataFrame, kind: str, value: str, text: pl.Expr, at: pl.DataFrame, expand: _Expand) -> pl.DataFrame:
+    """At the (group, seq) pairs `at` (where >= 2 ranks hold >= 2 distinct values of column `value`, ids or
+    Categorical codes): one row per value with the ranks holding it.  Only these few rows are copied and get their
+    values (`expand`) and text."""
+    if at.is_empty():
         return pl.DataFrame()
+    c = coll.join(at.select("group_key", "seq"), on=["group_key", "seq"], how="semi")
     return (
-        c.with_columns(text.alias("vs"))
+        expand(c.select("group_key", "seq", "rank", "time_created_ns", "pg_desc", value, pl.col(value).alias("h")))
+        .with_columns(text.alias("vs"))
         .group_by("group_key", "seq", "h")
         .agg(
             pl.col("rank").sort().alias("ranks"),
@@ -236,12 +276,27 @@ _INNER = pl.concat_str(pl.lit("["), pl.element().cast(pl.List(pl.String)).list.j
 _SIZES_TEXT = pl.concat_str(pl.lit("["), pl.col("input_sizes").list.eval(_INNER).list.join(", "), pl.lit("]"))
 
 
-def _mismatch_candidates(coll: pl.DataFrame) -> list[pl.DataFrame]:
-    same_op = pl.col("op").n_unique().over(["group_key", "seq"]) == 1  # a property of the whole (group, seq)
+def _mismatch_candidates(coll: pl.DataFrame, held: pl.DataFrame, expand: _Expand) -> list[pl.DataFrame]:
+    shared = held.filter(pl.col("n") > 1)
+    same_op = shared.filter(pl.col("n_op") == 1)  # sizes and dtypes are compared only where the op agrees
     parts = [
-        _votes(coll, "op", pl.col("op"), pl.col("op"), pl.lit(True)),
-        _votes(coll, "size", pl.col("input_sizes"), _SIZES_TEXT, same_op & pl.col("op").is_in(list(SIZE_CHECKED_OPS))),
-        _votes(coll, "dtype", pl.col("input_dtypes"), pl.col("input_dtypes").list.join(","), same_op),
+        _votes(coll, "op", "op", pl.col("op"), shared.filter(pl.col("n_op") > 1), expand),
+        _votes(
+            coll,
+            "size",
+            "input_sizes_id",
+            _SIZES_TEXT,
+            same_op.filter(pl.col("op_first").is_in(list(SIZE_CHECKED_OPS)) & (pl.col("n_sizes") > 1)),
+            expand,
+        ),
+        _votes(
+            coll,
+            "dtype",
+            "input_dtypes_id",
+            pl.col("input_dtypes").list.join(","),
+            same_op.filter(pl.col("n_dtypes") > 1),
+            expand,
+        ),
     ]
     return [p.select("group_key", "pg_desc", "seq", "kind", "vs", "ranks", "n", "t") for p in parts if not p.is_empty()]
 
@@ -266,8 +321,8 @@ def _mismatch_row(vals: list[dict]) -> dict:
     }
 
 
-def _mismatches(coll: pl.DataFrame) -> pl.DataFrame:
-    parts = _mismatch_candidates(coll)
+def _mismatches(coll: pl.DataFrame, held: pl.DataFrame, expand: _Expand) -> pl.DataFrame:
+    parts = _mismatch_candidates(coll, held, expand)
     schema = {
         "group_key": pl.String,
         "pg_desc": pl.String,
@@ -393,16 +448,20 @@ def _frames_str(col: str, depth: int = 4) -> pl.Expr:
 
 
 def _rank_facts(load: FRLoad, coll: pl.DataFrame, v: _Verdict) -> pl.DataFrame:
-    e = load.entries
+    e = load.compact
     # each rank's last entry: the highest record_id (nulls lowest), the later row on ties - as a stable sort would
     key = pl.col("record_id").fill_null(-(2**63))
-    pick = (
-        e.select("rank", "record_id")
+    top = _streamed(e.lazy().group_by("rank").agg(pl.len().alias("n_entries"), key.max().alias("_k")))
+    last_row = (
+        e.lazy()
         .with_row_index("_i")
+        .select("_i", "rank", key.alias("_k"))
+        .join(top.lazy().select("rank", "_k"), on=["rank", "_k"])
         .group_by("rank")
-        .agg(pl.len().alias("n_entries"), pl.col("_i").filter(key == key.max()).last())
+        .agg(pl.col("_i").max())
     )
-    rows = e[pick["_i"].to_list()].select(
+    pick = top.select("rank", "n_entries").join(_streamed(last_row), on="rank")
+    rows = load.expand(e[pick["_i"].to_list()].select("rank", "op", "state", "group_key", "frames_id")).select(
         "rank",
         pl.col("op").alias("last_op"),
         pl.col("state").cast(pl.String).alias("last_state"),
@@ -432,14 +491,16 @@ def _rank_facts(load: FRLoad, coll: pl.DataFrame, v: _Verdict) -> pl.DataFrame:
 
 
 def _culprit_frames(load: FRLoad, culprits: tuple[int, ...], per_rank: int = 3) -> pl.DataFrame:
-    e = load.entries.filter(pl.col("rank").is_in(list(culprits)) & pl.col("frames").list.len().gt(0))
-    return (
+    stacks = load.values.get("frames", pl.Series([], dtype=pl.List(pl.Null)))
+    with_stack = pl.Series(stacks.list.len().gt(0).fill_null(False).arg_true(), dtype=pl.UInt32)
+    e = load.compact.filter(pl.col("rank").is_in(list(culprits)) & pl.col("frames_id").is_in(with_stack.implode()))
+    picked = (
         e.sort("record_id", descending=True)
         .group_by("rank", maintain_order=True)
         .head(per_rank)
-        .select("rank", "group_key", "collective_seq_id", "op", "frames", _frames_str("frames").alias("summary"))
-        .sort("rank", "collective_seq_id")
+        .select("rank", "group_key", "collective_seq_id", "op", "frames_id")
     )
+    return load.expand(picked).with_columns(_frames_str("frames").alias("summary")).sort("rank", "collective_seq_id")
 
 
 def _notes(load: FRLoad, coll: pl.DataFrame) -> list[str]:
@@ -458,7 +519,7 @@ def _notes(load: FRLoad, coll: pl.DataFrame) -> list[str]:
             f"dumps from ranks {sorted(absent)} are missing: expected members of "
             f"{', '.join(groups[:5])}{more}; they cannot be checked or blamed"
         )
-    n_p2p = load.entries.filter(pl.col("is_p2p").fill_null(False)).height
+    n_p2p = load.compact.filter(pl.col("is_p2p").fill_null(False)).height
     if n_p2p:
         notes.append(f"{n_p2p} P2P entries not aligned across ranks (p2p_seq_id counts per rank)")
     if any(g.startswith("pg_id:") for g in active):
@@ -506,9 +567,9 @@ def analyze_fr(load: FRLoad) -> FRAnalysis:
     dump_ranks = load.dumps.filter(pl.col("used"))["rank"].unique()
     front = _frontier(load, coll, dump_ranks)
     held = _held(coll)
-    missing = _missing(front, held)
-    mismatches = _mismatches(coll)
-    skip = mismatches.select("group_key", pl.col("collective_seq_id").alias("seq"))
+    missing = _missing(coll, front, held)
+    mismatches = _mismatches(coll, held, load.expand)
+    skip = mismatches.select(pl.col("group_key").cast(pl.Categorical), pl.col("collective_seq_id").alias("seq"))
     stuck = _stuck(coll, front, skip)
     sizes = dict(load.groups.select("group_key", "size").iter_rows())
     v = _verdict(missing, mismatches, stuck, sizes)

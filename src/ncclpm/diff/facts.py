@@ -159,8 +159,8 @@ def timeout_fact(t: Tables) -> Fact | None:
         secs = r["timeout_ms"] / 1000 if r["timeout_ms"] is not None else seconds_of(r["value"] or "")
         if secs is not None:
             return _timeout(secs, quote(r))
-    if t.fr is not None and not t.fr.entries.is_empty():
-        ms = t.fr.entries.filter(pl.col("timeout_ms").is_not_null() & (pl.col("timeout_ms") > 0))
+    if t.fr is not None and not t.fr.compact.is_empty():
+        ms = t.fr.expand(t.fr.compact.filter(pl.col("timeout_ms").is_not_null() & (pl.col("timeout_ms") > 0)))
         if not ms.is_empty():
             r = ms.sort("rank", "record_id").row(0, named=True)
             op = r["profiling_name"] or r["op"]

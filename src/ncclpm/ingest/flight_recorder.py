@@ -34,11 +34,13 @@ dumps hold entries of the group, or every dumped rank for ``default_pg`` (``"der
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import polars as pl
 
 from ncclpm.ingest.fr_decode import (  # noqa: F401  (re-exported: public schemas, bench and tests)
+    COMPACT_ANALYSIS_SCHEMA,
+    COMPACT_ENTRIES_SCHEMA,
     FR_ANALYSIS_SCHEMA,
     FR_ENTRIES_SCHEMA,
     MAX_DUMP_BYTES,
@@ -89,11 +91,32 @@ DumpData = bytes | Callable[[], bytes]
 
 @dataclass(frozen=True)
 class FRLoad:
-    entries: pl.DataFrame
+    """`compact` is the entries table as held in memory (`compact_schema`: Categorical text, nested values as ids
+    into `values`); `entries` is the same table with its values (`FR_ENTRIES_SCHEMA`), built on each call: code
+    that reads many rows filters `compact` first and calls `expand` on the few rows it shows."""
+
+    compact: pl.DataFrame
     groups: pl.DataFrame
     status: pl.DataFrame
     dumps: pl.DataFrame
     warnings: tuple[str, ...]
+    values: dict[str, pl.Series] = field(default_factory=dict)  # nested column -> distinct values (index = id)
+
+    @property
+    def entries(self) -> pl.DataFrame:
+        return self.expand(self.compact)
+
+    def expand(self, rows: pl.DataFrame) -> pl.DataFrame:
+        """Rows of `compact` (or a projection of it) with their nested values and text as String."""
+        cols = []
+        for name, dtype in rows.schema.items():
+            col = rows.get_column(name)
+            base = name.removesuffix("_id")
+            if base != name and base in self.values:
+                cols.append(self.values[base].gather(col).alias(base))
+            else:
+                cols.append(col.cast(pl.String) if dtype == pl.Categorical else col)
+        return pl.DataFrame(cols, height=rows.height)
 
 
 def _choose(dumps: list[Dump]) -> list[str]:
@@ -131,6 +154,7 @@ def _seen_groups(chunks: list[pl.DataFrame], used: list[Dump]) -> pl.DataFrame:
         .filter(pl.col("_id").is_in([d.uid for d in used]))
         .group_by("group_key", maintain_order=True)
         .agg(pl.col("pg_name").first(), pl.col("pg_desc").first(), pl.col("rank").unique().sort().alias("held"))
+        .cast({"group_key": pl.String, "pg_name": pl.String, "pg_desc": pl.String})
     )
 
 
@@ -161,7 +185,20 @@ def _groups_table(used: list[Dump], seen: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=FR_GROUPS_SCHEMA).sort("group_key")  # deterministic order
 
 
-def _status_table(used: list[Dump], entries: pl.DataFrame) -> pl.DataFrame:
+def _pg_keys(chunks: list[pl.DataFrame], used: list[Dump]) -> pl.DataFrame:
+    """(rank, pg_id) -> the group_key of its first entry, from per-chunk partial aggregates (no copy of the table)."""
+    parts = [
+        c.group_by("_id", "pg_id", maintain_order=True).agg(pl.col("rank").first(), pl.col("group_key").first())
+        for c in chunks
+    ]
+    if not parts:
+        return pl.DataFrame(schema={"rank": pl.Int32, "pg_id": pl.Int64, "group_key": pl.String})
+    keys = pl.concat(parts).filter(pl.col("_id").is_in([d.uid for d in used]))
+    keys = keys.unique(["rank", "pg_id"], keep="first", maintain_order=True)
+    return keys.select("rank", "pg_id", pl.col("group_key").cast(pl.String))
+
+
+def _status_table(used: list[Dump], pg_map: pl.DataFrame) -> pl.DataFrame:
     rows: dict[str, list] = {k: [] for k in FR_STATUS_SCHEMA.names() if k != "group_key"}
     for d in used:
         for pg_id, enq, started, completed in d.meta.status:
@@ -172,7 +209,6 @@ def _status_table(used: list[Dump], entries: pl.DataFrame) -> pl.DataFrame:
             rows["last_completed"].append(completed)
     sub = {k: v for k, v in FR_STATUS_SCHEMA.items() if k != "group_key"}
     status = pl.DataFrame(rows, schema=pl.Schema(sub))
-    pg_map = entries.select("rank", "pg_id", "group_key").unique(["rank", "pg_id"], keep="first")
     return status.join(pg_map, on=["rank", "pg_id"], how="left").select(FR_STATUS_SCHEMA.names())
 
 
@@ -230,9 +266,10 @@ def load_fr_dumps(items: Iterable[tuple[str, DumpData]], *, frames: str = "tail"
     entries = entries.drop("_id")
     table = _dumps_table(sorted(dumps, key=lambda d: (d.rank, d.source)))
     return FRLoad(
-        entries=entries,
+        compact=entries,
         groups=_groups_table(used, seen),
-        status=_status_table(used, entries),
+        status=_status_table(used, _pg_keys(out.frames, used)),
         dumps=table,
         warnings=tuple(warnings),
+        values=out.values,
     )

@@ -86,6 +86,23 @@ ANALYSIS_COLUMNS = (
     "frames",
 )
 FR_ANALYSIS_SCHEMA = pl.Schema({k: v for k, v in FR_ENTRIES_SCHEMA.items() if k in ANALYSIS_COLUMNS})
+NESTED = ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes", "frames")
+
+
+def compact_schema(schema: pl.Schema) -> pl.Schema:
+    """How a load holds `schema` in memory: text as Categorical (4 bytes a row instead of a 16-byte view) and each
+    nested value as ``<name>_id``, a UInt32 id into the load's dictionary of distinct values (null = no value)."""
+    out: dict[str, pl.DataType] = {}
+    for k, t in schema.items():
+        if k in NESTED:
+            out[f"{k}_id"] = pl.UInt32()
+        else:
+            out[k] = pl.Categorical() if t == pl.String else t
+    return pl.Schema(out)
+
+
+COMPACT_ENTRIES_SCHEMA = compact_schema(FR_ENTRIES_SCHEMA)
+COMPACT_ANALYSIS_SCHEMA = compact_schema(FR_ANALYSIS_SCHEMA)
 
 _SCALAR_TYPES = {
     "record_id": pl.Int64,
@@ -106,7 +123,7 @@ _SCALAR_TYPES = {
 }
 _ANALYSIS_SCALARS = ("record_id", "pg_id", "collective_seq_id", "profiling_name", "is_p2p", "state", "retired")
 _ANALYSIS_SCALARS += ("time_created_ns",)
-_NESTED_ALL = ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes", "frames")
+_NESTED_ALL = NESTED
 _NESTED_ANALYSIS = ("input_sizes", "input_dtypes", "frames")
 _CHUNK_ROWS = 16384  # ~8 dumps: their objects (pinned by the column lists) stay a few MB
 _I64 = (-(2**63), 2**63 - 1)
@@ -193,30 +210,34 @@ def _keys(values: list) -> list:
 
 
 class _Interner:
-    """Distinct nested values of a chunk, each checked once; polars converts each distinct value once."""
+    """Distinct nested values of a load, each checked once: entries hold ids, polars converts each value once.
+
+    Keys are exact (`_keys`), so equal ids mean equal values and the analysis compares ids; None and values of
+    the wrong shape get no id (null)."""
 
     def __init__(self, name: str) -> None:
         self.name, self.check = name, _CHECKS[name]
         self.dtype = FR_ENTRIES_SCHEMA[name]
         self.index: dict = {}
         self.uniq: list = []
-        self.bad: set[int] = set()
+        self.bad: set = set()  # keys of values of the wrong shape
 
-    def add(self, values: list) -> list[int]:
+    def add(self, values: list) -> tuple[list, bool]:
+        """(ids, whether some value was of the wrong shape)."""
         keys = _keys(values)
         index, uniq = self.index, self.uniq
-        for k, v in dict(zip(keys, values, strict=True)).items():
-            if k not in index:
+        for k, v in {k: v for k, v in zip(keys, values, strict=True) if k not in index}.items():
+            if v is None or not self.check(v):
+                index[k] = None
+                if v is not None:
+                    self.bad.add(k)
+            else:
                 index[k] = len(uniq)
-                if v is not None and not self.check(v):
-                    self.bad.add(len(uniq))
-                    v = None
                 uniq.append(v)
-        return list(map(index.__getitem__, keys))
+        return list(map(index.__getitem__, keys)), bool(self.bad) and not self.bad.isdisjoint(keys)
 
-    def series(self, idx: list[int]) -> pl.Series:
-        base = pl.Series(self.name, self.uniq or [None], dtype=self.dtype, strict=False)
-        return base.gather(idx) if idx else pl.Series(self.name, [], dtype=self.dtype)
+    def values(self) -> pl.Series:
+        return pl.Series(self.name, self.uniq, dtype=self.dtype, strict=False)
 
 
 # ---- one dump -------------------------------------------------------------------------------------------
@@ -326,8 +347,20 @@ def read_dump(
     nested = _NESTED_ALL if full else _NESTED_ANALYSIS
     dump = Dump(name, rank, fmt, meta)
     dump.cols = _columns(entries, keep_frames, scalars, nested)
+    if fmt == "json" and (bad := _containers_in(dump.cols, scalars)):
+        # a pickle nests at most fr_scan.MAX_DEPTH deep; JSON up to the parser's limit, and polars takes minutes
+        # to refuse a 900-deep list where it wants an int (found by the dump_depth fuzz target)
+        return None, [*warnings, f"{name}: skipped, entries have unexpected types (a list or dict as {bad})"]
     dump.n = len(entries)
     return dump, warnings
+
+
+_PLAIN = frozenset({int, float, str, bool, type(None)})
+
+
+def _containers_in(cols: dict, scalars: tuple[str, ...]) -> str | None:
+    """The first scalar column holding something else than a plain value (a list, a dict), else None."""
+    return next((k for k in scalars if not set(map(type, cols[k])) <= _PLAIN), None)
 
 
 def _newest(times: list, ids: list) -> tuple[int, int]:
@@ -346,71 +379,57 @@ def _op(profiling: pl.Expr) -> pl.Expr:
 
 
 class Chunks:
-    """Column lists of a few dumps -> one polars chunk every ~_CHUNK_ROWS entries (normalised columns)."""
+    """Each dump's column lists -> a small polars frame at once (so no Python object outlives its dump); every
+    ~_CHUNK_ROWS entries the frames become one normalised, compact chunk."""
 
     def __init__(self, full: bool) -> None:
         self.full = full
-        self.schema = FR_ENTRIES_SCHEMA if full else FR_ANALYSIS_SCHEMA
+        self.schema = COMPACT_ENTRIES_SCHEMA if full else COMPACT_ANALYSIS_SCHEMA
         self.scalars = {k: t for k, t in _SCALAR_TYPES.items() if full or k in _ANALYSIS_SCALARS}
         self.nested = _NESTED_ALL if full else _NESTED_ANALYSIS
-        self.pending: list[Dump] = []
+        self.interners = {k: _Interner(k) for k in self.nested}
+        self.pending: list[pl.DataFrame] = []
         self.rows = 0
         self.frames: list[pl.DataFrame] = []
 
     def add(self, d: Dump, warnings: list[str]) -> None:
         d.newest = _newest(d.cols.get("time_created_ns") or [], d.cols.get("record_id") or [])
-        self.pending.append(d)
-        self.rows += d.n
-        if self.rows >= _CHUNK_ROWS:
-            self.flush(warnings)
-
-    def flush(self, warnings: list[str]) -> None:
-        good = self.pending
-        if good:
-            try:
-                frame = self._build(good, warnings)
-            except Exception:  # find the dumps with unexpected scalar types, skip them, build again
-                good = [d for d in good if self._check(d, warnings)]
-                frame = self._build(good, warnings) if good else None
-            if frame is not None and frame.height:
-                self.frames.append(frame)
-        for d in self.pending:
-            d.cols = {}
-        self.pending, self.rows = [], 0
-
-    def _build(self, dumps: list[Dump], warnings: list[str] | None) -> pl.DataFrame:
-        flat = chain.from_iterable
-        data = {}
-        for k, t in self.scalars.items():
-            data[k] = pl.Series(k, list(flat(d.cols[k] for d in dumps)), dtype=t, strict=True)
-        for k in ("pg_name", "pg_desc"):
-            data[k] = pl.Series(k, list(flat(d.cols[k] for d in dumps)), dtype=pl.String, strict=True)
-        hit: dict[int, list[str]] = {}
-        for k in self.nested:
-            interner = _Interner(k)
-            ids = [interner.add(d.cols[k]) for d in dumps]
-            data[k] = interner.series(list(flat(ids)))
-            if interner.bad and warnings is not None:
-                for i, d_ids in enumerate(ids):
-                    if interner.bad.intersection(d_ids):
-                        hit.setdefault(i, []).append(k)
-        for i, keys in hit.items():
-            warnings.append(f"{dumps[i].source}: malformed {', '.join(keys)} in some entries; shown as missing")
-        n = [d.n for d in dumps]
-        idx = list(chain.from_iterable([i] * c for i, c in enumerate(n)))
-        data["rank"] = pl.Series("rank", [d.rank for d in dumps], dtype=pl.Int32).gather(idx)
-        data["source"] = pl.Series("source", [d.source for d in dumps], dtype=pl.String).gather(idx)
-        data["_id"] = pl.Series("_id", [d.uid for d in dumps], dtype=pl.Int64).gather(idx)
-        return _normalise(pl.DataFrame(data), self.schema)
-
-    def _check(self, d: Dump, warnings: list[str]) -> bool:
         try:
-            self._build([d], None)
-            return True
+            raw = self._raw(d, warnings)
         except Exception as exc:  # a malformed dump is skipped, not fatal
             warnings.append(f"{d.source}: skipped, entries have unexpected types ({str(exc)[:120]})")
             d.bad, d.used, d.note = True, False, "entries have unexpected types"
-            return False
+            raw = None
+        d.cols = {}
+        if raw is not None and raw.height:
+            self.pending.append(raw)
+            self.rows += raw.height
+        if self.rows >= _CHUNK_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            self.frames.append(_normalise(pl.concat(self.pending, rechunk=True), self.schema))
+        self.pending, self.rows = [], 0
+
+    def _raw(self, d: Dump, warnings: list[str]) -> pl.DataFrame:
+        """One dump's columns as polars (text still String; raises on a wrongly typed scalar)."""
+        data = {k: pl.Series(k, d.cols[k], dtype=t, strict=True) for k, t in self.scalars.items()}
+        for k in ("pg_name", "pg_desc"):
+            data[k] = pl.Series(k, d.cols[k], dtype=pl.String, strict=True)
+        bad = []
+        for k in self.nested:
+            ids, malformed = self.interners[k].add(d.cols[k])
+            data[f"{k}_id"] = pl.Series(f"{k}_id", ids, dtype=pl.UInt32)
+            if malformed:
+                bad.append(k)
+        if bad:
+            warnings.append(f"{d.source}: malformed {', '.join(bad)} in some entries; shown as missing")
+        n = d.n
+        data["rank"] = pl.repeat(d.rank, n, dtype=pl.Int32, eager=True).alias("rank")
+        data["source"] = pl.repeat(d.source, n, dtype=pl.String, eager=True).alias("source")
+        data["_id"] = pl.repeat(d.uid, n, dtype=pl.Int64, eager=True).alias("_id")
+        return pl.DataFrame(data)
 
 
 def _normalise(raw: pl.DataFrame, schema: pl.Schema) -> pl.DataFrame:
@@ -433,7 +452,7 @@ def _normalise(raw: pl.DataFrame, schema: pl.Schema) -> pl.DataFrame:
 
 
 def empty_entries(full: bool) -> pl.DataFrame:
-    return pl.DataFrame(schema=FR_ENTRIES_SCHEMA if full else FR_ANALYSIS_SCHEMA)
+    return pl.DataFrame(schema=COMPACT_ENTRIES_SCHEMA if full else COMPACT_ANALYSIS_SCHEMA)
 
 
 @dataclass
@@ -441,6 +460,7 @@ class Decoded:
     dumps: list[Dump]
     warnings: list[str]
     frames: list[pl.DataFrame]
+    values: dict[str, pl.Series]  # nested column name -> its distinct values (index = id)
 
 
 def decode_all(items: list[tuple[str, bytes | Callable[[], bytes]]], keep_frames: int, full: bool = False) -> Decoded:
@@ -468,8 +488,9 @@ def decode_all(items: list[tuple[str, bytes | Callable[[], bytes]]], keep_frames
                 dump.uid = uid
                 dumps.append(dump)
                 chunks.add(dump, warnings)
-        chunks.flush(warnings)
-        return Decoded(dumps, warnings, chunks.frames)
+        chunks.flush()
+        values = {k: i.values() for k, i in chunks.interners.items()}
+        return Decoded(dumps, warnings, chunks.frames, values)
     finally:
         if gc_was_on:
             gc.enable()

@@ -74,7 +74,7 @@ class Tables:
     def has(self, name: str) -> bool:
         """True when the table exists and holds rows (rules declare what they need)."""
         if name == "fr_entries":
-            return self.fr is not None and not self.fr.entries.is_empty()
+            return self.fr is not None and not self.fr.compact.is_empty()
         if name == "fr_analysis":
             return self.fr_analysis is not None
         frame = getattr(self, name, None)

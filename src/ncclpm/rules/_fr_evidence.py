@@ -21,11 +21,10 @@ def entry_evidence(t: Tables, keys: pl.DataFrame, limit: int = 6) -> tuple[Evide
     """Evidence for FR entries identified by (rank, group_key, collective_seq_id) rows of `keys`."""
     if t.fr is None or keys.is_empty():
         return ()
-    e = t.fr.entries.join(
-        keys.select("rank", "group_key", "collective_seq_id").unique(), on=["rank", "group_key", "collective_seq_id"]
-    )
+    on = keys.select("rank", pl.col("group_key").cast(pl.Categorical), "collective_seq_id").unique()
+    e = t.fr.compact.join(on, on=["rank", "group_key", "collective_seq_id"])  # compact: values of the shown rows only
     out = []
-    for r in e.sort("collective_seq_id", "rank").head(limit).iter_rows(named=True):
+    for r in t.fr.expand(e.sort("collective_seq_id", "rank").head(limit)).iter_rows(named=True):
         text = (
             f"rank {r['rank']}: {r['op']} #{r['collective_seq_id']} of {r['pg_desc'] or r['group_key']} "
             f"in={r['input_sizes']} {r['input_dtypes']} state={r['state']}"
@@ -41,7 +40,7 @@ def last_entry_evidence(t: Tables, ranks: list[int], limit: int = 4) -> tuple[Ev
     if t.fr is None:
         return ()
     last = (
-        t.fr.entries.filter(pl.col("rank").is_in(ranks))
+        t.fr.compact.filter(pl.col("rank").is_in(ranks))
         .sort("time_created_ns", "record_id")
         .group_by("rank", maintain_order=True)
         .last()
@@ -69,10 +68,12 @@ def changed_call_sites(t: Tables, group: str, seq: int, ranks: list[int], histor
     """
     if t.fr is None:
         return {}
-    e = t.fr.entries.filter(
-        (pl.col("group_key") == group)
-        & pl.col("rank").is_in(ranks)
-        & pl.col("collective_seq_id").is_between(seq - history, seq)
+    e = t.fr.expand(
+        t.fr.compact.filter(
+            (pl.col("group_key") == group)
+            & pl.col("rank").is_in(ranks)
+            & pl.col("collective_seq_id").is_between(seq - history, seq)
+        )
     )
     changed: dict[int, str] = {}
     for rank in ranks:

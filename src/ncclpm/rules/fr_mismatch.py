@@ -55,7 +55,7 @@ class FlightRecorderCollectivesDisagree(Rule):
         first = ev.row(0, named=True)
         culprits = tuple(sorted(first["culprit_ranks"]))
         g, seq = first["group_key"], first["collective_seq_id"]
-        keys = t.fr.entries.filter((pl.col("group_key") == g) & (pl.col("collective_seq_id") == seq))  # type: ignore[union-attr]
+        keys = t.fr.compact.filter((pl.col("group_key") == g) & (pl.col("collective_seq_id") == seq))  # type: ignore[union-attr]
         decided = bool(first["decided"])
         moved = {} if decided else changed_call_sites(t, g, seq, list(culprits))
         if moved:
