@@ -48,7 +48,7 @@ def _verdict(d: Diagnosis, p: _Paint, width: int) -> list[str]:
     out = [head, *_wrap(d.summary, width, "")]
     hosts = f" {', '.join(d.culprit_hosts)}" if d.culprit_hosts and d.action == "exclude_node" else ""
     out += [p(line, "1;36") for line in _wrap(f"→ {d.action}{hosts} — {d.action_reason}", width, "  ")]
-    out += [p(line, "2") for line in _wrap(" · ".join(facts_line(d)), width, "")]
+    out += [p(line, "2") for line in _wrap(" · ".join(facts_line(d)[1:]), width, "")]  # confidence is in the heading
     return out
 
 

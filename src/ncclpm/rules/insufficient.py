@@ -127,7 +127,7 @@ def _nothing_recognised(t: Tables) -> bool:
     read at all (an empty or broken archive) nothing was looked at: that stays `unknown`, with the warnings."""
     stacks = t.extra.get("stacks")
     return (
-        bool(t.sources)
+        bool(t.sources or t.code_sources)
         and t.events.is_empty()
         and t.tracebacks.is_empty()
         and t.elastic.is_empty()
