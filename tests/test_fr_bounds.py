@@ -244,3 +244,15 @@ def test_a_deep_json_value_where_a_scalar_belongs_is_refused_at_once(field: str)
         f"deep_trace_rank_0.json: skipped, entries have unexpected types (a list or dict as {field})"
     ]
     assert set(fr.entries["rank"].to_list()) == {1}
+
+
+def test_a_huge_int_in_an_entry_prints_no_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by the dump_wrong_metadata fuzz target: a 5000-digit int (a 2 kB pickle) as an entry's timestamp made
+    polars' error message print 'Exception ignored ... Exceeds the limit (4300 digits)' tracebacks on stderr."""
+    dump = _real()
+    dump["entries"][0]["time_created_ns"] = 10**5000
+    fr = load_fr_dumps([("huge_trace_rank_0", pickle.dumps(dump)), ("fr_trace_rank_1", REAL_DUMP.read_bytes())])
+    assert any(w.startswith("huge_trace_rank_0: skipped, entries have unexpected types") for w in fr.warnings)
+    assert set(fr.entries["rank"].to_list()) == {1}
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "Exception ignored" not in err, err[:500]

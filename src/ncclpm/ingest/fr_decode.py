@@ -22,7 +22,9 @@ import json
 import marshal
 import pickle
 import re
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import itemgetter
@@ -363,6 +365,19 @@ def _containers_in(cols: dict, scalars: tuple[str, ...]) -> str | None:
     return next((k for k in scalars if not set(map(type, cols[k])) <= _PLAIN), None)
 
 
+@contextmanager
+def _no_unraisable_prints() -> Iterator[None]:
+    """polars formats a wrong value into its error; an int past Python's 4300-digit str limit (a 2 kB pickle int)
+    made that print an 'Exception ignored' traceback on stderr (found by the dump_wrong_metadata fuzz target). The
+    build still raises and the dump is still skipped with a warning; only the stray traceback is dropped."""
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda _unraisable: None
+    try:
+        yield
+    finally:
+        sys.unraisablehook = hook
+
+
 def _newest(times: list, ids: list) -> tuple[int, int]:
     best = (-1, -1)
     for t, r in zip(times[-64:], ids[-64:], strict=True):
@@ -395,7 +410,8 @@ class Chunks:
     def add(self, d: Dump, warnings: list[str]) -> None:
         d.newest = _newest(d.cols.get("time_created_ns") or [], d.cols.get("record_id") or [])
         try:
-            raw = self._raw(d, warnings)
+            with _no_unraisable_prints():
+                raw = self._raw(d, warnings)
         except Exception as exc:  # a malformed dump is skipped, not fatal
             warnings.append(f"{d.source}: skipped, entries have unexpected types ({str(exc)[:120]})")
             d.bad, d.used, d.note = True, False, "entries have unexpected types"
