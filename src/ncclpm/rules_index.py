@@ -26,12 +26,16 @@ def load() -> dict[str, RuleDoc]:
 
 
 def by_id(rule_id: str) -> RuleDoc:
-    """Look a rule up by id (`CR01`) or name (`rank-died-first`), case-insensitively (as `rules.by_id`)."""
+    """Look a rule up by id (`CR01`) or name (`rank-died-first`), case-insensitively (as `rules.by_id`). A rule
+    missing from the index (added since it was generated) is looked up in the registry itself."""
     key = rule_id.strip().lower()
     for rule in load().values():
         if key in (rule.id.lower(), rule.name):
             return rule
-    raise KeyError(rule_id)
+    from ncclpm.rules import by_id as registered
+
+    r = registered(rule_id)
+    return RuleDoc(r.id, r.name, str(r.category), r.doc())
 
 
 def generate() -> str:
