@@ -190,6 +190,7 @@ def _finding(rule: str, category: Category, **facts: object) -> Finding:
         ("EX01", Category.RANK_CRASH, {}, Action.RESTART),
         ("CR01", Category.RANK_CRASH, {}, Action.FIX_CODE),
         ("IN01", Category.UNKNOWN, {}, Action.COLLECT_MORE),
+        ("IN01", Category.NOT_A_TRAINING_LOG, {}, Action.COLLECT_MORE),
     ],
 )
 def test_a_rule_that_knows_better_overrides_the_category(rule, category, facts, action) -> None:
