@@ -15,6 +15,7 @@ import pytest
 
 from ncclpm.api import diagnose
 from ncclpm.rules import by_id
+from ncclpm.rules.base import LIVE_PREFIX
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = sorted(p.parent for p in (ROOT / "tests" / "cases").glob("*/expected.toml"))
@@ -52,8 +53,13 @@ def test_case(case: Path) -> None:
 
 
 def _fix_patterns(rule_id: str) -> list[re.Pattern[str]]:
-    """The rule's FIXES as regexes: their text, any value in their slots."""
+    """The rule's FIXES as regexes: their text, any value in their slots; a `live` fix may be put for next time
+    (`LIVE_PREFIX`, its first letter lowered)."""
     slot = r"\\\{\w+\\\|[^{}]*\\\}"
-    return [
-        re.compile("^" + re.sub(slot, ".*", re.escape(f.text)) + "$", re.DOTALL) for f in by_id(rule_id).FIXES.values()
-    ]
+    out = []
+    for f in by_id(rule_id).FIXES.values():
+        body = re.sub(slot, ".*", re.escape(f.text))
+        if f.live:
+            body = f"(?:{re.escape(LIVE_PREFIX)})?(?i:{body[0]}){body[1:]}"
+        out.append(re.compile(f"^{body}$", re.DOTALL))
+    return out

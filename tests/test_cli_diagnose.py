@@ -76,3 +76,29 @@ def test_an_archive_piped_on_stdin_is_read_as_an_archive() -> None:
     assert res.exit_code == 0, res.output
     d = json.loads(res.stdout)
     assert d["category"] == "slow_rank_work" and d["culprit_ranks"] == [0]
+
+
+def test_a_healthy_job_and_unrelated_logs_have_their_own_exit_codes() -> None:
+    """0 is a diagnosed failure (unknown included), 4 no failure, 5 not a distributed job's logs (README table)."""
+    cases = ROOT / "tests" / "cases"
+    healthy = CliRunner().invoke(main, ["diagnose", str(cases / "code_snapshot__healthy_job" / "input"), "-f", "json"])
+    assert healthy.exit_code == 4 and json.loads(healthy.stdout)["category"] == "no_failure"
+    unrelated = CliRunner().invoke(main, ["diagnose", str(cases / "not_a_training_log__system_logs" / "input")])
+    assert unrelated.exit_code == 5 and "`not_a_training_log`" in unrelated.stdout
+    unknown = CliRunner().invoke(main, ["diagnose", "-", "-f", "json"], input=WATCHDOG_ONLY)
+    assert unknown.exit_code == 0 and json.loads(unknown.stdout)["category"] == "unknown"
+
+
+WATCHDOG_ONLY = (
+    "[rank0]:[E607 21:52:18.774711289 ProcessGroupNCCL.cpp:1895] [PG ID 1 PG GUID 1 Rank 0] Process group watchdog "
+    "thread terminated with exception: [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3106, "
+    "OpType=ALLREDUCE, NumelIn=4096, NumelOut=4096, Timeout(ms)=600000) ran for 600035 milliseconds before timing out.\n"
+)
+
+
+def test_one_waiting_rank_is_a_victim_s_view_with_leads_not_a_bare_unknown() -> None:
+    d = _json(["-"], stdin=WATCHDOG_ONLY)
+    facts = d["findings"][0]["facts"]
+    assert d["category"] == "unknown" and "Most likely, in order: (1)" in d["summary"]
+    assert "entered ALLREDUCE #3106 (4096 elements) of process group 1" in facts["proves"][0]
+    assert facts["likely_causes"][0].startswith("another rank that crashed or hung")

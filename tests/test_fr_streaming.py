@@ -56,7 +56,7 @@ def test_chunk_size_does_not_change_the_load(monkeypatch: pytest.MonkeyPatch, tm
     monkeypatch.setattr(fr_decode, "_CHUNK_ROWS", 50)  # a chunk every dump or so
     _same(whole, load_fr_dumps(items, frames=frames))
     assert whole.entries.height == 12 * 80  # the 4 JSON dumps duplicate ranks 0-3 and are superseded
-    assert any("4 duplicate dump(s)" in w for w in whole.warnings)
+    assert any("4 older or duplicate flight-recorder dump(s)" in w for w in whole.warnings)
     assert not any(t.exists() for t in targets)
     for name in ("evil_rank_100", "evil_rank_101", "evil_rank_102"):
         assert any(name in w and "refused" in w for w in whole.warnings), name

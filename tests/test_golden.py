@@ -17,7 +17,7 @@ from ncclpm.render import render
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden"
 JOBS = sorted(p.name for p in (ROOT / "sample_logs").iterdir() if p.is_dir())
-FORMATS = {"md": "md", "json": "json", "slack": "slack.txt", "slack-json": "slack.json", "html": "html"}
+FORMATS = {"md": "md", "text": "txt", "json": "json", "slack": "slack.txt", "slack-json": "slack.json", "html": "html"}
 UPDATE = os.environ.get("NCCLPM_UPDATE_GOLDEN") == "1"
 
 

@@ -55,7 +55,14 @@ TOP: dict[str, Any] = {
     "warnings": list,
     "not_evaluated": list,
     "sources": int,
+    "action": str,
+    "action_reason": str,
+    "culprit_hosts": list,
+    "story": list,
+    "ruled_out": list,
+    "connected": list,
 }
+ACTIONS = {"restart", "exclude_node", "fix_code", "fix_config", "raise_timeout", "collect_more", "none"}
 COLLECTIVE = {
     "op": OPT_STR,
     "seq": OPT_INT,
@@ -139,6 +146,13 @@ def _check(d: dict) -> None:
         assert r["role"] in {"culprit", "waiting", ""}
     assert [r["rank"] for r in d["ranks"]] == sorted({r["rank"] for r in d["ranks"]})
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in d["versions"].items())
+    assert d["action"] in ACTIONS and d["culprit_hosts"] == sorted(set(d["culprit_hosts"]))
+    for m in d["story"]:
+        assert (
+            isinstance(m["text"], str)
+            and isinstance(m["approx"], bool)
+            and (m["ts"] is None or isinstance(m["ts"], str))
+        )
 
 
 @pytest.mark.parametrize("name", sorted(JOBS))

@@ -46,7 +46,7 @@ def test_who_noticed_first_and_ncclras(tmp_path: Path) -> None:
     assert "uncorrected volatile errors on rank(s) 2" in noticed
     assert "ncclras: rank 2 had not launched any operation" in noticed
     md = render(d, "md")
-    assert "## Who noticed first" in md and "Rank 3 noticed first" in md
+    assert "**Who noticed first:** Rank 3 noticed first" in md
     assert "Who noticed first" in render(d, "html")
 
 

@@ -110,6 +110,9 @@ def assert_safe(fmt: str, text: str) -> None:
         assert_safe_html(text)
     elif fmt == "slack":
         assert_safe_slack(text)
+    elif fmt == "text":  # a terminal: no escape sequence, no control character, no bidi override of the input's
+        for bad in TERMINAL_BAD:
+            assert bad not in text, repr(bad)
     elif fmt == "slack-json":
         payload = json.loads(text)
         assert_safe_slack(json.dumps(payload, ensure_ascii=False))

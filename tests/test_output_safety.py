@@ -132,7 +132,8 @@ def _outside_code(md: str) -> str:
 
 
 def test_markdown_keeps_log_markup_inside_code(hostile: SimpleNamespace) -> None:
-    rest = _outside_code(render(hostile.d, "md"))
+    """Outside code a `<` is backslash-escaped (CommonMark shows `\\<` as `<` and opens no tag); no entity needed."""
+    rest = _outside_code(render(hostile.d, "md")).replace("\\<", "")
     assert "<script" not in rest and "<img" not in rest, rest[:2000]
 
 

@@ -62,7 +62,7 @@ def test_huge_lines_and_1024_ranks_fit_one_message(slow) -> None:
     )
     text = render_slack(d)
     assert len(text) < MAX_CHARS < 4000
-    assert "(1024 ranks)" in text and text.count("```") == 2
+    assert "ranks 0–1023 (1024)" in text and text.count("```") == 2
     payload = slack_payload(d)
     assert all(len(b["text"]["text"]) <= 3000 for b in payload["blocks"] if b["type"] == "section")
 

@@ -54,6 +54,21 @@ def test_a_traceback_after_a_long_line_is_not_glued(tmp_path: Path) -> None:
     assert _timeouts(log) == [1, 1]
 
 
+def test_kernel_log_lines_of_one_length_stay_apart(tmp_path: Path) -> None:
+    # Syslog lines have no envelope; two Xid lines of one length ending in `.` are two records, not line + tail.
+    xid = "Nov 14 03:12:44 gpu-c02 kernel: [2419876.551211] NVRM: Xid (PCI:0000:3b:00): 79, pid=48211, name=python, "
+    lines = [
+        xid + "GPU has fallen off the bus.",
+        "Nov 14 03:12:44 gpu-c02 kernel: [2419876.551241] NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.",
+        "Nov 14 03:12:44 gpu-c02 kernel: [2419876.551302] NVRM: A GPU crash dump has been created. If possible,",
+        "Nov 14 03:12:44 gpu-c02 kernel: [2419876.551303] NVRM: nvidia-bug-report.sh as root to collect this data",
+    ]
+    log = tmp_path / "kern.log"
+    log.write_text("\n".join(lines) + "\n")
+    texts = build([log]).lines["message"].to_list()
+    assert lines[0] in texts and not [t for t in texts if "bus.Nov" in t]
+
+
 @pytest.mark.skipif(corpus_dir() is None, reason="../shared/corpus/real-issues not present")
 def test_the_real_hard_wrapped_torchtune_log_is_read() -> None:
     """torchtune#1165 (corpus d058): `...NumelOut=524290048, Timeo` / `ut(ms)=600000) ran for ...`."""

@@ -51,6 +51,25 @@ def duration_text(ms: Any) -> str:
     return str(delta)
 
 
+def human_duration(seconds: float | None) -> str:
+    """A span as people say it: `0.4 s`, `12 s`, `10 min`, `10 min 5 s`, `2 h 30 min`, `3 days 4 h`; "?" for None."""
+    if seconds is None:
+        return "?"
+    if seconds < 10:
+        return f"{seconds:.1f} s".replace(".0 s", " s")
+    s = round(min(seconds, MAX_DURATION_MS / 1000))
+    days, rest = divmod(s, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days} day{'s' if days != 1 else ''}" + (f" {hours} h" if hours else "")
+    if hours:
+        return f"{hours} h" + (f" {minutes} min" if minutes else "")
+    if minutes:
+        return f"{minutes} min" + (f" {secs} s" if secs else "")
+    return f"{secs} s"
+
+
 def _is_big(value: Any) -> bool:
     try:
         return int(value) > 0

@@ -3,8 +3,9 @@
 Data goes to stdout (or `-o FILE`), diagnostics to stderr. Exit codes: 0 diagnosed, 1 a `--fail-on` threshold
 was met, 2 usage or input error (nothing readable, an output file that exists without `--force`), 3 internal
 error (a bug in ncclpm: one line on stderr, the traceback with NCCLPM_DEBUG=1) - never 1, which CI reads as
-"root cause found" -, 130 interrupted (Ctrl-C). Everything printed goes through `escape.terminal` (no escape
-sequence from a log or a file name reaches the terminal); files are written by `outfile.py`.
+"root cause found" -, 4 no failure in the logs, 5 not a distributed job's logs, 130 interrupted (Ctrl-C).
+Everything printed goes through `escape.terminal` (no escape sequence from a log or a file name reaches the
+terminal); files are written by `outfile.py`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import inspect
 import os
 import select
+import shutil
 import sys
 import traceback
 from pathlib import Path
@@ -28,10 +30,11 @@ if TYPE_CHECKING:  # (no polars at start-up)
     from ncclpm.triage.several_jobs import SeveralJobs
 
 EXIT_OK, EXIT_FAIL_ON, EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_NO_FAILURE, EXIT_NOT_A_LOG = 4, 5  # diagnose: the logs show no failure / are not a distributed job's logs
 # = the values of ncclpm.schema.Band and sorted(ncclpm.render.RENDERERS), spelt out so that --help and usage errors
 # import no polars (tests check both lists and sys.modules)
 BANDS = ("possible", "likely", "conclusive")
-FORMATS = ("html", "json", "md", "slack", "slack-json")
+FORMATS = ("html", "json", "md", "slack", "slack-json", "text")
 DATA_FORMATS = ("json", "slack-json")  # JSON text: made terminal-safe by escaping, never by dropping characters
 DIFF_FORMATS = ("html", "json", "md", "slack", "slack-json", "text")  # = sorted(ncclpm.render.diff.DIFF_RENDERERS)
 
@@ -41,8 +44,13 @@ def _say(message: str) -> None:
     click.echo(terminal(message), err=True)
 
 
-def _write(text: str, output: Path | None, force: bool, fmt: str = "md") -> None:
+def _write(text: str, output: Path | None, force: bool, fmt: str = "md", coloured: bool = False) -> None:
+    """`coloured`: text the text renderer made with its own colour codes, every input value already escaped by it
+    (escape.one_line/plain) - the only output written with escape sequences, and only to a terminal."""
     if output is None:
+        if coloured:  # click would strip the codes from a pipe: `--color always` means always
+            click.echo(text, nl=False, color=True)
+            return
         click.echo(terminal_json(text) if fmt in DATA_FORMATS else terminal(text), nl=False)
         return
     try:
@@ -87,6 +95,35 @@ def _read_stdin() -> bytes:
             parts.append(chunk)
 
 
+def _rule_ids(values: tuple[str, ...], option: str) -> tuple[str, ...]:
+    """`--select ST01,DL01 --select rank-died-first`: comma lists, ids or names; an unknown one is a usage error."""
+    from ncclpm.rules import by_id
+
+    out = []
+    for item in (part.strip() for v in values for part in v.split(",")):
+        if not item:
+            continue
+        try:
+            out.append(by_id(item).id)
+        except KeyError:
+            raise click.UsageError(f"{option}: no rule {item!r}; `ncclpm rules` lists them") from None
+    return tuple(out)
+
+
+def _default_format(output: Path | None) -> str:
+    """A person at a terminal gets the compact text report; a pipe or a file gets Markdown."""
+    return "text" if output is None and sys.stdout.isatty() else "md"
+
+
+def _use_colour(choice: str, output: Path | None) -> bool:
+    """`--color auto` colours a terminal unless NO_COLOR is set (https://no-color.org); `always`/`never` decide."""
+    if choice != "auto":
+        return choice == "always" and output is None
+    return (
+        output is None and sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+    )
+
+
 class _Main(click.Group):
     """Turns an unexpected exception into exit code 3 and one line naming it (Python's default would be 1), and
     Ctrl-C into exit code 130 without a traceback."""
@@ -120,11 +157,17 @@ def main() -> None:
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True)
-@click.option("-f", "--format", "fmt", type=click.Choice(FORMATS), default="md", show_default=True)
+@click.option(
+    "-f",
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    help="Report format [default: text on a terminal, md when piped or written to a file].",
+)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the report here.")
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
-@click.option("--select", multiple=True, help="Only these rules (ids or names).")
-@click.option("--ignore", multiple=True, help="Skip these rules (ids or names).")
+@click.option("--select", multiple=True, help="Only these rules: ids or names, comma-separated or repeated.")
+@click.option("--ignore", multiple=True, help="Skip these rules: ids or names, comma-separated or repeated.")
 @click.option(
     "--patterns",
     multiple=True,
@@ -133,10 +176,20 @@ def main() -> None:
 )
 @click.option("--fail-on", type=click.Choice(BANDS), help="Exit 1 when a root cause of at least this band is found.")
 @click.option("--name", help="Job name shown in the report.")
+@click.option(
+    "--color",
+    "--colour",
+    "colour",
+    type=click.Choice(["auto", "always", "never"]),
+    default="auto",
+    show_default=True,
+    help="Colour the text report (auto: on a terminal, unless NO_COLOR is set).",
+)
+@click.option("-v", "--verbose", is_flag=True, help="Also show internals: rules not evaluated, rivals' own summaries.")
 @click.option("--one-job", is_flag=True, help="Read PATHS as one job even when they hold several jobs.")
 def diagnose(
     paths: tuple[str, ...],
-    fmt: str,
+    fmt: str | None,
     output: Path | None,
     force: bool,
     select: tuple[str, ...],
@@ -144,6 +197,8 @@ def diagnose(
     patterns: tuple[Path, ...],
     fail_on: str | None,
     name: str | None,
+    colour: str,
+    verbose: bool,
     one_job: bool,
 ) -> None:
     """Diagnose one job: PATHS are a log folder, files, archives, or `-` for pasted text on stdin. A folder of
@@ -155,6 +210,8 @@ def diagnose(
 
     _check_output(output, force)
     _load_patterns(patterns)
+    select, ignore = _rule_ids(select, "--select"), _rule_ids(ignore, "--ignore")
+    fmt = fmt or _default_format(output)
     stdin = _read_stdin() if "-" in paths else None
     files = [p for p in paths if p != "-"]
     name = name or ("pasted text" if stdin is not None and not files else None)
@@ -163,12 +220,22 @@ def diagnose(
     d = diagnose_tables(tables, select, ignore)
     for w in d.warnings:
         _say(f"ncclpm: warning: {w}")
-    if d.n_sources == 0:
+    if d.n_sources == 0:  # an error: said on stderr, nothing on stdout (a pipe reading the report gets nothing)
         _say("ncclpm: error: nothing readable in the input (see warnings above)")
-        _write(render(d, fmt), output, force, fmt)
         sys.exit(EXIT_INPUT)
-    _write(render(d, fmt), output, force, fmt)
-    if fail_on and d.category != Category.UNKNOWN and d.band.rank >= Band(fail_on).rank:
+    coloured = fmt == "text" and _use_colour(colour, output)
+    width = min(max(shutil.get_terminal_size((100, 24)).columns, 60), 120) if output is None else 100
+    text = (
+        render(d, fmt, verbose=verbose, color=coloured, width=width)
+        if fmt == "text"
+        else render(d, fmt, verbose=verbose)
+    )
+    _write(text, output, force, fmt, coloured=coloured)
+    if d.category == Category.NO_FAILURE:
+        sys.exit(EXIT_NO_FAILURE)
+    if d.category == Category.NOT_A_TRAINING_LOG:
+        sys.exit(EXIT_NOT_A_LOG)
+    if fail_on and d.category.names_a_cause and d.band.rank >= Band(fail_on).rank:
         sys.exit(EXIT_FAIL_ON)
 
 
@@ -378,6 +445,9 @@ def triage(
     jobs = find_jobs(paths, warnings)
     for w in warnings:
         _say(f"ncclpm: warning: {w}")
+    if not jobs:
+        _say("ncclpm: error: no job found in " + ", ".join(str(p) for p in paths))
+        sys.exit(EXIT_INPUT)
     interrupted = False
     with click.progressbar(length=len(jobs), label=f"triage {len(jobs)} jobs", file=sys.stderr) as bar:
 
@@ -401,10 +471,16 @@ def triage(
         except OutputError as exc:
             raise click.UsageError(str(exc)) from None
         _say(f"wrote {output}{' (partial: interrupted)' if interrupted else ''}")
-    if summary_out is not None or (output is None and not interrupted):
-        _write(render_summary(frame, baseline=context), summary_out, force)
     failed = frame["error"].is_not_null().sum()
+    nothing = frame.height == 0 or failed == frame.height  # nothing readable: an input error, no summary on stdout
+    if summary_out is not None or (output is None and not interrupted and not nothing):
+        _write(render_summary(frame, baseline=context), summary_out, force)
     _say(f"ncclpm: {frame.height} jobs, {failed} unreadable, {frame['seconds'].sum():.1f} s of work")
+    if nothing and not interrupted:
+        for row in frame.filter(frame["error"].is_not_null()).head(10).iter_rows(named=True):
+            _say(f"ncclpm: {row['job']}: {row['error']}")
+        _say("ncclpm: error: nothing readable in " + ", ".join(str(p) for p in paths) + " (errors above)")
+        sys.exit(EXIT_INPUT)
     if interrupted:
         sys.exit(EXIT_INTERRUPTED)
 

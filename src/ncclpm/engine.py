@@ -12,15 +12,28 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ncclpm import precedence
+from ncclpm.actions import action_for
 from ncclpm.analysis import analysed
+from ncclpm.connected import connected_facts
+from ncclpm.dismiss import rivals_dismissed, ruled_out
 from ncclpm.ingest.tables import Tables
 from ncclpm.model import Diagnosis, Rival
 from ncclpm.noticed import who_noticed
-from ncclpm.report_facts import caveats, cross_check, failing_collective, rank_rows, settings_rows, versions
+from ncclpm.report_facts import (
+    caveats,
+    cross_check,
+    culprit_hosts,
+    failing_collective,
+    fold_evidence,
+    rank_rows,
+    settings_rows,
+    versions,
+)
 from ncclpm.rules import ALL_RULES
 from ncclpm.rules.base import Finding, Rule
 from ncclpm.schema import Category
 from ncclpm.stack_facts import stack_report
+from ncclpm.story import build_story
 
 
 def select_rules(select: Iterable[str] = (), ignore: Iterable[str] = ()) -> list[type[Rule]]:
@@ -62,9 +75,8 @@ def _rank_key(f: Finding) -> tuple:
 
 
 def _why_not(rival: Finding, primary: Finding) -> str:
-    if rival.band != primary.band:
-        return f"{rival.band} ({rival.confidence:.2f}) against {primary.band} ({primary.confidence:.2f})"
-    return f"same band, but {primary.rule} is more specific about the cause"
+    """Placeholder until `dismiss.rivals_dismissed` states the evidence (kept for callers of `choose` alone)."""
+    return f"{primary.rule} ({primary.band}) is preferred"
 
 
 def _run_fallback(fallback: type[Rule], t: Tables, warnings: list[str]) -> Finding:
@@ -124,20 +136,25 @@ def diagnose_tables(t: Tables, select: Iterable[str] = (), ignore: Iterable[str]
     findings, warnings, skipped = evaluate(t, rules)
     primary, rivals, symptoms, supporting = choose(findings, rules, t, warnings)
     stack_tree, stack_check = stack_report(t, primary, findings)
-    victims_first = [e for s in symptoms for e in s.evidence[:1]]
     support_first = [e for s in supporting for e in s.evidence[:1]]
-    decisive = list(dict.fromkeys([*primary.evidence[:4], *support_first[:2], *victims_first[:2]]))
+    victims_all = list({e.rank: e for s in symptoms for e in reversed(s.evidence[:8])}.values())[::-1][:4]
+    candidates = list(dict.fromkeys([*primary.evidence[:8], *support_first[:2], *victims_all]))
+    decisive = fold_evidence(candidates, t.line_prefix, primary.culprit_ranks, limit=6)
+    rows = rank_rows(t, primary)
+    failing = failing_collective(t)
+    action, action_reason = action_for(primary)
     return Diagnosis(
         job=t.job_name,
         primary=primary,
-        rivals=tuple(rivals),
+        rivals=rivals_dismissed(t, rivals, primary, rules, warnings),
+        ruled_out=ruled_out(t, rules, findings, primary, warnings),
         symptoms=tuple(symptoms),
         supporting=tuple(supporting),
-        failing_collective=failing_collective(t),
+        failing_collective=failing,
         world_size=t.world_size,
         world_size_declared=t.world_size_declared,
-        ranks=rank_rows(t, primary),
-        decisive=tuple(decisive),
+        ranks=rows,
+        decisive=decisive,
         warnings=tuple(t.warnings) + tuple(warnings),
         not_evaluated=tuple(skipped),
         versions=versions(t),
@@ -150,4 +167,9 @@ def diagnose_tables(t: Tables, select: Iterable[str] = (), ignore: Iterable[str]
         code_files=t.code_sources,
         caveats=caveats(t),
         line_prefix=t.line_prefix,
+        action=action,
+        action_reason=action_reason,
+        culprit_hosts=culprit_hosts(primary, rows),
+        story=build_story(t, primary, rows, failing),
+        connected=connected_facts(t, primary, warnings),
     )

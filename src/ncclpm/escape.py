@@ -7,8 +7,9 @@ read from dumps and error files. This module is the one place that makes such te
   breaks collapsed, undecodable bytes of a file name shown as `\\xe9`;
 - a terminal (`terminal`, `terminal_json`): no escape sequence (colour, clear screen, window title, OSC 8 links)
   and no control character other than newline and tab reaches it;
-- Markdown (`md_text`, `md_cell`, `md_span`, `md_block`, `md_prose`): no raw HTML, no link or image, no line break
-  out of an inline field or a code span or block;
+- Markdown (`md_text`, `md_cell`, `md_span`, `md_code`, `md_block`, `md_prose`): no raw HTML, no link or image, no
+  line break out of an inline field or a code span or block; backslash escapes, never HTML entities (log text in code
+  spans and blocks is shown exactly as written);
 - Slack mrkdwn (`slack_text`, `slack_code`): `& < >` as entities (no `<!channel>`, no `<url|link>`), one line;
 - CSV (`csv_cell`): no formula (`=HYPERLINK(...)`) for a spreadsheet to run.
 HTML is escaped by Jinja's autoescape; the templates' `finalize` (render/jinja.py) runs `plain` on every value.
@@ -95,18 +96,24 @@ def terminal_json(text: str) -> str:
 
 # ---------------------------------------------------------------------------------------------------- Markdown
 
-_MD_ENTITIES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+_BACKTICKS = re.compile(r"`+")
+
+# Markdown outside code is escaped with backslashes, never with entities: `\<` renders `<` and opens no tag,
+# `\&` keeps `&lt;` from being decoded, and the raw text stays readable in a terminal (no `&lt;` in it).
+_MD_ENTITY = re.compile(r"&(?=#?\w+;)")
+_MD_BLOCK_START = re.compile(r"^(\s*)([#>])")  # a heading or a quote where a value starts a line (after `- `)
 
 
-def _md_inline(text: str) -> str:
-    """Markdown outside code: no HTML (entities), no link or image (`](` broken), nothing else changed."""
-    return text.translate(_MD_ENTITIES).replace("](", "]\\(")
-
-
-def _md_outside_code(text: str) -> str:
-    """Text outside any code span: backslashes and backticks escaped (neither can start anything), then no HTML,
-    no link or image."""
-    return _md_inline(text.replace("\\", "\\\\")).replace("`", "\\`")
+def _md_outside_code(text: str, block: bool = True) -> str:
+    """Text outside any code span: backslashes and backticks escaped (neither can start anything), no HTML or
+    autolink (`<` escaped), no entity (`&` escaped where it would start one), no link or image (`](` broken), no
+    heading or quote (a leading `#`, `>` escaped - unless `block` is False: a table cell holds inline content
+    only); nothing else changed."""
+    text = text.replace("\\", "\\\\").replace("`", "\\`").replace("<", "\\<")
+    text = _MD_ENTITY.sub(r"\\&", text).replace("](", "]\\(")
+    if not block:
+        return text
+    return _MD_BLOCK_START.sub(r"\1\\\2", text, count=1)
 
 
 def md_text(value: Any) -> Escaped:
@@ -116,7 +123,7 @@ def md_text(value: Any) -> Escaped:
 
 def md_cell(value: Any, width: int = 160) -> Escaped:
     """`md_text` in a table cell: `|` escaped, cut to `width` characters before escaping."""
-    return Escaped(md_text(one_line(value)[:width]).replace("|", "\\|"))
+    return Escaped(_md_outside_code(one_line(value)[:width], block=False).replace("|", "\\|"))
 
 
 def md_span(value: Any, width: int | None = None, cell: bool = False) -> Escaped:
@@ -128,13 +135,26 @@ def md_span(value: Any, width: int | None = None, cell: bool = False) -> Escaped
     return Escaped(text.replace("|", "\\|") if cell else text)
 
 
+def md_code(value: Any, width: int | None = None, cell: bool = False) -> Escaped:
+    """Input text as a whole code span, shown exactly as written (CommonMark renders a code span's content
+    literally: no HTML, no entity, no emphasis): one line, delimited by a backtick run longer than any inside it,
+    padded with a space when the text starts or ends with a backtick. Cut at a word boundary to `width` with `…`;
+    in a table cell `|` is escaped (GFM splits cells before it sees code spans, and renders a backslash-pipe as a
+    pipe)."""
+    text = one_line(value)
+    if width is not None and len(text) > width:
+        cut = text[:width].rsplit(" ", 1)[0]
+        text = (cut if len(cut) > width // 2 else text[:width]) + " …"
+    fence = "`" * max([1] + [len(m.group(0)) + 1 for m in _BACKTICKS.finditer(text)])
+    pad = " " if text[:1] == "`" or text[-1:] == "`" or (text[:1] == " " and text[-1:] == " " and text.strip()) else ""
+    out = f"{fence}{pad}{text}{pad}{fence}" if text else "` `"
+    return Escaped(out.replace("|", "\\|") if cell else out)
+
+
 def md_block(value: Any, indent: str = "    ") -> Escaped:
     """Input text as an indented code block: every line (CR and other separators included) indented, so none
     can end the block."""
     return Escaped(("\n" + indent).join(plain(value).split("\n")))
-
-
-_BACKTICKS = re.compile(r"`+")
 
 
 def md_fenced(lines: Any, info: str = "") -> Escaped:
@@ -156,9 +176,9 @@ def md_prose(value: Any, width: int | None = None, cell: bool = False) -> Escape
     text = one_line(value)[:width] if width is not None else one_line(value)
     out, pos = [], 0
     for m in _CODE_SPAN.finditer(text):
-        out += [_md_outside_code(text[pos : m.start()]), m.group(0)]
+        out += [_md_outside_code(text[pos : m.start()], block=pos == 0 and not cell), m.group(0)]
         pos = m.end()
-    joined = "".join([*out, _md_outside_code(text[pos:])])
+    joined = "".join([*out, _md_outside_code(text[pos:], block=pos == 0 and not cell)])
     return Escaped(joined.replace("|", "\\|") if cell else joined)
 
 

@@ -32,6 +32,16 @@ class Category(StrEnum):
     CONFIG_VERSION = "config_version"
     SYMPTOM = "symptom"
     UNKNOWN = "unknown"
+    NO_FAILURE = "no_failure"  # the logs show the job finishing and no failure: nothing to diagnose
+    NOT_A_TRAINING_LOG = "not_a_training_log"  # no line of a distributed PyTorch job was recognised
+
+    @property
+    def names_a_cause(self) -> bool:
+        """True for the categories that name why a job failed (not unknown, no failure, not a training log)."""
+        return self not in _NO_CAUSE
+
+
+_NO_CAUSE = frozenset({Category.UNKNOWN, Category.NO_FAILURE, Category.NOT_A_TRAINING_LOG})
 
 
 class Band(StrEnum):
@@ -53,6 +63,18 @@ class Band(StrEnum):
         return list(Band).index(self)
 
 
+class Action(StrEnum):
+    """What on-call does next, in one word (derived from the verdict in `ncclpm.actions`)."""
+
+    RESTART = "restart"  # transient: resubmit as is
+    EXCLUDE_NODE = "exclude_node"  # hardware on a named node: drain it, resubmit without it
+    FIX_CODE = "fix_code"  # the job's own code: hand it to the job owner
+    FIX_CONFIG = "fix_config"  # launch, environment or container settings
+    RAISE_TIMEOUT = "raise_timeout"  # the work is legitimate but outlasts a timeout or a time limit
+    COLLECT_MORE = "collect_more"  # the logs do not decide: collect what the report lists, then re-run ncclpm
+    NONE = "none"  # nothing failed: no action
+
+
 class FRCulprit(StrEnum):
     """How the flight-recorder dumps implicate a rank (cf. torch's fr_trace MatchState)."""
 
@@ -72,9 +94,15 @@ class Evidence:
     line: int | None
     text: str
     rank: int | None = None
+    also: tuple[str, ...] = ()  # other places the same message was printed ("rank0.log:12 (rank 0)"): folded here
 
     def to_dict(self) -> dict[str, Any]:
-        return {"file": self.file, "line": self.line, "text": self.text, "rank": self.rank}
+        return {"file": self.file, "line": self.line, "text": self.text, "rank": self.rank, "also": list(self.also)}
+
+    @property
+    def ref(self) -> str:
+        """`file:line` (the file alone for a whole-file source such as a dump)."""
+        return self.file if self.line is None else f"{self.file}:{self.line}"
 
 
 @dataclass(frozen=True)
@@ -124,6 +152,27 @@ def ranks_text(ranks: tuple[int, ...] | list[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
+def rank_span(ranks: tuple[int, ...] | list[int] | set[int]) -> str:
+    """`rank 3`, `ranks 1–3`, `ranks 0, 2, 5–7`, `ranks 0–1023 (1024)`: consecutive ranks as a range."""
+    ranks = sorted(set(ranks))
+    if not ranks:
+        return "no rank"
+    parts: list[str] = []
+    start = prev = ranks[0]
+    for r in [*ranks[1:], None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        parts.append(str(start) if start == prev else f"{start}, {prev}" if prev == start + 1 else f"{start}–{prev}")
+        if r is not None:
+            start = prev = r
+    text = ", ".join(parts)
+    if len(parts) > 8:
+        text = ", ".join(parts[:6]) + ", …"
+    count = f" ({len(ranks)})" if len(ranks) > 8 else ""
+    return ("rank " if len(ranks) == 1 else "ranks ") + text + count
+
+
 # What opens a log line besides the catalog's envelopes: tags inside the message (`[Rank 3]`, `[PG ID 0 ...]`,
 # `[c10d]`, any short bracketed tag) and training scripts' own `rank1 pid123:` prefix.
 _OWN_PREFIXES = (r"\[[^\]]{0,80}\]:?", r"rank\d+ pid\d+:")
@@ -139,6 +188,19 @@ def strip_prefix(line: str, envelopes: str = "") -> str:
     """A log line without what opens it: the envelopes (`envelopes` = the catalog's `prefix_regex()`: rank,
     level, timestamp, host prefixes) and the tags that open its message."""
     return _stripper(envelopes).sub("", line, count=1).strip()
+
+
+_SOURCE_TAG = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|cu|h|hpp|py):\d+\]\s*")  # gloo's `[/__w/.../pair.cc:553] `
+
+
+def said(line: str | None, envelopes: str = "", limit: int = 140) -> str:
+    """A log line as prose quotes it: without its envelopes and C++ source tags, on one line, cut at a word
+    boundary (never mid-word) with `…`."""
+    text = " ".join(_SOURCE_TAG.sub("", strip_prefix(line or "", envelopes)).split()).replace("`", "'")
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0]
+    return (cut if len(cut) > limit // 2 else text[:limit]) + " …"
 
 
 SCHEMA_VERSION = 1
@@ -158,6 +220,43 @@ def _jsonable(value: Any) -> Any:
 class Rival:
     finding: Finding
     why_not: str
+
+
+@dataclass(frozen=True)
+class RuledOut:
+    """An explanation a reader would suspect that no rule found, dismissed by what the logs show."""
+
+    rule: str
+    category: str
+    why_not: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "category": self.category, "why_not": self.why_not}
+
+
+@dataclass(frozen=True)
+class Moment:
+    """One step of what happened: when (`ts`; `approx` when derived, e.g. a wait start = firing - timeout), who
+    (`ranks`, `hosts`), what (`text`, a sentence without the time), and where the logs say so (`refs`)."""
+
+    ts: datetime | None
+    text: str
+    ranks: tuple[int, ...] = ()
+    hosts: tuple[str, ...] = ()
+    refs: tuple[str, ...] = ()
+    approx: bool = False
+    kind: str = ""  # last_activity | wait | error | timeout | end | note
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ts": self.ts,
+            "approx": self.approx,
+            "kind": self.kind,
+            "text": self.text,
+            "ranks": list(self.ranks),
+            "hosts": list(self.hosts),
+            "refs": list(self.refs),
+        }
 
 
 @dataclass(frozen=True)
@@ -183,6 +282,12 @@ class Diagnosis:
     noticed: tuple[str, ...] = ()  # who noticed first: dump signals, propagated errors, NCCL's diagnostics
     code_files: tuple[str, ...] = ()  # code and configuration files: read for settings only, never as evidence
     caveats: tuple[str, ...] = ()  # limits of the evidence (flight-recorder dumps missing from ranks, ...)
+    action: Action = Action.COLLECT_MORE  # what on-call does next (`ncclpm.actions`)
+    action_reason: str = ""  # why that action, in a few words
+    culprit_hosts: tuple[str, ...] = ()  # hosts of the culprit ranks, or the node a hardware rule names
+    story: tuple[Moment, ...] = ()  # what happened, in time order (`ncclpm.story`)
+    ruled_out: tuple[RuledOut, ...] = ()  # suspects no rule found, dismissed by evidence
+    connected: tuple[str, ...] = ()  # settings, versions, transports that bear on the verdict
     line_prefix: str = field(default="", repr=False, compare=False)  # the catalog's envelopes (not serialised)
 
     def clean(self, line: str) -> str:
@@ -208,6 +313,12 @@ class Diagnosis:
     @property
     def summary(self) -> str:
         return self.primary.summary
+
+    @property
+    def undecisive_evidence(self) -> tuple[Evidence, ...]:
+        """The root cause's lines that the decisive evidence does not already quote (each line is quoted once)."""
+        shown = {e.ref for e in self.decisive} | {a.split(" (rank ")[0] for e in self.decisive for a in e.also}
+        return tuple(e for e in self.primary.evidence if e.ref not in shown)
 
     @property
     def findings(self) -> tuple[Finding, ...]:
@@ -243,5 +354,11 @@ class Diagnosis:
                 "sources": self.n_sources,
                 "code_files": list(self.code_files),
                 "caveats": list(self.caveats),
+                "action": str(self.action),
+                "action_reason": self.action_reason,
+                "culprit_hosts": list(self.culprit_hosts),
+                "story": [m.to_dict() for m in self.story],
+                "ruled_out": [r.to_dict() for r in self.ruled_out],
+                "connected": list(self.connected),
             }
         )

@@ -47,15 +47,6 @@ def _dump_signals(t: Tables) -> list[str]:
             f"{ranks_text(_ranks(remote)).capitalize()} learned of the failure from {ranks_text(src)} "
             f"(TORCH_NCCL_PROPAGATE_ERROR){_at(remote)}."
         )
-    timeouts = t.kinds(K.collective_timeout).filter(pl.col("rank").is_not_null() & pl.col("ts").is_not_null())
-    if not timeouts.is_empty() and not out:
-        firsts = timeouts.group_by("rank").agg(pl.col("ts").min())
-        start = firsts["ts"].min()
-        together = _ranks(firsts.filter(pl.col("ts") <= start + pl.duration(seconds=1)))  # type: ignore[operator]
-        if len(together) == 1:
-            out.append(f"Rank {together[0]}'s timeout fired first{_at(timeouts)}.")
-        else:
-            out.append(f"The timeouts of {ranks_text(together)} fired first, within a second{_at(timeouts)}.")
     return out
 
 

@@ -3,10 +3,14 @@ recorder), versions, and whether the logs and the flight-recorder dumps agree on
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
+
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
+from ncclpm.model import Evidence, strip_prefix
 from ncclpm.rules.base import Finding, ranks_text
 
 FR_RANK_COLUMNS = ["fr_last_op", "fr_last_seq", "fr_last_state", "fr_dump"]
@@ -71,17 +75,55 @@ def _fr_rank_facts(t: Tables) -> pl.DataFrame | None:
     )
 
 
+def _finer_first_errors(t: Tables, table: pl.DataFrame) -> pl.DataFrame:
+    """A first error stamped to the whole second (torchelastic's error file) is the same failure a log line of that
+    second stamps to the millisecond: take the finer stamp, so the picture and the story keep the true order."""
+    errors = t.events.filter(
+        (pl.col("severity") == "error") & pl.col("rank").is_not_null() & (pl.col("ts").dt.microsecond() != 0)
+    ).select(pl.col("rank").cast(table.schema["rank"]), pl.col("ts").alias("_fine"))
+    if errors.is_empty():
+        return table
+    whole = pl.col("first_error_ts").dt.microsecond() == 0
+    fine = (
+        table.select("rank", "first_error_ts")
+        .filter(whole)
+        .join(errors, on="rank")
+        .filter(
+            (pl.col("_fine") > pl.col("first_error_ts"))
+            & (pl.col("_fine") < pl.col("first_error_ts").dt.offset_by("1s"))
+        )
+        .group_by("rank")
+        .agg(pl.col("_fine").min())
+    )
+    if fine.is_empty():
+        return table
+    joined = table.join(fine, on="rank", how="left")
+    return joined.with_columns(pl.coalesce("_fine", "first_error_ts").alias("first_error_ts")).drop("_fine")
+
+
 def rank_rows(t: Tables, primary: Finding) -> tuple[dict, ...]:
     culprits = set(primary.culprit_ranks)
     victims = set(primary.facts.get("victim_ranks", [])) | set(
         t.events.filter(pl.col("kind") == K.collective_timeout)["rank"].drop_nulls().to_list()
     )
-    table = t.ranks
+    table = _finer_first_errors(t, t.ranks)
     fr = _fr_rank_facts(t)
     if fr is not None:
         table = table.join(fr.cast({"rank": table.schema["rank"]}), on="rank", how="full", coalesce=True)
     else:
         table = table.with_columns(pl.lit(None).alias(c) for c in FR_RANK_COLUMNS)
+    to = t.events.filter((pl.col("kind") == K.collective_timeout) & pl.col("rank").is_not_null())
+    numel = (
+        to.sort("ts", "source", "line", nulls_last=True)
+        .group_by("rank", maintain_order=True)
+        .agg(
+            pl.col("numel_in").first().alias("timeout_numel_in"),
+            pl.col("numel_out").first().alias("timeout_numel_out"),
+            pl.col("timeout_ms").first(),
+        )
+        .cast({"rank": table.schema["rank"]})
+    )
+    table = table.join(numel, on="rank", how="left")
     rows = []
     for r in table.sort("rank").iter_rows(named=True):
         role = "culprit" if r["rank"] in culprits else "waiting" if r["rank"] in victims else ""
@@ -135,3 +177,34 @@ def cross_check(t: Tables, primary: Finding) -> str | None:
         f"Logs and dumps disagree: the logs point at {ranks_text(sorted(logs))}, the dumps at "
         f"{ranks_text(sorted(fr))} ({fa.summary})."
     )
+
+
+def culprit_hosts(primary: Finding, rows: tuple[dict, ...]) -> tuple[str, ...]:
+    """Hosts of the culprit ranks, and the hosts a hardware or network finding names itself."""
+    culprits = set(primary.culprit_ranks)
+    hosts = {r["host"] for r in rows if r["rank"] in culprits and r.get("host")}
+    named = primary.facts.get("hosts") or []
+    return tuple(sorted(hosts | {str(h) for h in named if h}))
+
+
+_NUMBERS = re.compile(r"\d+")
+
+
+def fold_evidence(
+    evidence: list[Evidence], envelopes: str, culprits: tuple[int, ...], limit: int
+) -> tuple[Evidence, ...]:
+    """Each message quoted once: copies of a line (console.log and a rank's own log, four ranks printing the same
+    timeout) fold into the first, whose `also` lists the others. Lines fold when they read the same without their
+    envelopes and with numbers masked - but a culprit's line never folds with a waiting rank's (it may differ
+    from theirs in exactly the number that matters)."""
+    groups: dict[tuple[str, bool | None], list[Evidence]] = {}
+    for e in evidence:
+        text = _NUMBERS.sub("#", strip_prefix(e.text, envelopes))
+        role = None if e.rank is None else e.rank in culprits
+        key = next((k for k in groups if k[0] == text and (role is None or k[1] is None or k[1] == role)), None)
+        groups.setdefault(key or (text, role), []).append(e)
+    out = []
+    for first, *copies in list(groups.values())[:limit]:
+        also = tuple(f"{c.ref} (rank {c.rank})" if c.rank is not None else c.ref for c in copies)
+        out.append(replace(first, also=first.also + also) if also else first)
+    return tuple(out)

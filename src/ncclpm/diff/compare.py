@@ -41,8 +41,7 @@ def summarize(t: Tables, d: Diagnosis) -> RunSummary:
         decisive=tuple(Quote(e.file, e.line, e.text) for e in d.decisive[:4]),
         sources=d.n_sources,
         world_size=d.world_size,
-        failed=d.category != Category.UNKNOWN
-        or not (t.tracebacks.is_empty() and exits.is_empty() and errors.is_empty()),
+        failed=d.category.names_a_cause or not (t.tracebacks.is_empty() and exits.is_empty() and errors.is_empty()),
     )
 
 
@@ -171,7 +170,7 @@ def _rank_key(d: Difference) -> tuple:
 def headline(good: RunSummary, bad: RunSummary, diffs: list[Difference], compared: int) -> str:
     if not bad.failed:
         verdict = "BAD shows no failure ncclpm can name."
-    elif bad.category == Category.UNKNOWN:
+    elif not Category(bad.category).names_a_cause:
         verdict = "BAD failed; its diagnosis names no cause."
     else:
         verdict = f"BAD failed with `{bad.category}`."
@@ -225,7 +224,7 @@ def compare(good_t: Tables, good_d: Diagnosis, bad_t: Tables, bad_d: Diagnosis) 
     note = same_work_note(good_t, good, bad_t, bad_d)
     if note:
         notes.append(note)
-    if good.failed and good.category != Category.UNKNOWN:
+    if good.failed and Category(good.category).names_a_cause:
         notes.insert(0, f"GOOD failed too (`{good.category}`: {good.summary}): the differences are not a before/after.")
     return DiffReport(
         good=good,

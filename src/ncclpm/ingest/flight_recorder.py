@@ -131,7 +131,10 @@ def _choose(dumps: list[Dump]) -> list[str]:
             d.used, d.note = False, f"superseded by {group[0].source} (newer or richer dump of rank {d.rank})"
             superseded += 1
     if superseded:
-        return [f"{superseded} duplicate dump(s) superseded by a newer/richer dump of the same rank (see dumps.note)"]
+        return [
+            f"{superseded} older or duplicate flight-recorder dump(s) set aside: for each rank the newest, richest "
+            "dump is read (`ncclpm tables JOB -t fr_dumps` lists every dump, with why in its `note` column)"
+        ]
     return []
 
 

@@ -68,7 +68,13 @@ def build_ranks(
         elastic.filter(pl.col("rank").is_not_null())
         .sort("root_cause")
         .group_by("rank")
-        .agg(pl.col("exit_code").last(), pl.col("signal").last())
+        .agg(
+            pl.col("exit_code").last(),
+            pl.col("signal").last(),
+            # torchrun's failure summary names each failed rank's host and pid: used when no line prefix does
+            pl.col("host").drop_nulls().last().alias("_exit_host"),
+            pl.col("pid").drop_nulls().last().alias("_exit_pid"),
+        )
     )
     activity = (
         ranked.filter(pl.col("kind").is_in(ACTIVITY_KINDS))
@@ -106,7 +112,12 @@ def build_ranks(
         out = out.with_columns(
             pl.coalesce("host", "nccl_host").alias("host"), pl.coalesce("pid", "nccl_pid").alias("pid")
         )
-    out = out.with_columns(pl.col("timed_out").fill_null(False), pl.col("n_events").fill_null(0))
+    out = out.with_columns(
+        pl.coalesce("host", "_exit_host").alias("host"),
+        pl.coalesce("pid", "_exit_pid").alias("pid"),
+        pl.col("timed_out").fill_null(False),
+        pl.col("n_events").fill_null(0),
+    )
     out = out.with_columns(pl.lit(None, pl.Int64).alias(c) for c in ("cuda_dev",) if c not in out.columns)
     out = out.with_columns(pl.lit(None, pl.String).alias(c) for c in ("nccl_version",) if c not in out.columns)
     out = out.with_columns(pl.coalesce("nccl_version", "_own_version").alias("nccl_version"))

@@ -99,6 +99,18 @@ def _read_dumps(job: Job, warnings: list[str], columns: str) -> FRLoad | None:
     return fr
 
 
+def _date_yearless(frames: tuple[pl.DataFrame, ...], elastic: pl.DataFrame) -> tuple[pl.DataFrame, ...]:
+    """glog stamps (`E204 16:42:57`) carry no year and are read in 1970 when no line of their file's kind is dated;
+    torchrun's failure summary and error files are: their year dates the rest (tables never export 1970)."""
+    stamps = pl.concat([elastic["ts"], frames[-1]["ts"]]).drop_nulls()
+    years = stamps.dt.year().filter(stamps.dt.year() > 1970)
+    if years.is_empty() or not any((f["ts"].dt.year() == 1970).any() for f in frames):
+        return frames
+    shift = f"{int(years.max()) - 1970}y"  # type: ignore[arg-type]
+    redate = pl.when(pl.col("ts").dt.year() == 1970).then(pl.col("ts").dt.offset_by(shift)).otherwise(pl.col("ts"))
+    return tuple(f.with_columns(redate.alias("ts")) for f in frames)
+
+
 def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") -> Tables:
     """Read every source of the job once and build all tables (`fr_columns`: see `load_fr_dumps`)."""
     warnings = list(job.warnings)
@@ -113,6 +125,7 @@ def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") ->
     events = fill_ranks(events, process_ranks)
     lines = fill_line_ranks(lines_table(parsed), process_ranks)
     elastic = parse_elastic_summaries(parsed)
+    lines, events = _date_yearless((lines, events), elastic)
     fr = _read_dumps(job, warnings, fr_columns)
     stacks = build_stacks(job, lines, pid_rank_map(lines, events, elastic, process_ranks), fr, warnings)
     code = job.of_kind(SourceKind.CODE)

@@ -30,8 +30,11 @@ MIN_WIDTH = 60
 TERMINAL_WIDTHS = (80, 94, 100, 120, 132, 160, 200)
 _ENDS_IN_TOKEN = r"[\w(=,.:/-]$"
 _STARTS_IN_TOKEN = r"^[\w)=,.:/-]"
-_TRACEBACK = r"^(?:Traceback \(most|\s+File \"|\s*$)"
-_TRACEBACK_PY = re.compile(r"Traceback \(most|\s+File \"")
+# A line that starts with a timestamp (syslog `Nov 14 03:12:44 `, dmesg `[2419876.551211] `, ISO) begins a record:
+# host logs have no envelope, and two kernel lines of one length would otherwise read as a line and its tail.
+_STAMP = r"(?:[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} |\[\s*\d+\.\d+\] |\d{4}-\d{2}-\d{2}[T ]\d{2}:)"
+_RECORD_START = rf"^(?:Traceback \(most|\s+File \"|\s*$|{_STAMP})"
+_RECORD_START_PY = re.compile(rf"Traceback \(most|\s+File \"|{_STAMP}")
 _ENDS_IN_TOKEN_PY = re.compile(_ENDS_IN_TOKEN)
 _STARTS_IN_TOKEN_PY = re.compile(_STARTS_IN_TOKEN)
 _RULE_PY = re.compile(r"[=*#~\s-]+")  # a rule line of a summary block (`=====`) is complete as it is
@@ -53,7 +56,7 @@ def rejoin_wrapped(lf: pl.LazyFrame, hit: pl.Expr, line_start: str) -> pl.LazyFr
         & raw.str.contains(_ENDS_IN_TOKEN)
         & nxt.str.contains(_STARTS_IN_TOKEN).fill_null(False)
         & ~nxt.str.contains(f"^(?:{line_start})" if line_start else "^$").fill_null(True)
-        & ~nxt.str.contains(_TRACEBACK).fill_null(True)
+        & ~nxt.str.contains(_RECORD_START).fill_null(True)
         & (nxt.str.len_chars() < width)
     )
     shared = pl.col("_cut").count().over("_cut") >= 2  # over a materialised column: an expression key miscounts
@@ -95,7 +98,7 @@ def unwrap_lines(lines: list[str], start: re.Pattern[str]) -> list[tuple[int, st
 
 
 def _continues(line: str, start: re.Pattern[str]) -> bool:
-    return bool(line) and not line[0].isspace() and not start.match(line) and not _TRACEBACK_PY.match(line)
+    return bool(line) and not line[0].isspace() and not start.match(line) and not _RECORD_START_PY.match(line)
 
 
 def _cut(line: str, tail: str, start: re.Pattern[str], chained: bool = False) -> bool:

@@ -13,14 +13,20 @@ def render_json(d: Diagnosis) -> str:
     return json.dumps(d.to_dict(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def render_markdown(d: Diagnosis) -> str:
-    return render_template("report.md", d)
+def render_markdown(d: Diagnosis, verbose: bool = False) -> str:
+    return render_template("report.md", d, verbose=verbose)
 
 
-def render_html(d: Diagnosis) -> str:
+def render_html(d: Diagnosis, verbose: bool = False) -> str:
     from ncclpm.render.html import render_html as html
 
-    return html(d)
+    return html(d, verbose=verbose)
+
+
+def render_text(d: Diagnosis, verbose: bool = False, color: bool = False, width: int = 100) -> str:
+    from ncclpm.render.text import render_text as text
+
+    return text(d, verbose=verbose, color=color, width=width)
 
 
 def render_slack(d: Diagnosis) -> str:
@@ -37,6 +43,7 @@ def render_slack_json(d: Diagnosis) -> str:
 
 RENDERERS: dict[str, Callable[[Diagnosis], str]] = {
     "md": render_markdown,
+    "text": render_text,
     "json": render_json,
     "html": render_html,
     "slack": render_slack,
@@ -44,8 +51,14 @@ RENDERERS: dict[str, Callable[[Diagnosis], str]] = {
 }
 
 
-def render(d: Diagnosis, fmt: str = "md") -> str:
-    try:
-        return RENDERERS[fmt](d)
-    except KeyError:
-        raise ValueError(f"unknown format {fmt!r} (known: {', '.join(sorted(RENDERERS))})") from None
+VERBOSE = {"md", "text", "html"}  # formats with internals (rules not evaluated) shown only when asked
+
+
+def render(d: Diagnosis, fmt: str = "md", *, verbose: bool = False, color: bool = False, width: int = 100) -> str:
+    """`d` in `fmt`; `verbose` adds internals (rules not evaluated, rivals' own summaries); `color` (text only)
+    adds ANSI colours - the renderer escapes every input value first, so only its own codes reach a terminal."""
+    if fmt not in RENDERERS:
+        raise ValueError(f"unknown format {fmt!r} (known: {', '.join(sorted(RENDERERS))})")
+    if fmt == "text":
+        return render_text(d, verbose=verbose, color=color, width=width)
+    return RENDERERS[fmt](d, verbose=verbose) if fmt in VERBOSE else RENDERERS[fmt](d)

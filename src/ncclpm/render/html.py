@@ -22,7 +22,7 @@ def inline_code(text: str) -> Markup:
     return Markup(_CODE.sub(r"<code>\1</code>", str(escape(plain(text)))))
 
 
-def render_html(d: Diagnosis) -> str:
+def render_html(d: Diagnosis, verbose: bool = False) -> str:
     return render_template(
         "report.html",
         d,
@@ -31,4 +31,5 @@ def render_html(d: Diagnosis) -> str:
         schema_version=SCHEMA_VERSION,
         inline=inline_code,
         clean=d.clean,
+        verbose=verbose,
     )

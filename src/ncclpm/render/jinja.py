@@ -20,7 +20,8 @@ from markupsafe import Markup
 from ncclpm import escape
 from ncclpm.clamp import duration_text
 from ncclpm.model import Diagnosis
-from ncclpm.render.rankview import rank_groups
+from ncclpm.render.rankview import rank_groups, rank_table
+from ncclpm.render.words import facts_line, story_date, story_times
 from ncclpm.resources import data_dir
 
 
@@ -35,10 +36,14 @@ def _ts(value: Any) -> str:
 
 
 def _md_quote(e: Any) -> escape.Escaped:
-    """One evidence line: where (file:line, rank), then the line itself as an indented code block."""
+    """One evidence line: where (file:line, rank) and where else it was printed, then the line itself as an indented
+    code block (shown as written)."""
     where = escape.md_text(e.file) + (f":{e.line}" if e.line is not None else "")
     rank = f" (rank {e.rank})" if e.rank is not None else ""
-    return escape.Escaped(f"{where}{rank}\n\n    {escape.md_block(e.text)}")
+    also = ""
+    if e.also:
+        also = f" — ×{len(e.also) + 1}, also {escape.md_text(', '.join(e.also))}"
+    return escape.Escaped(f"{where}{rank}{also}\n\n    {escape.md_block(e.text)}")
 
 
 @pass_context
@@ -67,6 +72,7 @@ def environment() -> Environment:
         md_text=escape.md_text,
         md_cell=escape.md_cell,
         md_span=escape.md_span,
+        md_code=escape.md_code,
         md_block=escape.md_block,
         md_prose=escape.md_prose,
         md_fenced=escape.md_fenced,
@@ -76,4 +82,12 @@ def environment() -> Environment:
 
 
 def render_template(name: str, d: Diagnosis, **extra: Any) -> str:
-    return environment().get_template(name).render(d=d, groups=rank_groups(d), **extra)
+    context = {
+        "groups": rank_groups(d),
+        "table": rank_table(d),
+        "facts": facts_line(d),
+        "times": story_times(d),
+        "story_date": story_date(d),
+        "verbose": False,
+    }
+    return environment().get_template(name).render(d=d, **(context | extra))

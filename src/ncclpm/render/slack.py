@@ -14,8 +14,9 @@ from typing import Any
 
 from ncclpm.clamp import duration_text
 from ncclpm.escape import one_line, plain, slack_code, slack_text
-from ncclpm.model import Diagnosis, ranks_text
+from ncclpm.model import Diagnosis
 from ncclpm.render.jinja import environment
+from ncclpm.render.words import culprit_text
 
 MAX_CHARS = 3000  # a Block Kit section holds 3,000 characters; Slack truncates messages at 4,000
 LINE_CHARS = 700
@@ -70,7 +71,10 @@ def view(d: Diagnosis, line_chars: int = LINE_CHARS) -> dict[str, Any]:
         "confidence": f"{d.confidence:.2f}",
         "job": escape(_cut(d.job, 120)),
         "summary": escape(_cut(d.summary, PROSE_CHARS)).replace("*", "∗"),  # inside *bold*
-        "culprits": escape(ranks_text(d.culprit_ranks)) if d.culprit_ranks else "",
+        "culprits": escape(culprit_text(d)),
+        "action": escape(d.action),
+        "action_hosts": escape(", ".join(d.culprit_hosts)) if d.action == "exclude_node" else "",
+        "action_reason": escape(_cut(d.action_reason, PROSE_CHARS)),
         "collective": _collective(d),
         "world": _world(d),
         "line": _code(ev.text, line_chars) if ev is not None else "",
@@ -93,7 +97,7 @@ def _blocks(d: Diagnosis, line_chars: int) -> dict[str, str]:
     return out
 
 
-def render_slack(d: Diagnosis) -> str:
+def render_slack(d: Diagnosis, verbose: bool = False) -> str:
     """The mrkdwn text of one Slack message, verdict first; always under MAX_CHARS."""
     line_chars = LINE_CHARS
     while True:

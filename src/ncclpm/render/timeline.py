@@ -5,10 +5,12 @@ Input: a `Diagnosis` - its per-rank rows (`first_error_ts`, `last_activity_ts`, 
 marks placed in pixels: time on x, one row per rank (healthy ranks with the same story folded into one band
 with `render/rankview.py`, so 8 and 1024 ranks both read), the culprit marked.
 
-Marks: last activity (progress, checkpoint...), first error, the watchdog timeout firing (a first error that
-is the timeout of a rank that timed out), the wait before it (timeout_ms back from the firing: the rank was
-blocked in the failing collective), and how the rank exited (a column to the right - the logs rarely date
-the exit). A folded band shows the spread (earliest to latest) of each mark over its ranks.
+Marks: last activity (progress, checkpoint...), first error, the timeout firing (a first error that is the
+timeout of a rank that timed out: NCCL's watchdog, or gloo's own receive timeout - labelled as what it is), the
+wait before it (timeout_ms back from the firing: the rank was blocked in the failing collective), the culprit's
+busy span (from its last dated activity to its own failure or to when the others gave up), and how the rank
+exited (a column to the right). A culprit whose collective differs from the others' (a mismatch) has the
+difference written on its row. A folded band shows the spread (earliest to latest) of each mark over its ranks.
 
 Known limits: timestamps of different hosts are compared as given (no clock-skew correction); logs without
 timestamps give an "in order, not to scale" picture (`scaled=False`); a rank whose first error comes before
@@ -18,48 +20,23 @@ its timeout gets its wait drawn back from that error (the only time known).
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from ncclpm.clamp import duration_text, shift, timedelta_ms
+from ncclpm.clamp import duration_text, human_duration, shift, timedelta_ms
 from ncclpm.model import Diagnosis
 from ncclpm.render.rankview import RankGroup, rank_groups
 
 LABEL_W, PLOT_W, EXIT_W = 230, 640, 130
 LABEL_CHARS = 17  # monospace 11.5px in the label column, before the role tag
-ROW_H, TOP, BOTTOM = 22, 58, 34
+ROW_H, TOP, BOTTOM = 22, 66, 34
 MAX_ROWS = 40
-TIMEOUT_TEXT = re.compile(r"time[d ]?out|watchdog", re.IGNORECASE)
-STEPS = (
-    0.01,
-    0.02,
-    0.05,
-    0.1,
-    0.2,
-    0.5,
-    1,
-    2,
-    5,
-    10,
-    15,
-    30,
-    60,
-    120,
-    300,
-    600,
-    900,
-    1800,
-    3600,
-    7200,
-    10800,
-    21600,
-    43200,
-    86400,
-    172800,
-    604800,
-)  # tick steps in seconds
+TIMEOUT_TEXT = re.compile(r"timed? ?out|watchdog", re.IGNORECASE)
+STEPS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600)
+STEPS += (43200, 86400, 172800, 604800)  # tick steps in seconds
 ORDINAL = {"activity": 0.12, "wait": 0.38, "error": 0.62, "timeout": 0.86}
 
 
@@ -67,7 +44,7 @@ ORDINAL = {"activity": 0.12, "wait": 0.38, "error": 0.62, "timeout": 0.86}
 class Mark:
     """One thing that happened on a row: a point at `x`, or a spread/span from `x` to `x2`."""
 
-    kind: str  # "activity" | "error" | "timeout" | "wait"
+    kind: str  # "activity" | "error" | "timeout" | "wait" | "busy"
     x: float
     x2: float | None
     title: str  # hover text (SVG <title>): what, when, which line
@@ -125,10 +102,48 @@ def _cap(groups: list[RankGroup], members: list[list[dict]]) -> tuple[list[RankG
 
 def _wait_start(row: dict[str, Any], timeout_ms: int | None) -> datetime | None:
     ts = _error_ts(row)
+    timeout_ms = row.get("timeout_ms") or timeout_ms  # the rank's own (gloo names no collective, only its timeout)
     if not (row.get("timed_out") and timeout_ms and ts is not None):
         return None
     wait = timedelta_ms(timeout_ms)
     return None if wait is None else shift(ts, -wait)
+
+
+def _fired(row: dict[str, Any]) -> str:
+    """What fired: NCCL's watchdog names itself; gloo and the store time out on their own."""
+    return "watchdog timeout" if "watchdog" in (row.get("first_error") or "").lower() else "timeout"
+
+
+def _differs(rep: dict[str, Any], d: Diagnosis) -> str:
+    """For a culprit that timed out in another collective than the waiting ranks: what differs (`NumelIn=1, the
+    others 14845952`)."""
+    others = [r for r in d.ranks if r["role"] == "waiting" and r.get("timed_out")]
+    if rep.get("role") != "culprit" or not rep.get("timed_out") or not others:
+        return ""
+    keys = (("timeout_op", "op "), ("timeout_seq", "#"), ("timeout_numel_in", "NumelIn="))
+    common = Counter(tuple(o.get(k) for k, _ in keys) for o in others).most_common(1)[0][0]
+    diffs = [
+        (f"{label}{rep.get(k)}", f"{label}{c}") for (k, label), c in zip(keys, common, strict=True) if rep.get(k) != c
+    ]
+    return "; ".join(f"{mine}, the others {theirs}" for mine, theirs in diffs)
+
+
+def _busy(members: list[dict], sc: _Scale, fire: datetime | None, span: float) -> Mark | None:
+    """The culprit's busy span: from its last dated activity to its own first error, or to when the others gave up."""
+    rep = members[0]
+    starts = _times(members, "last_activity_ts")
+    if rep.get("role") != "culprit" or rep.get("timed_out") or not starts:
+        return None
+    errors = [e for e in _times(members, "first_error_ts") if e > starts[-1]]
+    end = errors[0] if errors else fire
+    if end is None or end <= starts[-1]:
+        return None
+    until = "its own failure" if errors else "the others timed out"
+    what = (rep.get("last_activity") or "")[:100]
+    took = human_duration((end - starts[-1]).total_seconds())
+    return Mark(
+        "busy", sc.x(starts[-1]), sc.x(end), f"busy from {_fmt(starts[-1], span)} for {took} until {until}: {what}"
+    )
 
 
 def _error_kind(row: dict[str, Any]) -> str:
@@ -206,9 +221,12 @@ def _point_or_spread(kind: str, ts: list[datetime], sc: _Scale, what: str, span:
     return Mark(kind, sc.x(ts[0]), None, f"{what}: {_fmt(ts[0], span)}{many}")
 
 
-def _scaled_marks(members: list[dict], sc: _Scale, timeout_ms: int | None, span: float) -> list[Mark]:
+def _scaled_marks(
+    members: list[dict], sc: _Scale, timeout_ms: int | None, span: float, fire: datetime | None = None
+) -> list[Mark]:
     rep = members[0]
-    marks: list[Mark] = []
+    busy = _busy(members, sc, fire, span)
+    marks: list[Mark] = [busy] if busy is not None else []
     waits = sorted(w for w in (_wait_start(m, timeout_ms) for m in members) if w is not None)
     fires = _times([m for m in members if m.get("timed_out")], "first_error_ts")
     if waits and fires:
@@ -219,7 +237,7 @@ def _scaled_marks(members: list[dict], sc: _Scale, timeout_ms: int | None, span:
                 "wait",
                 sc.x(waits[0]),
                 sc.x(fires[-1]),
-                f"blocked in {op}{seq} from about {_fmt(waits[0], span)} until the watchdog fired",
+                f"blocked in {op}{seq} from about {_fmt(waits[0], span)} until its {_fired(rep)} fired",
             )
         )
     act = _times(members, "last_activity_ts")
@@ -230,7 +248,7 @@ def _scaled_marks(members: list[dict], sc: _Scale, timeout_ms: int | None, span:
     err = _times(members, "first_error_ts")
     if err:
         kind = _error_kind(rep)
-        what = "watchdog timeout" if kind == "timeout" else f"first error: {(rep.get('first_error') or '')[:160]}"
+        what = _fired(rep) if kind == "timeout" else f"first error: {(rep.get('first_error') or '')[:160]}"
         marks.append(_point_or_spread(kind, err, sc, what, span))
     return marks
 
@@ -246,12 +264,12 @@ def _ordinal_marks(rep: dict[str, Any], sc: _Scale) -> list[Mark]:
         kind = _error_kind(rep)
         marks.append(Mark(kind, sc.ordinal(kind), None, f"first error: {rep['first_error'][:160]}"))
     elif rep.get("timed_out"):
-        marks.append(Mark("timeout", sc.ordinal("timeout"), None, "watchdog timeout"))
+        marks.append(Mark("timeout", sc.ordinal("timeout"), None, _fired(rep)))
     return marks
 
 
 def _note(
-    rep: dict[str, Any], marks: list[Mark], sc: _Scale, dated: bool, clean: Callable[[str], str]
+    rep: dict[str, Any], marks: list[Mark], sc: _Scale, dated: bool, clean: Callable[[str], str], differs: str = ""
 ) -> tuple[str, float, str]:
     """Text on the row: the culprit's first error after its last mark when there is room; for a rank with no
     dated line in a dated picture, what it last said (its time is unknown)."""
@@ -260,11 +278,14 @@ def _note(
         said = said or rep.get("last_activity") or rep.get("first_error")
         text = f"time unknown - last said: {clean(said)}" if said else "no timestamped line"
         x = sc.x0 + 12
-    elif rep.get("role") == "culprit" and (rep.get("first_error") or rep.get("last_activity")) and marks:
-        # what made it the culprit: its error, or - when that error is only its own timeout - what it was doing
+    elif rep.get("role") == "culprit" and (differs or rep.get("first_error") or rep.get("last_activity")) and marks:
+        # what made it the culprit: how its collective differs, its error, or - when that error is only its own
+        # timeout - what it was doing
         own_timeout = _error_kind(rep) == "timeout" and rep.get("last_activity")
         text = rep["last_activity"] if own_timeout or not rep.get("first_error") else rep["first_error"]
         x = max((m.x2 or m.x) for m in marks) + 10
+        if differs:  # the reason goes on the bar itself: a mismatched rank's bar looks like everyone else's
+            text, x = differs, min(m.x for m in marks) + 10
     else:
         return "", 0.0, "start"
     room = int((sc.x0 + sc.w - x) / 6.2)
@@ -316,16 +337,22 @@ def build_timeline(d: Diagnosis) -> Timeline | None:
     ]
     sc = _Scale(min(stamps, default=None), max(stamps, default=None), LABEL_W, PLOT_W)
     span = (sc.t1 - sc.t0).total_seconds() if sc.scaled else 0.0  # type: ignore[operator]
+    fires = sorted(
+        m["first_error_ts"]
+        for ms in members
+        for m in ms
+        if m.get("timed_out") and isinstance(m.get("first_error_ts"), datetime)
+    )
     rows = []
     for i, (g, ms) in enumerate(zip(groups, members, strict=True)):
         rep = {**ms[0], "role": g.row["role"]}
         dated = any(isinstance(m.get(k), datetime) for m in ms for k in ("first_error_ts", "last_activity_ts"))
         marks = (
-            _scaled_marks(ms, sc, timeout_ms, span)
+            _scaled_marks(ms, sc, timeout_ms, span, fires[0] if fires else None)
             if sc.scaled and dated
             else (_ordinal_marks(rep, sc) if not sc.scaled else [])
         )
-        note, note_x, anchor = _note(rep, marks, sc, dated, d.clean)
+        note, note_x, anchor = _note(rep, marks, sc, dated, d.clean, _differs(rep, d) if len(g.ranks) == 1 else "")
         rows.append(
             Row(
                 _short_label(g),
@@ -342,12 +369,6 @@ def build_timeline(d: Diagnosis) -> Timeline | None:
                 dated,
             )
         )
-    fires = sorted(
-        m["first_error_ts"]
-        for ms in members
-        for m in ms
-        if m.get("timed_out") and isinstance(m.get("first_error_ts"), datetime)
-    )
     fire_x = sc.x(fires[0]) if sc.scaled and fires else None
     ticks = tuple((sc.x(t), _fmt(t, s)) for t, s in _ticks(sc.t0, sc.t1)) if sc.scaled else ()  # type: ignore[arg-type]
     caption = (
@@ -369,5 +390,7 @@ def build_timeline(d: Diagnosis) -> Timeline | None:
         title=_title(d),
         caption=caption,
         fire_x=fire_x,
-        fire_label=f"first watchdog timeout {_fmt(fires[0], span)}" if fire_x is not None else "",
+        fire_label=f"first {_fired(next(m for ms in members for m in ms if m.get('timed_out')))} {_fmt(fires[0], span)}"
+        if fire_x is not None
+        else "",
     )

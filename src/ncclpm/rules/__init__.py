@@ -7,6 +7,7 @@ from ncclpm.rules.base import Rule, RuleError
 from ncclpm.rules.config_version import VersionsDifferAcrossRanks
 from ncclpm.rules.cuda_oom import CudaOutOfMemory
 from ncclpm.rules.dataloader import DataloaderFailure
+from ncclpm.rules.finished_cleanly import JobFinishedCleanly
 from ncclpm.rules.fr_mismatch import FlightRecorderCollectivesDisagree
 from ncclpm.rules.fr_never_joined import FlightRecorderRankStopped
 from ncclpm.rules.insufficient import InsufficientEvidence
@@ -47,6 +48,7 @@ ALL_RULES: tuple[type[Rule], ...] = (
     JobKilledFromOutside,
     MainProcessFirstOutlastedTimeout,
     TimeoutSetTooShort,
+    JobFinishedCleanly,
     RankAwaitedThroughStore,
     StacksOddRankOut,
     InsufficientEvidence,

@@ -19,22 +19,36 @@ import polars as pl
 
 from ncclpm.ingest.tables import TABLE_NAMES, Tables
 from ncclpm.model import MAX_QUOTE, Category, Evidence, Finding, ranks_text  # noqa: F401 - rules use them from here
+from ncclpm.rules._job import UNLESS, JobFacts
 
 DOC_SECTIONS = ("## What it detects", "## Why it matters", "## Example", "## How to fix")
+LIVE_PREFIX = "Next time it hangs, "  # a `live` fix, given for a job that is over
 _SLOT = re.compile(r"\{(\w+)\|([^{}]*)\}")  # `{hosts|the named hosts}`: a value, and what the docs show
 
 
 @dataclass(frozen=True)
 class Fix:
     """One fix a rule can give. `text` may hold slots `{name|doc text}`, filled by the finding with its own
-    values and shown with the doc text in `ncclpm explain`; `when` says (in the docs) when the fix is given."""
+    values and shown with the doc text in `ncclpm explain`; `when` says (in the docs) when the fix is given;
+    `unless` names a job fact (`rules/_job.py`) under which it is not given (the job already does it); `live`
+    marks advice about a running process, given for the next run when the job is over."""
 
     text: str
     when: str = ""
+    unless: str = ""
+    live: bool = False
+
+    def __post_init__(self) -> None:
+        if self.unless and self.unless not in UNLESS:
+            raise RuleError(f"Fix.unless names an unknown job fact {self.unless!r} (known: {sorted(UNLESS)})")
 
     def render(self, values: dict[str, Any] | None = None) -> str:
         """The text with its slots filled from `values`, or with their doc text when `values` is None."""
         return _SLOT.sub(lambda m: m[2] if values is None else str(values[m[1]]), self.text)
+
+    def doc(self) -> str:
+        text = f"{f'When {self.when}: ' if self.when else ''}{self.render()}"
+        return text + (f" (Not given when {UNLESS[self.unless]}.)" if self.unless else "")
 
 
 def quotes(frame: pl.DataFrame, limit: int = 6, text_col: str = "text") -> tuple[Evidence, ...]:
@@ -81,9 +95,20 @@ class Rule:
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    job: JobFacts = JobFacts()
+
     def run(self, t: Tables) -> Finding | None:
         ev = self.evidence(t)
-        return None if ev.is_empty() else self.assess(t, ev)
+        if ev.is_empty():
+            return None
+        self.job = JobFacts.of(t)
+        return self.assess(t, ev)
+
+    def why_not(self, t: Tables, winner: Finding, mine: Finding | None) -> str | None:
+        """Why this rule's explanation is not the cause, in one clause from evidence the rule can state: `mine` is
+        its finding when it fired and lost (a rival), None when it did not fire (a suspect a reader would have
+        given the winner). None: nothing to say (the engine then compares the two findings' own lines)."""
+        return None
 
     def finding(self, **kw: Any) -> Finding:
         kw.setdefault("explains", self.explains)
@@ -92,11 +117,18 @@ class Rule:
         return Finding(rule=self.id, name=self.name, category=category, confidence=conf, **kw)
 
     def fixes(self, *keys: str, **values: Any) -> tuple[str, ...]:
-        """The texts of the fixes `keys` (all of them, in order, when none is given), slots filled from `values`."""
-        return tuple(self.FIXES[k].render(values) for k in (keys or tuple(self.FIXES)))
+        """The texts of the fixes `keys` (all of them, in order, when none is given), slots filled from `values`;
+        a fix the job already follows (`unless`) is left out, one about a live process is put for the next run."""
+        out = []
+        for fix in (self.FIXES[k] for k in (keys or tuple(self.FIXES))):
+            if fix.unless and getattr(self.job, fix.unless):
+                continue
+            text = fix.render(values)
+            out.append(f"{LIVE_PREFIX}{text[:1].lower()}{text[1:]}" if fix.live and self.job.over else text)
+        return tuple(out)
 
     @classmethod
     def doc(cls) -> str:
         """The docstring, with the `## How to fix` section generated from FIXES."""
-        fixes = "\n".join(f"- {f'When {f.when}: ' if f.when else ''}{f.render()}" for f in cls.FIXES.values())
+        fixes = "\n".join(f"- {f.doc()}" for f in cls.FIXES.values())
         return f"{inspect.cleandoc(cls.__doc__ or '')}\n\n## How to fix\n{fixes}"

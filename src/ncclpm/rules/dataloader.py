@@ -8,7 +8,9 @@ import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
+from ncclpm.model import said
 from ncclpm.rules._facts import victim_ranks
+from ncclpm.rules._why import QUIET_VERDICTS, last_words
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
@@ -39,7 +41,8 @@ class DataloaderFailure(Rule):
     FIXES: ClassVar[dict[str, Fix]] = {
         "timeout": Fix(
             "Set `DataLoader(..., timeout=120)` (well below the process-group timeout) so a stuck worker "
-            "raises on the rank that owns it instead of hanging the whole job."
+            "raises on the rank that owns it instead of hanging the whole job.",
+            unless="dataloader_timeout",
         ),
         "shm": Fix(
             "Raise the shared-memory limit: `docker run --shm-size=16g` / Kubernetes `emptyDir: "
@@ -69,7 +72,8 @@ class DataloaderFailure(Rule):
         ),
         "slow_read": Fix(
             "Find the slow read: `py-spy dump --pid <rank pid> --subprocesses` on the stuck rank shows its workers' "
-            "frames; keep the output beside the logs for ncclpm."
+            "frames; keep the output beside the logs for ncclpm.",
+            live=True,
         ),
     }
 
@@ -99,7 +103,7 @@ class DataloaderFailure(Rule):
         return self.finding(
             confidence=conf,
             culprit_ranks=culprits,
-            summary=f"The DataLoader on {who} failed ({ev['text'][0][:120].strip()}); "
+            summary=f"The DataLoader on {who} failed (`{said(ev['text'][0], t.line_prefix, 120)}`); "
             f"{'the other ranks waited for it in a collective' if others else 'its rank stopped training'}.",
             explanation="A rank whose input pipeline stalls stops issuing collectives, so every other rank "
             "waits in its next all-reduce until the process-group timeout; their timeouts are a symptom.",
@@ -133,4 +137,12 @@ class DataloaderFailure(Rule):
             dont=("Do not debug NCCL: the rank stopped in its input pipeline, before any collective.",),
             verify=("The rank's full traceback ends in the DataLoader with the reason.",),
             facts={"victim_ranks": sorted(victim_ranks(t) - set(culprits))},
+        )
+
+    def why_not(self, t: Tables, winner: Finding, mine: Finding | None) -> str | None:
+        if mine is not None or winner.category not in QUIET_VERDICTS - {Category.MISMATCHED_COLLECTIVES}:
+            return None
+        return (
+            "no rank logged a DataLoader error (a worker killed or timed out, file descriptors or shared memory "
+            f"exhausted){last_words(t, winner.culprit_ranks)}"
         )

@@ -8,6 +8,7 @@ import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.rules._facts import known_ranks, victim_lines
+from ncclpm.rules._victim_view import victims_view
 from ncclpm.rules.base import Finding, Fix, Rule, quotes
 from ncclpm.schema import Category
 
@@ -23,6 +24,11 @@ MISSING = {
     "nccl_log": (
         "NCCL's own log: `NCCL_DEBUG=INFO` (or `WARN`), `NCCL_DEBUG_FILE=/path/nccl.%h.%p`",
         "no NCCL_DEBUG output in the job",
+    ),
+    "logs_everything": (
+        "the logs of {ranks|each rank} from the failed job (stderr and stdout, `torchrun --log-dir DIR --tee 3`) "
+        "and the launcher's console",
+        "no file of the input is a distributed job's log",
     ),
     "stacks": (
         "stack dumps of the hung ranks while they hang: `py-spy dump --pid <pid>` on each rank (add "
@@ -59,6 +65,8 @@ class InsufficientEvidence(Rule):
         return pl.DataFrame({"job": [t.job_name]})
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
+        if _nothing_recognised(t):
+            return self._not_a_training_log(t)
         seen = set(t.ranks["rank"].to_list())
         absent = sorted(known_ranks(t) - seen)
         no_stacks = not t.has("stacks") or (t.extra["stacks"]["format"] == "fr").all()
@@ -70,12 +78,17 @@ class InsufficientEvidence(Rule):
         ]
         missing = [Fix(MISSING[k][0]).render({"ranks": ", ".join(map(str, absent[:16]))}) for k in wanted]
         victims = victim_lines(t)
+        proves, causes = victims_view(t)
+        leads = f" Most likely, in order: {'; '.join(f'({i}) {c}' for i, c in enumerate(causes, 1))}." if causes else ""
         return self.finding(
             culprit_ranks=(),
             summary="Nothing conclusive: the logs show "
             + ("ranks waiting in a collective" if not victims.is_empty() else "no recognised failure")
-            + " but not why.",
-            explanation="No rule found a rank that died, stalled, mismatched or failed on its own. Collect: "
+            + " but not why."
+            + leads,
+            explanation=" ".join(proves)
+            + (" " if proves else "")
+            + "No rule found a rank that died, stalled, mismatched or failed on its own. Collect: "
             + "; ".join(missing)
             + ".",
             evidence=quotes(victims, 4),
@@ -85,5 +98,39 @@ class InsufficientEvidence(Rule):
                 "without evidence: they hide faults and slow every job.",
             ),
             verify=("The next failure leaves per-rank logs and dumps; run `ncclpm diagnose` on them.",),
-            facts={"missing_evidence": missing},
+            facts={"missing_evidence": missing, "proves": proves, "likely_causes": causes},
         )
+
+    def _not_a_training_log(self, t: Tables) -> Finding:
+        n = len(t.sources)
+        return self.finding(
+            category=Category.NOT_A_TRAINING_LOG,
+            confidence=0.9,
+            culprit_ranks=(),
+            summary="Not a training log: "
+            + ("the file read holds" if n == 1 else f"none of the {n} files read holds" if n else "nothing read holds")
+            + (" no" if n == 1 else " a")
+            + " line ncclpm recognises from a distributed PyTorch job (torch, NCCL, gloo, torchrun, a traceback, a "
+            "launcher).",
+            explanation="Nothing to diagnose was found. If these are the right files, their format is one ncclpm "
+            "does not read yet: a catalog entry in `parsers/` (or `--patterns DIR`) teaches it.",
+            evidence=(),
+            fixes=self.fixes("logs_everything", ranks="each rank"),
+            dont=(),
+            verify=("`ncclpm tables PATH --table lines` lists the lines ncclpm kept from the files.",),
+        )
+
+
+def _nothing_recognised(t: Tables) -> bool:
+    """No line read as anything (not even a Python frame), no dump, no stack: the input is not a distributed job's
+    log. A line that merely holds an anchor word (a package list naming `torch`) is not recognised. With no source
+    read at all (an empty or broken archive) nothing was looked at: that stays `unknown`, with the warnings."""
+    stacks = t.extra.get("stacks")
+    return (
+        bool(t.sources or t.code_sources)
+        and t.events.is_empty()
+        and t.tracebacks.is_empty()
+        and t.elastic.is_empty()
+        and t.fr is None
+        and (stacks is None or stacks.is_empty())
+    )

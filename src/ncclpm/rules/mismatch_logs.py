@@ -9,6 +9,7 @@ import polars as pl
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.rules._facts import timeouts, victim_ranks
+from ncclpm.rules._why import collective
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
@@ -88,8 +89,9 @@ class CollectivesDisagreeInLogs(Rule):
             numel = pl.format(" numel {}", "numel_in").fill_null("")  # older wordings print no size
             call = pl.concat_str(pl.format("{} #{}", "op", "seq"), numel)
             votes = to.select("rank", call.alias("call")).unique().sort("rank", "call")
-            return minority(votes, "call"), "the timed-out collectives differ: " + ", ".join(
-                f"rank {r}: {c}" for r, c in votes.iter_rows()
+            by_call = votes.group_by("call").agg(pl.col("rank").sort()).sort(pl.col("rank").list.len(), "call")
+            return minority(votes, "call"), " while ".join(
+                f"{ranks_text(r)} timed out in {c}" for c, r in by_call.iter_rows()
             )
         # gloo's size check names no peer: the aborting rank and the ranks that lost it are all involved.
         ranks = tuple(sorted(set(ev["rank"].drop_nulls().to_list()) | victim_ranks(t)))
@@ -119,3 +121,7 @@ class CollectivesDisagreeInLogs(Rule):
             verify=("`TORCH_DISTRIBUTED_DEBUG=DETAIL` passes the step without a 'Detected mismatch' error.",),
             facts={"involved_ranks": involved},
         )
+
+    def why_not(self, t: Tables, winner: Finding, mine: Finding | None) -> str | None:
+        same = collective(t) if mine is None and winner.category != Category.MISMATCHED_COLLECTIVES else ""
+        return f"every rank that timed out was in the same collective, {same}" if same else None

@@ -9,6 +9,7 @@ import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
+from ncclpm.model import said
 from ncclpm.resources import data_dir
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
@@ -95,7 +96,7 @@ class NvmlDriverFailure(Rule):
         return self.finding(
             confidence=float(ev["strength"].max()),  # type: ignore[arg-type]
             culprit_ranks=culprits,
-            summary=f"The GPU driver / NVML failed on {where}: {ev['text'][0].strip()[:160]}",
+            summary=f"The GPU driver / NVML failed on {where}: `{said(ev['text'][0], t.line_prefix, 160)}`",
             explanation="NCCL and PyTorch query NVML for the device; a broken driver makes communicator "
             "init or a collective fail on that node and the other ranks then time out."
             + ("".join(f" {x}." for x in xids)),

@@ -9,6 +9,7 @@ import polars as pl
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.rules._facts import exceptions_not_victim, victim_lines, victim_ranks
+from ncclpm.rules._why import QUIET_VERDICTS, first_timeout
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
@@ -143,3 +144,11 @@ class RankDiedFirst(Rule):
             ),
             facts={"victim_ranks": sorted(others)},
         )
+
+    def why_not(self, t: Tables, winner: Finding, mine: Finding | None) -> str | None:
+        if mine is not None or winner.category not in QUIET_VERDICTS:
+            return None
+        fired, ends = first_timeout(t), t.elastic["ts"].drop_nulls()
+        if fired is not None and ends.len() and ends.min() >= fired:  # type: ignore[operator]
+            return f"every rank ended after the first timeout fired ({fired:%H:%M:%S}): the exits are its consequence"
+        return "no rank died of its own error (an exception, a segfault, a kill) before the others waited"

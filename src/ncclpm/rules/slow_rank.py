@@ -55,7 +55,8 @@ class RankBusyOutsideCollectives(Rule):
         ),
         "record_dumps": Fix(
             "Set `TORCH_NCCL_TRACE_BUFFER_SIZE=2000` and `TORCH_NCCL_DUMP_ON_TIMEOUT=1` so the next "
-            "failure leaves flight-recorder dumps that name the missing rank."
+            "failure leaves flight-recorder dumps that name the missing rank.",
+            unless="fr_dumps",
         ),
     }
 

@@ -10,7 +10,8 @@ from ncclpm.ingest.code_settings import configured_pg_timeout
 from ncclpm.ingest.code_verdicts import human_seconds, timeout_origin
 from ncclpm.ingest.tables import Tables
 from ncclpm.rules._facts import timeouts
-from ncclpm.rules.base import Finding, Fix, Rule, quotes
+from ncclpm.rules._why import never_joined
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
 # Below torch's own defaults (10 min for NCCL since 2.2, 30 min otherwise) by far: a value someone chose, and one
@@ -101,3 +102,16 @@ class TimeoutSetTooShort(Rule):
             verify=("The logs of the next run show the new `Timeout(ms)` value in any watchdog line.",),
             facts={"timeout_ms": observed} | ({"timeout_origin": origin} if origin else {}),
         )
+
+    def why_not(self, t: Tables, winner: Finding, mine: Finding | None) -> str | None:
+        if mine is None:
+            return None
+        if winner.category == Category.MISMATCHED_COLLECTIVES:
+            return "the timeout is short, but no timeout lets ranks that issued different collectives complete"
+        away = never_joined(t, winner.culprit_ranks)
+        if away:
+            return (
+                f"the timeout is short, but {ranks_text(away)} never entered the collective: a longer one would only "
+                "have waited longer"
+            )
+        return None

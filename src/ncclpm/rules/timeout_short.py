@@ -10,7 +10,8 @@ from ncclpm.clamp import duration_text
 from ncclpm.ingest.code_verdicts import timeout_origin
 from ncclpm.ingest.tables import Tables
 from ncclpm.rules._facts import known_ranks, late_timeouts, timeouts
-from ncclpm.rules.base import Finding, Fix, Rule, quotes
+from ncclpm.rules._why import never_joined
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
 DEFAULT_NCCL_TIMEOUT_MS = 600_000
@@ -43,9 +44,16 @@ class AllRanksTimedOutTogether(Rule):
             "Raise the process-group timeout above {limit|the one the collectives timed out after}: "
             "`dist.init_process_group(backend, timeout=datetime.timedelta(minutes=30))`."
         ),
+        "slow_switch": Fix(
+            "Remove {switches|`NCCL_P2P_DISABLE=1` / `NCCL_IB_DISABLE=1` where the job sets it}: with peer-to-peer or "
+            "InfiniBand off every transfer goes through host memory or TCP sockets, several times slower, so a large "
+            "collective that fit the timeout no longer does.",
+            when="the job switches peer-to-peer or InfiniBand off",
+        ),
         "check_transport": Fix(
             "Run with `NCCL_DEBUG=INFO` and check the transport (`via NET/IB` vs `via NET/Socket`) and any "
-            "`NCCL WARN` lines before assuming it is only the timeout."
+            "`NCCL WARN` lines before assuming it is only the timeout.",
+            unless="nccl_info",
         ),
     }
 
@@ -75,7 +83,13 @@ class AllRanksTimedOutTogether(Rule):
             "short for this collective (first collective with lazy init, very large tensors, slow link) or the "
             "transport is degraded.",
             evidence=quotes(ev, 4),
-            fixes=self.fixes(limit=limit),
+            fixes=self.fixes(
+                "raise_timeout",
+                *(["slow_switch"] if self.job.slow_switches else []),
+                "check_transport",
+                limit=limit,
+                switches=" and ".join(self.job.slow_switches),
+            ),
             dont=("`NCCL_TIMEOUT` does nothing - only `timeout=` in `init_process_group`/`new_group` counts.",),
             verify=(
                 "Time the collective with `TORCH_NCCL_ENABLE_TIMING=1` and a flight-recorder dump; it must "
@@ -83,3 +97,9 @@ class AllRanksTimedOutTogether(Rule):
             ),
             facts={"timeout_ms": timeout_ms} | ({"timeout_origin": origin} if origin else {}),
         )
+
+    def why_not(self, t: Tables, winner: Finding, mine: Finding | None) -> str | None:
+        if winner.category == Category.MISMATCHED_COLLECTIVES:
+            return None  # the ranks did join, each its own collective: MC01/FR01 say which
+        away = never_joined(t, winner.culprit_ranks)
+        return f"not every rank joined the collective: {ranks_text(away)} never entered it" if away else None

@@ -54,8 +54,7 @@ class CollectiveTimeoutSymptom(Rule):
             what = f" in {r['op']}" + (f" #{r['seq']}" if r["seq"] is not None else "")
         return self.finding(
             culprit_ranks=(),
-            summary=f"{ranks_text(ranks).capitalize()} timed out or lost a peer{what}: these ranks were waiting, "
-            "not failing.",
+            summary=f"{ranks_text(ranks).capitalize()} timed out or lost a peer{what}.",
             explanation="Every surviving rank reports the collective it was stuck in; the rank that caused it is "
             "usually the one that did not report.",
             evidence=quotes(ev, 4),

@@ -1,8 +1,9 @@
 """The triage table: one row per job, a fixed polars schema, written as Parquet, CSV or NDJSON.
 
-Parquet is written by polars itself (no pyarrow needed). CSV cannot hold lists: `culprit_ranks` becomes
-"0,3" there, and text that a spreadsheet would run as a formula (`=HYPERLINK(...)` in a log line) gets a leading
-`'`. Rows are sorted by job so the same inputs give the same file.
+Parquet is written by polars itself (no pyarrow needed). CSV cannot hold lists:
+`culprit_ranks` becomes "0,3" there (and `culprit_hosts` "node3,node7"), and text that a spreadsheet would run
+as a formula (`=HYPERLINK(...)` in a log line) gets a leading `'`. Rows are sorted by job so the same inputs give
+the same file.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ TABLE_SCHEMA = pl.Schema(
         "confidence": pl.Float64(),
         "band": pl.String(),
         "rule": pl.String(),
+        "action": pl.String(),
         "culprit_ranks": pl.List(pl.Int64()),
+        "culprit_hosts": pl.List(pl.String()),
         "failing_op": pl.String(),
         "failing_seq": pl.Int64(),
         "world_size": pl.Int64(),
@@ -69,5 +72,8 @@ def write_table(frame: pl.DataFrame, path: Path, force: bool = False) -> None:
     elif fmt == "ndjson":
         write_output(path, frame.write_ndjson, force)
     else:
-        flat = frame.with_columns(pl.col("culprit_ranks").list.eval(pl.element().cast(pl.String)).list.join(","))
+        flat = frame.with_columns(
+            pl.col("culprit_ranks").list.eval(pl.element().cast(pl.String)).list.join(","),
+            pl.col("culprit_hosts").list.join(","),
+        )
         write_output(path, csv_safe(flat).write_csv, force)

@@ -32,7 +32,9 @@ ROW_KEYS = (
     "confidence",
     "band",
     "rule",
+    "action",
     "culprit_ranks",
+    "culprit_hosts",
     "failing_op",
     "failing_seq",
     "world_size",
@@ -53,7 +55,7 @@ MAX_TEXT = 400
 
 
 def empty_row(job: str) -> dict[str, Any]:
-    return dict.fromkeys(ROW_KEYS) | {"job": job, "culprit_ranks": []}
+    return dict.fromkeys(ROW_KEYS) | {"job": job, "culprit_ranks": [], "culprit_hosts": []}
 
 
 def _raw_error(job: Any) -> str | None:
@@ -104,7 +106,9 @@ def _fill(row: dict[str, Any], tables: Any, d: Any, job: Any) -> None:
         confidence=round(float(d.confidence), 3),
         band=d.band,
         rule=d.primary.rule,
+        action=str(d.action),
         culprit_ranks=[int(r) for r in d.culprit_ranks],
+        culprit_hosts=[str(h)[:MAX_TEXT] for h in d.culprit_hosts],
         failing_op=fc.get("op"),
         failing_seq=fc.get("seq"),
         world_size=d.world_size,

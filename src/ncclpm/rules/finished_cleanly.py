@@ -1,0 +1,74 @@
+"""OK01 job-finished-cleanly."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import polars as pl
+
+from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
+from ncclpm.rules._facts import known_ranks
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
+from ncclpm.schema import Category
+
+
+class JobFinishedCleanly(Rule):
+    """The logs show the job finishing and nothing failing: there is no failure to diagnose.
+
+    ## What it detects
+    Lines that say the run ended well - a script's `training done`, `Training completed`, Lightning's
+    `Trainer.fit stopped: max_epochs=N reached`, torchrun's `worker group successfully finished` - in a job with
+    no error of any kind: no exception, timeout, crash, NCCL or launcher error, and no non-zero exit.
+
+    ## Why it matters
+    A healthy run handed to a post-mortem tool must not come back with a made-up cause, and must not look like
+    "nothing conclusive" either (which reads as "something failed, we do not know what"). Confident only when
+    every rank of the job says it finished.
+
+    ## Example
+    `[rank0] training done` and `[rank1] training done`, then torchrun exits without a failure summary.
+    """
+
+    id = "OK01"
+    name = "job-finished-cleanly"
+    category = Category.NO_FAILURE
+    base_confidence = 0.6
+    explains = ()
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "nothing": Fix(
+            "Nothing to fix in these logs. If the job did fail, the failing rank's log is missing: add every rank's "
+            "stderr (`torchrun --log-dir DIR --tee 3`) and the launcher's console."
+        ),
+    }
+
+    def evidence(self, t: Tables) -> pl.DataFrame:
+        errors = t.events.filter(pl.col("severity") == "error")
+        failed_exits = t.elastic.filter(pl.col("exit_code").fill_null(0) != 0)
+        if not errors.is_empty() or not failed_exits.is_empty():
+            return t.events.clear()
+        return t.kinds(K.job_done)
+
+    def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
+        done = set(ev["rank"].drop_nulls().to_list())
+        known = known_ranks(t)
+        everyone = bool(known) and known <= done
+        launcher = ev["rank"].is_null().any()  # the agent's own success line speaks for all its workers
+        return self.finding(
+            confidence=0.85 if everyone or launcher else self.base_confidence,
+            culprit_ranks=(),
+            summary="No failure: the job finished ("
+            + (
+                f"every rank it ran - {ranks_text(sorted(done))} - said so"
+                if everyone
+                else f"{ranks_text(sorted(done))} said so"
+                if done
+                else "the launcher said so"
+            )
+            + ") and no error, timeout or crash appears in the logs.",
+            explanation="Every line that says how the run ended says it ended well, and nothing failed before it.",
+            evidence=quotes(ev, 4),
+            fixes=self.fixes(),
+            dont=("Do not tune NCCL or timeouts for a run that did not fail.",),
+            verify=("The job's exit status (scheduler record, `echo $?` of torchrun) is 0.",),
+        )
