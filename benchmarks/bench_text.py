@@ -1,10 +1,12 @@
 """Time `ncclpm diagnose` on a large generated job against grep and ripgrep counting the same anchors.
 
 Usage: python benchmarks/bench_text.py [--ranks 512 --mb-per-rank 2 --dir /tmp/ncclpm-bench-job --runs 3]
+                                      [--baseline OTHER_CHECKOUT]
 Runs are interleaved (ncclpm, grep -E, grep -F, rg, ncclpm, ...) after a warm-up read of every file; the table
 shows median wall time, MB/s, median CPU time (user + system, less sensitive to a loaded machine), ncclpm's
 speed as a ratio of each tool's (by wall and by CPU), ncclpm's peak RSS against the input size, and the load
-average. ripgrep is Debian's `ripgrep` (skipped when absent).
+average. ripgrep is Debian's `ripgrep` (skipped when absent). `--baseline` adds another checkout's ncclpm (its
+`src/` first on PYTHONPATH) to the interleaved runs, for A/B comparisons.
 """
 
 from __future__ import annotations
@@ -23,11 +25,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(cmd: list[str]) -> tuple[float, float, str]:
+def run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
     """(wall, CPU of the child, stdout)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False).stdout
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env).stdout
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), out
@@ -44,6 +46,7 @@ def main() -> None:
     ap.add_argument("--mb-per-rank", type=float, default=2.0)
     ap.add_argument("--dir", type=Path, default=Path("/tmp/ncclpm-bench-job"))
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--baseline", type=Path, help="another checkout of ncclpm to run interleaved (A/B)")
     args = ap.parse_args()
     if not args.dir.exists():
         gen = [sys.executable, str(ROOT / "benchmarks" / "gen_text_job.py"), str(args.dir)]
@@ -64,11 +67,15 @@ def main() -> None:
     }
     if shutil.which("rg"):
         tools["rg"] = ["rg", "-c", "-F", "-f", str(fixed), str(args.dir)]
+    envs = {name: None for name in tools}
+    if args.baseline:
+        tools["baseline"] = tools["ncclpm"]
+        envs["baseline"] = {**os.environ, "PYTHONPATH": str(args.baseline.resolve() / "src")}
     times: dict[str, list[tuple[float, float]]] = {k: [] for k in tools}
     verdict, loads = "?", []
     for _ in range(args.runs):
         for name, cmd in tools.items():
-            wall, cpu, out = run(cmd)
+            wall, cpu, out = run(cmd, envs[name])
             times[name].append((wall, cpu))
             if name == "ncclpm":
                 found = re.search(r'"category": "(\w+)"', out)

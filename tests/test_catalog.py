@@ -109,3 +109,9 @@ def test_an_envelope_level_table_without_a_named_group_is_refused(tmp_path) -> N
     )
     with pytest.raises(CatalogError, match="needs a named group"):
         load_catalog((tmp_path,))
+
+
+def test_the_shipped_regexes_compile_in_polars() -> None:
+    """`load_catalog` skips this at start-up for the shipped catalog (it costs ~0.1 s); it is checked here."""
+    cat = load_catalog(compile_shipped=True)
+    assert [p.regex for p in cat.patterns] == [p.regex for p in CATALOG.patterns]

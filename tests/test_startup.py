@@ -30,6 +30,9 @@ print(json.dumps({"code": code, "polars": "polars" in sys.modules}), file=sys.st
         (["diagnose"], 2),  # missing PATHS
         (["diagnose", "-f", "pdf", "x"], 2),
         (["no-such-command"], 2),
+        (["rules"], 0),
+        (["explain", "CR01"], 0),
+        (["explain", "no-such-rule"], 2),
     ],
 )
 def test_help_and_usage_errors_import_no_polars(args: list[str], code: int) -> None:
@@ -56,3 +59,13 @@ def test_the_band_list_is_the_bands() -> None:
     from ncclpm.schema import Band
 
     assert tuple(str(b) for b in Band) == BANDS
+
+
+def test_the_rules_index_is_the_registry() -> None:
+    """`rules` and `explain` answer from rules_index.json: regenerate it (`python -m ncclpm.rules_index`) when a
+    rule's id, name, category or documentation changes."""
+    from ncclpm.precedence import PRECEDENCE
+    from ncclpm.rules_index import INDEX, generate, load
+
+    assert INDEX.read_text(encoding="utf-8") == generate(), "stale: run `python -m ncclpm.rules_index`"
+    assert sorted(load()) == sorted(rule_id for rule_id, _ in PRECEDENCE)

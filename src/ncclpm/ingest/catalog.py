@@ -93,12 +93,16 @@ class Catalog:
         return env_mod.head_regex(self.envelopes)
 
 
-def _check_regex(rx: str, where: str) -> None:
+def _check_regex(rx: str, where: str, compile_it: bool = True) -> None:
+    """The regex is in polars' dialect (`compile_it`: and compiles there - ~1 ms each, so the shipped catalog,
+    which tests/test_catalog.py compiles, is not compiled again at every start)."""
     if _UNSUPPORTED.search(rx):
         raise CatalogError(
             f"{where}: look-around and back-references are not supported by polars' Rust regex dialect "
             "(see https://docs.rs/regex/latest/regex/#syntax)"
         )
+    if not compile_it:
+        return
     try:
         pl.select(pl.lit("").str.extract_groups(rx))
     except Exception as exc:  # polars raises ComputeError subclasses; report them all the same way
@@ -109,7 +113,7 @@ def _examples(raw: dict, key: str) -> tuple[Example, ...]:
     return tuple(Example(e["line"], dict(e.get("expect", {}))) for e in raw.get(key, []))
 
 
-def _pattern(raw: dict, origin: str, kinds: dict[str, KindDecl]) -> Pattern:
+def _pattern(raw: dict, origin: str, kinds: dict[str, KindDecl], compile_it: bool = True) -> Pattern:
     where = f"{origin}: pattern {raw.get('id', '?')!r}"
     for key in ("id", "kind", "anchor", "regex"):
         if key not in raw:
@@ -123,7 +127,7 @@ def _pattern(raw: dict, origin: str, kinds: dict[str, KindDecl]) -> Pattern:
             raise CatalogError(f"{where}: field {name!r} is not an events column (see schema.EVENT_FIELDS)")
         if dtype not in DTYPE_NAMES:
             raise CatalogError(f"{where}: unknown dtype {dtype!r} (known: {sorted(DTYPE_NAMES)})")
-    _check_regex(raw["regex"], where)
+    _check_regex(raw["regex"], where, compile_it)
     groups = set(re.findall(r"\(\?P?<([A-Za-z_]\w*)>", raw["regex"]))
     if groups != set(fields):
         raise CatalogError(f"{where}: named groups {sorted(groups)} differ from fields {sorted(fields)}")
@@ -158,8 +162,11 @@ def _pattern(raw: dict, origin: str, kinds: dict[str, KindDecl]) -> Pattern:
     )
 
 
-def _envelope(raw: dict, origin: str) -> Envelope:
-    return env_mod.parse_envelope(raw, origin, _check_regex, CatalogError, _examples(raw, "example"))
+def _envelope(raw: dict, origin: str, compile_it: bool = True) -> Envelope:
+    def check(rx: str, where: str) -> None:
+        _check_regex(rx, where, compile_it)
+
+    return env_mod.parse_envelope(raw, origin, check, CatalogError, _examples(raw, "example"))
 
 
 _PY_TYPES = {pl.String: str, pl.Float64: (int, float), pl.Int64: int, pl.Boolean: bool}
@@ -189,14 +196,17 @@ def _kinds(dirs: tuple[Path, ...]) -> dict[str, KindDecl]:
     return kinds
 
 
-def load_catalog(extra_dirs: tuple[Path, ...] = ()) -> Catalog:
-    """Load the shipped catalogs plus any user directories (`--patterns DIR`), validated."""
-    dirs = (data_dir("parsers"), *(Path(d) for d in extra_dirs))
+def load_catalog(extra_dirs: tuple[Path, ...] = (), *, compile_shipped: bool = False) -> Catalog:
+    """Load the shipped catalogs plus any user directories (`--patterns DIR`), validated (the shipped patterns'
+    regexes are compiled in polars only with `compile_shipped`: the tests do it once)."""
+    shipped = data_dir("parsers")
+    dirs = (shipped, *(Path(d) for d in extra_dirs))
     kinds = _kinds(dirs)
     patterns: list[Pattern] = []
     envelopes: list[Envelope] = []
     keep: list[str] = []
     for directory in dirs:
+        compile_it = compile_shipped or directory != shipped
         for path in sorted(directory.glob("*.toml")):
             try:
                 doc = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -205,8 +215,8 @@ def load_catalog(extra_dirs: tuple[Path, ...] = ()) -> Catalog:
             if "kind" in doc and path.name != KINDS_FILE:
                 raise CatalogError(f"{path.name}: [[kind]] entries belong in {KINDS_FILE}")
             try:
-                envelopes += [_envelope(e, path.name) for e in doc.get("envelope", [])]
-                patterns += [_pattern(p, path.name, kinds) for p in doc.get("pattern", [])]
+                envelopes += [_envelope(e, path.name, compile_it) for e in doc.get("envelope", [])]
+                patterns += [_pattern(p, path.name, kinds, compile_it) for p in doc.get("pattern", [])]
                 keep += [str(k) for k in doc.get("prefilter", {}).get("keep", [])]
             except (KeyError, TypeError, AttributeError, ValueError) as exc:  # a table where a list was due...
                 if isinstance(exc, CatalogError):

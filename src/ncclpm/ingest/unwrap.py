@@ -97,6 +97,11 @@ def unwrap_lines(lines: list[str], start: re.Pattern[str]) -> list[tuple[int, st
     return out
 
 
+def joins(line: str, tail: str, start: re.Pattern[str]) -> bool:
+    """`tail` may be glued to `line` when a text is re-joined whole (at the text's wrap width)."""
+    return _cut(line, tail, start, chained=True)
+
+
 def _continues(line: str, start: re.Pattern[str]) -> bool:
     return bool(line) and not line[0].isspace() and not start.match(line) and not _RECORD_START_PY.match(line)
 
