@@ -245,6 +245,7 @@ TARGET_SPECS = {
         run_job_folder_names,
         4,
         1_000,
+        (([b"rank3.log", b"rank3.log\n"], b"rank3.log"),),  # two jobs printed alike: one name, two rows before
     ),
     "escapes": (
         st.one_of(

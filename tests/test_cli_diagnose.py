@@ -85,6 +85,7 @@ def test_a_healthy_job_and_unrelated_logs_have_their_own_exit_codes() -> None:
     assert healthy.exit_code == 4 and json.loads(healthy.stdout)["category"] == "no_failure"
     unrelated = CliRunner().invoke(main, ["diagnose", str(cases / "not_a_training_log__system_logs" / "input")])
     assert unrelated.exit_code == 5 and "`not_a_training_log`" in unrelated.stdout
+    assert "are these the job's own logs?" in unrelated.stderr and "not a training job" in unrelated.stdout
     unknown = CliRunner().invoke(main, ["diagnose", "-", "-f", "json"], input=WATCHDOG_ONLY)
     assert unknown.exit_code == 0 and json.loads(unknown.stdout)["category"] == "unknown"
 

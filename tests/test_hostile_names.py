@@ -353,3 +353,13 @@ def test_a_bad_patterns_catalog_is_a_usage_error(tmp_path: Path, kind: str, comm
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 2, res.output
     assert "mine.toml" in res.output and "internal error" not in res.output and "Traceback" not in res.output
+
+
+def test_two_job_folders_whose_names_print_alike_get_two_names(tmp_path: Path) -> None:
+    """Found by the job_folder_names fuzz target: `job` and `job\\n` were two triage rows named alike."""
+    _folder_of_jobs(tmp_path, 10)
+    for name in ("twin", "twin\n"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "console.log").write_text(DL.format(0))
+    names = [Path(j.name).name for j in find_jobs([tmp_path])]
+    assert len(names) == 12 and len(set(names)) == 12 and "twin (2)" in names, names

@@ -118,6 +118,22 @@ def test_a_dataloader_timeout_not_below_the_process_group_timeout_is_noticed() -
     assert "The DataLoader timeout (10 min, fired on rank 1 at rank1.log:29) is not below the process-group" in facts
 
 
+def test_a_watchdog_that_noticed_minutes_late_is_said_to_be_held_up(tmp_path: Path) -> None:
+    from ncclpm.api import diagnose
+
+    line = (
+        "[rank1]:[E1122 10:40:00.000000000 ProcessGroupNCCL.cpp:688] [Rank 1] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for {ran} "
+        "milliseconds before timing out."
+    )
+    late, on_time = tmp_path / "late.log", tmp_path / "on_time.log"
+    late.write_text(line.format(ran=2_400_017) + "\n")
+    on_time.write_text(line.format(ran=600_093) + "\n")
+    facts = " ".join(diagnose([late]).connected)
+    assert "Rank 1's watchdog reported `ran for 2400017 milliseconds`" in facts and "30 min late" in facts
+    assert "held up" not in " ".join(diagnose([on_time]).connected)
+
+
 def test_fixes_take_the_jobs_own_values_into_account() -> None:
     gloo_dl = section(md("gloo_dataloader_timeout"), "Fixes")
     assert "timeout=120" not in gloo_dl, "its DataLoader already has a 5 s timeout, and it fired"
@@ -174,6 +190,7 @@ def _finding(rule: str, category: Category, **facts: object) -> Finding:
         ("EX01", Category.RANK_CRASH, {}, Action.RESTART),
         ("CR01", Category.RANK_CRASH, {}, Action.FIX_CODE),
         ("IN01", Category.UNKNOWN, {}, Action.COLLECT_MORE),
+        ("IN01", Category.NOT_A_TRAINING_LOG, {}, Action.COLLECT_MORE),
     ],
 )
 def test_a_rule_that_knows_better_overrides_the_category(rule, category, facts, action) -> None:

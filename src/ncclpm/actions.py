@@ -63,7 +63,6 @@ BY_RULE: dict[str, Callable[[Finding], tuple[Action, str] | None]] = {
     "TO01": lambda f: (Action.RAISE_TIMEOUT, "every rank was in the collective: give it more time"),
     "SL01": _scheduler,
     "EX01": lambda f: (Action.RESTART, "killed from outside while no rank had failed: resubmit, find the sender"),
-    "IN01": lambda f: (Action.COLLECT_MORE, "the logs do not decide: collect what the report lists"),
 }
 
 

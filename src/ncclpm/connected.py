@@ -3,7 +3,8 @@
 Each fact is one sentence with its file:line: a DataLoader timeout not below the process-group timeout (so a
 waiting rank's watchdog fires first and the DataLoader never names itself), where the timeout in force really
 comes from when a variable read by nothing claims to set it, a peer-to-peer or InfiniBand switch-off that the
-channels' transport lines show in effect for the collective that timed out, whether flight-recorder dumps exist.
+channels' transport lines show in effect for the collective that timed out, whether flight-recorder dumps exist, a
+watchdog that noticed its timeout minutes late.
 Checks are independent functions (`CHECKS`); one that fails is skipped, never the report.
 """
 
@@ -152,11 +153,37 @@ def flight_recorder(t: Tables, primary: Finding) -> str | None:
     return "No flight-recorder dump is among the files read, and none of them sets `TORCH_NCCL_TRACE_BUFFER_SIZE`."
 
 
+LATE_FACTOR, LATE_MS = 1.5, 60_000  # `ran for` this far past the timeout: the watchdog noticed late
+
+
+def late_watchdog(t: Tables, primary: Finding) -> str | None:
+    """`ran for` far above `Timeout(ms)`: the watchdog that checks every few hundred ms noticed minutes late, so it
+    was held up itself (a hung CUDA call or driver under it, the process stopped or its VM suspended)."""
+    to = t.kinds(K.collective_timeout).filter(
+        pl.col("ran_ms").is_not_null()
+        & pl.col("timeout_ms").is_not_null()
+        & (pl.col("ran_ms") >= pl.col("timeout_ms") * LATE_FACTOR)
+        & (pl.col("ran_ms") - pl.col("timeout_ms") >= LATE_MS)
+    )
+    if to.is_empty():
+        return None
+    r = to.sort("ran_ms", descending=True).row(0, named=True)
+    whom = rank_span([r["rank"]]) if r["rank"] is not None else "A rank"
+    late = human_seconds((r["ran_ms"] - r["timeout_ms"]) // 1000)
+    return (
+        f"{whom[0].upper()}{whom[1:]}'s watchdog reported `ran for {r['ran_ms']} milliseconds` against "
+        f"Timeout(ms)={r['timeout_ms']} ({r['source']}:{r['line']}): it noticed {late} late, so the watchdog thread "
+        "itself was held up - a CUDA call or the driver hung under it, or the process was stopped (SIGSTOP, a "
+        "suspended VM). Times worked back from this timeout are late by as much; check the node's driver (`dmesg`)."
+    )
+
+
 CHECKS: tuple[Callable[[Tables, Finding], str | None], ...] = (
     timeout_in_force,
     dataloader_vs_process_group,
     transport,
     flight_recorder,
+    late_watchdog,
 )
 
 

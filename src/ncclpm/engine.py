@@ -143,6 +143,8 @@ def diagnose_tables(t: Tables, select: Iterable[str] = (), ignore: Iterable[str]
     rows = rank_rows(t, primary)
     failing = failing_collective(t)
     action, action_reason = action_for(primary)
+    if primary.category == Category.NOT_A_TRAINING_LOG:  # said on stderr too: the input may be the wrong files
+        warnings.append("no line of a distributed PyTorch job in the input: are these the job's own logs?")
     return Diagnosis(
         job=t.job_name,
         primary=primary,

@@ -135,7 +135,15 @@ def find_jobs(paths: Iterable[str | Path], warnings: list[str] | None = None) ->
     Strays skipped in a folder of jobs are appended to `warnings`."""
     warnings = [] if warnings is None else warnings
     seen: dict[str, JobRef] = {}
+    names: set[str] = set()
     for p in paths:
         for job in _expand(Path(p), 0, warnings):
-            seen.setdefault(job.path, job)
+            if job.path in seen:
+                continue
+            name, n = job.name, 1
+            while name in names:  # `rank3.log` and `rank3.log\n` print alike: keep the rows apart
+                n += 1
+                name = f"{job.name} ({n})"
+            names.add(name)
+            seen[job.path] = JobRef(name, job.path)
     return list(seen.values())
