@@ -69,3 +69,14 @@ def test_the_rules_index_is_the_registry() -> None:
 
     assert INDEX.read_text(encoding="utf-8") == generate(), "stale: run `python -m ncclpm.rules_index`"
     assert sorted(load()) == sorted(rule_id for rule_id, _ in PRECEDENCE)
+
+
+def test_a_rule_missing_from_the_index_is_read_from_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ncclpm import rules_index
+    from ncclpm.rules import by_id
+
+    full = rules_index.load()
+    monkeypatch.setattr(rules_index, "load", lambda: {k: v for k, v in full.items() if k != "CR01"})
+    assert rules_index.by_id("CR01", registered=True).doc == by_id("CR01").doc()
+    with pytest.raises(KeyError):
+        rules_index.by_id("CR01")

@@ -337,7 +337,7 @@ def list_rules() -> None:
     from ncclpm.rules_index import by_id  # the rules' documentation without importing them (and polars)
 
     for place, (rule_id, why) in enumerate(PRECEDENCE, 1):
-        r = by_id(rule_id)
+        r = by_id(rule_id, registered=True)
         title = " ".join(r.doc.split("\n\n")[0].split())
         click.echo(f"{r.id}  {r.name:<34} {r.category!s:<22} {title}\n      precedence {place}: {why}")
 

@@ -25,13 +25,20 @@ def load() -> dict[str, RuleDoc]:
     return {r["id"]: RuleDoc(**r) for r in json.loads(INDEX.read_text(encoding="utf-8"))}
 
 
-def by_id(rule_id: str) -> RuleDoc:
-    """Look a rule up by id (`CR01`) or name (`rank-died-first`), case-insensitively (as `rules.by_id`)."""
+def by_id(rule_id: str, *, registered: bool = False) -> RuleDoc:
+    """Look a rule up by id (`CR01`) or name (`rank-died-first`), case-insensitively (as `rules.by_id`), KeyError
+    if absent. `registered`: the id is known to be registered (it is in `PRECEDENCE`); if the index lags behind,
+    the rule is read from the registry itself."""
     key = rule_id.strip().lower()
     for rule in load().values():
         if key in (rule.id.lower(), rule.name):
             return rule
-    raise KeyError(rule_id)
+    if not registered:
+        raise KeyError(rule_id)
+    from ncclpm.rules import by_id as registry
+
+    r = registry(rule_id)
+    return RuleDoc(r.id, r.name, str(r.category), r.doc())
 
 
 def generate() -> str:
