@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -152,20 +153,23 @@ def ranks_text(ranks: tuple[int, ...] | list[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
+def rank_runs(ranks: Iterable[int]) -> list[tuple[int, int]]:
+    """[0, 1, 2, 5, 7, 8] -> [(0, 2), (5, 5), (7, 8)]: the runs of consecutive ranks, sorted, without repeats."""
+    runs: list[tuple[int, int]] = []
+    for r in sorted(set(ranks)):
+        if runs and r == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], r)
+        else:
+            runs.append((r, r))
+    return runs
+
+
 def rank_span(ranks: tuple[int, ...] | list[int] | set[int]) -> str:
     """`rank 3`, `ranks 1–3`, `ranks 0, 2, 5–7`, `ranks 0–1023 (1024)`: consecutive ranks as a range."""
     ranks = sorted(set(ranks))
     if not ranks:
         return "no rank"
-    parts: list[str] = []
-    start = prev = ranks[0]
-    for r in [*ranks[1:], None]:
-        if r is not None and r == prev + 1:
-            prev = r
-            continue
-        parts.append(str(start) if start == prev else f"{start}, {prev}" if prev == start + 1 else f"{start}–{prev}")
-        if r is not None:
-            start = prev = r
+    parts = [str(a) if a == b else f"{a}, {b}" if b == a + 1 else f"{a}–{b}" for a, b in rank_runs(ranks)]
     text = ", ".join(parts)
     if len(parts) > 8:
         text = ", ".join(parts[:6]) + ", …"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ncclpm.model import Diagnosis, rank_span, said
+from ncclpm.model import Diagnosis, rank_runs, rank_span, said
 
 MAX_SINGLE_ROWS = 24
 MAX_LABEL = 48
@@ -23,16 +23,7 @@ class RankGroup:
 
 def _span(ranks: list[int]) -> str:
     """[0, 1, 2, 5, 7, 8] -> "0-2, 5, 7-8"."""
-    parts: list[str] = []
-    start = prev = ranks[0]
-    for r in [*ranks[1:], None]:
-        if r is not None and r == prev + 1:
-            prev = r
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if r is not None:
-            start = prev = r
-    return ", ".join(parts)
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in rank_runs(ranks))
 
 
 def _signature(row: dict[str, Any]) -> tuple:

@@ -12,11 +12,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ncclpm.clamp import duration_text
 from ncclpm.escape import one_line, plain, slack_code, slack_text
 from ncclpm.model import Diagnosis
 from ncclpm.render.jinja import environment
-from ncclpm.render.words import culprit_text
+from ncclpm.render.words import collective_text, culprit_text
 
 MAX_CHARS = 3000  # a Block Kit section holds 3,000 characters; Slack truncates messages at 4,000
 LINE_CHARS = 700
@@ -39,16 +38,6 @@ def _code(text: str, limit: int = LINE_CHARS) -> str:
     """Log text for a ``` block: at most 12 lines and `limit` characters, escaped (`escape.slack_code`)."""
     body = "\n".join(plain(text).splitlines()[:12])
     return slack_code(body if len(body) <= limit else body[: limit - 1] + "…")
-
-
-def _collective(d: Diagnosis) -> str:
-    fc = d.failing_collective
-    if not fc:
-        return ""
-    out = (fc.get("op") or "a collective") + (f" #{fc['seq']}" if fc.get("seq") is not None else "")
-    if fc.get("timeout_ms"):
-        out += f" (timeout {duration_text(fc['timeout_ms'])})"
-    return escape(out)
 
 
 def _world(d: Diagnosis) -> str:
@@ -75,7 +64,7 @@ def view(d: Diagnosis, line_chars: int = LINE_CHARS) -> dict[str, Any]:
         "action": escape(d.action),
         "action_hosts": escape(", ".join(d.culprit_hosts)) if d.action == "exclude_node" else "",
         "action_reason": escape(_cut(d.action_reason, PROSE_CHARS)),
-        "collective": _collective(d),
+        "collective": escape(collective_text(d)),
         "world": _world(d),
         "line": _code(ev.text, line_chars) if ev is not None else "",
         "where": where,
