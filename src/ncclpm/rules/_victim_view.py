@@ -4,7 +4,8 @@ A watchdog timeout is a victim's view: it proves which collective the rank waite
 size, group), for how long, and that this rank got there. The rest is inference, ordered by what such a wait
 usually means: a 1-element all-reduce early in a job is a barrier some rank had not reached yet (rank-local
 set-up work); a large collective in the middle of training stalls when another rank died, hung or issued a
-different collective; `ran for` far above the timeout means the watchdog itself was blocked.
+different collective. (A `ran for` far above the timeout - the watchdog itself held up - is said for every verdict
+by `connected.late_watchdog`.)
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from ncclpm.rules._facts import timeouts
 from ncclpm.rules.base import ranks_text
 
 EARLY_SEQ = 10  # the first collectives of a job: barriers, parameter broadcasts, lazy NCCL init
-BLOCKED_FACTOR = 2  # `ran for` at least twice the timeout: the watchdog did not get to run in time
 
 
 def victims_view(t: Tables) -> tuple[list[str], list[str]]:
@@ -40,12 +40,6 @@ def victims_view(t: Tables) -> tuple[list[str], list[str]]:
         proves.append(
             f"The waiting rank had already enqueued work up to #{int(status['last_enqueued'].max())}: it kept "  # type: ignore[arg-type]
             "running, so the stall is on the other side of this collective."
-        )
-    ran = to["ran_ms"].drop_nulls()
-    if ran.len() and row["timeout_ms"] and ran.max() >= BLOCKED_FACTOR * row["timeout_ms"]:  # type: ignore[operator]
-        proves.append(
-            f"It `ran for` {duration_text(ran.max())} against a {duration_text(row['timeout_ms'])} timeout: the "
-            "watchdog itself was blocked (a stuck CUDA call, a hung process) long before it could report."
         )
     barrier = (op == "ALLREDUCE" and numel == 1) or op == "BARRIER"
     early = seq is not None and seq <= EARLY_SEQ
