@@ -13,7 +13,7 @@ import polars as pl
 from ncclpm.clamp import duration_text
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
-from ncclpm.rules._facts import timeouts, victim_lines
+from ncclpm.rules._facts import BARRIER_SHAPED, timeouts, victim_lines
 
 
 def _first_symptom(t: Tables):
@@ -62,10 +62,9 @@ def rank_local_work(t: Tables, ranks: list[int], attribute_unranked: bool = Fals
 
 
 def waiting_in_barrier(t: Tables) -> bool:
-    """The waiting ranks sat in a barrier: NCCL implements `barrier()` as a 1-element ALLREDUCE (also what
-    scalar syncs look like), gloo names it, and tracebacks show `barrier` frames."""
-    to = timeouts(t)
-    tiny = to.filter(((pl.col("op") == "ALLREDUCE") & (pl.col("numel_in") == 1)) | (pl.col("op") == "BARRIER"))
+    """The waiting ranks sat in a barrier: a barrier-shaped collective timed out, tracebacks show `barrier`
+    frames, or a `main_process_first` section was waited on."""
+    tiny = timeouts(t).filter(BARRIER_SHAPED)
     frames = t.tracebacks.filter(pl.col("frames").list.eval(pl.element().str.starts_with("barrier")).list.any())
     return not tiny.is_empty() or frames.height > 0 or not t.kinds(K.main_first_wait).is_empty()
 

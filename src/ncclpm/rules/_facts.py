@@ -14,6 +14,9 @@ from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 
 VICTIM_KINDS = list(K.victims)  # declared `victim = true` in parsers/kinds.toml
+# A collective shaped like a barrier: NCCL implements `barrier()` as a 1-element ALLREDUCE (also what scalar
+# syncs look like); gloo names it.
+BARRIER_SHAPED = ((pl.col("op") == "ALLREDUCE") & (pl.col("numel_in") == 1)) | (pl.col("op") == "BARRIER")
 
 
 def victim_lines(t: Tables) -> pl.DataFrame:

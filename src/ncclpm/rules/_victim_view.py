@@ -14,7 +14,7 @@ import polars as pl
 
 from ncclpm.clamp import duration_text
 from ncclpm.ingest.tables import Tables
-from ncclpm.rules._facts import timeouts
+from ncclpm.rules._facts import BARRIER_SHAPED, timeouts
 from ncclpm.rules.base import ranks_text
 
 EARLY_SEQ = 10  # the first collectives of a job: barriers, parameter broadcasts, lazy NCCL init
@@ -41,7 +41,7 @@ def victims_view(t: Tables) -> tuple[list[str], list[str]]:
             f"The waiting rank had already enqueued work up to #{int(status['last_enqueued'].max())}: it kept "  # type: ignore[arg-type]
             "running, so the stall is on the other side of this collective."
         )
-    barrier = (op == "ALLREDUCE" and numel == 1) or op == "BARRIER"
+    barrier = bool(to.head(1).select(BARRIER_SHAPED.fill_null(False)).item())
     early = seq is not None and seq <= EARLY_SEQ
     if barrier and early:
         causes = [
