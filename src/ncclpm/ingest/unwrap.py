@@ -89,7 +89,7 @@ def unwrap_lines(lines: list[str], start: re.Pattern[str]) -> list[tuple[int, st
     out: list[tuple[int, str]] = []
     piece = ""  # the previous physical line
     for number, line in enumerate(lines, start=1):
-        if out and width is not None and len(piece) == width and _cut(piece, line, start, chained=True):
+        if out and width is not None and len(piece) == width and joins(piece, line, start):
             out[-1] = (out[-1][0], out[-1][1] + line)
         else:
             out.append((number, line))
@@ -98,24 +98,19 @@ def unwrap_lines(lines: list[str], start: re.Pattern[str]) -> list[tuple[int, st
 
 
 def joins(line: str, tail: str, start: re.Pattern[str]) -> bool:
-    """`tail` may be glued to `line` when a text is re-joined whole (at the text's wrap width)."""
-    return _cut(line, tail, start, chained=True)
-
-
-def _continues(line: str, start: re.Pattern[str]) -> bool:
-    return bool(line) and not line[0].isspace() and not start.match(line) and not _RECORD_START_PY.match(line)
-
-
-def _cut(line: str, tail: str, start: re.Pattern[str], chained: bool = False) -> bool:
-    """`line` looks cut at its end and `tail` looks like its continuation (in a chain of pieces, the next piece
-    may be as long as the cut one)."""
+    """`tail` may be glued to `line` when a text is re-joined whole: `line` looks cut at its end and `tail` looks
+    like its continuation (in a chain of pieces cut at one width, the next piece may be as long as the cut one)."""
     return (
         len(line) >= MIN_WIDTH
-        and (len(tail) < len(line) or (chained and len(tail) == len(line)))
+        and len(tail) <= len(line)
         and _continues(tail, start)
         and bool(_ENDS_IN_TOKEN_PY.search(line) and _STARTS_IN_TOKEN_PY.match(tail))
         and not _RULE_PY.fullmatch(line)
     )
+
+
+def _continues(line: str, start: re.Pattern[str]) -> bool:
+    return bool(line) and not line[0].isspace() and not start.match(line) and not _RECORD_START_PY.match(line)
 
 
 @functools.lru_cache(maxsize=8)
