@@ -196,7 +196,7 @@ def headline(good: RunSummary, bad: RunSummary, diffs: list[Difference], compare
 def same_work_note(good_t: Tables, good: RunSummary, bad_t: Tables, bad_d: Diagnosis) -> str | None:
     """When BAD blames a rank's work outside collectives and GOOD's same rank did the same work and completed, say
     so: that work alone does not explain BAD's failure."""
-    if good.failed or str(bad_d.category) != "slow_rank_work" or not bad_d.culprit_ranks:
+    if good.failed or bad_d.category != Category.SLOW_RANK_WORK or not bad_d.culprit_ranks:
         return None
     work = pl.col("kind") == K.activity
     for rank in bad_d.culprit_ranks:
