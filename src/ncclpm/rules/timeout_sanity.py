@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import polars as pl
 
@@ -62,15 +62,11 @@ class TimeoutSetTooShort(Rule):
         to = timeouts(t).filter(pl.col("timeout_ms").is_not_null())
         if to.is_empty():
             return to
-        observed = int(to["timeout_ms"].max())  # type: ignore[arg-type]
-        code = configured_pg_timeout(t)
-        not_applied = code is not None and round(code["seconds"] * 1000) != observed
+        observed, _, not_applied = _in_force(t, to)
         return to if observed < SHORT_MS or not_applied else to.clear()
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
-        observed = int(ev["timeout_ms"].max())  # type: ignore[arg-type]
-        code = configured_pg_timeout(t)
-        not_applied = code is not None and round(code["seconds"] * 1000) != observed
+        observed, code, not_applied = _in_force(t, ev)
         origin = timeout_origin(t, observed)
         limit = human_seconds(observed / 1000)
         ran = int(ev["ran_ms"].drop_nulls().max() or 0)  # type: ignore[arg-type]
@@ -115,3 +111,10 @@ class TimeoutSetTooShort(Rule):
                 "have waited longer"
             )
         return None
+
+
+def _in_force(t: Tables, to: pl.DataFrame) -> tuple[int, dict[str, Any] | None, bool]:
+    """(the timeout the watchdog lines show, the one the code configures, whether the code's never applied)."""
+    observed = int(to["timeout_ms"].max())  # type: ignore[arg-type]
+    code = configured_pg_timeout(t)
+    return observed, code, code is not None and round(code["seconds"] * 1000) != observed
