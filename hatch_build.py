@@ -1,7 +1,9 @@
-"""Build hook: compile the optional C opcode scanner (`ncclpm/ingest/_frscan.c`).
+"""Build hook: compile the optional C modules: the opcode scanner (`ncclpm/ingest/_frscan.c`) and the dump decoder
+(`ncclpm/ingest/_frdecode.c`).
 
-No compiler, no Python headers, or any other failure: the wheel stays pure Python and `fr_scan.scan_py`
-does the same work (slower). Editable installs get the module next to its source.
+No compiler, no Python headers, or any other failure: that module is left out and the Python code does the same
+work (slower: `fr_scan.scan_py`, the restricted unpickler in `fr_decode`). Editable installs get the modules next
+to their sources.
 """
 
 from __future__ import annotations
@@ -15,23 +17,23 @@ from pathlib import Path
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-SRC = Path("src/ncclpm/ingest/_frscan.c")
+SOURCES = (Path("src/ncclpm/ingest/_frscan.c"), Path("src/ncclpm/ingest/_frdecode.c"))
 
 
-def _compile(root: Path, out: Path) -> bool:
+def _compile(root: Path, src: Path, out: Path) -> bool:
     if os.environ.get("NCCLPM_PURE_PYTHON") or sys.platform == "win32":
         return False
     ldshared = (sysconfig.get_config_var("LDSHARED") or "cc -shared").split()
     flags = (sysconfig.get_config_var("CCSHARED") or "-fPIC").split()
     include = sysconfig.get_paths()["include"]
-    cmd = [*ldshared, *flags, "-O2", "-I", include, str(root / SRC), "-o", str(out)]
+    cmd = [*ldshared, *flags, "-O2", "-I", include, str(root / src), "-o", str(out)]
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     except (OSError, subprocess.SubprocessError) as exc:
-        print(f"ncclpm: C scanner not built ({exc}); using the pure-Python scanner", file=sys.stderr)
+        print(f"ncclpm: {src.name} not built ({exc}); using the pure-Python code", file=sys.stderr)
         return False
     if res.returncode != 0:
-        print(f"ncclpm: C scanner not built; using the pure-Python scanner\n{res.stderr[-2000:]}", file=sys.stderr)
+        print(f"ncclpm: {src.name} not built; using the pure-Python code\n{res.stderr[-2000:]}", file=sys.stderr)
         return False
     return True
 
@@ -39,12 +41,14 @@ def _compile(root: Path, out: Path) -> bool:
 class CustomBuildHook(BuildHookInterface):
     def initialize(self, version: str, build_data: dict) -> None:
         root = Path(self.root)
-        name = "_frscan" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so")
-        if version == "editable":
-            _compile(root, root / SRC.parent / name)
-            return
-        out = Path(tempfile.mkdtemp(prefix="ncclpm-build-")) / name
-        if _compile(root, out):
-            build_data["pure_python"] = False
-            build_data["infer_tag"] = True
-            build_data["force_include"][str(out)] = f"ncclpm/ingest/{name}"
+        tmp = None
+        for src in SOURCES:
+            name = src.stem + (sysconfig.get_config_var("EXT_SUFFIX") or ".so")
+            if version == "editable":
+                _compile(root, src, root / src.parent / name)
+                continue
+            tmp = tmp or Path(tempfile.mkdtemp(prefix="ncclpm-build-"))
+            if _compile(root, src, tmp / name):
+                build_data["pure_python"] = False
+                build_data["infer_tag"] = True
+                build_data["force_include"][str(tmp / name)] = f"ncclpm/ingest/{name}"

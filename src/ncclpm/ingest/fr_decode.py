@@ -19,7 +19,6 @@ from __future__ import annotations
 import gc
 import io
 import json
-import marshal
 import pickle
 import re
 import sys
@@ -31,6 +30,7 @@ from operator import itemgetter
 
 import polars as pl
 
+from ncclpm.ingest import fr_native
 from ncclpm.ingest.fr_meta import Meta, parse_meta
 from ncclpm.ingest.fr_scan import Refused, scan
 
@@ -203,12 +203,21 @@ _CHECKS = {
 }
 
 
-def _keys(values: list) -> list:
-    """Exact keys for plain nested values (marshal is written here, never read)."""
+def _key(value: object) -> object:
     try:
-        return list(map(marshal.dumps, values))
-    except ValueError:  # an unmarshallable object (cannot come from a scanned pickle or JSON): repr
+        return repr(value)
+    except (ValueError, RecursionError):  # an int past the str digit limit, a JSON value nested ~1000 deep
+        return object()  # a key equal to no other (such a value is of the wrong shape anyway)
+
+
+def _keys(values: list) -> list:
+    """Exact keys for plain nested values: `repr` (equal for equal values of the same types, whatever objects the
+    pickle shared: `marshal` was not, it writes a second reference to an object as a back-reference). The C
+    decoder writes the same keys (`_frdecode.repr_nested`)."""
+    try:
         return list(map(repr, values))
+    except (ValueError, RecursionError):
+        return list(map(_key, values))
 
 
 class _Interner:
@@ -227,8 +236,17 @@ class _Interner:
     def add(self, values: list) -> tuple[list, bool]:
         """(ids, whether some value was of the wrong shape)."""
         keys = _keys(values)
+        self._register({k: v for k, v in zip(keys, values, strict=True) if k not in self.index})
+        return list(map(self.index.__getitem__, keys)), bool(self.bad) and not self.bad.isdisjoint(keys)
+
+    def add_distinct(self, keys: list, values: list) -> tuple[list, bool]:
+        """`add` for a dump's distinct values (the C decoder's): (their ids, whether one was of the wrong shape)."""
+        self._register({k: v for k, v in zip(keys, values, strict=True) if k not in self.index})
+        return list(map(self.index.__getitem__, keys)), bool(self.bad) and not self.bad.isdisjoint(keys)
+
+    def _register(self, new: dict) -> None:
         index, uniq = self.index, self.uniq
-        for k, v in {k: v for k, v in zip(keys, values, strict=True) if k not in index}.items():
+        for k, v in new.items():
             if v is None or not self.check(v):
                 index[k] = None
                 if v is not None:
@@ -236,7 +254,6 @@ class _Interner:
             else:
                 index[k] = len(uniq)
                 uniq.append(v)
-        return list(map(index.__getitem__, keys)), bool(self.bad) and not self.bad.isdisjoint(keys)
 
     def values(self) -> pl.Series:
         return pl.Series(self.name, self.uniq, dtype=self.dtype, strict=False)
@@ -340,11 +357,7 @@ def read_dump(
     rank = rank_from_name(name)
     if rank is None:
         return None, [f"{name}: skipped, no rank number in the file name"]
-    meta, problems = parse_meta(obj, shared)
-    warnings = [f"{name}: ignored malformed {', '.join(problems)} (wrong type or out of range)"] if problems else []
-    ver = version_tuple(meta.version)
-    if ver and ver[0] != 2:
-        warnings.append(f"{name}: unknown FR format version {meta.version!r}; read as 2.x")
+    meta, warnings = _meta(name, obj, shared)
     scalars = tuple(_SCALAR_TYPES) if full else _ANALYSIS_SCALARS
     nested = _NESTED_ALL if full else _NESTED_ANALYSIS
     dump = Dump(name, rank, fmt, meta)
@@ -355,6 +368,27 @@ def read_dump(
         return None, [*warnings, f"{name}: skipped, entries have unexpected types (a list or dict as {bad})"]
     dump.n = len(entries)
     return dump, warnings
+
+
+def _meta(name: str, obj: dict, shared: dict | None) -> tuple[Meta, list[str]]:
+    meta, problems = parse_meta(obj, shared)
+    warnings = [f"{name}: ignored malformed {', '.join(problems)} (wrong type or out of range)"] if problems else []
+    ver = version_tuple(meta.version)
+    if ver and ver[0] != 2:
+        warnings.append(f"{name}: unknown FR format version {meta.version!r}; read as 2.x")
+    return meta, warnings
+
+
+def read_native(name: str, data: bytes, keep_frames: int, shared: dict) -> tuple[Dump, tuple] | None:
+    """`read_dump` by the C decoder (`fr_native`), or None: this dump is for the Python path."""
+    if len(data) > MAX_DUMP_BYTES or (rank := rank_from_name(name)) is None:
+        return None
+    got = fr_native.decode(data, keep_frames)
+    if isinstance(got, str):
+        return None
+    meta, warnings = _meta(name, got[3], shared)
+    dump = Dump(name, rank, "pickle", meta, n=got[0], newest=(got[1], got[2]))
+    return dump, (got, warnings)
 
 
 _PLAIN = frozenset({int, float, str, bool, type(None)})
@@ -423,6 +457,26 @@ class Chunks:
         if self.rows >= _CHUNK_ROWS:
             self.flush()
 
+    def add_native(self, d: Dump, got: tuple, warnings: list[str]) -> None:
+        """`add` for a dump the C decoder read (no value can be of a wrong type: it would have left it to Python)."""
+        try:
+            data, bad = fr_native.frame(got, self.interners)
+        except Exception as exc:  # not expected: the decoder's buffers are checked in C; never fatal either
+            warnings.append(f"{d.source}: skipped, unreadable columns ({type(exc).__name__}: {str(exc)[:120]})")
+            d.bad, d.used, d.note = True, False, "unreadable columns"
+            return
+        if bad:
+            warnings.append(f"{d.source}: malformed {', '.join(bad)} in some entries; shown as missing")
+        data = {k: data[k] for k in (*self.scalars, "pg_name", "pg_desc", *(f"{k}_id" for k in self.nested))}
+        n = d.n
+        data["rank"] = pl.repeat(d.rank, n, dtype=pl.Int32, eager=True).alias("rank")
+        data["source"] = pl.repeat(d.source, n, dtype=pl.String, eager=True).alias("source")
+        data["_id"] = pl.repeat(d.uid, n, dtype=pl.Int64, eager=True).alias("_id")
+        self.pending.append(pl.DataFrame(data))
+        self.rows += n
+        if self.rows >= _CHUNK_ROWS:
+            self.flush()
+
     def flush(self) -> None:
         if self.pending:
             self.frames.append(_normalise(pl.concat(self.pending, rechunk=True), self.schema))
@@ -441,6 +495,7 @@ class Chunks:
                 bad.append(k)
         if bad:
             warnings.append(f"{d.source}: malformed {', '.join(bad)} in some entries; shown as missing")
+        data = {k: data[k] for k in (*self.scalars, "pg_name", "pg_desc", *(f"{k}_id" for k in self.nested))}
         n = d.n
         data["rank"] = pl.repeat(d.rank, n, dtype=pl.Int32, eager=True).alias("rank")
         data["source"] = pl.repeat(d.source, n, dtype=pl.String, eager=True).alias("source")
@@ -479,8 +534,12 @@ class Decoded:
     values: dict[str, pl.Series]  # nested column name -> its distinct values (index = id)
 
 
-def decode_all(items: list[tuple[str, bytes | Callable[[], bytes]]], keep_frames: int, full: bool = False) -> Decoded:
-    """Every dump in turn (GC off: millions of short-lived containers), its objects dropped right after."""
+def decode_all(
+    items: list[tuple[str, bytes | Callable[[], bytes]]], keep_frames: int, full: bool = False, native: bool = True
+) -> Decoded:
+    """Every dump in turn (GC off: millions of short-lived containers), its objects dropped right after. Pickles go
+    to the C decoder when it is built (`fr_native`; ``native=False`` or NCCLPM_FR_PYTHON=1: never)."""
+    native = native and fr_native.enabled(full)
     gc_was_on = gc.isenabled()
     gc.disable()
     warnings: list[str] = []
@@ -493,6 +552,15 @@ def decode_all(items: list[tuple[str, bytes | Callable[[], bytes]]], keep_frames
                 raw = data() if callable(data) else data
             except (OSError, ValueError) as exc:
                 warnings.append(f"{name}: flight-recorder dump unreadable ({exc}) - skipped")
+                continue
+            fast = read_native(name, raw, keep_frames, shared) if native else None
+            if fast is not None:
+                dump, (got, warns) = fast
+                del raw
+                warnings.extend(warns)
+                dump.uid = uid
+                dumps.append(dump)
+                chunks.add_native(dump, got, warnings)
                 continue
             try:
                 dump, warns = read_dump(name, raw, keep_frames, full, shared)
@@ -508,5 +576,6 @@ def decode_all(items: list[tuple[str, bytes | Callable[[], bytes]]], keep_frames
         values = {k: i.values() for k, i in chunks.interners.items()}
         return Decoded(dumps, warnings, chunks.frames, values)
     finally:
+        fr_native.release()
         if gc_was_on:
             gc.enable()

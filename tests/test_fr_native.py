@@ -1,0 +1,206 @@
+"""The C decoder (`_frdecode`, via `fr_native`) gives exactly what the Python path gives: the same compact table, the
+same dictionaries of distinct values (same ids), groups, status, dumps and warnings, on every dump the tests have,
+the synthetic ones at several sizes and the hostile and mutated ones; and it never crashes on arbitrary bytes."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import random
+from pathlib import Path
+
+import pytest
+
+from ncclpm.ingest import fr_decode, fr_native
+from ncclpm.ingest.flight_recorder import FRLoad, load_fr_dumps
+from tests.synth.fr_dumps import FAULTS, generate
+from tests.test_fr_bounds import REAL_DUMP, _mutations, hostile_dumps, wrong_metadata
+
+pytestmark = pytest.mark.skipif(fr_native._frdecode is None, reason="the C decoder is not built in this install")
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = Path("/work/shared/corpus")  # reference material on the dev machine; absent elsewhere
+
+
+def _load(items: list, native: bool, monkeypatch: pytest.MonkeyPatch, **kw: str) -> tuple[FRLoad, int]:
+    """(the load, how many dumps the C decoder read)."""
+    read = [0]
+    real = fr_native.decode
+
+    def counted(data: bytes, keep: int) -> tuple | str:
+        got = real(data, keep)
+        read[0] += not isinstance(got, str)
+        return got
+
+    with monkeypatch.context() as m:
+        m.setattr(fr_native, "decode", counted)
+        if not native:
+            m.setenv("NCCLPM_FR_PYTHON", "1")
+        return load_fr_dumps(items, **kw), read[0]
+
+
+def _same(items: list, monkeypatch: pytest.MonkeyPatch, **kw: str) -> int:
+    """Load both ways, require identical results; return how many dumps the C decoder read."""
+    py, n_py = _load(items, False, monkeypatch, **kw)
+    c, n_c = _load(items, True, monkeypatch, **kw)
+    assert n_py == 0
+    assert c.compact.equals(py.compact)
+    assert c.compact.schema == py.compact.schema
+    assert list(c.values) == list(py.values)
+    for k in py.values:
+        assert c.values[k].equals(py.values[k]), k
+    assert c.groups.equals(py.groups) and c.status.equals(py.status) and c.dumps.equals(py.dumps)
+    assert c.warnings == py.warnings
+    return n_c
+
+
+def _job_dumps() -> list[tuple[str, list[Path]]]:
+    """Every test case's dumps (all copies: raw, fixed, JSON, periodic, loaded together as a job is) and each dump
+    folder of the reference corpus."""
+    jobs = []
+    for case in sorted((ROOT / "tests" / "cases").iterdir()):
+        files = sorted(p for p in (case / "input").rglob("*") if p.is_file() and "fr" in p.parts)
+        if files:
+            jobs.append((case.name, files))
+    if CORPUS.is_dir():
+        folders: dict[Path, list[Path]] = {}
+        for p in sorted(CORPUS.rglob("*")):
+            if p.is_file() and p.stat().st_size < 64 << 20 and (p.suffix == ".json" or p.read_bytes()[:1] == b"\x80"):
+                folders.setdefault(p.parent, []).append(p)
+        jobs += [(str(f.relative_to(CORPUS)), files) for f, files in folders.items()]
+    return jobs
+
+
+def test_every_real_dump_reads_the_same_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    jobs = _job_dumps()
+    assert len(jobs) >= 20
+    native = 0
+    for name, files in jobs:
+        items = [(str(p.relative_to(p.parents[2])), p.read_bytes()) for p in files]
+        for frames in ("tail", "all", "none"):
+            try:
+                native += _same(items, monkeypatch, frames=frames)
+            except AssertionError as exc:
+                raise AssertionError(f"{name} (frames={frames})") from exc
+    assert native > 300  # the real pickles are read by the C decoder, not left to Python
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_synthetic_jobs_read_the_same_both_ways(fault: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    for ranks, entries, groups in ((3, 5, 1), (16, 300, 3), (40, 70, 4)):
+        items = list(generate(ranks, entries, groups, fault).items())
+        items += [(f"json/{n}.json", b) for n, b in generate(4, 30, 2, fault, fmt="json").items()]
+        assert _same(items, monkeypatch) == ranks
+        assert _same(items, monkeypatch, frames="all") == ranks
+
+
+def test_hostile_and_mutated_dumps_read_the_same_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = ("fr_trace_rank_1", REAL_DUMP.read_bytes())
+    for name, data in [*hostile_dumps().items(), *wrong_metadata().items()]:
+        _same([(name, data), real], monkeypatch)
+    mutated = _mutations(11, 300)
+    for i in range(0, len(mutated), 10):  # ten dumps a load: the dictionaries are shared between them
+        _same([(f"m/fr_trace_rank_{i + k}", d) for k, d in enumerate(mutated[i : i + 10])], monkeypatch)
+
+
+def _edited(edit: object) -> bytes:
+    dump = pickle.loads(REAL_DUMP.read_bytes())  # our own test data, trusted
+    edit(dump)  # type: ignore[operator]
+    return pickle.dumps(dump, protocol=4)
+
+
+def _set(i: int, key: str, value: object):
+    def edit(d: dict) -> None:
+        d["entries"][i][key] = value
+
+    return edit
+
+
+def _drop(i: int, key: str):
+    def edit(d: dict) -> None:
+        d["entries"][i].pop(key, None)
+
+    return edit
+
+
+EDITS = {
+    "none_scalars": _set(1, "collective_seq_id", None),
+    "none_bool": _set(0, "retired", None),
+    "none_text": _set(1, "profiling_name", None),
+    "missing_middle": _drop(1, "pg_id"),
+    "missing_first": _drop(0, "state"),
+    "tuple_sizes": _set(0, "input_sizes", ((4, 2), (3,))),
+    "empty_sizes": _set(0, "input_sizes", []),
+    "odd_sizes": _set(0, "input_sizes", [[1.5]]),
+    "bool_in_int": _set(0, "pg_id", True),
+    "float_in_int": _set(0, "record_id", 1.0),
+    "big_int": _set(0, "time_created_ns", 2**70),
+    "negative": _set(0, "record_id", -(2**63)),
+    "pg_short": _set(0, "process_group", ("only",)),
+    "pg_empty": _set(0, "process_group", []),
+    "pg_odd": _set(0, "process_group", (1, None, "x")),
+    "pg_text": _set(0, "process_group", "ab"),
+    "pg_none": _set(0, "process_group", None),
+    "unicode_text": _set(0, "profiling_name", "nccl:all_reduce ✓"),
+    "surrogate": _set(0, "profiling_name", "\ud800"),
+    "unicode_frame": _set(0, "frames", [{"name": "f", "filename": "/tmp/é.py", "line": 1}]),
+    "quote_frame": _set(0, "frames", [{"name": "it's", "filename": "a\\b", "line": None}]),
+    "frame_extra_key": _set(0, "frames", [{"name": "f", "filename": "x", "line": 1, "col": 2}]),
+    "frame_order": _set(0, "frames", [{"line": 1, "filename": "x", "name": "f"}]),
+    "frame_not_dict": _set(0, "frames", ["f"]),
+    "dtypes_odd": _set(0, "input_dtypes", [1]),
+    "int_key": lambda d: d["entries"][0].update({7: "x"}),
+    "no_entries": lambda d: d.update(entries=[]),
+    "entries_tuple": lambda d: d.update(entries=tuple(d["entries"])),
+    "version_3": lambda d: d.update(version="3.0"),
+    "old_nccl_version": lambda d: d.update(nccl_version=d.pop("comm_lib_version", "2.0")),
+    "bad_pg_status": lambda d: d.update(pg_status=[1]),
+}
+
+
+def test_unusual_values_read_the_same_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = ("fr_trace_rank_1", REAL_DUMP.read_bytes())
+    items = [(f"{k}/fr_trace_rank_{i + 2}", _edited(e)) for i, (k, e) in enumerate(EDITS.items())]
+    for item in items:
+        _same([item, real], monkeypatch)
+    assert _same([*items, real], monkeypatch) > len(EDITS) // 2  # most stay on the C path
+    shared = pickle.loads(REAL_DUMP.read_bytes())
+    for e in shared["entries"]:  # one list object for every entry: the pickle writes it once, then references
+        e["input_sizes"] = shared["entries"][0]["input_sizes"]
+    copies = [pickle.dumps(shared, protocol=p) for p in (2, 3, 4, 5)] + [pickle.dumps(copy.deepcopy(shared))]
+    assert _same([(f"p{i}/fr_trace_rank_{i}", d) for i, d in enumerate(copies)], monkeypatch) == len(copies)
+
+
+def test_the_decoders_keys_are_pythons_repr() -> None:
+    checked = 0
+    for p in sorted((ROOT / "tests" / "cases").rglob("fr_trace_rank_*")):
+        if p.suffix != ".json":
+            got = fr_native.decode(p.read_bytes(), -1)
+            assert not isinstance(got, str) or got == "no entries", (p, got)  # an empty dump is Python's
+            for keys, values, _ in got[9] if isinstance(got, tuple) else ():
+                assert keys == [repr(v) for v in values]
+                checked += len(keys)
+    assert checked > 100
+
+
+def test_the_decoder_survives_arbitrary_bytes() -> None:
+    """No scan first: the decoder's own bounds must hold on anything (mutations, truncations, random bytes)."""
+    rng = random.Random(5)
+    inputs = _mutations(23, 1500) + list(hostile_dumps().values())
+    real = REAL_DUMP.read_bytes()
+    inputs += [real[:k] for k in range(0, len(real), max(1, len(real) // 300))]
+    inputs += [b"\x80\x04" + rng.randbytes(rng.randint(0, 400)) for _ in range(1500)]
+    read = 0
+    for data in inputs:
+        for keep in (-1, 0, 64):
+            got = fr_native._frdecode.decode(data, keep)
+            assert isinstance(got, str | tuple)
+            read += isinstance(got, tuple)
+    assert read > 100
+    fr_native.release()
+
+
+def test_the_python_path_can_be_forced(monkeypatch: pytest.MonkeyPatch) -> None:
+    items = list(generate(4, 20, 2, "never_joined").items())
+    assert _load(items, True, monkeypatch)[1] == 4
+    assert _load(items, False, monkeypatch)[1] == 0
+    assert fr_decode.decode_all(items, 64, native=False).dumps  # the parameter, as for callers without the env
