@@ -57,7 +57,8 @@ def build_ranks(
         .agg(pl.col("last_enqueued").max(), pl.col("last_completed").max())
     )
     errors = _first_by_time(
-        ranked.filter(pl.col("severity") == "error"),
+        # a launcher's report that the process exited is its end (the `exits` columns), not its first error
+        ranked.filter((pl.col("severity") == "error") & (pl.col("kind") != K.worker_exit)),
         [
             pl.col("ts").first().alias("first_error_ts"),
             pl.col("text").first().str.slice(0, 300).alias("first_error"),

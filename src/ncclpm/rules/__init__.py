@@ -17,6 +17,7 @@ from ncclpm.rules.main_first import MainProcessFirstOutlastedTimeout
 from ncclpm.rules.mismatch_logs import CollectivesDisagreeInLogs
 from ncclpm.rules.network import NcclTransportError
 from ncclpm.rules.nvml import NvmlDriverFailure
+from ncclpm.rules.process_died import ProcessDiedRankUnknown
 from ncclpm.rules.rank_crash import RankDiedFirst
 from ncclpm.rules.rendezvous import ProcessGroupNeverFormed
 from ncclpm.rules.scheduler import JobCancelledByScheduler
@@ -31,6 +32,7 @@ from ncclpm.rules.timeout_symptom import CollectiveTimeoutSymptom
 ALL_RULES: tuple[type[Rule], ...] = (
     CollectiveTimeoutSymptom,
     RankDiedFirst,
+    ProcessDiedRankUnknown,
     RankBusyOutsideCollectives,
     DataloaderFailure,
     NvmlDriverFailure,

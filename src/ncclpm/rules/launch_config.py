@@ -13,12 +13,14 @@ from ncclpm.schema import Category
 
 
 class LaunchMisconfigured(Rule):
-    """The ranks started but were set up wrong: two ranks on one GPU, or a launcher and script that disagree.
+    """The ranks started but were set up wrong: two ranks on one GPU, a GPU index the node does not have, or a
+    launcher and script that disagree.
 
     ## What it detects
     NCCL's `Duplicate GPU detected : rank 3 and rank 2 both on CUDA device e2000` (two ranks mapped to the
-    same device), and argparse errors at start-up such as `train.py: error: unrecognized arguments:
-    --local-rank=2` (every worker exits with status 2 and torchrun lists them under `Failures:`).
+    same device), `CUDA error: invalid device ordinal` (more processes per node than GPUs), and argparse errors
+    at start-up such as `train.py: error: unrecognized arguments: --local-rank=2` (every worker exits with
+    status 2 and torchrun lists them under `Failures:`).
 
     ## Why it matters
     Nothing is wrong with the network, the GPUs or the training code: the job is configured wrong, so it fails
@@ -43,7 +45,7 @@ class LaunchMisconfigured(Rule):
             "Call `torch.cuda.set_device(int(os.environ['LOCAL_RANK']))` before `init_process_group` and before any "
             "process group or device mesh is created (or pass `device_id=`); check that `CUDA_VISIBLE_DEVICES` and "
             "`--nproc_per_node` match the GPUs of the node.",
-            when="two ranks on one GPU",
+            when="two ranks on one GPU, or a GPU index the node does not have",
         ),
         "local_rank_arg": Fix(
             "Accept both spellings in the script (`parser.add_argument('--local-rank', '--local_rank', type=int)`) "
@@ -58,7 +60,9 @@ class LaunchMisconfigured(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        return t.kinds(K.duplicate_gpu, K.launcher_args).sort("ts", "source", "line", nulls_last=True)
+        return t.kinds(K.duplicate_gpu, K.gpu_unavailable, K.launcher_args).sort(
+            "ts", "source", "line", nulls_last=True
+        )
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         dup = ev.filter(pl.col("kind") == K.duplicate_gpu)
@@ -79,6 +83,29 @@ class LaunchMisconfigured(Rule):
                 fixes=self.fixes("set_device"),
                 dont=("Do not retry on other nodes: the mapping is wrong everywhere.",),
                 verify=("Each rank logs a different `cuda:N` / NCCL busId at init.",),
+            )
+        unavailable = ev.filter(pl.col("kind") == K.gpu_unavailable)
+        if not unavailable.is_empty():
+            culprits = tuple(sorted(set(unavailable["rank"].drop_nulls().to_list())))
+            who = ranks_text(culprits).capitalize() if culprits else "A rank"
+            beyond = (unavailable["detail"] == "invalid device ordinal").any()
+            what = (
+                "asked for a GPU its node does not have (`invalid device ordinal`): more processes per node than "
+                "visible GPUs"
+                if beyond
+                else "found no GPU at all, and the nccl backend needs one per rank"
+            )
+            return self.finding(
+                culprit_ranks=culprits,
+                summary=f"{who} {what}.",
+                explanation="`torch.cuda.set_device(local_rank)` fails when local_rank is not below the number of "
+                "GPUs the process sees: `--nproc_per_node` (or the launcher's process count) is larger than the "
+                "node's GPUs, or `CUDA_VISIBLE_DEVICES` hides some of them; a process that sees none runs in a "
+                "CPU-only container or wheel, or with `CUDA_VISIBLE_DEVICES` empty.",
+                evidence=quotes(unavailable),
+                fixes=self.fixes("set_device"),
+                dont=("Do not look for a network or NCCL problem: the rank never got a GPU.",),
+                verify=("`nvidia-smi -L` on the node lists at least `--nproc_per_node` GPUs.",),
             )
         args = ev.filter(pl.col("kind") == K.launcher_args)
         exits_2 = t.elastic.filter(pl.col("exit_code") == 2)

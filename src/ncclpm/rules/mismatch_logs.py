@@ -95,6 +95,8 @@ class CollectivesDisagreeInLogs(Rule):
             )
         # gloo's size check names no peer: the aborting rank and the ranks that lost it are all involved.
         ranks = tuple(sorted(set(ev["rank"].drop_nulls().to_list()) | victim_ranks(t)))
+        if len(ranks) < 2:  # one rank's view: it cannot say which side called the collective differently
+            return (), "the logs do not show which rank called it differently"
         return ranks, "the byte counts of one collective differ across ranks"
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
@@ -108,6 +110,8 @@ class CollectivesDisagreeInLogs(Rule):
             f"{ranks_text(involved)} disagree (a tie: the logs cannot say which side is wrong)"
             if tie
             else f"{ranks_text(culprits)} issued a different collective than the others"
+            if culprits
+            else "one collective's byte counts differ across ranks"
         )
         return self.finding(
             confidence=conf,

@@ -61,7 +61,11 @@ class RankBusyOutsideCollectives(Rule):
     }
 
     def _named(self, t: Tables) -> set[int]:
-        named = set(t.kinds(K.monitored_barrier)["subject_rank"].drop_nulls().to_list())
+        barrier = t.kinds(K.monitored_barrier).filter(pl.col("subject_rank").is_not_null())
+        # The root's list of who never arrived beats another rank's "no answer from rank 0", which is also what
+        # that rank sees when the root raised after naming someone else.
+        strength = pl.col("strength").fill_null(0.0)
+        named = set(barrier.filter(strength == strength.max())["subject_rank"].to_list())
         fa = t.fr_analysis
         if fa is not None and fa.culprit_kind == FRCulprit.NEVER_JOINED:
             named |= set(fa.culprit_ranks)

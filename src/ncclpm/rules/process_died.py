@@ -1,0 +1,94 @@
+"""CR02 process-died-rank-unknown."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import polars as pl
+
+from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
+from ncclpm.rules._facts import VICTIM_KINDS, known_ranks, same_line
+from ncclpm.rules.base import Finding, Fix, Rule, quotes
+from ncclpm.rules.rank_crash import EXPLAINED_KINDS, FATAL_SIGNALS
+from ncclpm.schema import Category
+
+# What the shell prints for the command it ran (`Killed`), in the words of the signal.
+SHELL_SIGNALS = {"Killed": "SIGKILL", "Bus error": "SIGBUS", "Aborted": "SIGABRT"}
+
+
+class ProcessDiedRankUnknown(Rule):
+    """A process died of its own error, in an excerpt that names no rank: the lead is that process.
+
+    ## What it detects
+    One process's output - a pasted traceback, a console without `[rankN]:` prefixes - ending in an error of its
+    own (an exception that is not a symptom of another rank, a fatal signal, the shell's `Killed` or `Bus error
+    (core dumped)`, a launcher reporting a fatal exit code), with no line of any rank waiting on another.
+
+    ## Why it matters
+    Most pastes in issue threads are exactly this: the one traceback the reporter saw. Its error is what ended
+    that process, and in a distributed job the others then wait for it; which rank it was is not in the text.
+    Saying so is a lead; saying "no recognised failure" would send the reader back to the logs they pasted.
+
+    ## Example
+    `Traceback (most recent call last): ... loss.backward()` / `RuntimeError: CUDA error: device-side assert
+    triggered`, and nothing else.
+    """
+
+    id = "CR02"
+    name = "process-died-rank-unknown"
+    category = Category.RANK_CRASH
+    base_confidence = 0.45
+    explains = ("IN01",)
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "fix_error": Fix(
+            "Fix the error the process raised (the quoted line and the traceback above it); with `CUDA error` "
+            "messages rerun with `CUDA_LAUNCH_BLOCKING=1` to see the real call site."
+        ),
+        "killed": Fix(
+            "For `Killed` / exit -9: check the host's kernel log (`dmesg -T | grep -i 'killed process'`) - the OOM "
+            "killer ends the largest process when host RAM runs out (checkpoint saves, DataLoader workers).",
+            when="the process was killed (SIGKILL)",
+        ),
+        "which_rank": Fix(
+            "Keep each rank's output apart next time (`torchrun --log-dir DIR --tee 3`, or `--redirects 3`) so "
+            "the report can name the rank."
+        ),
+    }
+
+    def evidence(self, t: Tables) -> pl.DataFrame:
+        if known_ranks(t) or not t.events.filter(pl.col("victim")).is_empty():
+            return pl.DataFrame()  # ranks are named (CR01 reads them) or someone waited: not one process's end
+        ev = t.events.filter(pl.col("rank").is_null())
+        # Lines another rule reads (an OOM, a store timeout, the agent's own SignalException) are not this one's.
+        taken = same_line(t.events, [*VICTIM_KINDS, *EXPLAINED_KINDS, K.agent_killed, K.agent_signal])
+        own = (
+            ev.filter((pl.col("kind") == K.exception) | (pl.col("kind") == K.crash_signal))
+            .join(taken, on=["source", "line"], how="anti")
+            # the watchdog thread re-throwing a collective's failure: a symptom (CR01 reads it the same way)
+            .filter(~pl.col("error_type").fill_null("").str.contains("DistBackendError"))
+        )
+        fatal = pl.col("signal").is_in(FATAL_SIGNALS) | ~pl.col("exit_code").is_in([0, 1, -15])
+        exits = ev.filter((pl.col("kind") == K.worker_exit) & fatal.fill_null(False))
+        return pl.concat([own, exits], how="diagonal_relaxed").sort("source", "line")
+
+    def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
+        # The error itself beats the launcher's report of it; the last one is where the process ended.
+        own = ev.filter(pl.col("kind") != K.worker_exit)
+        last = (own if not own.is_empty() else ev).tail(1).row(0, named=True)
+        signal = SHELL_SIGNALS.get(last["detail"] or "", last["signal"])
+        killed = signal == "SIGKILL" or last["exit_code"] == -9
+        quoted = f"`{last['text'].strip()[:140]}`"
+        how = f"was killed ({quoted}; SIGKILL comes from outside it)" if killed else f"died of its own error ({quoted})"
+        return self.finding(
+            confidence=self.base_confidence + (0.05 if not own.is_empty() else 0.0),
+            culprit_ranks=(),
+            summary=f"A process {how}; the excerpt does not say which rank it was.",
+            explanation="No line shows a rank waiting on another, so this is where the process ended; in a "
+            "distributed job the other ranks then wait for it until their timeout."
+            + (" A SIGKILL nobody sent by hand is most often the kernel's OOM killer (host memory)." if killed else ""),
+            evidence=quotes(ev.tail(3)),
+            fixes=self.fixes(*(["killed"] if killed else []), "fix_error", "which_rank"),
+            dont=("Do not raise the collective timeout or change NCCL settings for an error the process raised.",),
+            verify=("After the fix the job passes the step where this process died.",),
+        )
