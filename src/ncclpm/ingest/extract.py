@@ -250,14 +250,18 @@ def _drop_superseded(events: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
 
 
 def _patterns_with_anchor_hits(parsed: pl.DataFrame, patterns: Sequence[Pattern]) -> list[Pattern]:
-    """The patterns one of whose anchors occurs in some line: one query for all of them. Building a pattern's
-    plan compiles its regex (~10 ms each), so skipping the ones that cannot match is most of a small job's time."""
-    if parsed.is_empty() or not patterns:
+    """The patterns one of whose anchors occurs in some line. Building a pattern's plan compiles its regex (~10 ms
+    each), so skipping the ones that cannot match is most of a small job's time. Every occurrence of every anchor
+    is found in one overlapping Aho-Corasick pass (one `contains_any` per pattern scanned the lines ~100 times)."""
+    anchors = sorted({a for p in patterns for a in p.anchors})
+    if parsed.is_empty() or not anchors:
         return []
-    hit = parsed.select(
-        [pl.col("message").str.contains_any(list(p.anchors)).any().alias(str(i)) for i, p in enumerate(patterns)]
-    ).row(0)
-    return [p for p, h in zip(patterns, hit, strict=True) if h]
+    found = set(
+        parsed.select(pl.col("message").str.extract_many(anchors, overlapping=True).explode().unique().drop_nulls())
+        .to_series()
+        .to_list()
+    )
+    return [p for p in patterns if not found.isdisjoint(p.anchors)]
 
 
 def extract_events(parsed: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:

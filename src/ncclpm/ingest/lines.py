@@ -13,20 +13,13 @@ from __future__ import annotations
 
 import gzip
 import zlib
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import polars as pl
 
-from ncclpm.ingest.rawscan import (
-    Hit,
-    anchor_regex,
-    hit_line_regex,
-    hit_rows,
-    locate,
-    next_line,
-    previous_line,
-    utf8_text,
-)
+from ncclpm.ingest.rawscan import Rows, anchor_regex, cut_rows, hit_line_regex, utf8_text
 from ncclpm.ingest.unwrap import MIN_WIDTH, joins, python_start, rejoin_wrapped, unwrap_lines
 from ncclpm.sources.discover import Source
 
@@ -39,7 +32,9 @@ TQDM_END = r"(\[\d+:\d{2}(?::\d{2})?<[^\]\r]{0,80}\])"
 GROUP_FILES = 64  # texts scanned together (one regex pass, one query for the kept lines) ...
 GROUP_BYTES = 32 * 1024 * 1024  # ... holding at most about this many bytes
 CHUNK_BYTES = 8 * 1024 * 1024  # a bigger (or gzipped) file is read in blocks of this size, cut at line ends
+SCAN_THREADS = 2  # groups scanned at once, besides the thread reading the files
 _SCHEMA = {"source": pl.String(), "line": pl.Int64(), "raw": pl.String()}
+_KEPT_SCHEMA = {**_SCHEMA, "cut": pl.Boolean()}
 
 
 def _decode(data: bytes) -> str:
@@ -48,13 +43,15 @@ def _decode(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def _frame_from_bytes(data: bytes, line_start: str = "") -> pl.LazyFrame:
+def _frame_from_bytes(name: str, data: bytes, line_start: str = "") -> pl.LazyFrame:
     """Every line of `data`, read the slow way (a small text hard-wrapped near an anchor is re-joined first)."""
     text = _decode(data)
     if line_start and len(data) <= SMALL_TEXT:  # copied text: re-join what a terminal hard-wrapped first
         lines = unwrap_lines(text.split("\n"), python_start(line_start))
-        return pl.LazyFrame(lines, schema={"line": pl.UInt32(), "raw": pl.String()}, orient="row")
-    return pl.read_lines(text.encode("utf-8"), name="raw", row_index_name="line", row_index_offset=1).lazy()
+        frame = pl.LazyFrame(lines, schema={"line": pl.UInt32(), "raw": pl.String()}, orient="row")
+    else:
+        frame = pl.read_lines(text.encode("utf-8"), name="raw", row_index_name="line", row_index_offset=1).lazy()
+    return frame.select(pl.lit(name).alias("source"), "line", "raw")
 
 
 def _utf8(text: str) -> bool:
@@ -72,7 +69,8 @@ def _small(src: Source) -> bool:
         return False
 
 
-def _keep(lf: pl.LazyFrame, name: str, anchors: list[str], line_start: str = "") -> pl.LazyFrame:
+def _keep(lf: pl.LazyFrame, anchors: list[str], line_start: str = "") -> pl.LazyFrame:
+    """The kept lines of `lf` (source, line, raw; one or more sources, each in line order)."""
     hit = pl.col("raw").str.contains(anchor_regex(tuple(anchors)))
     return (
         rejoin_wrapped(lf, hit, line_start)
@@ -81,7 +79,7 @@ def _keep(lf: pl.LazyFrame, name: str, anchors: list[str], line_start: str = "")
         .explode("raw")
         .filter(hit)
         .select(
-            pl.lit(name).alias("source"),
+            pl.col("source"),
             pl.col("line").cast(pl.Int64),
             pl.col("raw").str.slice(0, MAX_LINE_CHARS).str.strip_chars_start("\ufeff\x00").str.strip_chars_end(),
             (pl.col("raw").str.len_chars() > MAX_LINE_CHARS).alias("cut"),
@@ -124,65 +122,100 @@ def _as_strings(texts: list[_Text], warnings: list[str]) -> pl.Series:
     return pl.Series([t.data for t in texts], dtype=pl.Binary).cast(pl.String)
 
 
-def _scan(texts: list[_Text], anchors: list[str], warnings: list[str], line_start: str) -> dict[str, pl.LazyFrame]:
-    """The kept lines of each text, found in its raw bytes (`rawscan`): one regex pass over all the texts, then
-    only the hit lines (and the line after each: `line_start` re-joins wrapped lines) are cut out."""
+def _hit_lines(series: pl.Series, whole: list[bool], anchors: list[str]) -> list[list[str]]:
+    """Every line of each text holding an anchor (small texts re-joined whole: also an anchor cut by newlines,
+    as a match spanning lines), in one parallel query per pattern."""
+    frame = pl.DataFrame({"text": series})
+    idx = {w: [i for i, x in enumerate(whole) if x == w] for w in (False, True)}
+    queries = {
+        w: frame[ix].lazy().select(pl.col("text").str.extract_all(hit_line_regex(tuple(anchors), across_newlines=w)))
+        for w, ix in idx.items()
+        if ix
+    }
+    found: list[list[str]] = [[] for _ in whole]
+    for w, result in zip(queries, pl.collect_all(list(queries.values())), strict=True):
+        for i, lines in zip(idx[w], result.to_series().to_list(), strict=True):
+            found[i] = lines or []
+    return found
+
+
+def _scan(texts: list[_Text], anchors: list[str], line_start: str) -> tuple[dict[str, pl.DataFrame | None], list[str]]:
+    """The kept lines of each text (None: unreadable) and the warnings met. The anchors are searched in the raw
+    texts (`rawscan`) in one regex pass; only the hit lines (and the lines around each: `line_start` re-joins
+    wrapped lines) become rows, all the group's in one frame and one query. A small text where an anchor is cut
+    by a newline, or where a hit line may be glued to its neighbour, is re-joined whole, the slow way."""
+    warnings: list[str] = []
     if not texts:
-        return {}
-    series = _as_strings(texts, warnings)
-    found: list[list[str]] = [[] for _ in texts]
-    for whole in (False, True):
-        idx = [i for i, t in enumerate(texts) if t.whole == whole]
-        if idx:
-            pattern = hit_line_regex(tuple(anchors), across_newlines=whole)
-            for i, lines in zip(idx, series.gather(idx).str.extract_all(pattern).to_list(), strict=True):
-                found[i] = lines or []
-    hits = [
-        None if t.whole and any("\n" in line for line in f) else locate(t.data, f, t.first_line)
-        for t, f in zip(texts, found, strict=True)
-    ]
-    slow = _may_join([(t, h) for t, h in zip(texts, hits, strict=True) if t.whole and h], line_start)
-    out: dict[str, pl.LazyFrame] = {}
-    for t, h in zip(texts, hits, strict=True):
-        if h is None or t.name in slow:  # re-joined whole, the slow way
-            out[t.name] = _keep(_frame_from_bytes(t.original, line_start), t.name, anchors, line_start)
-        else:
-            numbers, lines = hit_rows(t.data, h, with_next=bool(line_start), python_lines=t.whole)
-            out[t.name] = _keep(_rows(numbers, lines), t.name, anchors, line_start)
-    return out
+        return {}, warnings
+    found = _hit_lines(_as_strings(texts, warnings), [t.whole for t in texts], anchors)
+    rows, slow = Rows(), set()
+    for i, (t, lines) in enumerate(zip(texts, found, strict=True)):
+        if t.whole and any("\n" in line for line in lines):
+            slow.add(i)
+            continue
+        rejoin = bool(line_start)
+        cut_rows(rows, i, t.data, lines, t.first_line, previous=t.whole, following=rejoin, python_lines=t.whole)
+    frame = rows.frame()
+    slow |= _may_join(frame, [i for i, t in enumerate(texts) if t.whole], line_start)
+    names = pl.Series([t.name for t in texts], dtype=pl.String)
+    after_hit = pl.col("hit").shift(1) & (pl.col("text").shift(1) == pl.col("text"))
+    fast = (
+        frame.lazy()
+        .filter(~pl.col("text").is_in(sorted(slow)) & (pl.col("hit") | after_hit))  # not the lines before
+        .select(pl.lit(names).gather(pl.col("text")).alias("source"), "line", "raw")
+    )
+    pending = {"": _keep(fast, anchors, line_start)}
+    pending |= {
+        texts[i].name: _keep(_frame_from_bytes(texts[i].name, texts[i].original, line_start), anchors, line_start)
+        for i in sorted(slow)
+    }
+    done = _collect(pending, warnings)
+    out: dict[str, pl.DataFrame | None] = {k: v for k, v in done.items() if k}
+    group = done[""]
+    if group is None:  # read the fast texts one by one
+        pending = {
+            t.name: _keep(fast.filter(pl.col("source") == t.name), anchors, line_start)
+            for i, t in enumerate(texts)
+            if i not in slow
+        }
+        out |= _collect(pending, warnings)
+    else:
+        out |= {key[0]: part for key, part in group.partition_by("source", as_dict=True, maintain_order=True).items()}
+    return out, warnings
 
 
-def _may_join(texts: list[tuple[_Text, list[Hit]]], line_start: str) -> set[str]:
-    """The small texts where re-joining hard-wrapped lines may change what is kept. With no anchor cut by a
-    newline (checked by the caller), that needs a hit line glued to the line before or after it
-    (`unwrap.joins`). Lengths and the line start are checked in one query first (Rust's reading of the start
-    trusted only on ASCII lines, where it never matches more than Python's); the pairs left are checked exactly."""
-    rows: list[tuple[int, str, str]] = []
-    for i, (t, hits) in enumerate(texts):
-        for hit in hits:
-            line = t.data[hit.start : hit.end].decode("utf-8")
-            before, after = previous_line(t.data, hit), next_line(t.data, hit, python_lines=True)
-            if before is not None:
-                rows.append((i, before.decode("utf-8"), line))
-            if after is not None:
-                rows.append((i, line, after.decode("utf-8")))
-    if not rows:
+def _may_join(rows: pl.DataFrame, whole: list[int], line_start: str) -> set[int]:
+    """The small texts (indices `whole`) where re-joining hard-wrapped lines may change what is kept. With no
+    anchor cut by a newline (checked by the caller), that needs a hit line glued to the line before or after it
+    (`unwrap.joins`): `rows` holds both around each hit. Lengths and the line start are checked in one query first
+    (Rust's reading of the start trusted only on ASCII lines, where it never matches more than Python's); the
+    pairs left are checked exactly."""
+    if not whole or not line_start or rows.is_empty():
         return set()
-    frame = pl.DataFrame(rows, schema={"text": pl.Int64(), "head": pl.String(), "tail": pl.String()}, orient="row")
-    head, tail = pl.col("head"), pl.col("tail")
+    head, tail = pl.col("raw"), pl.col("_tail")
     ascii_tail = tail.str.len_bytes() == tail.str.len_chars()
-    candidates = frame.filter(
-        (head.str.len_chars() >= MIN_WIDTH)
-        & (tail.str.len_chars() <= head.str.len_chars())
-        & (tail != "")
-        & ~(ascii_tail & tail.str.contains(f"^(?:{line_start})"))
+    candidates = (
+        rows.lazy()
+        .filter(pl.col("text").is_in(whole))
+        .with_columns(
+            tail=pl.col("raw").shift(-1),
+            pair=(pl.col("text").shift(-1) == pl.col("text"))
+            & (pl.col("line").shift(-1) == pl.col("line") + 1)
+            & (pl.col("hit") | pl.col("hit").shift(-1)),
+        )
+        .rename({"tail": "_tail"})
+        .filter(
+            pl.col("pair")
+            & (head.str.len_chars() >= MIN_WIDTH)
+            & (tail.str.len_chars() <= head.str.len_chars())
+            & (tail != "")
+            & ~(ascii_tail & tail.str.contains(f"^(?:{line_start})"))
+        )
+        .select("text", "raw", "_tail")
+        .collect()
     )
     start = python_start(line_start)
-    return {texts[i][0].name for i, a, b in candidates.iter_rows() if joins(a, b, start)}
-
-
-def _rows(numbers: list[int], lines: list[str]) -> pl.LazyFrame:
-    return pl.LazyFrame({"line": numbers, "raw": lines}, schema={"line": pl.Int64(), "raw": pl.String()})
+    return {i for i, a, b in candidates.iter_rows() if joins(a, b, start)}
 
 
 def _chunked(src: Source, anchors: list[str], warnings: list[str]) -> pl.DataFrame:
@@ -204,13 +237,15 @@ def _chunked(src: Source, anchors: list[str], warnings: list[str]) -> pl.DataFra
             if not data:
                 break
             # a process's log: nothing to re-join
-            block_text = _Text(src.name, data, data, whole=False, first_line=line0)
-            parts.append(_scan([block_text], anchors, lossy, "")[src.name].collect())
+            kept, met = _scan([_Text(src.name, data, data, whole=False, first_line=line0)], anchors, "")
+            lossy += met
+            if (part := kept.get(src.name)) is not None:
+                parts.append(part)
             line0 += data.count(b"\n") + (not data.endswith(b"\n"))
             if not block:
                 break
     warnings.extend(lossy[:1])
-    return pl.concat(parts) if parts else _keep(_rows([], []), src.name, anchors).collect()
+    return pl.concat(parts) if parts else pl.DataFrame(schema=_KEPT_SCHEMA)
 
 
 def _is_big(src: Source) -> bool:
@@ -266,30 +301,52 @@ def _capped(frame: pl.DataFrame, name: str, warnings: list[str]) -> pl.DataFrame
 def read_kept_lines(
     sources: list[Source], anchors: list[str], warnings: list[str], line_start: str = ""
 ) -> pl.DataFrame:
-    """Prefiltered lines of all text sources, in source order; unreadable sources become warnings."""
+    """Prefiltered lines of all text sources, in source order; unreadable sources become warnings. Groups of small
+    texts are scanned in worker threads (polars runs the regex without the GIL) while this one reads the next
+    group; the warnings keep the order of a one-by-one reading."""
     frames: dict[str, pl.DataFrame | None] = {}
+    log: list[str | Future[tuple[dict[str, pl.DataFrame | None], list[str]]]] = []  # warnings and scans, in order
     group: list[_Text] = []
-    for src in sources:
-        if src.path is not None and not _needs_python_decode(src) and _is_big(src):
+    with ThreadPoolExecutor(max_workers=SCAN_THREADS) as pool:
+        running: deque[Future] = deque()
+
+        def scan_group() -> None:
+            while len(running) >= SCAN_THREADS:  # memory holds a few groups, not the job
+                running.popleft().exception()
+            running.append(pool.submit(_scan, list(group), anchors, line_start))
+            log.append(running[-1])
+            group.clear()
+
+        for src in sources:
+            if src.path is not None and not _needs_python_decode(src) and _is_big(src):
+                met: list[str] = []
+                try:
+                    frames[src.name] = _chunked(src, anchors, met)
+                except (OSError, EOFError, zlib.error, pl.exceptions.PolarsError) as exc:
+                    met.append(f"{src.name}: could not be read as text ({exc}) - skipped")
+                    frames[src.name] = None
+                log += met
+                continue
             try:
-                frames[src.name] = _chunked(src, anchors, warnings)
-            except (OSError, EOFError, zlib.error, pl.exceptions.PolarsError) as exc:
-                warnings.append(f"{src.name}: could not be read as text ({exc}) - skipped")
+                group.append(_text(src, line_start))
+            except (OSError, ValueError) as exc:
+                log.append(f"{src.name}: could not be read as text ({exc}) - skipped")
                 frames[src.name] = None
-            continue
-        try:
-            group.append(_text(src, line_start))
-        except (OSError, ValueError) as exc:
-            warnings.append(f"{src.name}: could not be read as text ({exc}) - skipped")
-            frames[src.name] = None
-        if len(group) >= GROUP_FILES or sum(len(t.data) for t in group) >= GROUP_BYTES:
-            frames |= _collect(_scan(group, anchors, warnings, line_start), warnings)
-            group = []
-    frames |= _collect(_scan(group, anchors, warnings, line_start), warnings)
-    kept = [_capped(f, s.name, warnings) for s in sources if (f := frames.get(s.name)) is not None]
-    if not kept:
+            if len(group) >= GROUP_FILES or sum(len(t.data) for t in group) >= GROUP_BYTES:
+                scan_group()
+        if group:
+            scan_group()
+        for entry in log:
+            if isinstance(entry, str):
+                warnings.append(entry)
+            else:
+                kept, met = entry.result()
+                frames |= kept
+                warnings += met
+    kept_lines = [_capped(f, s.name, warnings) for s in sources if (f := frames.get(s.name)) is not None]
+    if not kept_lines:
         return pl.DataFrame(schema=_SCHEMA)
-    lines = pl.concat(kept, how="vertical")
+    lines = pl.concat(kept_lines, how="vertical")
     for src, n in lines.filter(pl.col("cut")).group_by("source", maintain_order=True).len().iter_rows():
         warnings.append(f"{src}: {n} line(s) longer than {MAX_LINE_CHARS} characters; only their start was parsed")
     return lines.drop("cut")

@@ -28,6 +28,16 @@ _RANK = re.compile(r"(?P<rank>-?\d+) \(local_rank: (?P<local>\d+)\)")
 _EXIT = re.compile(r"(?P<code>-?\d+) \(pid: (?P<pid>\d+)\)\s*(?:\((?P<sig>SIG\w+)\))?")
 
 
+# Supersets of `_EXC` and `_FIELD` in polars' dialect (Python's `\s` also matches \x1c-\x1f), to skip lines early.
+_EXC_WORDS = ["Error", "Exception", "Interrupt", "Exit"]
+_FIELD_START = r"^[\s\x1c-\x1f]{1,4}(?:time|host|rank|exitcode|error_file|traceback)"
+
+
+def _walk(lines: pl.DataFrame, moves: pl.Expr, *columns: str) -> list[dict]:
+    """The rows where `moves` holds (a null message never does), in (source, line) order, as dicts."""
+    return lines.filter(moves.fill_null(False)).select(columns).sort("source", "line", maintain_order=True).to_dicts()
+
+
 def _short_frame(m: re.Match[str]) -> str:
     return f"{m['func']} ({m['file'].rsplit('/', 1)[-1]}:{m['line']})"
 
@@ -36,7 +46,9 @@ def stitch_tracebacks(lines: pl.DataFrame) -> pl.DataFrame:
     """One row per Python traceback, frames innermost last, keyed to its exception line."""
     rows: list[dict] = []
     open_tb: dict[tuple, dict] = {}
-    for r in lines.sort("source", "line").iter_rows(named=True):
+    # Only a traceback head, a frame or an exception line moves the loop; the others are skipped in polars.
+    moves = pl.col("message").str.contains_any(["Traceback (most recent call last)", 'File "', *_EXC_WORDS])
+    for r in _walk(lines, moves, "source", "rank", "line", "ts", "message"):
         key = (r["source"], r["rank"])
         msg = r["message"] or ""
         if "Traceback (most recent call last)" in msg:
@@ -90,7 +102,13 @@ def parse_elastic_summaries(lines: pl.DataFrame) -> pl.DataFrame:
     """Entries of torchrun's failure summary (`Failures:` and `Root Cause (first observed failure):`)."""
     rows: list[dict] = []
     state: dict[str, dict] = defaultdict(dict)
-    for r in lines.sort("source", "line").iter_rows(named=True):
+    moves = (
+        pl.col("message").str.starts_with("Root Cause")
+        | pl.col("message").str.starts_with("Failures:")
+        | pl.col("message").str.contains(_FIELD_START)
+        | pl.col("message").str.contains_any(_EXC_WORDS)
+    )
+    for r in _walk(lines, moves, "source", "line", "message"):
         msg, src = r["message"] or "", r["source"]
         st = state[src]
         if msg.startswith("Root Cause"):

@@ -15,7 +15,7 @@ Two ways of reading lines are reproduced exactly, so the kept lines do not depen
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import polars as pl
@@ -51,66 +51,69 @@ def utf8_text(data: bytes) -> pl.Series | None:
         return None
 
 
-def matched_lines(text: pl.Series, pattern: str) -> list[str]:
-    """Every match of `pattern` (from `hit_line_regex`) in the one-row `text`, in order."""
-    found = text.str.extract_all(pattern)[0]
-    return [] if found is None else found.to_list()
+@dataclass
+class Rows:
+    """Lines cut out of texts: which text (index in its group), 1-based line number, text, holds an anchor."""
+
+    text: list[int] = field(default_factory=list)
+    line: list[int] = field(default_factory=list)
+    raw: list[str] = field(default_factory=list)
+    hit: list[bool] = field(default_factory=list)
+
+    def frame(self) -> pl.DataFrame:
+        return pl.DataFrame(
+            {"text": self.text, "line": self.line, "raw": self.raw, "hit": self.hit},
+            schema={"text": pl.UInt32(), "line": pl.Int64(), "raw": pl.String(), "hit": pl.Boolean()},
+        )
 
 
-@dataclass(frozen=True)
-class Hit:
-    number: int  # 1-based line number (plus the block's offset)
-    start: int  # byte offsets of the line in the text, newline excluded
-    end: int
-
-
-def locate(data: bytes, lines: list[str], first_line: int = 1) -> list[Hit]:
-    """Where each matched line is, in order. The first occurrence of a hit line's text after the previous hit is
-    that line itself: an earlier occurrence would be inside a line holding an anchor too, i.e. an earlier hit."""
-    hits: list[Hit] = []
-    pos, number = 0, first_line
-    for line in lines:
-        raw = line.encode("utf-8")
-        at = data.find(raw, pos)
-        number += data.count(b"\n", pos, at)
-        hits.append(Hit(number, at, at + len(raw)))
-        pos = at + len(raw)
-    return hits
-
-
-def _line_at(data: bytes, start: int) -> bytes:
-    end = data.find(b"\n", start)
-    return data[start : len(data) if end < 0 else end]
-
-
-def next_line(data: bytes, hit: Hit, *, python_lines: bool) -> bytes | None:
-    """The line after `hit` (None when there is none in that way of reading lines)."""
-    if hit.end >= len(data) or (hit.end + 1 == len(data) and not python_lines):
-        return None
-    return _line_at(data, hit.end + 1)
-
-
-def previous_line(data: bytes, hit: Hit) -> bytes | None:
-    if hit.start == 0:
-        return None
-    return data[data.rfind(b"\n", 0, hit.start - 1) + 1 : hit.start - 1]
-
-
-def polars_line(raw: bytes) -> str:
+def _polars_line(raw: bytes) -> str:
     """A line as polars reads it: one trailing carriage return dropped."""
     return (raw[:-1] if raw.endswith(b"\r") else raw).decode("utf-8")
 
 
-def hit_rows(data: bytes, hits: list[Hit], *, with_next: bool, python_lines: bool) -> tuple[list[int], list[str]]:
-    """(line numbers, texts) of the hit lines, plus the line after each when `with_next` (what re-joining a
-    wrapped line looks at), in line order, each line once."""
-    rows: dict[int, str] = {}
-    as_text = (lambda b: b.decode("utf-8")) if python_lines else polars_line
-    for hit in hits:
-        rows[hit.number] = as_text(data[hit.start : hit.end])
-        if with_next and hit.number + 1 not in rows:
-            nxt = next_line(data, hit, python_lines=python_lines)
-            if nxt is not None:
-                rows[hit.number + 1] = as_text(nxt)
-    numbers = sorted(rows)
-    return numbers, [rows[n] for n in numbers]
+def cut_rows(
+    rows: Rows,
+    index: int,
+    data: bytes,
+    lines: list[str],
+    first_line: int,
+    *,
+    previous: bool,
+    following: bool,
+    python_lines: bool,
+) -> None:
+    """Append to `rows` the hit lines `lines` (the regex matches, in order) of the text `data`, each once, in line
+    order, with their exact line numbers; also the line before (`previous`) and the line after (`following`) each
+    hit: what re-joining wrapped lines looks at. A hit line's first occurrence after the previous hit is that line
+    itself: an earlier occurrence would be inside a line holding an anchor too, i.e. an earlier hit. Lines are read
+    as Python splits them (`python_lines`: `\\r` kept, a final newline leaves an empty last line) or as polars does."""
+    text, number_col, raw_col, hit_col = rows.text, rows.line, rows.raw, rows.hit
+    decode = (lambda b: b.decode("utf-8")) if python_lines else _polars_line
+    find, count, rfind, size = data.find, data.count, data.rfind, len(data)
+    pos, number, last = 0, first_line, first_line - 1  # last: the last line number appended for this text
+    n0 = len(number_col)
+    for line in lines:
+        raw = line.encode("utf-8")
+        at = find(raw, pos)
+        number += count(b"\n", pos, at)
+        end = at + len(raw)
+        if previous and at > 0 and number - 1 > last:  # the line before
+            number_col.append(number - 1)
+            raw_col.append(decode(data[rfind(b"\n", 0, at - 1) + 1 : at - 1]))
+            hit_col.append(False)
+        if number == last:  # already there as the line after the previous hit
+            hit_col[-1] = True
+        else:
+            number_col.append(number)
+            raw_col.append(line if python_lines else _polars_line(raw))
+            hit_col.append(True)
+        last = number
+        if following and end < size and (python_lines or end + 1 < size):  # the line after
+            nxt = find(b"\n", end + 1)
+            number_col.append(number + 1)
+            raw_col.append(decode(data[end + 1 : size if nxt < 0 else nxt]))
+            hit_col.append(False)
+            last = number + 1
+        pos = end
+    text.extend([index] * (len(number_col) - n0))

@@ -41,9 +41,9 @@ _RULE_PY = re.compile(r"[=*#~\s-]+")  # a rule line of a summary block (`=====`)
 
 
 def rejoin_wrapped(lf: pl.LazyFrame, hit: pl.Expr, line_start: str) -> pl.LazyFrame:
-    """The lines where `hit` holds (plus nothing else), each glued to its wrapped tail when it has one.
-    `line_start` is the envelopes' head regex (polars dialect): a line starting with one is never a tail; without
-    it nothing is re-joined."""
+    """The lines where `hit` holds (plus nothing else), each glued to its wrapped tail when it has one. `lf` holds
+    (source, line, raw), the lines of each source in order. `line_start` is the envelopes' head regex (polars
+    dialect): a line starting with one is never a tail; without it nothing is re-joined."""
     if not line_start:
         return lf.filter(hit)
     kept = lf.with_columns(hit.alias("_hit")).filter(pl.col("_hit") | pl.col("_hit").shift(1).fill_null(False))
@@ -51,6 +51,7 @@ def rejoin_wrapped(lf: pl.LazyFrame, hit: pl.Expr, line_start: str) -> pl.LazyFr
     width = raw.str.len_chars()
     tail = (
         pl.col("_hit")
+        & (pl.col("source").shift(-1) == pl.col("source"))
         & (pl.col("line").shift(-1) == pl.col("line") + 1)
         & (width >= MIN_WIDTH)
         & raw.str.contains(_ENDS_IN_TOKEN)
@@ -59,7 +60,7 @@ def rejoin_wrapped(lf: pl.LazyFrame, hit: pl.Expr, line_start: str) -> pl.LazyFr
         & ~nxt.str.contains(_RECORD_START).fill_null(True)
         & (nxt.str.len_chars() < width)
     )
-    shared = pl.col("_cut").count().over("_cut") >= 2  # over a materialised column: an expression key miscounts
+    shared = pl.col("_cut").count().over("source", "_cut") >= 2  # materialised keys: an expression key miscounts
     glue = pl.col("_cut").is_not_null() & (shared | pl.col("_cut").is_in(TERMINAL_WIDTHS))
     return (
         kept.with_columns(pl.when(tail).then(width).alias("_cut"))
