@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import zlib
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -35,6 +36,7 @@ CHUNK_BYTES = 8 * 1024 * 1024  # a bigger (or gzipped) file is read in blocks of
 SCAN_THREADS = 2  # groups scanned at once, besides the thread reading the files
 _SCHEMA = {"source": pl.String(), "line": pl.Int64(), "raw": pl.String()}
 _KEPT_SCHEMA = {**_SCHEMA, "cut": pl.Boolean()}
+Then = Callable[[pl.DataFrame], pl.DataFrame] | None  # more row-wise columns, computed where the lines are cut out
 
 
 def _decode(data: bytes) -> str:
@@ -139,11 +141,14 @@ def _hit_lines(series: pl.Series, whole: list[bool], anchors: list[str]) -> list
     return found
 
 
-def _scan(texts: list[_Text], anchors: list[str], line_start: str) -> tuple[dict[str, pl.DataFrame | None], list[str]]:
+def _scan(
+    texts: list[_Text], anchors: list[str], line_start: str, then: Then = None
+) -> tuple[dict[str, pl.DataFrame | None], list[str]]:
     """The kept lines of each text (None: unreadable) and the warnings met. The anchors are searched in the raw
     texts (`rawscan`) in one regex pass; only the hit lines (and the lines around each: `line_start` re-joins
     wrapped lines) become rows, all the group's in one frame and one query. A small text where an anchor is cut
-    by a newline, or where a hit line may be glued to its neighbour, is re-joined whole, the slow way."""
+    by a newline, or where a hit line may be glued to its neighbour, is re-joined whole, the slow way. `then` is
+    applied to the kept lines here, a group at a time (see `read_kept_lines`)."""
     warnings: list[str] = []
     if not texts:
         return {}, warnings
@@ -170,16 +175,17 @@ def _scan(texts: list[_Text], anchors: list[str], line_start: str) -> tuple[dict
         for i in sorted(slow)
     }
     done = _collect(pending, warnings)
-    out: dict[str, pl.DataFrame | None] = {k: v for k, v in done.items() if k}
-    group = done[""]
+    group = done.pop("")
     if group is None:  # read the fast texts one by one
         pending = {
             t.name: _keep(fast.filter(pl.col("source") == t.name), anchors, line_start)
             for i, t in enumerate(texts)
             if i not in slow
         }
-        out |= _collect(pending, warnings)
-    else:
+        done |= _collect(pending, warnings)
+    out = {name: frame if frame is None or then is None else then(frame) for name, frame in done.items()}
+    if group is not None:
+        group = group if then is None else then(group)
         out |= {key[0]: part for key, part in group.partition_by("source", as_dict=True, maintain_order=True).items()}
     return out, warnings
 
@@ -218,7 +224,7 @@ def _may_join(rows: pl.DataFrame, whole: list[int], line_start: str) -> set[int]
     return {i for i, a, b in candidates.iter_rows() if joins(a, b, start)}
 
 
-def _chunked(src: Source, anchors: list[str], warnings: list[str]) -> pl.DataFrame:
+def _chunked(src: Source, anchors: list[str], warnings: list[str], then: Then = None) -> pl.DataFrame:
     """A big or gzipped file in blocks cut at line ends: memory holds a block, not the file (a line longer than a
     block is carried over whole). Invalid UTF-8 in a block is replaced (one warning)."""
     assert src.path is not None
@@ -237,7 +243,7 @@ def _chunked(src: Source, anchors: list[str], warnings: list[str]) -> pl.DataFra
             if not data:
                 break
             # a process's log: nothing to re-join
-            kept, met = _scan([_Text(src.name, data, data, whole=False, first_line=line0)], anchors, "")
+            kept, met = _scan([_Text(src.name, data, data, whole=False, first_line=line0)], anchors, "", then)
             lossy += met
             if (part := kept.get(src.name)) is not None:
                 parts.append(part)
@@ -245,7 +251,10 @@ def _chunked(src: Source, anchors: list[str], warnings: list[str]) -> pl.DataFra
             if not block:
                 break
     warnings.extend(lossy[:1])
-    return pl.concat(parts) if parts else pl.DataFrame(schema=_KEPT_SCHEMA)
+    if parts:
+        return pl.concat(parts)
+    empty = pl.DataFrame(schema=_KEPT_SCHEMA)
+    return empty if then is None else then(empty)
 
 
 def _is_big(src: Source) -> bool:
@@ -299,11 +308,13 @@ def _capped(frame: pl.DataFrame, name: str, warnings: list[str]) -> pl.DataFrame
 
 
 def read_kept_lines(
-    sources: list[Source], anchors: list[str], warnings: list[str], line_start: str = ""
+    sources: list[Source], anchors: list[str], warnings: list[str], line_start: str = "", then: Then = None
 ) -> pl.DataFrame:
     """Prefiltered lines of all text sources, in source order; unreadable sources become warnings. Groups of small
     texts are scanned in worker threads (polars runs the regex without the GIL) while this one reads the next
-    group; the warnings keep the order of a one-by-one reading."""
+    group; the warnings keep the order of a one-by-one reading. `then` (row-wise columns: `extract.row_columns`)
+    runs in the workers too, on a group's lines at a time: less memory than on all lines at once, and in
+    parallel."""
     frames: dict[str, pl.DataFrame | None] = {}
     log: list[str | Future[tuple[dict[str, pl.DataFrame | None], list[str]]]] = []  # warnings and scans, in order
     group: list[_Text] = []
@@ -313,7 +324,7 @@ def read_kept_lines(
         def scan_group() -> None:
             while len(running) >= SCAN_THREADS:  # memory holds a few groups, not the job
                 running.popleft().exception()
-            running.append(pool.submit(_scan, list(group), anchors, line_start))
+            running.append(pool.submit(_scan, list(group), anchors, line_start, then))
             log.append(running[-1])
             group.clear()
 
@@ -321,7 +332,7 @@ def read_kept_lines(
             if src.path is not None and not _needs_python_decode(src) and _is_big(src):
                 met: list[str] = []
                 try:
-                    frames[src.name] = _chunked(src, anchors, met)
+                    frames[src.name] = _chunked(src, anchors, met, then)
                 except (OSError, EOFError, zlib.error, pl.exceptions.PolarsError) as exc:
                     met.append(f"{src.name}: could not be read as text ({exc}) - skipped")
                     frames[src.name] = None
@@ -345,7 +356,7 @@ def read_kept_lines(
                 warnings += met
     kept_lines = [_capped(f, s.name, warnings) for s in sources if (f := frames.get(s.name)) is not None]
     if not kept_lines:
-        return pl.DataFrame(schema=_SCHEMA)
+        return pl.DataFrame(schema=_SCHEMA)  # (`then` not applied)
     lines = pl.concat(kept_lines, how="vertical")
     for src, n in lines.filter(pl.col("cut")).group_by("source", maintain_order=True).len().iter_rows():
         warnings.append(f"{src}: {n} line(s) longer than {MAX_LINE_CHARS} characters; only their start was parsed")
