@@ -1,7 +1,11 @@
 """Benchmark flight-recorder loading + cross-rank matching on synthetic dumps, against PyTorch's fr_trace.
 
 Usage: python benchmarks/bench_fr.py [--ranks 256 1024 4096] [--entries 2000] [--runs 3] [--fault never_joined]
-       [--baseline OTHER_CHECKOUT] [--torch-python /work/torchvenv/bin/python] [--no-fr-trace] [--keep DIR]
+       [--baseline OTHER_CHECKOUT [--baseline-eager]] [--python-path] [--torch-python /work/torchvenv/bin/python]
+       [--no-fr-trace] [--keep DIR]
+
+The C decoder is used when built (editable installs build it; NCCLPM_FR_PYTHON=1 in the environment measures the
+pure-Python path).
 
 Each measurement runs in a fresh child process (so peak RSS is its own): ``load_fr_dumps`` with the bytes read
 lazily (as ``ncclpm diagnose`` does), then ``analyze_fr``; the child reports wall and CPU time of both, its RSS
@@ -54,12 +58,16 @@ print(json.dumps({"load": t1 - t0, "load_cpu": c1 - c0, "analyze": t2 - t1, "ana
 """
 
 
-def _ncclpm(src: Path, folder: Path, lazy: bool = True) -> dict:
+def _ncclpm(src: Path, folder: Path, lazy: bool = True, python_path: bool = False) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "NCCLPM_FR_PYTHON"}
+    if python_path:
+        env["NCCLPM_FR_PYTHON"] = "1"
     res = subprocess.run(
         [sys.executable, "-c", _CHILD, str(src), str(folder), "lazy" if lazy else "eager"],
         capture_output=True,
         text=True,
         check=True,
+        env=env,
     )
     return json.loads(res.stdout)
 
@@ -103,16 +111,19 @@ def bench(folder: Path, n_ranks: int, a: argparse.Namespace, torch_py: str | Non
     mb = sum(p.stat().st_size for p in folder.iterdir()) / 1e6
     new: list[dict] = []
     old: list[dict] = []
+    pure: list[dict] = []
     fr: list[tuple[float, str, float]] = []
     loads = []
     for i in range(a.runs):
         new.append(_ncclpm(ROOT / "src", folder))
+        if a.python_path:
+            pure.append(_ncclpm(ROOT / "src", folder, python_path=True))
         if a.baseline:
-            old.append(_ncclpm(Path(a.baseline) / "src", folder, lazy=False))
+            old.append(_ncclpm(Path(a.baseline) / "src", folder, lazy=not a.baseline_eager))
         if torch_py and i < a.fr_trace_runs:
             fr.append(_fr_trace(torch_py, folder))
         loads.append(os.getloadavg()[0])
-    for label, rows in (("ncclpm", new), ("baseline", old)):
+    for label, rows in (("ncclpm", new), ("ncclpm, Python path", pure), ("baseline", old)):
         if not rows:
             continue
         total = _med(rows, "load") + _med(rows, "analyze")
@@ -138,6 +149,10 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--fault", choices=FAULTS, default="never_joined")
     ap.add_argument("--baseline", help="another checkout (its src/ is imported) to run interleaved")
+    ap.add_argument(
+        "--baseline-eager", action="store_true", help="the baseline predates lazy reading: give it the bytes up front"
+    )
+    ap.add_argument("--python-path", action="store_true", help="also run this checkout with NCCLPM_FR_PYTHON=1")
     ap.add_argument("--torch-python", default=None)
     ap.add_argument("--fr-trace-runs", type=int, default=1, help="fr_trace takes minutes: runs of it per size")
     ap.add_argument("--no-fr-trace", action="store_true")

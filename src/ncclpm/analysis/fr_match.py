@@ -469,8 +469,9 @@ def _rank_facts(load: FRLoad, coll: pl.DataFrame, v: _Verdict) -> pl.DataFrame:
         pl.col("frames").alias("last_frames"),
     )
     last = pick.select("rank", "n_entries").join(rows.unique("rank", keep="last"), on="rank", how="left")
-    root_seq = (
-        coll.filter(pl.col("group_key") == (v.root or ""))
+    root_seq = _streamed(  # streamed and projected: an eager filter copied every column of the group's entries
+        coll.lazy()
+        .filter(pl.col("group_key") == (v.root or ""))
         .group_by("rank")
         .agg(pl.col("seq").max().alias("last_seq_root_group"))
     )

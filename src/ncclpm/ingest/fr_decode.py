@@ -458,28 +458,39 @@ class Chunks:
             self.flush()
 
     def add_native(self, d: Dump, got: tuple, warnings: list[str]) -> None:
-        """`add` for a dump the C decoder read (no value can be of a wrong type: it would have left it to Python)."""
+        """`add` for a dump the C decoder read (no value can be of a wrong type: it would have left it to Python);
+        its rows are already compact (`fr_native.frame`)."""
         try:
-            data, bad = fr_native.frame(got, self.interners)
+            cols, bad = fr_native.frame(got, self.interners, self.schema, _derive)
+            n = d.n
+            cols["rank"] = pl.repeat(d.rank, n, dtype=pl.Int32, eager=True).alias("rank")
+            cols["source"] = pl.Series("source", [d.source], dtype=pl.Categorical).new_from_index(0, n)
+            cols["_id"] = pl.repeat(d.uid, n, dtype=pl.Int64, eager=True).alias("_id")
+            rows = pl.DataFrame(cols).select(*self.schema.names(), "_id").cast({**dict(self.schema), "_id": pl.Int64})
         except Exception as exc:  # not expected: the decoder's buffers are checked in C; never fatal either
             warnings.append(f"{d.source}: skipped, unreadable columns ({type(exc).__name__}: {str(exc)[:120]})")
             d.bad, d.used, d.note = True, False, "unreadable columns"
             return
         if bad:
             warnings.append(f"{d.source}: malformed {', '.join(bad)} in some entries; shown as missing")
-        data = {k: data[k] for k in (*self.scalars, "pg_name", "pg_desc", *(f"{k}_id" for k in self.nested))}
-        n = d.n
-        data["rank"] = pl.repeat(d.rank, n, dtype=pl.Int32, eager=True).alias("rank")
-        data["source"] = pl.repeat(d.source, n, dtype=pl.String, eager=True).alias("source")
-        data["_id"] = pl.repeat(d.uid, n, dtype=pl.Int64, eager=True).alias("_id")
-        self.pending.append(pl.DataFrame(data))
+        self.pending.append(rows)
         self.rows += n
         if self.rows >= _CHUNK_ROWS:
             self.flush()
 
     def flush(self) -> None:
-        if self.pending:
-            self.frames.append(_normalise(pl.concat(self.pending, rechunk=True), self.schema))
+        """Raw frames (the Python path's) are normalised a run at a time; compact ones (the C decoder's) are kept;
+        the chunk holds the rows in dump order either way."""
+        parts: list[pl.DataFrame] = []
+        raw: list[pl.DataFrame] = []
+        for f in [*self.pending, None]:
+            if (f is None or "_raw" not in f.columns) and raw:
+                parts.append(_normalise(pl.concat(raw, rechunk=False), self.schema))
+                raw = []
+            if f is not None:
+                (raw if "_raw" in f.columns else parts).append(f)
+        if parts:
+            self.frames.append(pl.concat(parts, rechunk=True))
         self.pending, self.rows = [], 0
 
     def _raw(self, d: Dump, warnings: list[str]) -> pl.DataFrame:
@@ -500,25 +511,33 @@ class Chunks:
         data["rank"] = pl.repeat(d.rank, n, dtype=pl.Int32, eager=True).alias("rank")
         data["source"] = pl.repeat(d.source, n, dtype=pl.String, eager=True).alias("source")
         data["_id"] = pl.repeat(d.uid, n, dtype=pl.Int64, eager=True).alias("_id")
+        data["_raw"] = pl.repeat(True, n, eager=True).alias("_raw")  # marks it for `_normalise` in `flush`
         return pl.DataFrame(data)
 
 
+def _derive(raw: pl.DataFrame) -> pl.DataFrame:
+    """group_key (needs pg_name and pg_id), op (from profiling_name) and state as Enum, where their inputs are."""
+    cols = []
+    if "pg_id" in raw.columns:
+        name = pl.col("pg_name").fill_null("")
+        cols.append(pl.when(name != "").then(name).otherwise(pl.format("pg_id:{}", pl.col("pg_id"))).alias("group_key"))
+    if "profiling_name" in raw.columns:
+        cols.append(_op(pl.col("profiling_name")).alias("op"))
+    if "state" in raw.columns:
+        cols.append(pl.col("state").cast(pl.Enum(STATES), strict=False))
+    return raw.with_columns(cols)
+
+
 def _normalise(raw: pl.DataFrame, schema: pl.Schema) -> pl.DataFrame:
-    name = pl.col("pg_name").fill_null("")
-    cols = [
-        pl.when(name != "").then(name).otherwise(pl.format("pg_id:{}", pl.col("pg_id"))).alias("group_key"),
-        _op(pl.col("profiling_name")).alias("op"),
-        pl.col("state").cast(pl.Enum(STATES), strict=False),
-    ]
+    out = _derive(raw)
     if "time_started_ns" in schema:
-        cols += [
+        out = out.with_columns(
             pl.when(pl.col(c) > 0).then(pl.col(c)).alias(t)
             for c, t in (
                 ("time_discovered_started_ns", "time_started_ns"),
                 ("time_discovered_completed_ns", "time_completed_ns"),
             )
-        ]
-    out = raw.with_columns(cols)
+        )
     return out.select(*schema.names(), "_id").cast({**dict(schema), "_id": pl.Int64})
 
 

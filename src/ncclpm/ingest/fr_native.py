@@ -11,6 +11,7 @@ dump they have).  ``NCCLPM_FR_PYTHON=1`` in the environment forces the Python pa
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import polars as pl
 
@@ -49,32 +50,44 @@ def decode(data: bytes, keep_frames: int) -> tuple | str:
     return _frdecode.decode(data, keep_frames)
 
 
-def frame(got: tuple, interners: dict) -> tuple[dict[str, pl.Series], list[str]]:
-    """The dump's columns as `Chunks._raw` builds them (text as String), and the nested columns with a value of the
-    wrong shape (the interner's verdict, as for the Python path)."""
+def frame(got: tuple, interners: dict, schema: pl.Schema, derive: Callable[[pl.DataFrame], pl.DataFrame]) -> tuple:
+    """(the dump's rows in the compact schema, the nested columns with a value of the wrong shape: the interner's
+    verdict, as for the Python path).  Text is decoded once per distinct string: the dump's dictionary becomes
+    Categorical (and `op`, `state` are derived on it, by the same `derive` as the Python path's) and is gathered by
+    the codes, so no String column of the dump's length is built."""
     n, _, _, _, ints, bools, valid, strings, codes, nested = got
-    data: dict[str, pl.Series] = {}
+    cols: dict[str, pl.Series] = {}
     whole = pl.Series(memoryview(ints).cast("q"), dtype=pl.Int64)
     for j, k in enumerate(_INTS):
-        data[k] = whole.slice(j * n, n).alias(k)
+        cols[k] = whole.slice(j * n, n).alias(k)
     flags = pl.Series(memoryview(bools).cast("B")).cast(pl.Boolean)
     for j, k in enumerate(_BOOLS):
-        data[k] = flags.slice(j * n, n).alias(k)
+        cols[k] = flags.slice(j * n, n).alias(k)
     if valid is not None:  # some values are None (rare): null them
         mask = pl.Series(memoryview(valid).cast("B")).cast(pl.Boolean)
         for j, k in enumerate((*_INTS, *_BOOLS)):
             keep = mask.slice(j * n, n)
             if not keep.all():
-                data[k] = pl.select(pl.when(keep).then(data[k])).to_series().alias(k)
-    words = pl.Series([*strings, None], dtype=pl.String)  # code len(strings) = None
+                cols[k] = pl.select(pl.when(keep).then(cols[k])).to_series().alias(k)
     text = pl.Series(memoryview(codes).cast("I"))
-    for j, k in enumerate(_TEXTS):
-        data[k] = words.gather(text.slice(j * n, n)).alias(k)
+    at = {k: text.slice(j * n, n) for j, k in enumerate(_TEXTS)}  # code len(strings) = None
+    words = derive(pl.DataFrame({k: [*strings, None] for k in ("profiling_name", "state", "pg_name")}, strict=False))
+    for k in ("pg_name", "pg_desc"):
+        cols[k] = words["pg_name"].cast(pl.Categorical).gather(at[k]).alias(k)
+    cols["op"] = words["op"].cast(pl.Categorical).gather(at["profiling_name"]).alias("op")
+    cols["state"] = words["state"].gather(at["state"]).alias("state")
+    named = pl.Series([bool(w) for w in strings] + [False]).gather(at["pg_name"])
+    if named.all():
+        cols["group_key"] = cols["pg_name"].alias("group_key")
+    else:  # an entry without a pg name (TORCH_DISTRIBUTED_DEBUG=DETAIL): the key needs its pg_id
+        rows = pl.DataFrame({"pg_name": words["pg_name"].gather(at["pg_name"]), "pg_id": cols["pg_id"]})
+        cols["group_key"] = derive(rows)["group_key"].cast(pl.Categorical)
     bad = []
     for k, (keys, values, ids) in zip(_NESTED, nested, strict=True):
         remap, malformed = interners[k].add_distinct(keys, values)
-        data[f"{k}_id"] = pl.Series([*remap, None], dtype=pl.UInt32).gather(pl.Series(memoryview(ids).cast("I")))
-        data[f"{k}_id"] = data[f"{k}_id"].alias(f"{k}_id")
+        cols[f"{k}_id"] = pl.Series(f"{k}_id", [*remap, None], dtype=pl.UInt32).gather(
+            pl.Series(memoryview(ids).cast("I"))
+        )
         if malformed:
             bad.append(k)
-    return data, bad
+    return cols, bad

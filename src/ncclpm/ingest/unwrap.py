@@ -3,9 +3,11 @@
 A hard wrap cuts a long line at column W wherever it falls - often mid-token: `...NumelOut=524290048, Timeo` +
 `ut(ms)=600000) ran for 600055 milliseconds`. Catalog patterns need the whole line, so a kept (anchored) line
 is glued to the physical line after it when all of these hold:
-- it is at least `MIN_WIDTH` long and ends inside a token (a letter, digit, `_`, `(`, `=`, `,` or `.`);
+- it is at least `MIN_WIDTH` long and ends inside a token (a letter, digit, `_`, `(`, `=`, `,` or `.`), or one
+  space after one;
 - the next line does not start like a log line (an envelope's head: `[rank3]:`, `[E1218 `, `host:pid:tid
-  [dev]`, ISO time...; or a traceback line) and starts inside a token too (no leading space, no bracket);
+  [dev]`, ISO time...; or a traceback line) and starts inside a token too, or one space before one (not
+  indented, no bracket);
 - the next line is shorter than W (a tail, not another full line);
 - W is a width the file cuts at: at least two such cut lines share it, or it is a terminal's usual width.
 Only the anchored line and the one after it are looked at: the rest of the file is never materialised.
@@ -28,8 +30,12 @@ from ncclpm.ingest.envelopes import to_python
 
 MIN_WIDTH = 60
 TERMINAL_WIDTHS = (80, 94, 100, 120, 132, 160, 200)
-_ENDS_IN_TOKEN = r"[\w(=,.:/-]$"
-_STARTS_IN_TOKEN = r"^[\w)=,.:/-]"
+# A cut falls inside a token or next to one space (`...[Rank 1] Watchdog` + ` caught collective...`, `peer
+# 10.0.0.2<47838` + `> with status=12`): one space at the cut is allowed on either side, and the tail may open
+# with a bracket or quote (a line opening like an envelope, `[rank3]:`, is never a tail); an indented line (two
+# spaces, a tab) never continues another.
+_ENDS_IN_TOKEN = r"[\w(=,.:/-] ?$"
+_STARTS_IN_TOKEN = r"^ ?[\w()\[\]<>=,.:/'\"-]"
 # A line that starts with a timestamp (syslog `Nov 14 03:12:44 `, dmesg `[2419876.551211] `, ISO) begins a record:
 # host logs have no envelope, and two kernel lines of one length would otherwise read as a line and its tail.
 _STAMP = r"(?:[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} |\[\s*\d+\.\d+\] |\d{4}-\d{2}-\d{2}[T ]\d{2}:)"
@@ -111,7 +117,8 @@ def joins(line: str, tail: str, start: re.Pattern[str]) -> bool:
 
 
 def _continues(line: str, start: re.Pattern[str]) -> bool:
-    return bool(line) and not line[0].isspace() and not start.match(line) and not _RECORD_START_PY.match(line)
+    indented = line[:1] == "\t" or line[:2].isspace()
+    return bool(line) and not indented and not start.match(line) and not _RECORD_START_PY.match(line)
 
 
 @functools.lru_cache(maxsize=8)

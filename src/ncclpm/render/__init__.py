@@ -6,7 +6,6 @@ import json
 from collections.abc import Callable
 
 from ncclpm.model import Diagnosis
-from ncclpm.render.jinja import render_template
 
 
 def render_json(d: Diagnosis) -> str:
@@ -14,6 +13,8 @@ def render_json(d: Diagnosis) -> str:
 
 
 def render_markdown(d: Diagnosis, verbose: bool = False) -> str:
+    from ncclpm.render.jinja import render_template  # jinja2 costs ~20 ms at start-up: only for what uses it
+
     return render_template("report.md", d, verbose=verbose)
 
 

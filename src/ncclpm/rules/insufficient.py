@@ -80,12 +80,16 @@ class InsufficientEvidence(Rule):
         victims = victim_lines(t)
         proves, causes = victims_view(t)
         leads = f" Most likely, in order: {'; '.join(f'({i}) {c}' for i, c in enumerate(causes, 1))}." if causes else ""
+        shown = (
+            "the logs show ranks waiting in a collective but not why"
+            if not victims.is_empty()
+            else "the logs show a process cut off from another (a peer gone or not answering) but not which or why"
+            if t.events["victim"].any()
+            else "no line of the logs names a failure ncclpm recognises"
+        )
         return self.finding(
             culprit_ranks=(),
-            summary="Nothing conclusive: the logs show "
-            + ("ranks waiting in a collective" if not victims.is_empty() else "no recognised failure")
-            + " but not why."
-            + leads,
+            summary=f"Nothing conclusive: {shown}." + leads,
             explanation=" ".join(proves)
             + (" " if proves else "")
             + "No rule found a rank that died, stalled, mismatched or failed on its own. Collect: "
