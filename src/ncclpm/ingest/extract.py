@@ -277,7 +277,7 @@ def _drop_superseded(events: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
         return events
     table = pl.DataFrame(rules, schema={"event": pl.String(), "kind": pl.String()}, orient="row")
     gone = events.select("source", "line", "event").join(table, on="event").select("source", "line", "kind").unique()
-    return events.join(gone, on=["source", "line", "kind"], how="anti")
+    return events if gone.is_empty() else events.join(gone, on=["source", "line", "kind"], how="anti")
 
 
 def _patterns_with_anchor_hits(parsed: pl.DataFrame, patterns: Sequence[Pattern]) -> list[Pattern]:
@@ -305,11 +305,12 @@ def extract_events(parsed: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
     frames = pl.collect_all([_pattern_events(lines, p) for p in patterns]) if patterns else []
     if not frames:  # (a select of literals on a frame without columns would make one row of nulls)
         return apply_readings(pl.DataFrame(schema=EVENTS_SCHEMA), catalog.kinds)
-    got = pl.concat(frames, how="diagonal_relaxed")
+    # Sorted before the fields no pattern declared are added: the sort copies every column it is given.
+    got = _drop_superseded(pl.concat(frames, how="diagonal_relaxed"), catalog).sort("source", "line", "event")
     events = got.select(
         [pl.col(c) if c in got.columns else pl.lit(None, dtype).alias(c) for c, dtype in EVENTS_SCHEMA.items()]
     ).cast(EVENTS_SCHEMA)  # type: ignore[arg-type]
-    return apply_readings(_drop_superseded(events, catalog).sort("source", "line", "event"), catalog.kinds)
+    return apply_readings(events, catalog.kinds)
 
 
 def lines_table(parsed: pl.DataFrame) -> pl.DataFrame:
