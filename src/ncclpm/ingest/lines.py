@@ -183,11 +183,27 @@ def _scan(
             if i not in slow
         }
         done |= _collect(pending, warnings)
-    out = {name: frame if frame is None or then is None else then(frame) for name, frame in done.items()}
+    out = {name: _then(frame, then) for name, frame in done.items()}
     if group is not None:
-        group = group if then is None else then(group)
-        out |= {key[0]: part for key, part in group.partition_by("source", as_dict=True, maintain_order=True).items()}
+        out |= _by_source(group, then)
     return out, warnings
+
+
+def _then(frame: pl.DataFrame | None, then: Then) -> pl.DataFrame | None:
+    """`then` applied, except to a source to be capped: its columns are computed after its cap (`_capped`)."""
+    return frame if frame is None or then is None or frame.height > MAX_KEPT_LINES else then(frame)
+
+
+def _by_source(group: pl.DataFrame, then: Then) -> dict[str, pl.DataFrame]:
+    """A group's kept lines by source, `then` applied at once to all of them but the sources to be capped."""
+    if then is not None:
+        sizes = group["source"].value_counts()
+        big = sizes.filter(pl.col("count") > MAX_KEPT_LINES)["source"].to_list()
+        if big:
+            is_big = pl.col("source").is_in(big)
+            return _by_source(group.filter(~is_big), then) | _by_source(group.filter(is_big), None)
+        group = then(group)
+    return {key[0]: part for key, part in group.partition_by("source", as_dict=True, maintain_order=True).items()}
 
 
 def _may_join(rows: pl.DataFrame, whole: list[int], line_start: str) -> set[int]:
@@ -224,7 +240,7 @@ def _may_join(rows: pl.DataFrame, whole: list[int], line_start: str) -> set[int]
     return {i for i, a, b in candidates.iter_rows() if joins(a, b, start)}
 
 
-def _chunked(src: Source, anchors: list[str], warnings: list[str], then: Then = None) -> pl.DataFrame:
+def _chunked(src: Source, anchors: list[str], warnings: list[str]) -> pl.DataFrame:
     """A big or gzipped file in blocks cut at line ends: memory holds a block, not the file (a line longer than a
     block is carried over whole). Invalid UTF-8 in a block is replaced (one warning)."""
     assert src.path is not None
@@ -243,7 +259,7 @@ def _chunked(src: Source, anchors: list[str], warnings: list[str], then: Then = 
             if not data:
                 break
             # a process's log: nothing to re-join
-            kept, met = _scan([_Text(src.name, data, data, whole=False, first_line=line0)], anchors, "", then)
+            kept, met = _scan([_Text(src.name, data, data, whole=False, first_line=line0)], anchors, "")
             lossy += met
             if (part := kept.get(src.name)) is not None:
                 parts.append(part)
@@ -251,10 +267,7 @@ def _chunked(src: Source, anchors: list[str], warnings: list[str], then: Then = 
             if not block:
                 break
     warnings.extend(lossy[:1])
-    if parts:
-        return pl.concat(parts)
-    empty = pl.DataFrame(schema=_KEPT_SCHEMA)
-    return empty if then is None else then(empty)
+    return pl.concat(parts) if parts else pl.DataFrame(schema=_KEPT_SCHEMA)
 
 
 def _is_big(src: Source) -> bool:
@@ -332,7 +345,7 @@ def read_kept_lines(
             if src.path is not None and not _needs_python_decode(src) and _is_big(src):
                 met: list[str] = []
                 try:
-                    frames[src.name] = _chunked(src, anchors, met, then)
+                    frames[src.name] = _chunked(src, anchors, met)
                 except (OSError, EOFError, zlib.error, pl.exceptions.PolarsError) as exc:
                     met.append(f"{src.name}: could not be read as text ({exc}) - skipped")
                     frames[src.name] = None
@@ -355,6 +368,8 @@ def read_kept_lines(
                 frames |= kept
                 warnings += met
     kept_lines = [_capped(f, s.name, warnings) for s in sources if (f := frames.get(s.name)) is not None]
+    if then is not None:  # big files' blocks and the sources capped: after their cap
+        kept_lines = [then(f) if f.columns == list(_KEPT_SCHEMA) else f for f in kept_lines]
     if not kept_lines:
         return pl.DataFrame(schema=_SCHEMA)  # (`then` not applied)
     lines = pl.concat(kept_lines, how="vertical")
