@@ -1,8 +1,8 @@
 """Whole-job cases: each folder under tests/cases holds `input/` (or names a sample folder) and `expected.toml`.
 
 expected.toml keys: category, culprit_ranks (exact) or culprit_ranks_include (subset), min_confidence,
-max_confidence, must_fire, must_not_fire, failing_op, failing_seq, world_size, and `input` (path relative to
-the repo root) when the job lives in sample_logs/.
+max_confidence, must_fire, must_not_fire, failing_op, failing_seq, world_size, action, and `input` (path
+relative to the repo root) when the job lives in sample_logs/.
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ def test_case(case: Path) -> None:
         assert d.failing_collective and d.failing_collective["seq"] == spec["failing_seq"]
     if "world_size" in spec:
         assert d.world_size == spec["world_size"]
+    if "action" in spec:
+        assert str(d.action) == spec["action"], d.action_reason
     for ev in d.primary.evidence:
         assert ev.file and ev.text, "every evidence quote names its file and text"
     for f in d.findings:  # fix text has one source: the rule's FIXES (also its documentation)

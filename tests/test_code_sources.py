@@ -195,6 +195,14 @@ def test_settings_from_a_multi_line_call_carry_the_line_of_the_value(tmp_path: P
     assert "absent" not in t.extra["code_settings"]["value"].to_list()
 
 
+def test_a_snippet_copied_from_a_terminal_is_read_re_joined(tmp_path: Path) -> None:
+    """A hard wrap cut the setting mid-name (`timede` + `lta(...)`); the fact is read and quoted at its line."""
+    line = "accelerator = Accelerator(kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=6 * 1800))])"
+    (tmp_path / "train.py").write_text("import os\n" + line[:80] + "\n" + line[80:] + "\n")
+    got = configured_pg_timeout(build([tmp_path]))
+    assert got is not None and got["seconds"] == 10800.0 and got["line"] == 2
+
+
 def test_a_timeout_that_differs_from_the_one_in_force_is_flagged(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(
         "from datetime import timedelta\nfrom accelerate import Accelerator, InitProcessGroupKwargs\n"

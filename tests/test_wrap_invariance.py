@@ -1,6 +1,6 @@
 """A terminal's hard wrap changes no verdict: every text-only case of tests/cases, its files cut at 80 and 120
 columns the way a terminal copy cuts them (mid-token, next to a space, before a bracket), gets the category and
-culprits it gets unwrapped."""
+culprits it gets unwrapped - logs, torchrun summaries and stack dumps alike."""
 
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ from ncclpm.api import diagnose
 CASES = Path(__file__).parent / "cases"
 WIDTHS = (80, 120)
 NOT_TEXT = {".pkl", ".json", ".gz", ".tar", ".zip", ".zst", ".tgz", ".bin"}
-# Stack dumps are parsed by their layout (a frame per line, indentation); a wrapped dump is not re-joined.
-STACK_LAYOUT = {"stacks__checkpoint_gdb_only", "stacks__debugserver_stacks_only"}
 
 
 def _text_cases() -> list[str]:
@@ -45,15 +43,7 @@ def _wrapped(src: Path, dst: Path, width: int) -> None:
         out.write_text("\n".join(pieces), encoding="utf-8")
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="wrapped stack dumps are not re-joined"))
-        if n in STACK_LAYOUT
-        else n
-        for n in _text_cases()
-    ],
-)
+@pytest.mark.parametrize("name", _text_cases())
 def test_hard_wrap_keeps_the_verdict(name: str, tmp_path: Path) -> None:
     src = CASES / name / "input"
     want = diagnose([src])

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from ncclpm.ingest.code_statements import Statement, statements
+from ncclpm.ingest.unwrap import NO_ENVELOPE, unwrap_lines
 from ncclpm.resources import data_dir
 from ncclpm.sources.code import code_language
 from ncclpm.sources.discover import HEAD_BYTES, Source
@@ -235,13 +236,18 @@ def read_code_text(name: str, text: str, lang: str, warnings: list[str]) -> list
     if not active:
         return []
     facts: list[dict[str, Any]] = []
+    # A snippet copied from a terminal may be hard-wrapped mid-name (`timede` + `lta(seconds=...)`): read it
+    # re-joined, and quote each fact at its first physical line.
+    rows = unwrap_lines(text.split("\n"), NO_ENVELOPE)
     try:
-        for st in statements(text, lang):
+        for st in statements("\n".join(line for _, line in rows), lang):
             if len(st.text) <= MAX_STATEMENT:
                 facts.extend(read_statement(st, active))
     except (ValueError, RecursionError) as exc:
         warnings.append(f"{name}: {lang} file that cannot be parsed ({type(exc).__name__}); settings not read")
         return []
+    for f in facts:
+        f["line"] = rows[f["line"] - 1][0] if 0 < f["line"] <= len(rows) else f["line"]
     names = dict(known)
     for f in facts:
         if f["setting"] == "constant" and (n := to_number(f["value"], f["unit"], known)) is not None:

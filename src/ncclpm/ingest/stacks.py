@@ -20,6 +20,7 @@ import polars as pl
 
 from ncclpm.ingest.stack_frames import frame_rules
 from ncclpm.ingest.stack_parse import Block, Frame, parse_pyspy_json, parse_stack_lines
+from ncclpm.ingest.unwrap import NO_ENVELOPE, unwrap_lines
 from ncclpm.sources.discover import Job, SourceKind
 from ncclpm.sources.stack_sniff import stack_format
 
@@ -86,7 +87,8 @@ def _read_stack_sources(job: Job, warnings: list[str]) -> list[_Found]:
             warnings.append(f"{src.name}: py-spy JSON dump unreadable ({exc}) - skipped")
             continue
         if not blocks:
-            blocks = parse_stack_lines((i, line, None) for i, line in enumerate(text.splitlines(), 1))
+            # a terminal copy of a dump may be hard-wrapped: a frame cut in two would read as no frame
+            blocks = parse_stack_lines((i, line, None) for i, line in unwrap_lines(text.splitlines(), NO_ENVELOPE))
         if not blocks:
             warnings.append(f"{src.name}: looks like a stack dump but no frame could be read")
         for b in blocks:

@@ -44,6 +44,8 @@ _RECORD_START_PY = re.compile(rf"Traceback \(most|\s+File \"|{_STAMP}")
 _ENDS_IN_TOKEN_PY = re.compile(_ENDS_IN_TOKEN)
 _STARTS_IN_TOKEN_PY = re.compile(_STARTS_IN_TOKEN)
 _RULE_PY = re.compile(r"[=*#~\s-]+")  # a rule line of a summary block (`=====`) is complete as it is
+# For texts without log envelopes (stack dumps, code): only their own layout says where a line starts.
+NO_ENVELOPE = re.compile(r"(?!)")
 
 
 def rejoin_wrapped(lf: pl.LazyFrame, hit: pl.Expr, line_start: str) -> pl.LazyFrame:

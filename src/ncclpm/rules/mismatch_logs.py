@@ -106,6 +106,9 @@ class CollectivesDisagreeInLogs(Rule):
         detected = (ev["kind"] == K.mismatch_detected).any()
         # A tie names no culprit: evidence that can (the flight recorder's call sites) should win over it.
         conf = self.base_confidence + (0.0 if not detected else 0.05 if tie else 0.15)
+        caps = ev.filter(pl.col("kind") == K.mismatch_detected)["strength"]
+        if caps.len() and caps.null_count() == 0:  # only readings that cannot tell a size bug from a setting
+            conf = min(conf, caps.max())
         who = (
             f"{ranks_text(involved)} disagree (a tie: the logs cannot say which side is wrong)"
             if tie

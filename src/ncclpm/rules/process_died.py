@@ -78,8 +78,19 @@ class ProcessDiedRankUnknown(Rule):
         last = (own if not own.is_empty() else ev).tail(1).row(0, named=True)
         signal = SHELL_SIGNALS.get(last["detail"] or "", last["signal"])
         killed = signal == "SIGKILL" or last["exit_code"] == -9
+        # What the process was doing when it died: the last progress or activity line above it in its file.
+        doing = (
+            t.kinds(K.progress, K.activity, K.progress_bar)
+            .filter((pl.col("source") == last["source"]) & (pl.col("line") < last["line"]))
+            .tail(1)
+        )
+        during = f" during `{doing['text'][0].strip()[:100]}`" if not doing.is_empty() else ""
         quoted = f"`{last['text'].strip()[:140]}`"
-        how = f"was killed ({quoted}; SIGKILL comes from outside it)" if killed else f"died of its own error ({quoted})"
+        how = (
+            f"was killed{during} ({quoted}; SIGKILL comes from outside it)"
+            if killed
+            else f"died of its own error{during} ({quoted})"
+        )
         return self.finding(
             confidence=self.base_confidence + (0.05 if not own.is_empty() else 0.0),
             culprit_ranks=(),
@@ -87,8 +98,9 @@ class ProcessDiedRankUnknown(Rule):
             explanation="No line shows a rank waiting on another, so this is where the process ended; in a "
             "distributed job the other ranks then wait for it until their timeout."
             + (" A SIGKILL nobody sent by hand is most often the kernel's OOM killer (host memory)." if killed else ""),
-            evidence=quotes(ev.tail(3)),
-            fixes=self.fixes(*(["killed"] if killed else []), "fix_error", "which_rank"),
-            dont=("Do not raise the collective timeout or change NCCL settings for an error the process raised.",),
+            evidence=quotes(ev.tail(3)) + quotes(doing),  # the death first: the story tells it from there
+            fixes=self.fixes("killed" if killed else "fix_error", "which_rank"),
+            dont=("Do not raise the collective timeout or change NCCL settings: no collective failed.",),
             verify=("After the fix the job passes the step where this process died.",),
+            facts={"killed": killed},
         )
