@@ -7,7 +7,8 @@ Usage: python benchmarks/bench_fr.py [--ranks 256 1024 4096] [--entries 2000] [-
 The C decoder is used when built (editable installs build it; NCCLPM_FR_PYTHON=1 in the environment measures the
 pure-Python path).
 
-Each measurement runs in a fresh child process (so peak RSS is its own): ``load_fr_dumps`` with the bytes read
+Each measurement runs in a fresh child process (peak RSS = its VmHWM: ``ru_maxrss`` would carry over the parent's RSS at
+the fork, e.g. the freshly generated dumps): ``load_fr_dumps`` with the bytes read
 lazily (as ``ncclpm diagnose`` does), then ``analyze_fr``; the child reports wall and CPU time of both, its RSS
 after imports and its peak RSS.  Runs are interleaved (ncclpm, baseline checkout if given, fr_trace, ncclpm,
 ...), medians are printed with the ratios and the load average, and both tools' culprit ranks.
@@ -32,7 +33,7 @@ sys.path.insert(0, str(ROOT))  # the synthetic-dump generator lives with the tes
 from tests.synth.fr_dumps import FAULTS, culprit_rank, generate  # noqa: E402
 
 _CHILD = r"""
-import json, os, re, resource, sys, time
+import json, os, re, sys, time
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
 from ncclpm.analysis.fr_match import analyze_fr
@@ -42,7 +43,7 @@ try:  # a checkout with the old worker pool: measured in one process (the pool w
     fr_decode._POOL_MIN_BYTES = 1 << 62
 except (ImportError, AttributeError):
     pass
-rss = lambda: int(re.search(r"VmRSS:\s+(\d+)", open("/proc/self/status").read()).group(1)) / 1024
+rss = lambda key="VmRSS": int(re.search(key + r":\s+(\d+)", open("/proc/self/status").read()).group(1)) / 1024
 base = rss()
 paths = sorted(Path(sys.argv[2]).iterdir())
 cpu = lambda: sum(os.times()[:4])
@@ -53,7 +54,7 @@ t1, c1 = time.perf_counter(), cpu()
 a = analyze_fr(load)
 t2, c2 = time.perf_counter(), cpu()
 print(json.dumps({"load": t1 - t0, "load_cpu": c1 - c0, "analyze": t2 - t1, "analyze_cpu": c2 - c1,
-                  "base_mb": base, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "base_mb": base, "peak_mb": rss("VmHWM"),
                   "culprits": list(a.culprit_ranks)}))
 """
 

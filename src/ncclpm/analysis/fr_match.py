@@ -164,12 +164,20 @@ def _held(coll: pl.DataFrame) -> pl.DataFrame:
             pl.col("pg_desc").first(),
             pl.col("time_created_ns").min().alias("t"),
             pl.len().alias("n"),
-            pl.col("op").n_unique().alias("n_op"),
+            _differ(pl.col("op").to_physical()).alias("n_op"),
             pl.col("op").first().alias("op_first"),
-            pl.col("input_sizes_id").n_unique().alias("n_sizes"),
-            pl.col("input_dtypes_id").n_unique().alias("n_dtypes"),
+            _differ(pl.col("input_sizes_id")).alias("n_sizes"),
+            _differ(pl.col("input_dtypes_id")).alias("n_dtypes"),
         )
     ).sort("group_key", "seq")
+
+
+def _differ(col: pl.Expr) -> pl.Expr:
+    """1 where every holder recorded the same value (null included), 2 where they differ: what `n_unique` > 1
+    told, from a min, a max and a null count (no per-group set of values)."""
+    nulls = col.null_count()
+    mixed = (nulls > 0) & (nulls < pl.len())
+    return pl.when((col.min() != col.max()).fill_null(False) | mixed).then(2).otherwise(1).cast(pl.UInt32)
 
 
 def _holders(coll: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFrame:

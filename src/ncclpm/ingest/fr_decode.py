@@ -33,9 +33,9 @@ import polars as pl
 from ncclpm.ingest import fr_native
 from ncclpm.ingest.fr_meta import Meta, parse_meta
 from ncclpm.ingest.fr_scan import Refused, scan
+from ncclpm.ingest.fr_values import _Interner, _ok_int
 
 MAX_DUMP_BYTES = 512 * 1024 * 1024
-MAX_NESTED = 65_536  # real sizes/dtypes/stacks hold a few to a few hundred elements
 STATES = ["scheduled", "started", "completed"]
 _FRAME = pl.Struct({"name": pl.String, "filename": pl.String, "line": pl.Int64})
 FR_ENTRIES_SCHEMA = pl.Schema(
@@ -128,7 +128,6 @@ _ANALYSIS_SCALARS += ("time_created_ns",)
 _NESTED_ALL = NESTED
 _NESTED_ANALYSIS = ("input_sizes", "input_dtypes", "frames")
 _CHUNK_ROWS = 16384  # ~8 dumps: their objects (pinned by the column lists) stay a few MB
-_I64 = (-(2**63), 2**63 - 1)
 
 
 class _NoGlobalsUnpickler(pickle.Unpickler):
@@ -156,107 +155,6 @@ def rank_from_name(name: str) -> int | None:
 def version_tuple(version: str) -> tuple[int, ...]:
     """'2.10' -> (2, 10): compare FR format versions numerically."""
     return tuple(int(x) for x in re.findall(r"\d{1,9}", str(version)[:100]))
-
-
-# ---- nested values: checked once per distinct value, then interned -------------------------------------
-
-
-def _ok_int(v: object) -> bool:
-    return type(v) is int and _I64[0] <= v <= _I64[1]
-
-
-def _ok_sizes(v: object) -> bool:
-    if not isinstance(v, list | tuple) or len(v) > MAX_NESTED:
-        return False
-    total = 0
-    for dims in v:
-        if not isinstance(dims, list | tuple) or not all(map(_ok_int, dims)):
-            return False
-        total += len(dims)
-    return total <= MAX_NESTED
-
-
-def _ok_strings(v: object) -> bool:
-    return isinstance(v, list | tuple) and len(v) <= MAX_NESTED and all(type(s) is str for s in v)
-
-
-def _ok_frames(v: object) -> bool:
-    if not isinstance(v, list | tuple) or len(v) > MAX_NESTED:
-        return False
-    for f in v:
-        if not isinstance(f, dict):
-            return False
-        name, filename, line = f.get("name"), f.get("filename"), f.get("line")
-        if not (name is None or type(name) is str) or not (filename is None or type(filename) is str):
-            return False
-        if not (line is None or _ok_int(line)):
-            return False
-    return True
-
-
-_CHECKS = {
-    "input_sizes": _ok_sizes,
-    "output_sizes": _ok_sizes,
-    "input_dtypes": _ok_strings,
-    "output_dtypes": _ok_strings,
-    "frames": _ok_frames,
-}
-
-
-def _key(value: object) -> object:
-    try:
-        return repr(value)
-    except (ValueError, RecursionError):  # an int past the str digit limit, a JSON value nested ~1000 deep
-        return object()  # a key equal to no other (such a value is of the wrong shape anyway)
-
-
-def _keys(values: list) -> list:
-    """Exact keys for plain nested values: `repr` (equal for equal values of the same types, whatever objects the
-    pickle shared: `marshal` was not, it writes a second reference to an object as a back-reference). The C
-    decoder writes the same keys (`_frdecode.repr_nested`)."""
-    try:
-        return list(map(repr, values))
-    except (ValueError, RecursionError):
-        return list(map(_key, values))
-
-
-class _Interner:
-    """Distinct nested values of a load, each checked once: entries hold ids, polars converts each value once.
-
-    Keys are exact (`_keys`), so equal ids mean equal values and the analysis compares ids; None and values of
-    the wrong shape get no id (null)."""
-
-    def __init__(self, name: str) -> None:
-        self.name, self.check = name, _CHECKS[name]
-        self.dtype = FR_ENTRIES_SCHEMA[name]
-        self.index: dict = {}
-        self.uniq: list = []
-        self.bad: set = set()  # keys of values of the wrong shape
-
-    def add(self, values: list) -> tuple[list, bool]:
-        """(ids, whether some value was of the wrong shape)."""
-        keys = _keys(values)
-        self._register({k: v for k, v in zip(keys, values, strict=True) if k not in self.index})
-        return list(map(self.index.__getitem__, keys)), bool(self.bad) and not self.bad.isdisjoint(keys)
-
-    def add_distinct(self, keys: list, values: list) -> tuple[list, bool]:
-        """`add` for a dump's distinct values (the C decoder's): (their ids, whether one was of the wrong shape)."""
-        self._register({k: v for k, v in zip(keys, values, strict=True) if k not in self.index})
-        return list(map(self.index.__getitem__, keys)), bool(self.bad) and not self.bad.isdisjoint(keys)
-
-    def _register(self, new: dict) -> None:
-        index, uniq = self.index, self.uniq
-        for k, v in new.items():
-            if v is None or not self.check(v):
-                index[k] = None
-                if v is not None:
-                    self.bad.add(k)
-            else:
-                index[k] = len(uniq)
-                uniq.append(v)
-
-    def values(self) -> pl.Series:
-        return pl.Series(self.name, self.uniq, dtype=self.dtype, strict=False)
 
 
 # ---- one dump -------------------------------------------------------------------------------------------
@@ -436,7 +334,7 @@ class Chunks:
         self.schema = COMPACT_ENTRIES_SCHEMA if full else COMPACT_ANALYSIS_SCHEMA
         self.scalars = {k: t for k, t in _SCALAR_TYPES.items() if full or k in _ANALYSIS_SCALARS}
         self.nested = _NESTED_ALL if full else _NESTED_ANALYSIS
-        self.interners = {k: _Interner(k) for k in self.nested}
+        self.interners = {k: _Interner(k, FR_ENTRIES_SCHEMA[k]) for k in self.nested}
         self.pending: list[pl.DataFrame] = []
         self.rows = 0
         self.frames: list[pl.DataFrame] = []

@@ -1,0 +1,152 @@
+/* _frdecode, part 2: dictionaries of byte strings and the repr keys of nested values. */
+#ifndef NCCLPM_FRDECODE_KEYS_H
+#define NCCLPM_FRDECODE_KEYS_H
+#include "_frdecode_tree.h"
+
+/* ---- byte-string dictionaries (distinct strings, distinct nested keys) ---------------------------------- */
+
+typedef struct {
+    char *arena; int64_t narena, caparena;
+    int64_t *off, *len; int64_t count, capoff, caplen;
+    int64_t *node; int64_t capnode; /* one node holding the value (for nested values) */
+    int64_t *slots; int64_t nslots; /* index + 1, 0 = empty */
+} Dict;
+
+static uint64_t hash_bytes(const char *p, int64_t n) {
+    uint64_t h = 1469598103934665603ULL;
+    for (int64_t i = 0; i < n; i++) h = (h ^ (unsigned char)p[i]) * 1099511628211ULL;
+    return h;
+}
+
+static void dict_free(Dict *t) {
+    PyMem_RawFree(t->arena); PyMem_RawFree(t->off); PyMem_RawFree(t->len); PyMem_RawFree(t->node);
+    PyMem_RawFree(t->slots);
+}
+
+/* the code of bytes p[0:n] (added if new), -1 on out of memory */
+static int64_t dict_code(Dict *t, const char *p, int64_t n, int64_t nd) {
+    if (t->count * 2 + 2 > t->nslots) {
+        int64_t ns = t->nslots ? t->nslots * 2 : 64;
+        int64_t *slots = PyMem_RawCalloc((size_t)ns, sizeof(int64_t));
+        if (!slots) return -1;
+        for (int64_t i = 0; i < t->count; i++) {
+            uint64_t h = hash_bytes(t->arena + t->off[i], t->len[i]) & (uint64_t)(ns - 1);
+            while (slots[h]) h = (h + 1) & (uint64_t)(ns - 1);
+            slots[h] = i + 1;
+        }
+        PyMem_RawFree(t->slots);
+        t->slots = slots; t->nslots = ns;
+    }
+    uint64_t h = hash_bytes(p, n) & (uint64_t)(t->nslots - 1);
+    while (t->slots[h]) {
+        int64_t i = t->slots[h] - 1;
+        if (t->len[i] == n && memcmp(t->arena + t->off[i], p, (size_t)n) == 0) return i;
+        h = (h + 1) & (uint64_t)(t->nslots - 1);
+    }
+    if (grow((void **)&t->arena, &t->caparena, t->narena + n + 1, 1) < 0 ||
+        grow((void **)&t->off, &t->capoff, t->count + 1, sizeof(int64_t)) < 0 ||
+        grow((void **)&t->len, &t->caplen, t->count + 1, sizeof(int64_t)) < 0 ||
+        grow((void **)&t->node, &t->capnode, t->count + 1, sizeof(int64_t)) < 0)
+        return -1;
+    memcpy(t->arena + t->narena, p, (size_t)n);
+    t->off[t->count] = t->narena; t->len[t->count] = n; t->node[t->count] = nd;
+    t->narena += n;
+    t->slots[h] = t->count + 1;
+    return t->count++;
+}
+
+/* ---- repr keys of nested values (exactly Python's repr, for the shapes the checks accept) --------------- */
+
+typedef struct { char *b; int64_t n, cap; } Buf;
+
+static int put(Buf *b, const char *s, int64_t n) {
+    if (b->n + n > MAX_KEY_BYTES) return -1;
+    if (grow((void **)&b->b, &b->cap, b->n + n, 1) < 0) return -1;
+    memcpy(b->b + b->n, s, (size_t)n);
+    b->n += n;
+    return 0;
+}
+static int puts_(Buf *b, const char *s) { return put(b, s, (int64_t)strlen(s)); }
+
+static int repr_int(Buf *b, int64_t v) { /* "%lld", without printf's cost */
+    char tmp[24];
+    int k = 24;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do { tmp[--k] = (char)('0' + u % 10); u /= 10; } while (u);
+    if (v < 0) tmp[--k] = '-';
+    return put(b, tmp + k, 24 - k);
+}
+
+static int repr_str(Dec *x, Buf *b, int64_t k) { /* printable ASCII without quote or backslash: repr = 'text' */
+    Node *s = &x->nodes[k];
+    const unsigned char *p = x->d + s->v;
+    for (int64_t i = 0; i < s->w; i++)
+        if (p[i] < 0x20 || p[i] > 0x7E || p[i] == '\'' || p[i] == '\\') return -1;
+    return put(b, "'", 1) < 0 || put(b, (const char *)p, s->w) < 0 || put(b, "'", 1) < 0 ? -1 : 0;
+}
+
+enum { K_SIZES, K_DTYPES, K_FRAMES };
+
+static int repr_frame(Dec *x, Buf *b, int64_t f) {
+    static const char *names[3] = {"name", "filename", "line"};
+    int seen[3] = {0, 0, 0};
+    Iter it;
+    int64_t key, val, first = 1;
+    if (x->nodes[f].t != T_DICT) return -1;
+    iter(x, f, &it);
+    if (put(b, "{", 1) < 0) return -1;
+    while ((key = next_kid(x, &it)) >= 0) {
+        if ((val = next_kid(x, &it)) < 0) return -1;
+        int which = -1;
+        for (int j = 0; j < 3; j++) if (str_is(x, key, names[j])) which = j;
+        if (which < 0 || seen[which]++) return -1; /* another key, or one given twice */
+        if (!first && put(b, ", ", 2) < 0) return -1;
+        first = 0;
+        if (put(b, "'", 1) < 0 || puts_(b, names[which]) < 0 || put(b, "': ", 3) < 0) return -1;
+        uint8_t t = x->nodes[val].t;
+        if (t == T_NONE) { if (puts_(b, "None") < 0) return -1; }
+        else if (which == 2 && t == T_INT) { if (repr_int(b, x->nodes[val].v) < 0) return -1; }
+        else if (which < 2 && t == T_STR) { if (repr_str(x, b, val) < 0) return -1; }
+        else return -1;
+    }
+    return put(b, "}", 1);
+}
+
+/* repr of a nested value of kind `kind` into b; -1 when its shape is not one this decoder reads */
+static int repr_nested(Dec *x, Buf *b, int64_t k, int kind) {
+    Node *nd = &x->nodes[k];
+    if (nd->t != T_LIST && nd->t != T_TUPLE) return -1;
+    if (nd->w > MAX_NESTED) return -1;
+    int tuple = nd->t == T_TUPLE;
+    Iter it;
+    int64_t c, i = 0, total = 0;
+    iter(x, k, &it);
+    if (put(b, tuple ? "(" : "[", 1) < 0) return -1;
+    while ((c = next_kid(x, &it)) >= 0) {
+        if (i++ && put(b, ", ", 2) < 0) return -1;
+        if (kind == K_DTYPES) {
+            if (x->nodes[c].t != T_STR || repr_str(x, b, c) < 0) return -1;
+        } else if (kind == K_FRAMES) {
+            if (repr_frame(x, b, c) < 0) return -1;
+        } else {
+            Node *dims = &x->nodes[c];
+            if (dims->t != T_LIST && dims->t != T_TUPLE) return -1;
+            total += dims->w;
+            if (total > MAX_NESTED) return -1;
+            Iter jt;
+            int64_t e, j = 0;
+            iter(x, c, &jt);
+            if (put(b, dims->t == T_TUPLE ? "(" : "[", 1) < 0) return -1;
+            while ((e = next_kid(x, &jt)) >= 0) {
+                if (x->nodes[e].t != T_INT) return -1;
+                if ((j++ && put(b, ", ", 2) < 0) || repr_int(b, x->nodes[e].v) < 0) return -1;
+            }
+            if (dims->t == T_TUPLE && j == 1 && put(b, ",", 1) < 0) return -1;
+            if (put(b, dims->t == T_TUPLE ? ")" : "]", 1) < 0) return -1;
+        }
+    }
+    if (tuple && i == 1 && put(b, ",", 1) < 0) return -1;
+    return put(b, tuple ? ")" : "]", 1);
+}
+
+#endif

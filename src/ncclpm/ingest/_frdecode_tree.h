@@ -1,0 +1,349 @@
+/* _frdecode, part 1: the pickle machine on C nodes, and reading the tree back (to Python objects). */
+#ifndef NCCLPM_FRDECODE_TREE_H
+#define NCCLPM_FRDECODE_TREE_H
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_DEPTH 40
+#define MEMO_SLACK 256
+#define MAX_NESTED 65536 /* fr_values.MAX_NESTED */
+#define MAX_KEY_BYTES (1 << 24)
+
+enum { T_NONE, T_TRUE, T_FALSE, T_INT, T_FLOAT, T_STR, T_LIST, T_TUPLE, T_DICT };
+typedef struct { int64_t v, w; int64_t first, last; uint8_t t, ascii; int8_t field; } Node; /* STR: v=offset w=len; box: w=count */
+typedef struct { int64_t start, len, next; } Seg;                              /* a run of kids in the pool */
+
+typedef struct {
+    const unsigned char *d; Py_ssize_t n;
+    Node *nodes; int64_t nnode, capnode;
+    Seg *segs; int64_t nseg, capseg;
+    int64_t *pool; int64_t npool, cappool;
+    int64_t *stack; int64_t sp, capstack;
+    int64_t *marks; int64_t nmarks, capmarks;
+    int64_t *memo; int64_t capmemo, nmemo; /* memo[i] = node + 1, 0 = unset */
+    int64_t visits, limit; /* kids visited while reading the tree: shared values cost each time (a bomb) */
+    const char *why;
+} Dec;
+
+static int grow(void **buf, int64_t *cap, int64_t need, size_t item) {
+    if (need <= *cap) return 0;
+    int64_t n = *cap ? *cap : 256;
+    while (n < need) n *= 2;
+    if ((uint64_t)n > SIZE_MAX / item) return -1;
+    void *p = PyMem_RawRealloc(*buf, (size_t)n * item);
+    if (!p) return -1;
+    *buf = p; *cap = n;
+    return 0;
+}
+#define GROW(dec, arr, cnt, cap, need) grow((void **)&(dec)->arr, &(dec)->cap, (need), sizeof(*(dec)->arr))
+
+static int no(Dec *x, const char *why) { x->why = why; return -1; }
+
+static int64_t node(Dec *x, uint8_t t) {
+    if (GROW(x, nodes, nnode, capnode, x->nnode + 1) < 0) return no(x, "out of memory");
+    x->nodes[x->nnode] = (Node){0, 0, -1, -1, t, 1, -3};
+    return x->nnode++;
+}
+
+static int push(Dec *x, int64_t r) {
+    if (r < 0) return -1;
+    if (GROW(x, stack, sp, capstack, x->sp + 1) < 0) return no(x, "out of memory");
+    x->stack[x->sp++] = r;
+    return 0;
+}
+
+static int64_t fence(Dec *x) { return x->nmarks ? x->marks[x->nmarks - 1] : 0; }
+
+/* stack[from:to] become kids of container `c` (appended as one segment) */
+static int add_kids(Dec *x, int64_t c, int64_t from, int64_t to) {
+    if (to <= from) return 0;
+    if (GROW(x, pool, npool, cappool, x->npool + (to - from)) < 0) return no(x, "out of memory");
+    if (GROW(x, segs, nseg, capseg, x->nseg + 1) < 0) return no(x, "out of memory");
+    memcpy(x->pool + x->npool, x->stack + from, (size_t)(to - from) * sizeof(int64_t));
+    x->segs[x->nseg] = (Seg){x->npool, to - from, -1};
+    x->npool += to - from;
+    Node *nd = &x->nodes[c];
+    if (nd->last >= 0) x->segs[nd->last].next = x->nseg; else nd->first = x->nseg;
+    nd->last = x->nseg++;
+    nd->w += to - from;
+    return 0;
+}
+
+static int hashable(Dec *x, int64_t k) {
+    uint8_t t = x->nodes[k].t;
+    return t != T_LIST && t != T_DICT && t != T_TUPLE; /* tuples could be keys; the dump layout has none */
+}
+
+static int dict_items(Dec *x, int64_t c, int64_t from, int64_t to) {
+    if (x->nodes[c].t != T_DICT) return no(x, "items set on a non-dict");
+    if ((to - from) % 2) return no(x, "odd number of dict items");
+    for (int64_t i = from; i < to; i += 2)
+        if (!hashable(x, x->stack[i])) return no(x, "a dict key of an unusual type");
+    return add_kids(x, c, from, to);
+}
+
+static int64_t box(Dec *x, uint8_t t, int64_t from, int64_t to) {
+    int64_t c = node(x, t);
+    if (c < 0) return -1;
+    if (t == T_DICT && dict_items(x, c, from, to) < 0) return -1;
+    if (t != T_DICT && add_kids(x, c, from, to) < 0) return -1;
+    return c;
+}
+
+static int pop_mark(Dec *x, int64_t *at) {
+    if (!x->nmarks) return no(x, "no mark");
+    *at = x->marks[--x->nmarks];
+    if (*at > x->sp) return no(x, "bad mark");
+    return 0;
+}
+
+static int memo_put(Dec *x, uint64_t idx) {
+    if (x->sp <= fence(x)) return no(x, "memo put on an empty stack");
+    if (idx > (uint64_t)(x->nmemo + MEMO_SLACK)) return no(x, "memo index far ahead");
+    int64_t old = x->capmemo;
+    if (GROW(x, memo, nmemo, capmemo, (int64_t)idx + 1) < 0) return no(x, "out of memory");
+    if (x->capmemo > old) memset(x->memo + old, 0, (size_t)(x->capmemo - old) * sizeof(int64_t));
+    if (!x->memo[idx]) x->nmemo++;
+    x->memo[idx] = x->stack[x->sp - 1] + 1;
+    return 0;
+}
+
+static int memo_get(Dec *x, uint64_t idx) {
+    if (idx >= (uint64_t)x->capmemo || !x->memo[idx]) return no(x, "memo index never set");
+    return push(x, x->memo[idx] - 1);
+}
+
+static uint64_t le(const unsigned char *p, int w) {
+    uint64_t v = 0;
+    for (int i = w - 1; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+/* UTF-8 as pickle decodes it ('surrogatepass'); *ascii = whether every byte is < 0x80 */
+static int utf8_ok(const unsigned char *s, int64_t n, uint8_t *ascii) {
+    int64_t i = 0;
+    *ascii = 1;
+    while (i < n) {
+        unsigned c = s[i];
+        if (c < 0x80) { i++; continue; }
+        *ascii = 0;
+        if (c >= 0xC2 && c <= 0xDF) {
+            if (i + 1 >= n || (s[i + 1] & 0xC0) != 0x80) return 0;
+            i += 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            if (i + 2 >= n || (s[i + 1] & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80) return 0;
+            if (c == 0xE0 && s[i + 1] < 0xA0) return 0;
+            i += 3;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            if (i + 3 >= n || (s[i + 1] & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80 || (s[i + 3] & 0xC0) != 0x80)
+                return 0;
+            if ((c == 0xF0 && s[i + 1] < 0x90) || (c == 0xF4 && s[i + 1] >= 0x90)) return 0;
+            i += 4;
+        } else return 0;
+    }
+    return 1;
+}
+
+static int need(Dec *x, Py_ssize_t pos, uint64_t k) {
+    if (k > (uint64_t)(x->n - pos)) return no(x, "truncated");
+    return 0;
+}
+
+/* the pickle machine, on nodes; returns the root node or -1 */
+static int64_t run(Dec *x) {
+    const unsigned char *d = x->d;
+    Py_ssize_t n = x->n, pos = 0;
+    int64_t at, r;
+    while (pos < n) {
+        int op = d[pos++];
+        switch (op) {
+        case 0x80: /* PROTO */
+            if (need(x, pos, 1) < 0) return -1;
+            if (d[pos] > 5) return no(x, "unsupported protocol");
+            pos += 1; break;
+        case 0x95: /* FRAME */
+            if (need(x, pos, 8) < 0) return -1;
+            if (need(x, pos + 8, le(d + pos, 8)) < 0) return -1;
+            pos += 8; break;
+        case 0x7D: if (push(x, node(x, T_DICT)) < 0) return -1; break;   /* EMPTY_DICT */
+        case 0x5D: if (push(x, node(x, T_LIST)) < 0) return -1; break;   /* EMPTY_LIST */
+        case 0x29: if (push(x, node(x, T_TUPLE)) < 0) return -1; break;  /* EMPTY_TUPLE */
+        case 0x4E: if (push(x, node(x, T_NONE)) < 0) return -1; break;   /* NONE */
+        case 0x88: if (push(x, node(x, T_TRUE)) < 0) return -1; break;   /* NEWTRUE */
+        case 0x89: if (push(x, node(x, T_FALSE)) < 0) return -1; break;  /* NEWFALSE */
+        case 0x28: /* MARK */
+            if (GROW(x, marks, nmarks, capmarks, x->nmarks + 1) < 0) return no(x, "out of memory");
+            x->marks[x->nmarks++] = x->sp; break;
+        case 0x94: if (memo_put(x, (uint64_t)x->nmemo) < 0) return -1; break; /* MEMOIZE */
+        case 0x71: /* BINPUT */
+            if (need(x, pos, 1) < 0 || memo_put(x, d[pos]) < 0) return -1;
+            pos += 1; break;
+        case 0x72: /* LONG_BINPUT */
+            if (need(x, pos, 4) < 0 || memo_put(x, le(d + pos, 4)) < 0) return -1;
+            pos += 4; break;
+        case 0x68: /* BINGET */
+            if (need(x, pos, 1) < 0 || memo_get(x, d[pos]) < 0) return -1;
+            pos += 1; break;
+        case 0x6A: /* LONG_BINGET */
+            if (need(x, pos, 4) < 0 || memo_get(x, le(d + pos, 4)) < 0) return -1;
+            pos += 4; break;
+        case 0x4B: case 0x4D: case 0x4A: case 0x8A: { /* BININT1, BININT2, BININT, LONG1 */
+            int w = op == 0x4B ? 1 : op == 0x4D ? 2 : 4;
+            int64_t v;
+            if (op == 0x8A) {
+                if (need(x, pos, 1) < 0) return -1;
+                w = d[pos++];
+                if (w > 8) return no(x, "an int past 64 bits");
+            }
+            if (need(x, pos, (uint64_t)w) < 0) return -1;
+            uint64_t u = w ? le(d + pos, w) : 0;
+            if (op == 0x4A || op == 0x8A) { /* signed, two's complement of w bytes */
+                if (w && w < 8 && (u >> (8 * w - 1)) & 1) u |= ~(uint64_t)0 << (8 * w);
+            }
+            memcpy(&v, &u, sizeof v);
+            pos += w;
+            if ((r = node(x, T_INT)) < 0) return -1;
+            x->nodes[r].v = v;
+            if (push(x, r) < 0) return -1;
+            break;
+        }
+        case 0x47: { /* BINFLOAT, big-endian */
+            if (need(x, pos, 8) < 0) return -1;
+            uint64_t u = 0;
+            for (int i = 0; i < 8; i++) u = (u << 8) | d[pos + i];
+            pos += 8;
+            if ((r = node(x, T_FLOAT)) < 0) return -1;
+            memcpy(&x->nodes[r].v, &u, sizeof u);
+            if (push(x, r) < 0) return -1;
+            break;
+        }
+        case 0x8C: case 0x58: case 0x8D: { /* SHORT_BINUNICODE, BINUNICODE, BINUNICODE8 */
+            int w = op == 0x8C ? 1 : op == 0x58 ? 4 : 8;
+            if (need(x, pos, (uint64_t)w) < 0) return -1;
+            uint64_t len = le(d + pos, w);
+            pos += w;
+            if (need(x, pos, len) < 0) return -1;
+            if ((r = node(x, T_STR)) < 0) return -1;
+            Node *s = &x->nodes[r];
+            s->v = pos; s->w = (int64_t)len;
+            if (!utf8_ok(d + pos, (int64_t)len, &s->ascii)) return no(x, "a string that is not UTF-8");
+            pos += (Py_ssize_t)len;
+            if (push(x, r) < 0) return -1;
+            break;
+        }
+        case 0x85: case 0x86: case 0x87: { /* TUPLE1..3 */
+            int64_t k = op - 0x84;
+            if (x->sp - k < fence(x)) return no(x, "stack underflow");
+            if ((r = box(x, T_TUPLE, x->sp - k, x->sp)) < 0) return -1;
+            x->sp -= k;
+            if (push(x, r) < 0) return -1;
+            break;
+        }
+        case 0x74: case 0x6C: case 0x64: /* TUPLE, LIST, DICT */
+            if (pop_mark(x, &at) < 0) return -1;
+            if ((r = box(x, op == 0x74 ? T_TUPLE : op == 0x6C ? T_LIST : T_DICT, at, x->sp)) < 0) return -1;
+            x->sp = at;
+            if (push(x, r) < 0) return -1;
+            break;
+        case 0x61: /* APPEND */
+            if (x->sp - 2 < fence(x)) return no(x, "stack underflow");
+            if (x->nodes[x->stack[x->sp - 2]].t != T_LIST) return no(x, "append to a non-list");
+            if (add_kids(x, x->stack[x->sp - 2], x->sp - 1, x->sp) < 0) return -1;
+            x->sp -= 1; break;
+        case 0x65: /* APPENDS */
+            if (pop_mark(x, &at) < 0) return -1;
+            if (at - 1 < fence(x)) return no(x, "stack underflow");
+            if (x->nodes[x->stack[at - 1]].t != T_LIST) return no(x, "append to a non-list");
+            if (add_kids(x, x->stack[at - 1], at, x->sp) < 0) return -1;
+            x->sp = at; break;
+        case 0x73: /* SETITEM */
+            if (x->sp - 3 < fence(x)) return no(x, "stack underflow");
+            if (dict_items(x, x->stack[x->sp - 3], x->sp - 2, x->sp) < 0) return -1;
+            x->sp -= 2; break;
+        case 0x75: /* SETITEMS */
+            if (pop_mark(x, &at) < 0) return -1;
+            if (at - 1 < fence(x)) return no(x, "stack underflow");
+            if (dict_items(x, x->stack[at - 1], at, x->sp) < 0) return -1;
+            x->sp = at; break;
+        case 0x30: /* POP */
+            if (x->nmarks && x->marks[x->nmarks - 1] == x->sp) x->nmarks--;
+            else if (x->sp > fence(x)) x->sp--;
+            else return no(x, "stack underflow");
+            break;
+        case 0x32: /* DUP */
+            if (x->sp <= fence(x)) return no(x, "stack underflow");
+            if (push(x, x->stack[x->sp - 1]) < 0) return -1;
+            break;
+        case 0x2E: /* STOP */
+            if (x->sp <= fence(x)) return no(x, "stack underflow");
+            return x->stack[x->sp - 1];
+        default:
+            return no(x, "an opcode the dump layout does not use");
+        }
+    }
+    return no(x, "truncated");
+}
+
+/* ---- reading the tree ---------------------------------------------------------------------------------- */
+
+typedef struct { int64_t seg, i; } Iter; /* walks a container's kids */
+static void iter(Dec *x, int64_t c, Iter *it) { it->seg = x->nodes[c].first; it->i = 0; }
+static int64_t next_kid(Dec *x, Iter *it) {
+    while (it->seg >= 0 && it->i >= x->segs[it->seg].len) { it->seg = x->segs[it->seg].next; it->i = 0; }
+    if (it->seg < 0) return -1;
+    if (++x->visits > x->limit) { x->why = "expands too much (a reference bomb?)"; it->seg = -1; return -1; }
+    return x->pool[x->segs[it->seg].start + it->i++];
+}
+
+static int str_is(Dec *x, int64_t k, const char *lit) {
+    Node *s = &x->nodes[k];
+    size_t len = strlen(lit);
+    return s->t == T_STR && (size_t)s->w == len && memcmp(x->d + s->v, lit, len) == 0;
+}
+
+static PyObject *to_py(Dec *x, int64_t k, int depth);
+
+static PyObject *to_py_box(Dec *x, int64_t k, int depth) {
+    Node *nd = &x->nodes[k];
+    Iter it;
+    int64_t c, i = 0;
+    iter(x, k, &it);
+    if (nd->t == T_DICT) {
+        PyObject *out = PyDict_New();
+        while (out && (c = next_kid(x, &it)) >= 0) {
+            int64_t v = next_kid(x, &it);
+            PyObject *kk = to_py(x, c, depth + 1), *vv = v >= 0 ? to_py(x, v, depth + 1) : NULL;
+            if (!kk || !vv || PyDict_SetItem(out, kk, vv) < 0) Py_CLEAR(out);
+            Py_XDECREF(kk); Py_XDECREF(vv);
+        }
+        return out;
+    }
+    PyObject *out = nd->t == T_LIST ? PyList_New(nd->w) : PyTuple_New(nd->w);
+    while (out && (c = next_kid(x, &it)) >= 0 && i < nd->w) {
+        PyObject *v = to_py(x, c, depth + 1);
+        if (!v) { Py_CLEAR(out); break; }
+        if (nd->t == T_LIST) PyList_SET_ITEM(out, i, v); else PyTuple_SET_ITEM(out, i, v);
+        i++;
+    }
+    if (out && i < nd->w) Py_CLEAR(out); /* cut short by the budget (list/tuple dealloc skips the NULL slots) */
+    return out;
+}
+
+/* a node as the object pickle.Unpickler would make (NULL + Python error, or NULL + why) */
+static PyObject *to_py(Dec *x, int64_t k, int depth) {
+    Node *nd = &x->nodes[k];
+    if (depth > MAX_DEPTH) { x->why = "nested too deep"; return NULL; }
+    switch (nd->t) {
+    case T_NONE: Py_RETURN_NONE;
+    case T_TRUE: Py_RETURN_TRUE;
+    case T_FALSE: Py_RETURN_FALSE;
+    case T_INT: return PyLong_FromLongLong(nd->v);
+    case T_FLOAT: { double f; memcpy(&f, &nd->v, sizeof f); return PyFloat_FromDouble(f); }
+    case T_STR: return PyUnicode_DecodeUTF8((const char *)x->d + nd->v, nd->w, "surrogatepass");
+    default: return to_py_box(x, k, depth);
+    }
+}
+
+#endif
