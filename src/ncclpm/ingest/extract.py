@@ -66,16 +66,25 @@ def _column(catalog: Catalog, column: str, cast: Callable[[str], pl.Expr] = pl.c
 
 
 def _stamp_columns(catalog: Catalog) -> list[tuple[str, Envelope]]:
-    """A column per envelope that dates its lines, most trusted first: its time read as ISO, or kept as text for
-    glog's `MMDD`, which needs the job's year (`_reference_year`)."""
+    """A column per envelope that dates its lines, most trusted first: its time read as a datetime (`_dated`), or
+    kept as text for glog's `MMDD`, which needs the job's year (`_reference_year`)."""
     return [(f"_ts{i}", e) for i, e in enumerate(catalog.column_sources("ts"))]
 
 
 def _reference_year(env: pl.DataFrame, catalog: Catalog) -> int:
     """Year for timestamps that have none (glog MMDD): the newest year any dated line of the job shows."""
-    dated = [pl.col(c).dt.year().max() for c, e in _stamp_columns(catalog) if e.ts_format == "iso"]
+    dated = [pl.col(c).dt.year().max() for c, e in _stamp_columns(catalog) if e.ts_format in ("iso", "mdy")]
     years = env.select(pl.max_horizontal(dated)).item() if dated else None
     return int(years) if years else 1970
+
+
+def _mdy(col: str) -> pl.Expr:
+    return pl.col(col).str.strptime(pl.Datetime("us"), "%m/%d/%Y %H:%M:%S", strict=False)
+
+
+def _dated(e: Envelope) -> pl.Expr:
+    """An envelope's time that carries its date (ISO, US `MM/DD/YYYY`) as a datetime."""
+    return (_mdy if e.ts_format == "mdy" else _iso)(e.columns["ts"])
 
 
 def _timestamp(catalog: Catalog, year: int) -> pl.Expr:
@@ -136,7 +145,7 @@ def row_columns(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
         pl.coalesce("_tag_guid", "_tag_pg_id").alias("tag_pg"),
         pl.coalesce("_tag_desc", "_tag_desc2").alias("tag_pg_desc"),
         *[
-            (pl.col(e.columns["ts"]) if e.ts_format == "mmdd" else _iso(e.columns["ts"])).alias(c)
+            (pl.col(e.columns["ts"]) if e.ts_format == "mmdd" else _dated(e)).alias(c)
             for c, e in _stamp_columns(catalog)
         ],
     )
