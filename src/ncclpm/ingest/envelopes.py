@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 COLUMNS = ("rank", "local_rank", "role", "host", "pid", "ts", "level")
-TS_FORMATS = ("iso", "mmdd")  # a full date; glog's month-day without a year (the year comes from the job)
+# a full date; a US one (month/day/year); glog's month-day without a year (the year comes from the job)
+TS_FORMATS = ("iso", "mdy", "mmdd")
 RESERVED_GROUPS = frozenset({"source", "line", "raw", "message"})
 _KEYS = frozenset({"id", "slot", "regex", "notes", "example", "columns", "ts_format", "level", "head"})
 _GROUP = re.compile(r"\(\?P?<([A-Za-z_]\w*)>")

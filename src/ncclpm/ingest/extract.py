@@ -66,13 +66,19 @@ def _column(catalog: Catalog, column: str, cast: Callable[[str], pl.Expr] = pl.c
 
 def _reference_year(env: pl.DataFrame, catalog: Catalog) -> int:
     """Year for timestamps that have none (glog MMDD): the newest year any dated line of the job shows."""
-    dated = [_iso(e.columns["ts"]).dt.year().max() for e in catalog.column_sources("ts") if e.ts_format == "iso"]
+    full = {"iso": _iso, "mdy": _mdy}
+    sources = catalog.column_sources("ts")
+    dated = [full[e.ts_format](e.columns["ts"]).dt.year().max() for e in sources if e.ts_format in full]
     years = env.select(pl.max_horizontal(dated)).item() if dated else None
     return int(years) if years else 1970
 
 
+def _mdy(col: str) -> pl.Expr:
+    return pl.col(col).str.strptime(pl.Datetime("us"), "%m/%d/%Y %H:%M:%S", strict=False)
+
+
 def _timestamp(catalog: Catalog, year: int) -> pl.Expr:
-    parse = {"iso": _iso, "mmdd": lambda g: _mmdd(g, year)}
+    parse = {"iso": _iso, "mdy": _mdy, "mmdd": lambda g: _mmdd(g, year)}
     stamps = [parse[e.ts_format or "iso"](e.columns["ts"]) for e in catalog.column_sources("ts")]
     return pl.coalesce(stamps) if stamps else pl.lit(None, pl.Datetime("us"))
 
