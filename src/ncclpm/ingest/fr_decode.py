@@ -1,9 +1,10 @@
 """Flight-recorder dumps -> compact polars columns, one dump at a time.
 
 Used by `ncclpm.ingest.flight_recorder` (see its docstring for the normalisation rules).  Each dump is
-read, checked, decoded and turned into column lists on its own; its Python objects are dropped before the
-next one is read, and every ~64k entries the lists become one polars chunk.  So memory holds the columns
-plus one dump's objects, whatever the number of ranks.
+read, checked and decoded on its own: by the C decoder when it is built (`fr_native`: fixed-width buffers, no
+Python object per value), else (and for anything it leaves, JSON included) here, into column lists whose Python
+objects are dropped before the next dump is read; every ~16k entries the dumps' rows become one compact polars
+chunk.  So memory holds the columns plus one dump, whatever the number of ranks.
 
 Safety, by construction: a pickle is first scanned opcode by opcode (`fr_scan`: no globals, a bounded
 expansion counting references, bounded depth and memo indices, no cycles) and only then decoded, by
@@ -359,7 +360,7 @@ class Chunks:
         """`add` for a dump the C decoder read (no value can be of a wrong type: it would have left it to Python);
         its rows are already compact (`fr_native.frame`)."""
         try:
-            cols, bad = fr_native.frame(got, self.interners, self.schema, _derive)
+            cols, bad = fr_native.frame(got, self.interners, _derive)
             n = d.n
             cols["rank"] = pl.repeat(d.rank, n, dtype=pl.Int32, eager=True).alias("rank")
             cols["source"] = pl.Series("source", [d.source], dtype=pl.Categorical).new_from_index(0, n)

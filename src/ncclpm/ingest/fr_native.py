@@ -1,4 +1,4 @@
-"""One pickle dump read by the C decoder (`_frdecode`) straight into the frame `fr_decode.Chunks` expects.
+"""One pickle dump read by the C decoder (`_frdecode`) straight into the compact columns `fr_decode.Chunks` holds.
 
 The decoder walks the opcodes into fixed-width buffers: Int64 values, Booleans, codes into the dump's distinct
 strings and codes into its distinct nested values (with their `repr` keys, the keys `_Interner` uses), so no Python
@@ -50,11 +50,11 @@ def decode(data: bytes, keep_frames: int) -> tuple | str:
     return _frdecode.decode(data, keep_frames)
 
 
-def frame(got: tuple, interners: dict, schema: pl.Schema, derive: Callable[[pl.DataFrame], pl.DataFrame]) -> tuple:
-    """(the dump's rows in the compact schema, the nested columns with a value of the wrong shape: the interner's
-    verdict, as for the Python path).  Text is decoded once per distinct string: the dump's dictionary becomes
-    Categorical (and `op`, `state` are derived on it, by the same `derive` as the Python path's) and is gathered by
-    the codes, so no String column of the dump's length is built."""
+def frame(got: tuple, interners: dict, derive: Callable[[pl.DataFrame], pl.DataFrame]) -> tuple:
+    """(the dump's columns in their compact types, but for rank/source/_id; the nested columns with a value of the
+    wrong shape: the interner's verdict, as for the Python path).  Text is decoded once per distinct string: the
+    dump's dictionary becomes Categorical (`op`, `state` are derived on it by the Python path's `derive`) and is
+    gathered by the codes, so no String column of the dump's length is built."""
     n, _, _, _, ints, bools, valid, strings, codes, nested = got
     cols: dict[str, pl.Series] = {}
     whole = pl.Series(memoryview(ints).cast("q"), dtype=pl.Int64)
