@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 import polars as pl
 
 from ncclpm.ingest.catalog import MESSAGE_RANK, Catalog, Pattern
+from ncclpm.ingest.envelopes import Envelope
 from ncclpm.ingest.readings import apply_readings
 from ncclpm.schema import DTYPE_NAMES, EVENT_FIELDS, EVENTS_SCHEMA, LINES_SCHEMA
 
@@ -64,11 +65,15 @@ def _column(catalog: Catalog, column: str, cast: Callable[[str], pl.Expr] = pl.c
     return pl.coalesce(groups) if groups else pl.lit(None)
 
 
+def _stamp_columns(catalog: Catalog) -> list[tuple[str, Envelope]]:
+    """A column per envelope that dates its lines, most trusted first: its time read as a datetime (`_dated`), or
+    kept as text for glog's `MMDD`, which needs the job's year (`_reference_year`)."""
+    return [(f"_ts{i}", e) for i, e in enumerate(catalog.column_sources("ts"))]
+
+
 def _reference_year(env: pl.DataFrame, catalog: Catalog) -> int:
     """Year for timestamps that have none (glog MMDD): the newest year any dated line of the job shows."""
-    full = {"iso": _iso, "mdy": _mdy}
-    sources = catalog.column_sources("ts")
-    dated = [full[e.ts_format](e.columns["ts"]).dt.year().max() for e in sources if e.ts_format in full]
+    dated = [pl.col(c).dt.year().max() for c, e in _stamp_columns(catalog) if e.ts_format in ("iso", "mdy")]
     years = env.select(pl.max_horizontal(dated)).item() if dated else None
     return int(years) if years else 1970
 
@@ -77,9 +82,13 @@ def _mdy(col: str) -> pl.Expr:
     return pl.col(col).str.strptime(pl.Datetime("us"), "%m/%d/%Y %H:%M:%S", strict=False)
 
 
+def _dated(e: Envelope) -> pl.Expr:
+    """An envelope's time that carries its date (ISO, US `MM/DD/YYYY`) as a datetime."""
+    return (_mdy if e.ts_format == "mdy" else _iso)(e.columns["ts"])
+
+
 def _timestamp(catalog: Catalog, year: int) -> pl.Expr:
-    parse = {"iso": _iso, "mdy": _mdy, "mmdd": lambda g: _mmdd(g, year)}
-    stamps = [parse[e.ts_format or "iso"](e.columns["ts"]) for e in catalog.column_sources("ts")]
+    stamps = [_mmdd(c, year) if e.ts_format == "mmdd" else pl.col(c) for c, e in _stamp_columns(catalog)]
     return pl.coalesce(stamps) if stamps else pl.lit(None, pl.Datetime("us"))
 
 
@@ -117,6 +126,31 @@ def _with_envelope(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
     return env
 
 
+def row_columns(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
+    """What `parse_lines` reads from each line on its own (envelope, rank hints, host, pid, level, pg tag, time):
+    row by row, so the reader computes it a group of files at a time (`read_kept_lines(then=...)`), and only these
+    columns are kept (each of the envelope's ~40 groups costs 16 bytes a line, even when empty)."""
+    env = _with_envelope(kept, catalog)
+    return env.select(
+        *kept.columns,
+        "message",
+        "_role",
+        "_local",
+        _resolve_rank(catalog).alias("_direct"),
+        "_file_rank",
+        "_file_local",
+        _column(catalog, "host").cast(pl.String).alias("host"),
+        _column(catalog, "pid", _int).cast(pl.Int64).alias("pid"),
+        _level(catalog).cast(pl.String).alias("level"),
+        pl.coalesce("_tag_guid", "_tag_pg_id").alias("tag_pg"),
+        pl.coalesce("_tag_desc", "_tag_desc2").alias("tag_pg_desc"),
+        *[
+            (pl.col(e.columns["ts"]) if e.ts_format == "mmdd" else _dated(e)).alias(c)
+            for c, e in _stamp_columns(catalog)
+        ],
+    )
+
+
 def _resolve_rank(catalog: Catalog) -> pl.Expr:
     tag_is_global = pl.col("_tag_pg_id").is_null() | (pl.col("_tag_pg_id") == "0")
     return pl.coalesce(
@@ -126,8 +160,7 @@ def _resolve_rank(catalog: Catalog) -> pl.Expr:
     )
 
 
-def _fill_ranks(env: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
-    env = env.with_columns(_resolve_rank(catalog).alias("_direct"))
+def _fill_ranks(env: pl.DataFrame) -> pl.DataFrame:
     stream = ["source", "_role", "_local"]
     env = env.with_columns(
         pl.col("_direct").drop_nulls().mode().first().over(stream).alias("_stream_rank"),
@@ -155,21 +188,22 @@ def _fill_ranks(env: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
 
 
 def parse_lines(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
-    """The `lines` table (plus the pg tag columns `tag_pg`/`tag_pg_desc` used by extraction)."""
-    env = _fill_ranks(_with_envelope(kept, catalog), catalog)
+    """The `lines` table (plus the pg tag columns `tag_pg`/`tag_pg_desc` used by extraction). `kept` holds
+    (source, line, raw), with its `row_columns` already or without."""
+    env = _fill_ranks(kept if "_direct" in kept.columns else row_columns(kept, catalog))
     year = _reference_year(env, catalog)
     return env.select(
         "source",
         "line",
         "rank",
-        _column(catalog, "host").cast(pl.String).alias("host"),
-        _column(catalog, "pid", _int).cast(pl.Int64).alias("pid"),
+        "host",
+        "pid",
         _timestamp(catalog, year).alias("ts"),
-        _level(catalog).cast(pl.String).alias("level"),
+        "level",
         "message",
         "raw",
-        pl.coalesce("_tag_guid", "_tag_pg_id").alias("tag_pg"),
-        pl.coalesce("_tag_desc", "_tag_desc2").alias("tag_pg_desc"),
+        "tag_pg",
+        "tag_pg_desc",
     )
 
 
@@ -252,7 +286,7 @@ def _drop_superseded(events: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
         return events
     table = pl.DataFrame(rules, schema={"event": pl.String(), "kind": pl.String()}, orient="row")
     gone = events.select("source", "line", "event").join(table, on="event").select("source", "line", "kind").unique()
-    return events.join(gone, on=["source", "line", "kind"], how="anti")
+    return events if gone.is_empty() else events.join(gone, on=["source", "line", "kind"], how="anti")
 
 
 def _patterns_with_anchor_hits(parsed: pl.DataFrame, patterns: Sequence[Pattern]) -> list[Pattern]:
@@ -280,11 +314,12 @@ def extract_events(parsed: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
     frames = pl.collect_all([_pattern_events(lines, p) for p in patterns]) if patterns else []
     if not frames:  # (a select of literals on a frame without columns would make one row of nulls)
         return apply_readings(pl.DataFrame(schema=EVENTS_SCHEMA), catalog.kinds)
-    got = pl.concat(frames, how="diagonal_relaxed")
+    # Sorted before the fields no pattern declared are added: the sort copies every column it is given.
+    got = _drop_superseded(pl.concat(frames, how="diagonal_relaxed"), catalog).sort("source", "line", "event")
     events = got.select(
         [pl.col(c) if c in got.columns else pl.lit(None, dtype).alias(c) for c, dtype in EVENTS_SCHEMA.items()]
     ).cast(EVENTS_SCHEMA)  # type: ignore[arg-type]
-    return apply_readings(_drop_superseded(events, catalog).sort("source", "line", "event"), catalog.kinds)
+    return apply_readings(events, catalog.kinds)
 
 
 def lines_table(parsed: pl.DataFrame) -> pl.DataFrame:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import zlib
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -32,9 +33,10 @@ TQDM_END = r"(\[\d+:\d{2}(?::\d{2})?<[^\]\r]{0,80}\])"
 GROUP_FILES = 64  # texts scanned together (one regex pass, one query for the kept lines) ...
 GROUP_BYTES = 32 * 1024 * 1024  # ... holding at most about this many bytes
 CHUNK_BYTES = 8 * 1024 * 1024  # a bigger (or gzipped) file is read in blocks of this size, cut at line ends
-SCAN_THREADS = 2  # groups scanned at once, besides the thread reading the files
+SCAN_THREADS = 1  # groups scanned at once, besides the thread reading the next group (2: ~20 % more peak memory)
 _SCHEMA = {"source": pl.String(), "line": pl.Int64(), "raw": pl.String()}
 _KEPT_SCHEMA = {**_SCHEMA, "cut": pl.Boolean()}
+Then = Callable[[pl.DataFrame], pl.DataFrame] | None  # more row-wise columns, computed where the lines are cut out
 
 
 def _decode(data: bytes) -> str:
@@ -139,11 +141,14 @@ def _hit_lines(series: pl.Series, whole: list[bool], anchors: list[str]) -> list
     return found
 
 
-def _scan(texts: list[_Text], anchors: list[str], line_start: str) -> tuple[dict[str, pl.DataFrame | None], list[str]]:
+def _scan(
+    texts: list[_Text], anchors: list[str], line_start: str, then: Then = None
+) -> tuple[dict[str, pl.DataFrame | None], list[str]]:
     """The kept lines of each text (None: unreadable) and the warnings met. The anchors are searched in the raw
     texts (`rawscan`) in one regex pass; only the hit lines (and the lines around each: `line_start` re-joins
     wrapped lines) become rows, all the group's in one frame and one query. A small text where an anchor is cut
-    by a newline, or where a hit line may be glued to its neighbour, is re-joined whole, the slow way."""
+    by a newline, or where a hit line may be glued to its neighbour, is re-joined whole, the slow way. `then` is
+    applied to the kept lines here, a group at a time (see `read_kept_lines`)."""
     warnings: list[str] = []
     if not texts:
         return {}, warnings
@@ -170,18 +175,35 @@ def _scan(texts: list[_Text], anchors: list[str], line_start: str) -> tuple[dict
         for i in sorted(slow)
     }
     done = _collect(pending, warnings)
-    out: dict[str, pl.DataFrame | None] = {k: v for k, v in done.items() if k}
-    group = done[""]
+    group = done.pop("")
     if group is None:  # read the fast texts one by one
         pending = {
             t.name: _keep(fast.filter(pl.col("source") == t.name), anchors, line_start)
             for i, t in enumerate(texts)
             if i not in slow
         }
-        out |= _collect(pending, warnings)
-    else:
-        out |= {key[0]: part for key, part in group.partition_by("source", as_dict=True, maintain_order=True).items()}
+        done |= _collect(pending, warnings)
+    out = {name: _then(frame, then) for name, frame in done.items()}
+    if group is not None:
+        out |= _by_source(group, then)
     return out, warnings
+
+
+def _then(frame: pl.DataFrame | None, then: Then) -> pl.DataFrame | None:
+    """`then` applied, except to a source to be capped: its columns are computed after its cap (`_capped`)."""
+    return frame if frame is None or then is None or frame.height > MAX_KEPT_LINES else then(frame)
+
+
+def _by_source(group: pl.DataFrame, then: Then) -> dict[str, pl.DataFrame]:
+    """A group's kept lines by source, `then` applied at once to all of them but the sources to be capped."""
+    if then is not None:
+        sizes = group["source"].value_counts()
+        big = sizes.filter(pl.col("count") > MAX_KEPT_LINES)["source"].to_list()
+        if big:
+            is_big = pl.col("source").is_in(big)
+            return _by_source(group.filter(~is_big), then) | _by_source(group.filter(is_big), None)
+        group = then(group)
+    return {key[0]: part for key, part in group.partition_by("source", as_dict=True, maintain_order=True).items()}
 
 
 def _may_join(rows: pl.DataFrame, whole: list[int], line_start: str) -> set[int]:
@@ -299,11 +321,13 @@ def _capped(frame: pl.DataFrame, name: str, warnings: list[str]) -> pl.DataFrame
 
 
 def read_kept_lines(
-    sources: list[Source], anchors: list[str], warnings: list[str], line_start: str = ""
+    sources: list[Source], anchors: list[str], warnings: list[str], line_start: str = "", then: Then = None
 ) -> pl.DataFrame:
     """Prefiltered lines of all text sources, in source order; unreadable sources become warnings. Groups of small
     texts are scanned in worker threads (polars runs the regex without the GIL) while this one reads the next
-    group; the warnings keep the order of a one-by-one reading."""
+    group; the warnings keep the order of a one-by-one reading. `then` (row-wise columns: `extract.row_columns`)
+    runs in the workers too, on a group's lines at a time: less memory than on all lines at once, and in
+    parallel."""
     frames: dict[str, pl.DataFrame | None] = {}
     log: list[str | Future[tuple[dict[str, pl.DataFrame | None], list[str]]]] = []  # warnings and scans, in order
     group: list[_Text] = []
@@ -313,7 +337,7 @@ def read_kept_lines(
         def scan_group() -> None:
             while len(running) >= SCAN_THREADS:  # memory holds a few groups, not the job
                 running.popleft().exception()
-            running.append(pool.submit(_scan, list(group), anchors, line_start))
+            running.append(pool.submit(_scan, list(group), anchors, line_start, then))
             log.append(running[-1])
             group.clear()
 
@@ -344,8 +368,10 @@ def read_kept_lines(
                 frames |= kept
                 warnings += met
     kept_lines = [_capped(f, s.name, warnings) for s in sources if (f := frames.get(s.name)) is not None]
+    if then is not None:  # big files' blocks and the sources capped: after their cap
+        kept_lines = [then(f) if f.columns == list(_KEPT_SCHEMA) else f for f in kept_lines]
     if not kept_lines:
-        return pl.DataFrame(schema=_SCHEMA)
+        return pl.DataFrame(schema=_SCHEMA)  # (`then` not applied)
     lines = pl.concat(kept_lines, how="vertical")
     for src, n in lines.filter(pl.col("cut")).group_by("source", maintain_order=True).len().iter_rows():
         warnings.append(f"{src}: {n} line(s) longer than {MAX_LINE_CHARS} characters; only their start was parsed")

@@ -12,6 +12,7 @@ settings, `code_settings`. Code and configuration files are not evidence: they o
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -21,7 +22,7 @@ from ncclpm.ingest.bounds import bound
 from ncclpm.ingest.catalog import Catalog
 from ncclpm.ingest.code_settings import code_settings_table
 from ncclpm.ingest.errorfiles import read_error_files
-from ncclpm.ingest.extract import extract_events, lines_table, parse_lines
+from ncclpm.ingest.extract import extract_events, lines_table, parse_lines, row_columns
 from ncclpm.ingest.lines import read_kept_lines
 from ncclpm.ingest.multiline import parse_elastic_summaries, stitch_tracebacks
 from ncclpm.ingest.nccl import (
@@ -114,7 +115,10 @@ def _date_yearless(frames: tuple[pl.DataFrame, ...], elastic: pl.DataFrame) -> t
 def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") -> Tables:
     """Read every source of the job once and build all tables (`fr_columns`: see `load_fr_dumps`)."""
     warnings = list(job.warnings)
-    kept = read_kept_lines(job.of_kind(SourceKind.TEXT), catalog.anchors, warnings, catalog.line_start_regex())
+    per_line = functools.partial(row_columns, catalog=catalog)
+    kept = read_kept_lines(
+        job.of_kind(SourceKind.TEXT), catalog.anchors, warnings, catalog.line_start_regex(), per_line
+    )
     parsed = parse_lines(kept, catalog)
     parsed = bound(parsed, warnings)
     error_files = apply_readings(read_error_files(job.of_kind(SourceKind.ERROR_FILE), warnings), catalog.kinds)
