@@ -53,6 +53,19 @@ def test_glog_time_without_year_takes_the_year_of_dated_lines() -> None:
     assert parsed["ts"][1] == datetime(2025, 2, 4, 16, 42, 57)
 
 
+def test_colour_codes_of_a_terminal_capture_are_not_part_of_the_line() -> None:
+    """loguru/rich colour the time and the level, exactly where the envelope must match."""
+    parsed = _parse(
+        [
+            "\x1b[32m2024-05-01 10:00:01.123\x1b[0m | \x1b[31mERROR\x1b[0m | __main__:train:42 - "
+            "[Rank 1] Watchdog caught collective operation timeout: x",
+        ]
+    )
+    row = parsed.row(0, named=True)
+    assert (row["ts"], row["level"], row["rank"]) == (datetime(2024, 5, 1, 10, 0, 1, 123000), "E", 1)
+    assert "\x1b" not in row["raw"] and row["message"].startswith("[Rank 1] Watchdog")
+
+
 def test_progress_bar_segments_glued_with_carriage_returns_are_each_read(tmp_path) -> None:
     from ncclpm.api import build
 

@@ -5,6 +5,7 @@ under `if TYPE_CHECKING:` do not)."""
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -109,3 +110,14 @@ def test_generators_used_only_by_tests_are_not_shipped() -> None:
     shipped = {p.stem for p in SRC.rglob("*.py")}
     assert not shipped & {"fr_dumps", "make_jobs"}
     assert (SRC.parents[1] / "tests" / "synth" / "fr_dumps.py").is_file()
+
+
+def test_the_triage_job_generator_runs_beside_any_install(tmp_path: Path) -> None:
+    """`python -m tests.synth.make_jobs` needs only the checkout's case folders: it imports nothing of ncclpm, so
+    it works with an editable install, a built wheel, or none (benchmarks/README.md, Triage)."""
+    root = SRC.parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    code = "import sys, runpy; sys.argv = ['make_jobs', sys.argv[1], '--n', '3']; sys.modules['ncclpm'] = None; "
+    code += "runpy.run_module('tests.synth.make_jobs', run_name='__main__')"
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=root, env=env, check=True, capture_output=True)
+    assert (tmp_path / "expected.csv").is_file() and len(list(tmp_path.glob("job-*"))) == 3

@@ -114,7 +114,20 @@ def _level(catalog: Catalog) -> pl.Expr:
     return pl.coalesce(levels) if levels else pl.lit(None, pl.String)
 
 
+# Colour and cursor codes of a log captured from a terminal (loguru, rich, `script`): presentation, not content. They
+# sit around the time and the level, where the envelope must match, and would show as junk in every quote.
+_ANSI = r"\x1b\[[0-9;?]*[A-Za-z]"
+
+
+def _without_ansi(kept: pl.DataFrame) -> pl.DataFrame:
+    raw = pl.col("raw")
+    return kept.with_columns(
+        pl.when(raw.str.contains("\x1b", literal=True)).then(raw.str.replace_all(_ANSI, "")).otherwise(raw).alias("raw")
+    )
+
+
 def _with_envelope(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
+    kept = _without_ansi(kept)
     env = kept.with_columns(pl.col("raw").str.extract_groups(catalog.envelope_regex()).alias("_e")).unnest("_e")
     env = env.with_columns(
         _column(catalog, "role").alias("_role"),

@@ -6,8 +6,8 @@ is glued to the physical line after it when all of these hold:
 - it is at least `MIN_WIDTH` long and ends inside a token (a letter, digit, `_`, `(`, `=`, `,` or `.`), or one
   space after one;
 - the next line does not start like a log line (an envelope's head: `[rank3]:`, `[E1218 `, `host:pid:tid
-  [dev]`, ISO time...; or a traceback line) and starts inside a token too, or one space before one (not
-  indented, no bracket);
+  [dev]`, ISO time...; or a traceback line) and starts inside a token too, or with a bracket or quote, after at
+  most one space (not indented);
 - the next line is shorter than W (a tail, not another full line);
 - W is a width the file cuts at: at least two such cut lines share it, or it is a terminal's usual width.
 Only the anchored line and the one after it are looked at: the rest of the file is never materialised.

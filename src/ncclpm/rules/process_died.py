@@ -28,7 +28,7 @@ class ProcessDiedRankUnknown(Rule):
     ## Why it matters
     Most pastes in issue threads are exactly this: the one traceback the reporter saw. Its error is what ended
     that process, and in a distributed job the others then wait for it; which rank it was is not in the text.
-    Saying so is a lead; saying "no recognised failure" would send the reader back to the logs they pasted.
+    Saying so is a lead; "nothing conclusive" would send the reader back to the logs they pasted.
 
     ## Example
     `Traceback (most recent call last): ... loss.backward()` / `RuntimeError: CUDA error: device-side assert
@@ -77,7 +77,7 @@ class ProcessDiedRankUnknown(Rule):
         own = ev.filter(pl.col("kind") != K.worker_exit)
         last = (own if not own.is_empty() else ev).tail(1).row(0, named=True)
         signal = SHELL_SIGNALS.get(last["detail"] or "", last["signal"])
-        killed = signal == "SIGKILL" or last["exit_code"] == -9
+        killed = signal == "SIGKILL" or last["exit_code"] in (-9, 137)  # 137: a shell's or container's 128 + 9
         # What the process was doing when it died: the last progress or activity line above it in its file.
         doing = (
             t.kinds(K.progress, K.activity, K.progress_bar)
