@@ -1,0 +1,79 @@
+"""The text reader's per-group work gives the tables a one-pass reading gives: the per-line columns computed a
+group of files at a time (and after a source's cap), and the events' anchor check done in one pass."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import polars as pl
+
+from ncclpm.api import catalog
+from ncclpm.ingest import extract
+from ncclpm.ingest import lines as lines_mod
+from ncclpm.ingest.extract import parse_lines, row_columns
+from ncclpm.sources.discover import collect
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _case_job(tmp_path: Path) -> Path:
+    """Every case log as one job of many files (several groups when the group size is small)."""
+    for i, p in enumerate(sorted((ROOT / "tests" / "cases").rglob("*.log"))[:120]):
+        (tmp_path / f"{i:03d}_{p.name}").write_bytes(p.read_bytes())
+    return tmp_path
+
+
+def test_row_columns_per_group_give_the_same_lines_table(tmp_path: Path, monkeypatch) -> None:
+    cat = catalog()
+    job = collect([_case_job(tmp_path)]).of_kind("text")
+    monkeypatch.setattr(lines_mod, "GROUP_FILES", 7)  # many groups, each with its own query
+    plain = lines_mod.read_kept_lines(job, cat.anchors, [], cat.line_start_regex())
+    per_group = lines_mod.read_kept_lines(
+        job, cat.anchors, [], cat.line_start_regex(), functools.partial(row_columns, catalog=cat)
+    )
+    assert "_direct" in per_group.columns and "_direct" not in plain.columns
+    assert plain.height > 1000
+    assert parse_lines(per_group, cat).equals(parse_lines(plain, cat), null_equal=True)
+
+
+def test_a_source_over_the_cap_gets_its_row_columns_after_the_cap(tmp_path: Path, monkeypatch) -> None:
+    cat = catalog()
+    (tmp_path / "a.log").write_text("".join(f"[rank0]: step {i} loss 1.0\n" for i in range(400)))
+    (tmp_path / "b.log").write_text("".join(f"[rank1]: step {i} loss 1.0\n" for i in range(50)))
+    monkeypatch.setattr(lines_mod, "MAX_KEPT_LINES", 100)
+    job = collect([tmp_path]).of_kind("text")
+    w_plain: list[str] = []
+    w_group: list[str] = []
+    plain = lines_mod.read_kept_lines(job, cat.anchors, w_plain, cat.line_start_regex())
+    per_group = lines_mod.read_kept_lines(
+        job, cat.anchors, w_group, cat.line_start_regex(), functools.partial(row_columns, catalog=cat)
+    )
+    assert plain.height == 150 and w_group == w_plain and any("a.log: 400 lines" in w for w in w_group)
+    assert parse_lines(per_group, cat).equals(parse_lines(plain, cat), null_equal=True)
+
+
+def test_patterns_with_an_anchor_hit_are_the_ones_contains_any_finds() -> None:
+    cat = catalog()
+    texts: list[str] = []
+    for p in sorted((ROOT / "tests" / "cases").rglob("*.log"))[:200]:
+        texts += p.read_text(encoding="utf-8", errors="replace").splitlines()
+    texts.append("")
+    for chunk in (texts, texts[:50], ["no anchor here"]):
+        parsed = pl.DataFrame({"message": chunk})
+        one_pass = extract._patterns_with_anchor_hits(parsed, cat.patterns)
+        per_pattern = [p for p in cat.patterns if parsed["message"].str.contains_any(list(p.anchors)).any()]
+        assert [p.id for p in one_pass] == [p.id for p in per_pattern]
+    # Two anchors of two patterns overlapping in one line (`a`'s end is `b`'s start): both patterns are found.
+    a, b, k = next(
+        (a, b, k)
+        for p in cat.patterns
+        for q in cat.patterns
+        if p is not q
+        for a in p.anchors
+        for b in q.anchors
+        for k in range(min(len(a), len(b)) - 1, 0, -1)
+        if a.endswith(b[:k]) and b not in a and a not in b
+    )
+    found = {p.id for p in extract._patterns_with_anchor_hits(pl.DataFrame({"message": [a + b[k:]]}), cat.patterns)}
+    assert {p.id for p in cat.patterns if a in p.anchors or b in p.anchors} <= found
