@@ -13,6 +13,9 @@ from ncclpm.rules._why import collective
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
+# Frames of rank-local work: a collective called from inside them is one the other ranks did not call.
+WORK_FRAMES = [K.frame_checkpoint, K.frame_evaluation]
+
 
 def minority(votes: pl.DataFrame, key: str) -> tuple[int, ...]:
     """Ranks whose `key` value is held by fewer ranks than the most common one (all ranks on a tie)."""
@@ -26,13 +29,38 @@ def minority(votes: pl.DataFrame, key: str) -> tuple[int, ...]:
     return tuple(sorted({r for rs in losers["ranks"].to_list() for r in rs}))
 
 
+def _odd_by_work(t: Tables, fps: pl.DataFrame, tied: tuple[int, ...], how: str) -> tuple[tuple[int, ...], str]:
+    """Break a tie with where each call came from: the training step's collectives are what every rank runs; one
+    called from rank-local work (saving a checkpoint, evaluating) is the one a rank added."""
+    frames = t.kinds(*WORK_FRAMES).select(
+        "source",
+        pl.col("line").alias("_frame_line"),
+        pl.col("rank").alias("_frame_rank"),
+        pl.coalesce("detail", "value").alias("_function"),
+    )
+    if frames.is_empty():
+        return tied, how
+    same_rank = pl.col("_frame_rank").is_null() | pl.col("rank").is_null() | (pl.col("_frame_rank") == pl.col("rank"))
+    near = fps.join(frames, on="source").filter(
+        (pl.col("_frame_line") < pl.col("line")) & (pl.col("_frame_line") >= pl.col("line") - 80) & same_rank
+    )
+    busy = sorted(set(near["subject_rank"].cast(pl.Int32).to_list()))
+    if not busy or len(busy) == len(tied):
+        return tied, how
+    called = near.sort("_frame_line")["_function"].drop_nulls()
+    where = f" (`{called[-1]}`)" if called.len() else ""
+    return tuple(busy), f"{how}; {ranks_text(busy)}'s call came from rank-local work{where}"
+
+
 class CollectivesDisagreeInLogs(Rule):
     """Ranks issued different collectives (op, size, dtype or sequence) - seen in the logs.
 
     ## What it detects
     `Detected mismatch between collectives on ranks` (TORCH_DISTRIBUTED_DEBUG=DETAIL), gloo's `Received data
     size doesn't match expected size`, or watchdog timeouts of the same process group that name different
-    `SeqNum` / `OpType` / `NumelIn` on different ranks (a rank behind or ahead in the sequence).
+    `SeqNum` / `OpType` / `NumelIn` on different ranks (a rank behind or ahead in the sequence); NCCL's `message
+    truncated` (likely only: NCCL says differing NCCL_PROTO/NCCL_ALGO looks the same). The odd rank is the one
+    in the minority; on a tie, the one whose call came from rank-local work (a checkpoint save, evaluation).
 
     ## Why it matters
     Collectives are matched by order. When one rank skips a collective, issues an extra one, or calls it with
@@ -83,7 +111,11 @@ class CollectivesDisagreeInLogs(Rule):
         votes = fps.select(pl.col("subject_rank").cast(pl.Int32).alias("rank"), own).unique()
         if votes["rank"].n_unique() > 1:  # a vote needs two voters; one rank's line alone names nobody
             aspects = ev["detail"].drop_nulls()
-            return minority(votes, "fp"), (aspects[0] if aspects.len() else "the collective fingerprints differ")
+            how = aspects[0] if aspects.len() else "the collective fingerprints differ"
+            culprits = minority(votes, "fp")
+            if set(culprits) == set(votes["rank"].to_list()):
+                return _odd_by_work(t, fps, culprits, how)
+            return culprits, how
         to = ev.filter(pl.col("kind") == K.collective_timeout)
         if not to.is_empty():
             numel = pl.format(" numel {}", "numel_in").fill_null("")  # older wordings print no size
