@@ -2,10 +2,12 @@
 
 Usage: python benchmarks/bench_fr.py [--ranks 256 1024 4096] [--entries 2000] [--runs 3] [--fault never_joined]
        [--baseline OTHER_CHECKOUT [--baseline-eager]] [--python-path] [--torch-python /work/torchvenv/bin/python]
-       [--no-fr-trace] [--keep DIR]
+       [--no-fr-trace] [--keep DIR] [--jemalloc dirty_decay_ms:0,muzzy_decay_ms:0]
 
 The C decoder is used when built (editable installs build it; NCCLPM_FR_PYTHON=1 in the environment measures the
-pure-Python path).
+pure-Python path). ``--jemalloc CONF`` also runs this checkout with ``_RJEM_MALLOC_CONF=CONF`` (polars' allocator
+settings, read when polars loads) to measure what an allocator setting does to the peak; the other runs get the
+environment without it.
 
 Each measurement runs in a fresh child process (peak RSS = its VmHWM: ``ru_maxrss`` would carry over the parent's RSS at
 the fork, e.g. the freshly generated dumps): ``load_fr_dumps`` with the bytes read
@@ -59,10 +61,12 @@ print(json.dumps({"load": t1 - t0, "load_cpu": c1 - c0, "analyze": t2 - t1, "ana
 """
 
 
-def _ncclpm(src: Path, folder: Path, lazy: bool = True, python_path: bool = False) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "NCCLPM_FR_PYTHON"}
+def _ncclpm(src: Path, folder: Path, lazy: bool = True, python_path: bool = False, jemalloc: str = "") -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("NCCLPM_FR_PYTHON", "_RJEM_MALLOC_CONF")}
     if python_path:
         env["NCCLPM_FR_PYTHON"] = "1"
+    if jemalloc:
+        env["_RJEM_MALLOC_CONF"] = jemalloc
     res = subprocess.run(
         [sys.executable, "-c", _CHILD, str(src), str(folder), "lazy" if lazy else "eager"],
         capture_output=True,
@@ -113,18 +117,22 @@ def bench(folder: Path, n_ranks: int, a: argparse.Namespace, torch_py: str | Non
     new: list[dict] = []
     old: list[dict] = []
     pure: list[dict] = []
+    tuned: list[dict] = []
     fr: list[tuple[float, str, float]] = []
     loads = []
     for i in range(a.runs):
         new.append(_ncclpm(ROOT / "src", folder))
         if a.python_path:
             pure.append(_ncclpm(ROOT / "src", folder, python_path=True))
+        if a.jemalloc:
+            tuned.append(_ncclpm(ROOT / "src", folder, jemalloc=a.jemalloc))
         if a.baseline:
             old.append(_ncclpm(Path(a.baseline) / "src", folder, lazy=not a.baseline_eager))
         if torch_py and i < a.fr_trace_runs:
             fr.append(_fr_trace(torch_py, folder))
         loads.append(os.getloadavg()[0])
-    for label, rows in (("ncclpm", new), ("ncclpm, Python path", pure), ("baseline", old)):
+    runs = (("ncclpm", new), ("ncclpm, Python path", pure), (f"ncclpm, {a.jemalloc}", tuned), ("baseline", old))
+    for label, rows in runs:
         if not rows:
             continue
         total = _med(rows, "load") + _med(rows, "analyze")
@@ -154,6 +162,7 @@ def main() -> None:
         "--baseline-eager", action="store_true", help="the baseline predates lazy reading: give it the bytes up front"
     )
     ap.add_argument("--python-path", action="store_true", help="also run this checkout with NCCLPM_FR_PYTHON=1")
+    ap.add_argument("--jemalloc", default="", help="also run this checkout with _RJEM_MALLOC_CONF set to this")
     ap.add_argument("--torch-python", default=None)
     ap.add_argument("--fr-trace-runs", type=int, default=1, help="fr_trace takes minutes: runs of it per size")
     ap.add_argument("--no-fr-trace", action="store_true")
