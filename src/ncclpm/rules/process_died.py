@@ -22,8 +22,9 @@ class ProcessDiedRankUnknown(Rule):
 
     ## What it detects
     One process's output - a pasted traceback, a console without `[rankN]:` prefixes - ending in an error of its
-    own (an exception that is not a symptom of another rank, a fatal signal, the shell's `Killed` or `Bus error
-    (core dumped)`, a launcher reporting a fatal exit code), with no line of any rank waiting on another.
+    own (an exception that is not a symptom of another rank, a CUDA failure, a fatal signal, the shell's `Killed`
+    or `Bus error (core dumped)`, a launcher reporting a fatal exit code), with no line of any rank waiting on
+    another.
 
     ## Why it matters
     Most pastes in issue threads are exactly this: the one traceback the reporter saw. Its error is what ended
@@ -46,9 +47,9 @@ class ProcessDiedRankUnknown(Rule):
             "messages rerun with `CUDA_LAUNCH_BLOCKING=1` to see the real call site."
         ),
         "killed": Fix(
-            "For `Killed` / exit -9: check the host's kernel log (`dmesg -T | grep -i 'killed process'`) - the OOM "
-            "killer ends the largest process when host RAM runs out (checkpoint saves, DataLoader workers).",
-            when="the process was killed (SIGKILL)",
+            "Check the host's kernel log (`dmesg -T | grep -i 'killed process'`): the OOM killer ends the largest "
+            "process when host RAM runs out (checkpoint saves, DataLoader workers).",
+            when="the process was killed (`Killed`, SIGKILL, exit -9 or 137)",
         ),
         "which_rank": Fix(
             "Keep each rank's output apart next time (`torchrun --log-dir DIR --tee 3`, or `--redirects 3`) so "
