@@ -112,7 +112,7 @@ class NcclTransportError(Rule):
                 f"reported by {', '.join(reporters)}): {detail}"
             )
         if len(culprit_hosts) == 2:
-            ends = [f"{ranks_text(r)} on {h}" for h, r in link_ends(t, ev, culprit_hosts).items()]
+            ends = [f"{ranks_text(r)} on {h}" if r else h for h, r in link_ends(t, ev, culprit_hosts).items()]
             hca = ev["hca"].drop_nulls().unique().to_list()
             via = f" (HCA {', '.join(hca)})" if hca else ""
             return f"NCCL's connection between {' and '.join(ends)} failed{via}: {detail}"

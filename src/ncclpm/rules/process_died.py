@@ -63,7 +63,7 @@ class ProcessDiedRankUnknown(Rule):
         # Lines another rule reads (an OOM, a store timeout, the agent's own SignalException) are not this one's.
         taken = same_line(t.events, [*VICTIM_KINDS, *EXPLAINED_KINDS, K.agent_killed, K.agent_signal])
         own = (
-            ev.filter((pl.col("kind") == K.exception) | (pl.col("kind") == K.crash_signal))
+            ev.filter(pl.col("kind").is_in([K.exception, K.crash_signal, K.cuda_error]))
             .join(taken, on=["source", "line"], how="anti")
             # the watchdog thread re-throwing a collective's failure: a symptom (CR01 reads it the same way)
             .filter(~pl.col("error_type").fill_null("").str.contains("DistBackendError"))
