@@ -32,6 +32,23 @@ def test_watchdog_lines_cut_at_a_terminal_width_are_read_whole(tmp_path: Path, w
     assert _timeouts(log) == [1, 2, 3]
 
 
+def test_a_cut_right_after_a_bracket_or_next_to_a_space_is_re_joined(tmp_path: Path) -> None:
+    """Determined's prefix ends at column 80 (`...cpp:828] ` + `[Rank 1] Watchdog...`); other cuts land next to
+    a space (`... Watchdog` + ` caught ...`). Each width below puts the cut at one of those places."""
+    line = (
+        "[2024-02-27T21:35:28.705869Z] fa88a9df [rank={r}] || [E ProcessGroupNCCL.cpp:828] [Rank {r}] Watchdog "
+        "caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLGATHER, Timeout(ms)=1800000) ran for "
+        "1804775 milliseconds before timing out."
+    )
+    for width in (80, 101):
+        log = tmp_path / f"w{width}.log"
+        log.write_text("\n".join(p for r in (1, 4) for p in _wrap(line.format(r=r), width)) + "\n")
+        t = build([log])
+        hits = t.events.filter(t.events["kind"] == "collective_timeout")
+        # the tail alone names its rank too; only the re-joined line has the prefix's time
+        assert sorted(hits["rank"].to_list()) == [1, 4] and hits["ts"].null_count() == 0, width
+
+
 def test_full_lines_of_one_width_are_not_glued(tmp_path: Path) -> None:
     # NCCL INFO lines of the same length, then a shorter log line: all are lines of their own.
     lines = [

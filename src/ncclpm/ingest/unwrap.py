@@ -3,8 +3,8 @@
 A hard wrap cuts a long line at column W wherever it falls - often mid-token: `...NumelOut=524290048, Timeo` +
 `ut(ms)=600000) ran for 600055 milliseconds`. Catalog patterns need the whole line, so a kept (anchored) line
 is glued to the physical line after it when all of these hold:
-- it is at least `MIN_WIDTH` long and ends inside a token (a letter, digit, `_`, `(`, `=`, `,` or `.`), or one
-  space after one;
+- it is at least `MIN_WIDTH` long and ends inside a token (a letter, digit, `_`, a bracket, `=`, `,` or `.`),
+  or one space after one;
 - the next line does not start like a log line (an envelope's head: `[rank3]:`, `[E1218 `, `host:pid:tid
   [dev]`, ISO time...; or a traceback line) and starts inside a token too, or with a bracket or quote, after at
   most one space (not indented);
@@ -31,10 +31,10 @@ from ncclpm.ingest.envelopes import to_python
 MIN_WIDTH = 60
 TERMINAL_WIDTHS = (80, 94, 100, 120, 132, 160, 200)
 # A cut falls inside a token or next to one space (`...[Rank 1] Watchdog` + ` caught collective...`, `peer
-# 10.0.0.2<47838` + `> with status=12`): one space at the cut is allowed on either side, and the tail may open
-# with a bracket or quote (a line opening like an envelope, `[rank3]:`, is never a tail); an indented line (two
-# spaces, a tab) never continues another.
-_ENDS_IN_TOKEN = r"[\w(=,.:/-] ?$"
+# 10.0.0.2<47838` + `> with status=12`, `...cpp:828] ` + `[Rank 1] Watchdog...`): one space at the cut is allowed
+# on either side, the piece may end with a bracket, and the tail may open with a bracket or quote (a line opening
+# like an envelope, `[rank3]:`, is never a tail); an indented line (two spaces, a tab) never continues another.
+_ENDS_IN_TOKEN = r"[\w()\[\]=,.:/-] ?$"
 _STARTS_IN_TOKEN = r"^ ?[\w()\[\]<>=,.:/'\"-]"
 # A line that starts with a timestamp (syslog `Nov 14 03:12:44 `, dmesg `[2419876.551211] `, ISO) begins a record:
 # host logs have no envelope, and two kernel lines of one length would otherwise read as a line and its tail.
