@@ -22,6 +22,7 @@ from ncclpm.ingest.catalog import MESSAGE_RANK, Catalog, Pattern
 from ncclpm.ingest.envelopes import Envelope
 from ncclpm.ingest.readings import apply_readings
 from ncclpm.schema import DTYPE_NAMES, EVENT_FIELDS, EVENTS_SCHEMA, LINES_SCHEMA
+from ncclpm.sources.discover import ANSI_CSI
 
 _TAG = (
     r"\[(?:PG (?:ID )?(?<_tag_pg_id>\d+) (?:PG GUID (?<_tag_guid>[^\s(\]]+)(?:\((?<_tag_desc>[^)]*)\))? "
@@ -114,16 +115,12 @@ def _level(catalog: Catalog) -> pl.Expr:
     return pl.coalesce(levels) if levels else pl.lit(None, pl.String)
 
 
-# Colour and cursor codes of a log captured from a terminal (loguru, rich, `script`): presentation, not content. They
-# sit around the time and the level, where the envelope must match, and would show as junk in every quote.
-_ANSI = r"\x1b\[[0-9;?]*[A-Za-z]"
-
-
 def _without_ansi(kept: pl.DataFrame) -> pl.DataFrame:
+    """Colour and cursor codes of a log captured from a terminal (loguru, rich, `script`) are presentation, not
+    content: they sit around the time and the level, where the envelope must match, and would be junk in quotes."""
     raw = pl.col("raw")
-    return kept.with_columns(
-        pl.when(raw.str.contains("\x1b", literal=True)).then(raw.str.replace_all(_ANSI, "")).otherwise(raw).alias("raw")
-    )
+    plain = raw.str.replace_all(ANSI_CSI, "")
+    return kept.with_columns(pl.when(raw.str.contains("\x1b", literal=True)).then(plain).otherwise(raw).alias("raw"))
 
 
 def _with_envelope(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:

@@ -10,11 +10,8 @@ from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.rules._facts import VICTIM_KINDS, known_ranks, same_line
 from ncclpm.rules.base import Finding, Fix, Rule, quotes
-from ncclpm.rules.rank_crash import EXPLAINED_KINDS, FATAL_SIGNALS
+from ncclpm.rules.rank_crash import EXPLAINED_KINDS, fatal_exit
 from ncclpm.schema import Category
-
-# What the shell prints for the command it ran (`Killed`), in the words of the signal.
-SHELL_SIGNALS = {"Killed": "SIGKILL", "Bus error": "SIGBUS", "Aborted": "SIGABRT"}
 
 
 class ProcessDiedRankUnknown(Rule):
@@ -69,16 +66,15 @@ class ProcessDiedRankUnknown(Rule):
             # the watchdog thread re-throwing a collective's failure: a symptom (CR01 reads it the same way)
             .filter(~pl.col("error_type").fill_null("").str.contains("DistBackendError"))
         )
-        fatal = pl.col("signal").is_in(FATAL_SIGNALS) | ~pl.col("exit_code").is_in([0, 1, -15])
-        exits = ev.filter((pl.col("kind") == K.worker_exit) & fatal.fill_null(False))
+        exits = ev.filter((pl.col("kind") == K.worker_exit) & fatal_exit().fill_null(False))
         return pl.concat([own, exits], how="diagonal_relaxed").sort("source", "line")
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         # The error itself beats the launcher's report of it; the last one is where the process ended.
         own = ev.filter(pl.col("kind") != K.worker_exit)
         last = (own if not own.is_empty() else ev).tail(1).row(0, named=True)
-        signal = SHELL_SIGNALS.get(last["detail"] or "", last["signal"])
-        killed = signal == "SIGKILL" or last["exit_code"] in (-9, 137)  # 137: a shell's or container's 128 + 9
+        # the shell's `Killed`, a launcher's SIGKILL, exit -9 or 137 (a shell's or container's 128 + 9)
+        killed = last["detail"] == "Killed" or last["signal"] == "SIGKILL" or last["exit_code"] in (-9, 137)
         # What the process was doing when it died: the last progress or activity line above it in its file.
         doing = (
             t.kinds(K.progress, K.activity, K.progress_bar)

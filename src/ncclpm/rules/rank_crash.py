@@ -29,6 +29,13 @@ EXPLAINED_KINDS = [
 FATAL_SIGNALS = ["SIGKILL", "SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT"]
 
 
+def fatal_exit() -> pl.Expr:
+    """An exit a process did not choose: a fatal signal, or a code other than 0, 1 (its own error) and -15 (torn
+    down by its launcher)."""
+    chosen = pl.col("exit_code").is_in([0, 1, -15])
+    return pl.col("signal").is_in(FATAL_SIGNALS) | (pl.col("signal").is_null() & ~chosen)
+
+
 def crashed_ranks(t: Tables) -> set[int]:
     """Ranks that failed on their own before waiting on anyone (what this rule calls a crash)."""
     return set(RankDiedFirst().evidence(t)["rank"].to_list())
@@ -95,9 +102,7 @@ class RankDiedFirst(Rule):
     def _exits(t: Tables) -> pl.DataFrame:
         victims = list(victim_ranks(t))
         el = t.elastic.filter(pl.col("rank").is_not_null())
-        fatal = pl.col("signal").is_in(FATAL_SIGNALS) | (
-            pl.col("signal").is_null() & ~pl.col("exit_code").is_in([0, 1, -15])
-        )
+        fatal = fatal_exit()
         sigabrt_ok = (pl.col("signal") != "SIGABRT") | ~pl.col("rank").is_in(victims)
         rows = el.filter(fatal.fill_null(False) & sigabrt_ok.fill_null(True))
         return rows.with_columns(

@@ -95,7 +95,8 @@ def _mostly_control(sample: bytes) -> bool:
 # Terminal output that is text: colour and cursor escape sequences, and the backspace dance of a progress spinner
 # (pip writes "\b\b\b   \b\b\b" before each frame). Three or more bytes in a fixed shape: random bytes almost
 # never hold one, so removing them before counting control bytes keeps binary junk binary.
-_TERMINAL_TEXT = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|(\x08+) +\1")
+ANSI_CSI = r"\x1b\[[0-9;?]*[A-Za-z]"  # a colour or cursor code (Python and polars regex alike)
+_TERMINAL_TEXT = re.compile(ANSI_CSI.encode() + rb"|(\x08+) +\1")
 
 
 def looks_binary(head: bytes) -> bool:
