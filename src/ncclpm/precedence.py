@@ -10,6 +10,7 @@ rules` prints this order with the reasons.
 from __future__ import annotations
 
 PRECEDENCE: tuple[tuple[str, str], ...] = (
+    ("CV02", "a build that does not fit the node fails at its first GPU call: what NVML or a rank says next follows"),
     ("NV01", "a broken GPU driver makes everything on its node fail: NCCL errors, crashes, timeouts"),
     ("OM01", "an out-of-memory error is the exact reason its rank died"),
     ("FR01", "the dumps prove which collective differed, and at which sequence number"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ncclpm import precedence
 from ncclpm.rules.base import Rule, RuleError
 from ncclpm.rules.config_version import VersionsDifferAcrossRanks
+from ncclpm.rules.cuda_build import CudaBuildDoesNotFit
 from ncclpm.rules.cuda_oom import CudaOutOfMemory
 from ncclpm.rules.dataloader import DataloaderFailure
 from ncclpm.rules.finished_cleanly import JobFinishedCleanly
@@ -45,6 +46,7 @@ ALL_RULES: tuple[type[Rule], ...] = (
     NcclTransportError,
     ShmOrP2pFailure,
     VersionsDifferAcrossRanks,
+    CudaBuildDoesNotFit,
     JobCancelledByScheduler,
     LaunchMisconfigured,
     JobKilledFromOutside,
