@@ -8,7 +8,7 @@ import polars as pl
 
 from ncclpm.api import catalog
 from ncclpm.ingest.extract import extract_events, parse_lines
-from ncclpm.ingest.multiline import parse_elastic_summaries, stitch_tracebacks
+from ncclpm.ingest.multiline import parse_elastic_summaries, rank_summary_blocks, stitch_tracebacks
 
 
 def _parse(lines: list[str], source: str = "job.log") -> pl.DataFrame:
@@ -122,6 +122,44 @@ def test_torchrun_root_cause_block_is_parsed() -> None:
         (1, 1, None, True),
     ]
     assert el["detail"][1] == "RuntimeError: Timed out waiting 10000ms"
+
+
+def test_a_summary_cut_above_its_header_still_gives_its_entries_and_their_ranks() -> None:
+    """The last screen of a console: an entry's block starts without `Failures:` above it; the exception
+    indented under an entry is that entry's rank's, the lines after the summary are nobody's."""
+    parsed = _parse(
+        [
+            "  RuntimeError: Connection closed by peer [127.0.0.1]:22217",  # the end of a block cut above
+            "[1]:",
+            "  time      : 2026-11-22_08:37:56",
+            "  host      : localhost",
+            "  rank      : 3 (local_rank: 3)",
+            "  exitcode  : 1 (pid: 32121) ",
+            "  traceback : Traceback (most recent call last):",
+            '    File "/w/crash.py", line 32, in body',
+            "  RuntimeError: loss is NaN at step 4",
+            "RuntimeError: printed after the summary",
+        ]
+    )
+    el = parse_elastic_summaries(parsed)
+    assert el.select("rank", "exit_code", "root_cause").rows() == [(3, 1, False)]
+    ranked = rank_summary_blocks(parsed, el)
+    assert ranked["rank"].to_list() == [None, None, None, 3, 3, 3, 3, 3, 3, None]
+    events = extract_events(ranked, catalog())
+    exc = events.filter(pl.col("kind") == "exception").select("line", "rank", "detail").rows()
+    assert (9, 3, "loss is NaN at step 4") in exc
+
+
+def test_a_rank_seen_on_two_hosts_equally_often_gets_the_same_one_every_time(tmp_path) -> None:
+    from ncclpm.api import build
+
+    log = tmp_path / "tie.log"
+    log.write_text(
+        "[rank3]:zeta-1:123:456 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n"
+        "[rank3]:alpha-2:124:457 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>\n"
+        "[rank3]: RuntimeError: boom\n"
+    )
+    assert {build([log]).ranks["host"][0] for _ in range(12)} == {"alpha-2"}
 
 
 def test_events_keep_the_raw_line_for_quoting() -> None:

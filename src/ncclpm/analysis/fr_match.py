@@ -185,7 +185,7 @@ def _holders(coll: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFrame:
     keys = pairs.select("group_key", "seq").unique().lazy()
     at = _streamed(coll.lazy().join(keys, on=["group_key", "seq"], how="semi"))
     return at.group_by("group_key", "seq").agg(
-        pl.col("rank").unique().sort().alias("present_ranks"), pl.col("op").mode().first()
+        pl.col("rank").unique().sort().alias("present_ranks"), pl.col("op").mode().sort().first()
     )
 
 

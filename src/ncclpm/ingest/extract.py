@@ -173,7 +173,7 @@ def _resolve_rank(catalog: Catalog) -> pl.Expr:
 def _fill_ranks(env: pl.DataFrame) -> pl.DataFrame:
     stream = ["source", "_role", "_local"]
     env = env.with_columns(
-        pl.col("_direct").drop_nulls().mode().first().over(stream).alias("_stream_rank"),
+        pl.col("_direct").drop_nulls().mode().sort().first().over(stream).alias("_stream_rank"),
         # A file that mostly talks about one rank is that rank's log (a per-rank file with some unprefixed
         # lines); a console where only one rank printed prefixed lines is not.
         pl.when(

@@ -115,7 +115,8 @@ def parse_elastic_summaries(lines: pl.DataFrame) -> pl.DataFrame:
             st["root"] = True
         elif msg.startswith("Failures:"):
             st["root"] = False
-        elif (m := _FIELD.match(msg)) and "root" in st:
+        elif (m := _FIELD.match(msg)) and ("root" in st or m["key"] == "time"):
+            st.setdefault("root", False)  # a pasted tail of the summary: its entries without their header
             if m["key"] == "time":
                 st["entry"] = {"source": src, "line": r["line"], "root_cause": st["root"]}
                 rows.append(st["entry"])
@@ -123,4 +124,43 @@ def parse_elastic_summaries(lines: pl.DataFrame) -> pl.DataFrame:
                 _apply_field(st["entry"], m["key"], m["val"])
         elif "entry" in st and (exc := _EXC.match(msg)) and st["entry"].get("detail", "").startswith("Traceback"):
             st["entry"]["detail"] = f"{exc['type']}: {exc['msg'] or ''}".strip()
+    rows = [r for r in rows if "exit_code" in r or "rank" in r]  # a stray `time :` line is no entry
     return pl.DataFrame(rows, schema=ELASTIC_SCHEMA) if rows else pl.DataFrame(schema=ELASTIC_SCHEMA)
+
+
+BLOCK_LINES = 200  # an entry's traceback is cut by torchrun long before this
+
+
+def rank_summary_blocks(parsed: pl.DataFrame, elastic: pl.DataFrame) -> pl.DataFrame:
+    """`parsed` with the lines inside an entry of torchrun's failure summary given the entry's rank: its
+    `traceback :` field (frames, the exception) is indented under the entry, and in a console without rank
+    prefixes nothing else says whose it is. A block ends at the first kept line that is not indented."""
+    entries = elastic.filter(pl.col("rank").is_not_null()).select(
+        "source", pl.col("line").alias("_start"), pl.col("rank").alias("_block_rank")
+    )
+    if entries.is_empty():
+        return parsed
+    inside = parsed.filter(pl.col("source").is_in(entries["source"].unique().implode()))
+    ends = inside.filter(~pl.col("message").fill_null("").str.contains(r"^\s")).select("source", pl.col("line"))
+    # both sides sorted by line over all sources, which sorts them within each source too
+    blocks = entries.sort("_start").join_asof(
+        ends.sort("line").rename({"line": "_end"}),
+        left_on="_start",
+        right_on="_end",
+        by="source",
+        strategy="forward",
+        check_sortedness=False,
+    )
+    ranked = (
+        parsed.with_row_index("_order")
+        .sort("line")
+        .join_asof(blocks, left_on="line", right_on="_start", by="source", strategy="backward", check_sortedness=False)
+        .sort("_order")
+    )
+    in_block = (
+        (pl.col("line") > pl.col("_start"))
+        & (pl.col("_end").is_null() | (pl.col("line") < pl.col("_end")))
+        & (pl.col("line") - pl.col("_start") <= BLOCK_LINES)
+    )
+    rank = pl.coalesce("rank", pl.when(in_block).then(pl.col("_block_rank").cast(pl.Int32)))
+    return ranked.with_columns(rank.alias("rank")).select(parsed.columns)

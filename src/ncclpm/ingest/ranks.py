@@ -38,7 +38,7 @@ def build_ranks(
         lines.filter(pl.col("rank").is_not_null())
         .group_by("rank")
         .agg(
-            pl.col("host").drop_nulls().mode().first().alias("host"),
+            pl.col("host").drop_nulls().mode().sort().first().alias("host"),  # a tie: the same host every run
             pl.col("pid").drop_nulls().first().alias("pid"),
         )
     )

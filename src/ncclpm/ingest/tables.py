@@ -24,7 +24,7 @@ from ncclpm.ingest.code_settings import code_settings_table
 from ncclpm.ingest.errorfiles import read_error_files
 from ncclpm.ingest.extract import extract_events, lines_table, parse_lines, row_columns
 from ncclpm.ingest.lines import read_kept_lines
-from ncclpm.ingest.multiline import parse_elastic_summaries, stitch_tracebacks
+from ncclpm.ingest.multiline import parse_elastic_summaries, rank_summary_blocks, stitch_tracebacks
 from ncclpm.ingest.nccl import (
     fill_line_ranks,
     fill_ranks,
@@ -121,6 +121,8 @@ def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") ->
     )
     parsed = parse_lines(kept, catalog)
     parsed = bound(parsed, warnings)
+    elastic = parse_elastic_summaries(parsed)
+    parsed = rank_summary_blocks(parsed, elastic)
     error_files = apply_readings(read_error_files(job.of_kind(SourceKind.ERROR_FILE), warnings), catalog.kinds)
     events = pl.concat([extract_events(parsed, catalog), error_files], how="vertical").cast(EVENTS_SCHEMA)  # type: ignore[arg-type]
     events = bound(events, warnings)
@@ -128,7 +130,6 @@ def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") ->
     process_ranks = rank_map(comms)
     events = fill_ranks(events, process_ranks)
     lines = fill_line_ranks(lines_table(parsed), process_ranks)
-    elastic = parse_elastic_summaries(parsed)
     lines, events = _date_yearless((lines, events), elastic)
     fr = _read_dumps(job, warnings, fr_columns)
     stacks = build_stacks(job, lines, pid_rank_map(lines, events, elastic, process_ranks), fr, warnings)

@@ -127,12 +127,15 @@ class InsufficientEvidence(Rule):
 
 def _nothing_recognised(t: Tables) -> bool:
     """No line read as anything (not even a Python frame), no dump, no stack: the input is not a distributed job's
-    log. A line that merely holds an anchor word (a package list naming `torch`) is not recognised. With no source
-    read at all (an empty or broken archive) nothing was looked at: that stays `unknown`, with the warnings."""
+    log. A line that merely holds an anchor word (a package list naming `torch`) is not recognised; a line a rank's
+    prefix marks (`[rank0]:[W1014 ...] ... using GPU 0 ...`) is a distributed job's, even when it says nothing
+    about the failure. With no source read at all (an empty or broken archive) nothing was looked at: that stays
+    `unknown`, with the warnings."""
     stacks = t.extra.get("stacks")
     return (
         bool(t.sources or t.code_sources)
         and t.events.is_empty()
+        and t.lines.filter(pl.col("rank").is_not_null()).is_empty()
         and t.tracebacks.is_empty()
         and t.elastic.is_empty()
         and t.fr is None

@@ -18,7 +18,9 @@ class LaunchMisconfigured(Rule):
 
     ## What it detects
     NCCL's `Duplicate GPU detected : rank 3 and rank 2 both on CUDA device e2000` (two ranks mapped to the
-    same device), `CUDA error: invalid device ordinal` (more processes per node than GPUs), and argparse errors
+    same device), `CUDA error: invalid device ordinal` (more processes per node than GPUs), a launch command
+    that starts more processes per node than the GPUs it leaves visible (`CUDA_VISIBLE_DEVICES=0,1 torchrun
+    --nproc_per_node=4`), and argparse errors
     at start-up such as `train.py: error: unrecognized arguments: --local-rank=2` (every worker exits with
     status 2 and torchrun lists them under `Failures:`).
 
@@ -60,7 +62,8 @@ class LaunchMisconfigured(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        return t.kinds(K.duplicate_gpu, K.gpu_unavailable, K.launcher_args).sort(
+        found = t.kinds(K.duplicate_gpu, K.gpu_unavailable, K.launcher_args)
+        return pl.concat([found, _more_processes_than_gpus(t)], how="diagonal_relaxed").sort(
             "ts", "source", "line", nulls_last=True
         )
 
@@ -107,6 +110,24 @@ class LaunchMisconfigured(Rule):
                 dont=("Do not look for a network or NCCL problem: the rank never got a GPU.",),
                 verify=("`nvidia-smi -L` on the node lists at least `--nproc_per_node` GPUs.",),
             )
+        crowded = ev.filter(pl.col("nproc").is_not_null())
+        if not crowded.is_empty():
+            row = crowded.row(0, named=True)
+            return self.finding(
+                confidence=0.8,
+                culprit_ranks=(),
+                summary=f"The launch command starts {row['nproc']} processes per node but leaves "
+                f"{row['visible']} GPU{'s' if row['visible'] != 1 else ''} visible "
+                f"(`CUDA_VISIBLE_DEVICES={row['value']}`): ranks share a GPU or find none.",
+                explanation="Each process takes the GPU of its local rank; with fewer visible GPUs than "
+                "`--nproc_per_node`, a script that wraps the index (`local_rank % device_count()`) puts two ranks "
+                "on one device (NCCL: `Duplicate GPU detected`) and one that does not fails with `invalid device "
+                "ordinal`. Whatever the traceback, the command cannot work.",
+                evidence=quotes(crowded),
+                fixes=self.fixes("set_device"),
+                dont=("Do not look for a network or NCCL problem: the launch command is inconsistent.",),
+                verify=("`--nproc_per_node` equals the number of entries in `CUDA_VISIBLE_DEVICES`.",),
+            )
         args = ev.filter(pl.col("kind") == K.launcher_args)
         exits_2 = t.elastic.filter(pl.col("exit_code") == 2)
         local_rank = args["value"].fill_null("").str.contains("--local[-_]rank").any()
@@ -129,3 +150,21 @@ class LaunchMisconfigured(Rule):
             dont=("Do not look for a network or GPU problem: the workers never got past argument parsing.",),
             verify=("`python train.py --help` lists every argument the launch command passes.",),
         )
+
+
+def _more_processes_than_gpus(t: Tables) -> pl.DataFrame:
+    """A launch command that starts more processes per node than the GPUs it leaves visible: the setting's event,
+    with the process count (`nproc`) and the visible GPUs (`visible`). Only a literal device list is counted."""
+    nproc = (
+        t.kinds(K.launcher_option)
+        .filter(pl.col("var").str.replace_all("-", "_") == "nproc_per_node")
+        .select("source", "line", pl.col("value").cast(pl.Int64, strict=False).alias("nproc"))
+    )
+    devices = t.kinds(K.setting).filter(
+        (pl.col("var") == "CUDA_VISIBLE_DEVICES") & pl.col("value").str.contains(r"^[\w-]+(?:,[\w-]+)*$")
+    )
+    return (
+        devices.with_columns(pl.col("value").str.split(",").list.len().cast(pl.Int64).alias("visible"))
+        .join(nproc, on=["source", "line"])
+        .filter(pl.col("nproc") > pl.col("visible"))
+    )

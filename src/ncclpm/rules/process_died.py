@@ -21,7 +21,8 @@ class ProcessDiedRankUnknown(Rule):
     One process's output - a pasted traceback, a console without `[rankN]:` prefixes - ending in an error of its
     own (an exception that is not a symptom of another rank, a CUDA failure, a fatal signal, the shell's `Killed`
     or `Bus error (core dumped)`, a launcher reporting a fatal exit code), with no line of any rank waiting on
-    another.
+    another; or a host's kernel log saying it ended a process (the OOM killer) or that a process's GPU work
+    faulted (application Xids 13/31/43).
 
     ## Why it matters
     Most pastes in issue threads are exactly this: the one traceback the reporter saw. Its error is what ended
@@ -61,7 +62,7 @@ class ProcessDiedRankUnknown(Rule):
         # Lines another rule reads (an OOM, a store timeout, the agent's own SignalException) are not this one's.
         taken = same_line(t.events, [*VICTIM_KINDS, *EXPLAINED_KINDS, K.agent_killed, K.agent_signal])
         own = (
-            ev.filter(pl.col("kind").is_in([K.exception, K.crash_signal, K.cuda_error]))
+            ev.filter(pl.col("kind").is_in([K.exception, K.crash_signal, K.cuda_error, K.oom_killer, K.xid_app]))
             .join(taken, on=["source", "line"], how="anti")
             # the watchdog thread re-throwing a collective's failure: a symptom (CR01 reads it the same way)
             .filter(~pl.col("error_type").fill_null("").str.contains("DistBackendError"))
@@ -73,8 +74,12 @@ class ProcessDiedRankUnknown(Rule):
         # The error itself beats the launcher's report of it; the last one is where the process ended.
         own = ev.filter(pl.col("kind") != K.worker_exit)
         last = (own if not own.is_empty() else ev).tail(1).row(0, named=True)
+        if last["kind"] == K.xid_app:  # a fault's first Xid is its cause: 43 and 45 follow a 13 or 31
+            last = own.filter(pl.col("kind") == K.xid_app).row(0, named=True)
+            last["text"] = last["text"][last["text"].find("NVRM:") :]  # the kernel's prefix says nothing here
         # the shell's `Killed`, a launcher's SIGKILL, exit -9 or 137 (a shell's or container's 128 + 9)
-        killed = last["detail"] == "Killed" or last["signal"] == "SIGKILL" or last["exit_code"] in (-9, 137)
+        oom = last["kind"] == K.oom_killer
+        killed = oom or last["detail"] == "Killed" or last["signal"] == "SIGKILL" or last["exit_code"] in (-9, 137)
         # What the process was doing when it died: the last progress or activity line above it in its file.
         doing = (
             t.kinds(K.progress, K.activity, K.progress_bar)
@@ -84,7 +89,9 @@ class ProcessDiedRankUnknown(Rule):
         during = f" during `{doing['text'][0].strip()[:100]}`" if not doing.is_empty() else ""
         quoted = f"`{last['text'].strip()[:140]}`"
         how = (
-            f"was killed{during} ({quoted}; SIGKILL comes from outside it)"
+            f"was killed by the kernel's OOM killer{during} ({quoted}: host memory, not GPU memory)"
+            if oom
+            else f"was killed{during} ({quoted}; SIGKILL comes from outside it)"
             if killed
             else f"died of its own error{during} ({quoted})"
         )
@@ -94,7 +101,11 @@ class ProcessDiedRankUnknown(Rule):
             summary=f"A process {how}; the excerpt does not say which rank it was.",
             explanation="No line shows a rank waiting on another, so this is where the process ended; in a "
             "distributed job the other ranks then wait for it until their timeout."
-            + (" A SIGKILL nobody sent by hand is most often the kernel's OOM killer (host memory)." if killed else ""),
+            + (
+                " A SIGKILL nobody sent by hand is most often the kernel's OOM killer (host memory)."
+                if killed and not oom
+                else ""
+            ),
             evidence=quotes(ev.tail(3)) + quotes(doing),  # the death first: the story tells it from there
             fixes=self.fixes("killed" if killed else "fix_error", "which_rank"),
             dont=("Do not raise the collective timeout or change NCCL settings: no collective failed.",),

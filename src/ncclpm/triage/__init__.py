@@ -6,21 +6,31 @@
 summary with unexplained failures clustered by signature (`summary.py`, `signature.py`).
 """
 
-from ncclpm.triage.jobs import JobRef, find_jobs
-from ncclpm.triage.runner import Interrupted, run_local, run_ray
-from ncclpm.triage.summary import render_summary
-from ncclpm.triage.table import TABLE_SCHEMA, to_frame, write_table
-from ncclpm.triage.worker import triage_job
+from __future__ import annotations
 
-__all__ = [
-    "TABLE_SCHEMA",
-    "Interrupted",
-    "JobRef",
-    "find_jobs",
-    "render_summary",
-    "run_local",
-    "run_ray",
-    "to_frame",
-    "triage_job",
-    "write_table",
-]
+import importlib
+from typing import Any
+
+# Loaded on first use: `diagnose` imports `triage.several_jobs` to refuse a folder of several jobs, and must not pay
+# for the runner, the table writer and the summary's jinja2 (~25 ms of a tiny job's start).
+_WHERE = {
+    "JobRef": "jobs",
+    "find_jobs": "jobs",
+    "Interrupted": "runner",
+    "run_local": "runner",
+    "run_ray": "runner",
+    "render_summary": "summary",
+    "TABLE_SCHEMA": "table",
+    "to_frame": "table",
+    "write_table": "table",
+    "triage_job": "worker",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    globals()[name] = value
+    return value
