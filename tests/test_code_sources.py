@@ -153,6 +153,20 @@ def test_a_log_named_like_code_is_a_log_and_code_named_like_a_log_is_code(tmp_pa
             "yaml",
         ),
         ("train.yaml", "model:\n  name: llama\n", "yaml"),
+        (  # pdsh's host tag on every line of a torchrun summary: a log, not YAML keys
+            "pasted.txt",
+            "worker-7: Root Cause (first observed failure):\nworker-7: [0]:\nworker-7:   time      : 2026-11-22_08:37:56\n"
+            "worker-7:   host      : worker-7\nworker-7:   rank      : 3 (local_rank: 3)\n"
+            "worker-7:   exitcode  : 1 (pid: 32121)\nworker-7:   traceback : Traceback (most recent call last):\n"
+            'worker-7:     File "/w/crash.py", line 32, in body\nworker-7:   RuntimeError: loss is NaN\nworker-7: \n',
+            None,
+        ),
+        (  # many hyphenated keys, each once: still YAML
+            "cfg.txt",
+            "train-batch-size: 8\nlearning-rate: 1e-4\nwarmup-steps: 100\nzero-stage: 2\nmodel-name: llama-3\n"
+            "optimizer:\n  type: adamw\n",
+            "yaml",
+        ),
         ("cfg.toml", '[env]\nNCCL_DEBUG = "INFO"\n', "toml"),
         (
             "run.log",

@@ -204,6 +204,21 @@ def _first_lines(text: str, limit: int) -> Iterator[str]:
         start = end + 1
 
 
+_LINE_TAG = re.compile(r"^([\w.-]{1,64}): ")
+
+
+def _without_line_tags(text: str) -> str:
+    """The text without the tag a collector puts on every line (`worker-1: ` from pdsh, `3: ` from `srun
+    --label`): it hides each line's own start (and reads as YAML keys). Stripped when nearly every line carries one
+    of a few tags; a YAML file's keys are many and different."""
+    lines = list(_first_lines(text, MAX_LINES))
+    tags = [m[1] for line in lines if line.strip() and (m := _LINE_TAG.match(line))]
+    filled = sum(1 for line in lines if line.strip())
+    if len(tags) < 3 or len(tags) * 10 < filled * 9 or len(set(tags)) * 5 > len(tags):
+        return text
+    return "\n".join(_LINE_TAG.sub("", line, count=1) for line in lines)
+
+
 def _tally(text: str) -> _Tally:
     t = _Tally()
     quote: str | None = None  # inside a triple-quoted string opened by a code line
@@ -318,6 +333,7 @@ def code_language(name: str, head: bytes, truncated: bool = False) -> str | None
     json_like = hint in ("json", "notebook") or text.lstrip()[:1] in ("{", "[")
     if json_like and (kind := _json_kind(text, hint, truncated)):
         return kind
+    text = _without_line_tags(text)
     t = _tally(text)
     if t.log > max(1, t.total // 5):
         return None

@@ -1,0 +1,47 @@
+"""A collector's tag on every line changes no verdict: every text-only case of tests/cases, its log files tagged
+the way pdsh (DeepSpeed's multi-node runner), SkyPilot, docker compose or `kubectl logs --prefix` tag them, gets
+the category and culprits it gets untagged. Each file gets its own node's tag, as each node's output would; code,
+configuration and stack dumps are left as they are (a collector tags a process's output, not a snapshot)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from ncclpm.api import diagnose
+from ncclpm.sources.code import code_language
+from ncclpm.sources.stack_sniff import looks_like_stack_dump
+from tests.test_wrap_invariance import CASES, _text_cases
+
+TAGS: dict[str, Callable[[int], str]] = {
+    "pdsh": lambda node: f"gpu-node-{node}: ",
+    "skypilot": lambda node: f"(worker{node}, rank={node}, pid={2300 + node}, ip=10.0.0.{node}) ",
+    "compose": lambda node: f"trainer-{node}  | ",
+    "kubectl": lambda node: f"[pod/train-worker-{node}/pytorch] ",
+}
+
+
+def _tagged(src: Path, dst: Path, tag: Callable[[int], str]) -> None:
+    for node, p in enumerate(sorted(q for q in src.rglob("*") if q.is_file())):
+        out = dst / p.relative_to(src)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        data = p.read_bytes()
+        if code_language(p.name, data[:65536], len(data) > 65536) or looks_like_stack_dump(p.name, data[:65536]):
+            out.write_bytes(data)
+            continue
+        prefix = tag(node)
+        lines = data.decode("utf-8").split("\n")
+        out.write_text("\n".join(prefix + line if line else line for line in lines), encoding="utf-8")
+
+
+@pytest.mark.parametrize("name", _text_cases())
+def test_a_collector_tag_keeps_the_verdict(name: str, tmp_path: Path) -> None:
+    src = CASES / name / "input"
+    want = diagnose([src])
+    for which, tag in TAGS.items():
+        dst = tmp_path / which
+        _tagged(src, dst, tag)
+        got = diagnose([dst])
+        assert (got.category, got.culprit_ranks) == (want.category, want.culprit_ranks), f"tagged by {which}"
