@@ -1,9 +1,9 @@
-"""Build hook: compile the optional C modules: the opcode scanner (`ncclpm/ingest/_frscan.c`) and the dump decoder
-(`ncclpm/ingest/_frdecode.c`).
+"""Build hook: compile the optional C modules: the opcode scanner (`ncclpm/ingest/_frscan.c`), the dump decoder
+(`ncclpm/ingest/_frdecode.c`) and the text path's line cutter (`ncclpm/ingest/_textcut.c`).
 
 No compiler, no Python headers, or any other failure: that module is left out and the Python code does the same
-work (slower: `fr_scan.scan_py`, the restricted unpickler in `fr_decode`). Editable installs get the modules next
-to their sources.
+work (slower: `fr_scan.scan_py`, the restricted unpickler in `fr_decode`, `rawscan.cut_rows`). Editable installs
+get the modules next to their sources.
 """
 
 from __future__ import annotations
@@ -17,7 +17,11 @@ from pathlib import Path
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-SOURCES = (Path("src/ncclpm/ingest/_frscan.c"), Path("src/ncclpm/ingest/_frdecode.c"))
+SOURCES = (
+    Path("src/ncclpm/ingest/_frscan.c"),
+    Path("src/ncclpm/ingest/_frdecode.c"),
+    Path("src/ncclpm/ingest/_textcut.c"),
+)
 
 
 def _compile(root: Path, src: Path, out: Path) -> bool:

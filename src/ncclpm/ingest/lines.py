@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from ncclpm.ingest.rawscan import Rows, anchor_regex, cut_rows, hit_line_regex, utf8_text
+from ncclpm.ingest.rawscan import anchor_regex, cut_group, hit_line_regex, utf8_text
 from ncclpm.ingest.unwrap import MIN_WIDTH, joins, python_start, rejoin_wrapped, unwrap_lines
 from ncclpm.sources.discover import Source
 
@@ -33,7 +33,7 @@ TQDM_END = r"(\[\d+:\d{2}(?::\d{2})?<[^\]\r]{0,80}\])"
 GROUP_FILES = 64  # texts scanned together (one regex pass, one query for the kept lines) ...
 GROUP_BYTES = 32 * 1024 * 1024  # ... holding at most about this many bytes
 CHUNK_BYTES = 8 * 1024 * 1024  # a bigger (or gzipped) file is read in blocks of this size, cut at line ends
-SCAN_THREADS = 1  # groups scanned at once, besides the thread reading the next group (2: ~20 % more peak memory)
+SCAN_THREADS = 2  # groups scanned at once (both cores: the regex and the C line cutter run without the GIL)
 _SCHEMA = {"source": pl.String(), "line": pl.Int64(), "raw": pl.String()}
 _KEPT_SCHEMA = {**_SCHEMA, "cut": pl.Boolean()}
 Then = Callable[[pl.DataFrame], pl.DataFrame] | None  # more row-wise columns, computed where the lines are cut out
@@ -152,15 +152,10 @@ def _scan(
     warnings: list[str] = []
     if not texts:
         return {}, warnings
-    found = _hit_lines(_as_strings(texts, warnings), [t.whole for t in texts], anchors)
-    rows, slow = Rows(), set()
-    for i, (t, lines) in enumerate(zip(texts, found, strict=True)):
-        if t.whole and any("\n" in line for line in lines):
-            slow.add(i)
-            continue
-        rejoin = bool(line_start)
-        cut_rows(rows, i, t.data, lines, t.first_line, previous=t.whole, following=rejoin, python_lines=t.whole)
-    frame = rows.frame()
+    whole = [t.whole for t in texts]
+    found = _hit_lines(_as_strings(texts, warnings), whole, anchors)
+    first_lines = [t.first_line for t in texts]
+    frame, slow = cut_group([t.data for t in texts], found, first_lines, whole, following=bool(line_start))
     slow |= _may_join(frame, [i for i, t in enumerate(texts) if t.whole], line_start)
     names = pl.Series([t.name for t in texts], dtype=pl.String)
     after_hit = pl.col("hit").shift(1) & (pl.col("text").shift(1) == pl.col("text"))

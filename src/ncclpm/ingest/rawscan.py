@@ -14,11 +14,18 @@ Two ways of reading lines are reproduced exactly, so the kept lines do not depen
 
 from __future__ import annotations
 
+import os
 import re
+from array import array
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 import polars as pl
+
+try:  # built by hatch_build.py when a C compiler is there
+    from ncclpm.ingest import _textcut  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - depends on the install
+    _textcut = None
 
 _META = re.compile(r"([\\.+*?()|\[\]{}^$])")
 
@@ -117,3 +124,48 @@ def cut_rows(
             last = number + 1
         pos = end
     text.extend([index] * (len(number_col) - n0))
+
+
+def native() -> bool:
+    """Whether the hit lines are cut out by the C module (``NCCLPM_TEXT_PYTHON=1`` in the environment: never)."""
+    return _textcut is not None and not os.environ.get("NCCLPM_TEXT_PYTHON")
+
+
+def cut_group(
+    data: list[bytes], hits: list[list[str]], first_lines: list[int], whole: list[bool], *, following: bool
+) -> tuple[pl.DataFrame, set[int]]:
+    """The rows (`Rows.frame()`) cut out of a group of texts, and the texts left to the slow path: a text read
+    whole (`whole`: Python's lines, the line before each hit too) where a hit line holds a newline (an anchor cut
+    by one). `hits`: each text's hit lines, the regex matches in order. In C without the GIL when built (the same
+    frame: the tests compare both), else `cut_rows` text by text."""
+    if native():
+        text, line, hit, raw, slow = _textcut.cut(data, hits, first_lines, whole, following)
+        return _frame(text, line, hit, raw), set(slow)
+    rows, slow_set = Rows(), set()
+    for i, (d, lines, first, w) in enumerate(zip(data, hits, first_lines, whole, strict=True)):
+        if w and any("\n" in line for line in lines):
+            slow_set.add(i)
+            continue
+        cut_rows(rows, i, d, lines, first, previous=w, following=following, python_lines=w)
+    return rows.frame(), slow_set
+
+
+def _frame(text: bytes, line: bytes, hit: bytes, raw: bytes) -> pl.DataFrame:
+    """`Rows.frame()` from the C module's arrays and its rows' texts joined by newlines (a row never holds one)."""
+    texts, lines, hits = array("I"), array("q"), array("B")
+    texts.frombytes(text)
+    lines.frombytes(line)
+    hits.frombytes(hit)
+    raws = (
+        pl.Series([raw], dtype=pl.Binary).cast(pl.String).str.split("\n").explode()
+        if hits
+        else pl.Series([], dtype=pl.String)
+    )
+    return pl.DataFrame(
+        [
+            pl.Series("text", texts, dtype=pl.UInt32),
+            pl.Series("line", lines, dtype=pl.Int64),
+            raws.alias("raw"),
+            pl.Series("hit", hits, dtype=pl.UInt8).cast(pl.Boolean),
+        ]
+    )

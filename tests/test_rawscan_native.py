@@ -1,0 +1,110 @@
+"""The C line cutter (`_textcut`, via `rawscan.cut_group`) gives exactly the rows the Python reference
+(`rawscan.cut_rows`) gives, on every text the tests have and on texts made to hit its edges; and the whole reader
+keeps the same lines with either."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from ncclpm.api import catalog
+from ncclpm.ingest import lines as lines_mod
+from ncclpm.ingest import rawscan
+from ncclpm.ingest.extract import row_columns
+from ncclpm.sources.discover import collect
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(rawscan._textcut is None, reason="the C line cutter is not built in this install")
+
+
+def _edge_texts() -> list[bytes]:
+    """Hits on the first and the last line, with and without a final newline, CRLF and lone CR endings, empty
+    lines around hits, consecutive hits, a huge line, invalid UTF-8 (replaced by the reader), non-ASCII text, a
+    text of newlines only, an empty text, an anchor cut by a newline."""
+    hit = b"[rank0]:[E1218 10:00:00.000000 1 ProcessGroupNCCL.cpp:1] [PG ID 0 PG GUID 0 Rank 0] Watchdog caught collective"
+    timeout = b"NCCL WARN Timeout waiting for connection"
+    return [
+        hit,
+        hit + b"\n",
+        hit + b"\r\n" + b"plain\r\n" + hit + b"\r\n",
+        b"plain\n" + hit + b"\n" + hit + b"\n" + hit,
+        b"\n\n" + hit + b"\n\n\n" + timeout + b"\r\n\r\n",
+        b"a\rb " + timeout + b"\rc\n" + b"\r\n" + timeout + b"\r",
+        b"x" * 300_000 + b" " + timeout + b" " + b"y" * 100_000 + b"\n" + b"tail\n",
+        b"\xff\xfe bad " + timeout + b" \xc3\n\xe2\x82\n" + timeout + b" \xf0\x9f\x98\x80 ok\n",
+        "é ü 漢字 ".encode() * 50 + timeout + b"\n" + "ünicode tail".encode(),
+        b"\n" * 70_000,
+        b"",
+        b"NCCL WA\nRN Timeout waiting\n" + hit + b"\n",
+        b"\n".join([b"noise line %d" % i for i in range(5000)] + [timeout] * 3 + [b"end"]),
+    ]
+
+
+def _texts_of_the_repo() -> list[bytes]:
+    paths = sorted((ROOT / "tests" / "cases").rglob("*.log")) + sorted((ROOT / "sample_logs").rglob("*"))
+    return [p.read_bytes() for p in paths if p.is_file() and p.stat().st_size < 4_000_000]
+
+
+def _both(texts: list[bytes], whole: bool, following: bool, first: int, monkeypatch) -> None:
+    warnings: list[str] = []
+    items = [lines_mod._Text(f"t{i}", d, d, whole, first) for i, d in enumerate(texts)]
+    series = lines_mod._as_strings(items, warnings)  # invalid UTF-8 replaced, as the reader does
+    data = [t.data for t in items]
+    found = lines_mod._hit_lines(series, [whole] * len(data), list(catalog().anchors))
+    args = (data, found, [first] * len(data), [whole] * len(data))
+    native = rawscan.cut_group(*args, following=following)
+    monkeypatch.setenv("NCCLPM_TEXT_PYTHON", "1")
+    python = rawscan.cut_group(*args, following=following)
+    monkeypatch.delenv("NCCLPM_TEXT_PYTHON")
+    assert native[1] == python[1]
+    assert native[0].schema == python[0].schema
+    assert native[0].equals(python[0]), (whole, following, first)
+
+
+@pytest.mark.parametrize("whole", [True, False])
+@pytest.mark.parametrize("following", [True, False])
+def test_c_cutter_gives_the_python_rows_on_edge_texts(whole: bool, following: bool, monkeypatch) -> None:
+    texts = _edge_texts()
+    _both(texts, whole, following, 1, monkeypatch)
+    _both(texts[::-1], whole, following, 1_000_001, monkeypatch)  # a block of a big file starts further on
+    for t in texts:
+        _both([t], whole, following, 1, monkeypatch)
+
+
+def test_c_cutter_gives_the_python_rows_on_every_log_of_the_repo(monkeypatch) -> None:
+    texts = _texts_of_the_repo()
+    assert len(texts) > 100
+    for whole in (True, False):
+        _both(texts, whole, True, 1, monkeypatch)
+    _both(texts, True, False, 1, monkeypatch)
+
+
+def test_newlines_are_counted_exactly_in_long_runs(monkeypatch) -> None:
+    """The cutter counts newlines eight bytes at a time, with sums per byte lane: runs of every length around
+    those sizes, and a lane full of newlines."""
+    texts = [b"\n" * n + b"NCCL WARN x\n" + b"a\n" * n + b"NCCL WARN y" for n in (0, 1, 7, 8, 9, 255, 2040, 2041, 9000)]
+    _both(texts, False, True, 1, monkeypatch)
+    _both(texts, True, True, 1, monkeypatch)
+
+
+def test_the_reader_keeps_the_same_lines_with_either_cutter(tmp_path: Path, monkeypatch) -> None:
+    cat = catalog()
+    for i, p in enumerate(sorted((ROOT / "tests" / "cases").rglob("*.log"))[:150]):
+        (tmp_path / f"{i:03d}_{p.name}").write_bytes(p.read_bytes())
+    for i, t in enumerate(_edge_texts()):
+        (tmp_path / f"edge{i}.log").write_bytes(t)
+    job = collect([tmp_path]).of_kind("text")
+    per_line = functools.partial(row_columns, catalog=cat)
+
+    def read() -> tuple[pl.DataFrame, list[str]]:
+        warnings: list[str] = []
+        return lines_mod.read_kept_lines(job, cat.anchors, warnings, cat.line_start_regex(), per_line), warnings
+
+    native, w_native = read()
+    monkeypatch.setenv("NCCLPM_TEXT_PYTHON", "1")
+    python, w_python = read()
+    assert native.height > 1000 and w_native == w_python
+    assert native.equals(python, null_equal=True)
