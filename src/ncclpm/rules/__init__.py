@@ -29,6 +29,7 @@ from ncclpm.rules.store_wait import RankAwaitedThroughStore
 from ncclpm.rules.timeout_sanity import TimeoutSetTooShort
 from ncclpm.rules.timeout_short import AllRanksTimedOutTogether
 from ncclpm.rules.timeout_symptom import CollectiveTimeoutSymptom
+from ncclpm.rules.world_size import WorldSizeMismatch
 
 ALL_RULES: tuple[type[Rule], ...] = (
     CollectiveTimeoutSymptom,
@@ -49,6 +50,7 @@ ALL_RULES: tuple[type[Rule], ...] = (
     CudaBuildDoesNotFit,
     JobCancelledByScheduler,
     LaunchMisconfigured,
+    WorldSizeMismatch,
     JobKilledFromOutside,
     MainProcessFirstOutlastedTimeout,
     TimeoutSetTooShort,
