@@ -65,8 +65,9 @@ class ProcessDiedRankUnknown(Rule):
         own = (
             ev.filter(pl.col("kind").is_in([K.exception, K.crash_signal, K.cuda_error, K.oom_killer, K.xid_app]))
             .join(taken, on=["source", "line"], how="anti")
-            # the watchdog thread re-throwing a collective's failure: a symptom (CR01 reads it the same way)
-            .filter(~pl.col("error_type").fill_null("").str.contains("DistBackendError"))
+            # the watchdog thread re-throwing a collective's failure: a symptom (CR01 reads it the same way); the
+            # launcher's ChildFailedError only reports a worker's failure, whose own error is elsewhere
+            .filter(~pl.col("error_type").fill_null("").str.contains("DistBackendError|ChildFailedError"))
         )
         exits = ev.filter((pl.col("kind") == K.worker_exit) & fatal_exit().fill_null(False))
         return pl.concat([own, exits], how="diagonal_relaxed").sort("source", "line")
