@@ -172,6 +172,24 @@ def test_sniffing_by_content() -> None:
     assert stack_format(b"2026-01-01 INFO starting\nThread 1 started\n") is None
 
 
+def test_a_pyspy_dump_pasted_from_its_middle_is_a_dump() -> None:
+    """Its top not copied: frames of a thread first (or py-spy's separator), then the next header."""
+    cut = (
+        b"    Thread._bootstrap_inner (threading.py:1045)\n    Thread._bootstrap (threading.py:1002)\n\n"
+        + b"-" * 80
+        + b"\nProcess 25002: /opt/venv/bin/python3 -u train.py\nPython v3.11.7 (/usr/local/bin/python3.11)\n"
+        b'Parent Process 24886: /opt/venv/bin/python3 -u train.py\n\nThread 25002 (idle): "MainThread"\n'
+        b"    Samples.__getitem__ (train.py:66)\n"
+    )
+    assert stack_format(cut) == "text"
+    assert (
+        stack_format(b"-" * 80 + b'\nProcess 25028: python3 train.py\n\nThread 25028 (idle): "MainThread"\n') == "text"
+    )
+    # a log whose lines merely look like frames at first is not one: a header must follow the frames
+    assert stack_format(b"    step (train.py:5)\n2026-01-01 10:00:00 INFO epoch 1\nThread 1 (idle)\n") is None
+    assert stack_format(b"-" * 80 + b"\nEpoch 1 done\n") is None
+
+
 def test_hostile_dump_text_is_read_safely(tmp_path: Path) -> None:
     evil = "<script>alert(1)</script>`"
     dumps = {

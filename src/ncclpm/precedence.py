@@ -10,10 +10,12 @@ rules` prints this order with the reasons.
 from __future__ import annotations
 
 PRECEDENCE: tuple[tuple[str, str], ...] = (
+    ("CV02", "a build that does not fit the node fails at its first GPU call: what NVML or a rank says next follows"),
     ("NV01", "a broken GPU driver makes everything on its node fail: NCCL errors, crashes, timeouts"),
     ("OM01", "an out-of-memory error is the exact reason its rank died"),
     ("FR01", "the dumps prove which collective differed, and at which sequence number"),
     ("CF01", "ranks set up wrong (two on one GPU, launcher and script disagree) fail the same way every time"),
+    ("CF02", "nodes launched with different world sizes never form one communicator: what follows is a consequence"),
     ("MC01", "ranks issuing different collectives is a program bug no infrastructure fix touches"),
     ("SH01", "a /dev/shm or peer-to-peer failure breaks the communicator before any collective"),
     ("SK01", "the stacks show where the odd rank really was, down to the user's line"),

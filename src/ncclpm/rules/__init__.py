@@ -5,6 +5,7 @@ from __future__ import annotations
 from ncclpm import precedence
 from ncclpm.rules.base import Rule, RuleError
 from ncclpm.rules.config_version import VersionsDifferAcrossRanks
+from ncclpm.rules.cuda_build import CudaBuildDoesNotFit
 from ncclpm.rules.cuda_oom import CudaOutOfMemory
 from ncclpm.rules.dataloader import DataloaderFailure
 from ncclpm.rules.finished_cleanly import JobFinishedCleanly
@@ -28,6 +29,7 @@ from ncclpm.rules.store_wait import RankAwaitedThroughStore
 from ncclpm.rules.timeout_sanity import TimeoutSetTooShort
 from ncclpm.rules.timeout_short import AllRanksTimedOutTogether
 from ncclpm.rules.timeout_symptom import CollectiveTimeoutSymptom
+from ncclpm.rules.world_size import WorldSizeMismatch
 
 ALL_RULES: tuple[type[Rule], ...] = (
     CollectiveTimeoutSymptom,
@@ -45,8 +47,10 @@ ALL_RULES: tuple[type[Rule], ...] = (
     NcclTransportError,
     ShmOrP2pFailure,
     VersionsDifferAcrossRanks,
+    CudaBuildDoesNotFit,
     JobCancelledByScheduler,
     LaunchMisconfigured,
+    WorldSizeMismatch,
     JobKilledFromOutside,
     MainProcessFirstOutlastedTimeout,
     TimeoutSetTooShort,

@@ -49,7 +49,10 @@ class CudaOutOfMemory(Rule):
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         culprits = tuple(sorted(set(ev["rank"].drop_nulls().to_list())))
         others = victim_ranks(t) - set(culprits)
+        # cuBLAS/cuDNN failing to allocate a workspace is memory in most cases, not all (a broken CUDA setup)
+        indirect = ev["detail"].fill_null("").str.ends_with("_ALLOC_FAILED").all()
         return self.finding(
+            confidence=0.75 if indirect else self.base_confidence,
             culprit_ranks=culprits,
             summary=f"{ranks_text(culprits).capitalize() if culprits else 'A rank'} ran out of GPU memory"
             f"{'; ' + ranks_text(sorted(others)) + ' then waited for it' if others else ''}.",

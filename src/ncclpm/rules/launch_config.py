@@ -8,6 +8,7 @@ import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
+from ncclpm.rules._launch import more_processes_than_gpus
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
@@ -63,7 +64,7 @@ class LaunchMisconfigured(Rule):
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         found = t.kinds(K.duplicate_gpu, K.gpu_unavailable, K.launcher_args)
-        return pl.concat([found, _more_processes_than_gpus(t)], how="diagonal_relaxed").sort(
+        return pl.concat([found, more_processes_than_gpus(t)], how="diagonal_relaxed").sort(
             "ts", "source", "line", nulls_last=True
         )
 
@@ -150,21 +151,3 @@ class LaunchMisconfigured(Rule):
             dont=("Do not look for a network or GPU problem: the workers never got past argument parsing.",),
             verify=("`python train.py --help` lists every argument the launch command passes.",),
         )
-
-
-def _more_processes_than_gpus(t: Tables) -> pl.DataFrame:
-    """A launch command that starts more processes per node than the GPUs it leaves visible: the setting's event,
-    with the process count (`nproc`) and the visible GPUs (`visible`). Only a literal device list is counted."""
-    nproc = (
-        t.kinds(K.launcher_option)
-        .filter(pl.col("var").str.replace_all("-", "_") == "nproc_per_node")
-        .select("source", "line", pl.col("value").cast(pl.Int64, strict=False).alias("nproc"))
-    )
-    devices = t.kinds(K.setting).filter(
-        (pl.col("var") == "CUDA_VISIBLE_DEVICES") & pl.col("value").str.contains(r"^[\w-]+(?:,[\w-]+)*$")
-    )
-    return (
-        devices.with_columns(pl.col("value").str.split(",").list.len().cast(pl.Int64).alias("visible"))
-        .join(nproc, on=["source", "line"])
-        .filter(pl.col("nproc") > pl.col("visible"))
-    )

@@ -8,9 +8,10 @@ import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
+from ncclpm.rules._exits import fatal_exit
 from ncclpm.rules._facts import VICTIM_KINDS, known_ranks, same_line
 from ncclpm.rules.base import Finding, Fix, Rule, quotes
-from ncclpm.rules.rank_crash import EXPLAINED_KINDS, fatal_exit
+from ncclpm.rules.rank_crash import EXPLAINED_KINDS
 from ncclpm.schema import Category
 
 

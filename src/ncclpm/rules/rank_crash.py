@@ -8,6 +8,7 @@ import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
+from ncclpm.rules._exits import unchosen_exits
 from ncclpm.rules._facts import exceptions_not_victim, victim_lines, victim_ranks
 from ncclpm.rules._why import QUIET_VERDICTS, first_timeout
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
@@ -26,14 +27,6 @@ EXPLAINED_KINDS = [
     K.rendezvous_timeout,
     K.store_error,
 ]
-FATAL_SIGNALS = ["SIGKILL", "SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT"]
-
-
-def fatal_exit() -> pl.Expr:
-    """An exit a process did not choose: a fatal signal, or a code other than 0, 1 (its own error) and -15 (torn
-    down by its launcher)."""
-    chosen = pl.col("exit_code").is_in([0, 1, -15])
-    return pl.col("signal").is_in(FATAL_SIGNALS) | (pl.col("signal").is_null() & ~chosen)
 
 
 def crashed_ranks(t: Tables) -> set[int]:
@@ -71,6 +64,12 @@ class RankDiedFirst(Rule):
             "(`#SBATCH --mem`).",
             when="the kernel's OOM killer shows in the job",
         ),
+        "gpu_fault": Fix(
+            "Check the culprit's node for GPU faults first (`dmesg -T | grep -i xid`, `nvidia-smi -q -d ECC`): an "
+            "Xid 48/63/64/74/79/94/95 means the GPU failed (drain the node); none, or Xid 13/31/43, means the code's "
+            "own kernel faulted (rerun with `CUDA_LAUNCH_BLOCKING=1`).",
+            when="the rank died of a CUDA error a failing GPU raises as well as a bug",
+        ),
         "fix_crash": Fix(
             "Fix the failure on the culprit rank (its traceback above); for SIGKILL check the host's "
             "kernel log (`dmesg -T | grep -i 'killed process'`) for the OOM killer."
@@ -90,26 +89,14 @@ class RankDiedFirst(Rule):
             .filter(pl.col("rank").is_not_null() & ~pl.col("error_type").fill_null("").str.contains("DistBackendError"))
             .with_columns(pl.lit("signal").alias("how"))
         )
-        exits = self._exits(t).with_columns(pl.lit("exit").alias("how"))
-        cols = ["source", "line", "rank", "ts", "text", "how"]
+        exits = unchosen_exits(t).with_columns(pl.lit("exit").alias("how"))
+        cols = ["source", "line", "rank", "ts", "text", "how", "strength"]
+        exits = exits.with_columns(pl.lit(None, pl.Float64).alias("strength"))
         ev = pl.concat([exc.select(cols), sig.select(cols), exits.select(cols)])
         ev = ev.filter(~pl.col("rank").is_in(list(explained))).join(victims_at, on="rank", how="left")
         # A rank that was already waiting on someone else when it failed is a victim, not the cause.
         ev = ev.filter(pl.col("victim_ts").is_null() | (pl.col("ts") < pl.col("victim_ts")))
         return ev.sort("ts", "rank", "line", nulls_last=True)
-
-    @staticmethod
-    def _exits(t: Tables) -> pl.DataFrame:
-        victims = list(victim_ranks(t))
-        el = t.elastic.filter(pl.col("rank").is_not_null())
-        fatal = fatal_exit()
-        sigabrt_ok = (pl.col("signal") != "SIGABRT") | ~pl.col("rank").is_in(victims)
-        rows = el.filter(fatal.fill_null(False) & sigabrt_ok.fill_null(True))
-        return rows.with_columns(
-            pl.format("rank {} exited with code {} {}", "rank", "exit_code", pl.col("signal").fill_null(""))
-            .str.strip_chars()
-            .alias("text")
-        )
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         first_rank = ev["rank"][0]
@@ -124,6 +111,8 @@ class RankDiedFirst(Rule):
         oom_hit = bool(culprit_pids & set(oom["pid"].drop_nulls().to_list()))
         if oom_hit:
             conf += 0.2  # the kernel names the culprit's own pid: the reason is known
+        gpu_fault = shown["strength"].drop_nulls()  # a CUDA error a failing GPU raises as well as a code bug
+        conf = min(conf, gpu_fault.min()) if gpu_fault.len() else conf  # type: ignore[type-var]
         return self.finding(
             confidence=conf,
             culprit_ranks=culprits,
@@ -138,7 +127,12 @@ class RankDiedFirst(Rule):
                 *quotes(oom, 2),
                 *quotes(victim_lines(t).filter(pl.col("rank").is_in(list(others))), 2),
             ),
-            fixes=self.fixes(*([] if oom.is_empty() else ["host_memory"]), "fix_crash", "async_errors"),
+            fixes=self.fixes(
+                *([] if oom.is_empty() else ["host_memory"]),
+                *(["gpu_fault"] if gpu_fault.len() else []),
+                "fix_crash",
+                "async_errors",
+            ),
             dont=(
                 "Do not raise the collective timeout: the peer is gone, waiting longer changes nothing.",
                 "Do not chase the SIGABRT/SIGTERM of the other ranks: they are torn down because of this one.",

@@ -38,6 +38,11 @@ _FH_ONLY = re.compile(
     rb"|\s*\(total: \d+\))$"
 )
 _JSON_THREAD = re.compile(rb'^\s*\[\s*\{\s*"pid"\s*:\s*\d+\s*,\s*"thread_id"\s*:')
+# A py-spy dump pasted from its middle: frames first, then (within a few lines) a thread or process header. Above
+# that header only what a py-spy dump holds: frames, their locals, its separators and process lines.
+_PYSPY_FRAME = re.compile(rb"^ {4}\S.*? \([^()\n]*:\d+\)\s*$")
+_PYSPY_ABOVE = re.compile(rb"^(?: {4}\S.*? \([^()\n]*\)\s*| {8}\S.*|-{20,}\s*|Python v\S.*|Parent Process \d+: .*)$")
+_CUT_MAX = 60  # lines of a cut dump above its first header
 
 
 def _first_lines(head: bytes, n: int) -> list[bytes]:
@@ -61,10 +66,24 @@ def stack_format(head: bytes) -> str | None:
             body = head.splitlines()[:-1] if len(head) >= 65536 else head.splitlines()
             return "text" if all(_FH_ONLY.match(line.rstrip(b"\r")) for line in body) else None
         return "text"
+    if _cut_above_header(_first_lines(head, _CUT_MAX)):
+        return "text"
     gdb = _GDB_THREAD.search(head)
     if gdb is not None and head.count(b"\n", 0, gdb.start()) <= _GDB_MAX_PREAMBLE:
         return "text"
     return None
+
+
+def _cut_above_header(lines: list[bytes]) -> bool:
+    """A py-spy dump whose top was not copied: frames (or a separator) first, then a header."""
+    if not lines or not (_PYSPY_FRAME.match(lines[0]) or lines[0].startswith(b"-" * 20)):
+        return False
+    for line in lines[1:]:
+        if _FIRST.match(line):
+            return True
+        if not _PYSPY_ABOVE.match(line):
+            return False
+    return False
 
 
 def looks_like_stack_dump(name: str, head: bytes) -> bool:

@@ -1,0 +1,86 @@
+"""CV02 cuda-build-mismatch."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import polars as pl
+
+from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
+from ncclpm.schema import Category
+
+
+class CudaBuildDoesNotFit(Rule):
+    """The CUDA build does not fit the machine: a runtime newer than the driver, or no kernels for the GPU.
+
+    ## What it detects
+    `CUDA driver version is insufficient for CUDA runtime version` (a wheel or container built for a newer CUDA
+    than the node's driver supports), `no kernel image is available for execution on the device` / NCCL's
+    `Cuda failure 'invalid device function'` (kernels built for other GPU architectures), and torch's warning
+    that a GPU's `CUDA capability sm_NN is not compatible with the current PyTorch installation`.
+
+    ## Why it matters
+    The driver and the GPU are fine; the software installed on them is the wrong build. Draining the node,
+    reloading the driver or changing NCCL settings does nothing, and the same image fails the same way on every
+    node of this kind until the build and the machine agree.
+
+    ## Example
+    `[rank0]: RuntimeError: CUDA error: CUDA driver version is insufficient for CUDA runtime version`.
+    """
+
+    id = "CV02"
+    name = "cuda-build-mismatch"
+    category = Category.CONFIG_VERSION
+    base_confidence = 0.85
+    explains = ("CT01", "CR01", "CR02", "NV01")
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "driver": Fix(
+            "Match the build to the driver: install the torch wheel for the CUDA version the driver supports "
+            "(`nvidia-smi` prints it top right; e.g. `pip install torch --index-url "
+            "https://download.pytorch.org/whl/cu121` for a 12.1-12.x driver), or upgrade the node's driver.",
+            when="the CUDA runtime is newer than the driver",
+        ),
+        "arch": Fix(
+            "Install a build with kernels for this GPU: compare `torch.cuda.get_arch_list()` with "
+            "`torch.cuda.get_device_capability()` (sm_90 needs a CUDA >= 11.8 wheel, sm_100/sm_120 need CUDA >= "
+            "12.8); a custom build needs `TORCH_CUDA_ARCH_LIST` to include it.",
+            when="the build has no kernels for the GPU's architecture",
+        ),
+    }
+
+    def evidence(self, t: Tables) -> pl.DataFrame:
+        return t.kinds(K.cuda_build_mismatch).sort("ts", "source", "line", nulls_last=True)
+
+    def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
+        driver = ev["detail"].fill_null("").str.contains("driver version is insufficient").any()
+        arch = not ev.filter(~pl.col("detail").fill_null("").str.contains("driver version is insufficient")).is_empty()
+        ranks = tuple(sorted(set(ev["rank"].drop_nulls().to_list())))
+        ran = f"{ranks_text(ranks)} ran" if ranks else "the job ran"
+        what = (
+            f"{ran.capitalize()} a CUDA runtime newer than the node's driver supports"
+            if driver and not arch
+            else f"The build {ran} has no CUDA kernels for this GPU's architecture"
+            if arch and not driver
+            else f"The build {ran} does not fit the node (its driver and its GPU architecture)"
+        )
+        return self.finding(
+            culprit_ranks=ranks,
+            summary=f"{what}: `{ev['detail'][0]}`. The installed build is wrong for this machine; "
+            "the driver and the GPU are not broken.",
+            explanation="A torch wheel (and the NCCL inside it) is built for one CUDA version and a list of GPU "
+            "architectures. A driver older than that CUDA version refuses to run it; a GPU whose architecture is "
+            "not in the list has no kernels to run. Either way every process on such a node fails at its first "
+            "GPU call, and collectives with it fail or time out.",
+            evidence=quotes(ev, 4),
+            fixes=self.fixes(*(["driver"] if driver else []), *(["arch"] if arch else [])),
+            dont=(
+                "Do not drain the node or reload the driver: the same build fails on every node like it.",
+                "NCCL settings (`NCCL_P2P_DISABLE`, `NCCL_IB_DISABLE`) do not change which kernels exist.",
+            ),
+            verify=(
+                '`python -c "import torch; print(torch.version.cuda, torch.cuda.get_arch_list(), '
+                'torch.cuda.get_device_capability())"` on the node runs and lists its architecture.',
+            ),
+        )
