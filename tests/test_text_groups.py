@@ -77,3 +77,19 @@ def test_patterns_with_an_anchor_hit_are_the_ones_contains_any_finds() -> None:
     )
     found = {p.id for p in extract._patterns_with_anchor_hits(pl.DataFrame({"message": [a + b[k:]]}), cat.patterns)}
     assert {p.id for p in cat.patterns if a in p.anchors or b in p.anchors} <= found
+
+
+def test_envelope_head_captured_alone_gives_the_full_regex_groups() -> None:
+    """`_envelope_groups` captures the envelope's head and cuts the message off after it: the same columns as the
+    full envelope regex, on every case log's lines (also one holding a newline: the full regex then)."""
+    cat = catalog()
+    lines: list[str] = ["", "\x1b[0m", "x\ny", "[rank3]: \r", " E   boom", "\ufeff[E1218 10:00:00.1 f.cpp:1] m"]
+    for p in sorted((ROOT / "tests" / "cases").rglob("*.log"))[:300]:
+        lines += p.read_text(encoding="utf-8", errors="replace").splitlines()
+    kept = pl.DataFrame({"source": "s", "raw": lines})
+    full = kept.with_columns(pl.col("raw").str.extract_groups(cat.envelope_regex()).alias("_e")).unnest("_e")
+    for frame in (kept, kept.filter(~pl.col("raw").str.contains("\n", literal=True))):
+        got = extract._envelope_groups(frame, cat)
+        want = full.filter(pl.col("raw").is_in(frame["raw"].implode()))
+        assert got.select(want.columns).equals(want, null_equal=True)
+    assert full["message"].null_count() == 1  # only the line holding a newline has no match

@@ -61,3 +61,41 @@ def test_big_and_gzipped_files_read_in_blocks_give_the_same_lines(tmp_path: Path
     blocks = lines_mod.read_kept_lines(job.of_kind("text"), anchors, block_w)
     assert whole.height > 100 and blocks.equals(whole)
     assert sorted(block_w) == sorted(whole_w) and any("bad.log" in w for w in block_w)
+
+
+def test_blocks_scanned_in_the_pool_keep_their_order_warnings_and_failures(tmp_path: Path, monkeypatch) -> None:
+    """A big file's blocks are scanned in the worker pool, several at once: its lines keep their numbers and order,
+    invalid UTF-8 in several blocks gives one warning, and a gzip cut short is skipped with one warning (after
+    blocks already scanned), while the files around it are read."""
+    import gzip
+
+    from ncclpm.ingest import lines as lines_mod
+    from ncclpm.sources.discover import collect
+
+    lines = [f"[rank{i % 8}]: NCCL WARN step {i} timeout\n".encode() for i in range(3000)]
+    noise = [b"noise line that holds no anchor at all\n"] * 7
+    text = b"".join(a + b"".join(noise) for a in lines)
+    (tmp_path / "a.log").write_bytes(text)
+    (tmp_path / "b.log").write_bytes(text.replace(b"step 5", b"step \xff5").replace(b"step 2900", b"st\xfe 2900"))
+    (tmp_path / "c.log.gz").write_bytes(gzip.compress(text))
+    (tmp_path / "d.log").write_bytes(text[:5000])
+    blocks = lines_mod._blocks
+
+    def cut_short(src):  # a gzip stream that ends early: after some blocks
+        for i, block in enumerate(blocks(src)):
+            if src.name == "c.log.gz" and i == 5:
+                raise EOFError("Compressed file ended before the end-of-stream marker was reached")
+            yield block
+
+    monkeypatch.setattr(lines_mod, "_blocks", cut_short)
+    monkeypatch.setattr(lines_mod, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(lines_mod, "_is_big", lambda s: s.name != "d.log")
+    warnings: list[str] = []
+    kept = lines_mod.read_kept_lines(collect([tmp_path]).of_kind("text"), list(catalog().anchors), warnings)
+    a = kept.filter(pl.col("source") == "a.log")
+    assert a["line"].to_list() == [1 + 8 * i for i in range(3000)]
+    assert a["raw"].to_list() == [x.decode().rstrip("\n") for x in lines]
+    assert kept.filter(pl.col("source") == "b.log").height == 3000
+    assert set(kept["source"]) == {"a.log", "b.log", "d.log"}
+    assert [w.split(":")[0] for w in warnings] == ["b.log", "c.log.gz"]
+    assert "not valid UTF-8" in warnings[0] and "could not be read as text" in warnings[1]

@@ -123,9 +123,22 @@ def _without_ansi(kept: pl.DataFrame) -> pl.DataFrame:
     return kept.with_columns(pl.when(raw.str.contains("\x1b", literal=True)).then(plain).otherwise(raw).alias("raw"))
 
 
+def _envelope_groups(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
+    """The envelope's groups and `message`. Regex captures are computed over the whole match, so the head alone is
+    captured and the message is the rest of the line: the groups `envelope_regex()` gives (its `(?<message>.*)$`
+    matches the rest of any line without a newline, so it never changes which head matches) at ~60 % of the cost."""
+    full, rest = catalog.envelope_regex(), "(?<message>.*)$"
+    if not (full.startswith("^") and full.endswith(rest)) or kept["raw"].str.contains("\n", literal=True).any():
+        return kept.with_columns(pl.col("raw").str.extract_groups(full).alias("_e")).unnest("_e")
+    head = f"^(?<_envelope_head>{full[1 : -len(rest)]})"
+    env = kept.with_columns(pl.col("raw").str.extract_groups(head).alias("_e")).unnest("_e")
+    return env.with_columns(pl.col("raw").str.strip_prefix(pl.col("_envelope_head")).alias("message")).drop(
+        "_envelope_head"
+    )
+
+
 def _with_envelope(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
-    kept = _without_ansi(kept)
-    env = kept.with_columns(pl.col("raw").str.extract_groups(catalog.envelope_regex()).alias("_e")).unnest("_e")
+    env = _envelope_groups(_without_ansi(kept), catalog)
     env = env.with_columns(
         _column(catalog, "role").alias("_role"),
         _column(catalog, "local_rank", _int).alias("_local"),

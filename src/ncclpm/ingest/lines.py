@@ -14,7 +14,7 @@ from __future__ import annotations
 import gzip
 import zlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -235,11 +235,11 @@ def _may_join(rows: pl.DataFrame, whole: list[int], line_start: str) -> set[int]
     return {i for i, a, b in candidates.iter_rows() if joins(a, b, start)}
 
 
-def _chunked(src: Source, anchors: list[str], warnings: list[str]) -> pl.DataFrame:
-    """A big or gzipped file in blocks cut at line ends: memory holds a block, not the file (a line longer than a
-    block is carried over whole). Invalid UTF-8 in a block is replaced (one warning)."""
+def _blocks(src: Source) -> Iterator[_Text]:
+    """A big or gzipped file in blocks cut at line ends: memory holds a few blocks, not the file (a line longer than
+    a block is carried over whole). A process's log: nothing to re-join (`whole` false)."""
     assert src.path is not None
-    parts, line0, rest, lossy = [], 1, b"", []
+    line0, rest = 1, b""
     with src.path.open("rb") as raw:
         fh = gzip.GzipFile(fileobj=raw, mode="rb") if raw.read(2) == b"\x1f\x8b" else raw
         raw.seek(0)
@@ -253,16 +253,40 @@ def _chunked(src: Source, anchors: list[str], warnings: list[str]) -> pl.DataFra
                     continue
             if not data:
                 break
-            # a process's log: nothing to re-join
-            kept, met = _scan([_Text(src.name, data, data, whole=False, first_line=line0)], anchors, "")
-            lossy += met
-            if (part := kept.get(src.name)) is not None:
-                parts.append(part)
+            yield _Text(src.name, data, data, whole=False, first_line=line0)
             line0 += data.count(b"\n") + (not data.endswith(b"\n"))
             if not block:
                 break
-    warnings.extend(lossy[:1])
-    return pl.concat(parts) if parts else pl.DataFrame(schema=_KEPT_SCHEMA)
+
+
+_FAILURES = (OSError, EOFError, zlib.error, pl.exceptions.PolarsError)
+
+
+@dataclass
+class _Chunked:
+    """A big file's blocks, scanned in the pool like groups: its kept lines are their parts in order. Invalid UTF-8
+    in a block is replaced (one warning); a failure (reading, or scanning a block) skips the file, as reading it
+    block after block would have at that point."""
+
+    name: str
+    scans: list[Future]
+    failure: BaseException | None = None  # while reading, after the blocks scanned
+
+    def frame(self, warnings: list[str]) -> pl.DataFrame | None:
+        parts, lossy = [], []
+        try:
+            for scan in self.scans:
+                kept, met = scan.result()
+                lossy += met
+                if (part := kept.get(self.name)) is not None:
+                    parts.append(part)
+            if self.failure is not None:
+                raise self.failure
+        except _FAILURES as exc:
+            warnings.append(f"{self.name}: could not be read as text ({exc}) - skipped")
+            return None
+        warnings.extend(lossy[:1])
+        return pl.concat(parts) if parts else pl.DataFrame(schema=_KEPT_SCHEMA)
 
 
 def _is_big(src: Source) -> bool:
@@ -324,27 +348,26 @@ def read_kept_lines(
     runs in the workers too, on a group's lines at a time: less memory than on all lines at once, and in
     parallel."""
     frames: dict[str, pl.DataFrame | None] = {}
-    log: list[str | Future[tuple[dict[str, pl.DataFrame | None], list[str]]]] = []  # warnings and scans, in order
+    log: list[str | _Chunked | Future[tuple[dict[str, pl.DataFrame | None], list[str]]]] = []  # in order
     group: list[_Text] = []
     with ThreadPoolExecutor(max_workers=SCAN_THREADS) as pool:
         running: deque[Future] = deque()
 
-        def scan_group() -> None:
+        def submit(texts: list[_Text], rejoin: str, then: Then) -> Future:
             while len(running) >= SCAN_THREADS:  # memory holds a few groups, not the job
                 running.popleft().exception()
-            running.append(pool.submit(_scan, list(group), anchors, line_start, then))
-            log.append(running[-1])
-            group.clear()
+            running.append(pool.submit(_scan, texts, anchors, rejoin, then))
+            return running[-1]
 
         for src in sources:
             if src.path is not None and not _needs_python_decode(src) and _is_big(src):
-                met: list[str] = []
+                chunked = _Chunked(src.name, [])
                 try:
-                    frames[src.name] = _chunked(src, anchors, met)
-                except (OSError, EOFError, zlib.error, pl.exceptions.PolarsError) as exc:
-                    met.append(f"{src.name}: could not be read as text ({exc}) - skipped")
-                    frames[src.name] = None
-                log += met
+                    for block in _blocks(src):  # `then` after the source's cap, in this thread
+                        chunked.scans.append(submit([block], "", None))
+                except _FAILURES as exc:
+                    chunked.failure = exc
+                log.append(chunked)
                 continue
             try:
                 group.append(_text(src, line_start))
@@ -352,12 +375,15 @@ def read_kept_lines(
                 log.append(f"{src.name}: could not be read as text ({exc}) - skipped")
                 frames[src.name] = None
             if len(group) >= GROUP_FILES or sum(len(t.data) for t in group) >= GROUP_BYTES:
-                scan_group()
+                log.append(submit(list(group), line_start, then))
+                group.clear()
         if group:
-            scan_group()
+            log.append(submit(list(group), line_start, then))
         for entry in log:
             if isinstance(entry, str):
                 warnings.append(entry)
+            elif isinstance(entry, _Chunked):
+                frames[entry.name] = entry.frame(warnings)
             else:
                 kept, met = entry.result()
                 frames |= kept
