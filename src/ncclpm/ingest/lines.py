@@ -157,6 +157,9 @@ def _scan(
     first_lines = [t.first_line for t in texts]
     frame, slow = cut_group([t.data for t in texts], found, first_lines, whole, following=bool(line_start))
     slow |= _may_join(frame, [i for i, t in enumerate(texts) if t.whole], line_start)
+    for i, t in enumerate(texts):  # the rows are cut out: only the slow path reads a text again (less memory)
+        if i not in slow:
+            t.data = t.original = b""
     names = pl.Series([t.name for t in texts], dtype=pl.String)
     after_hit = pl.col("hit").shift(1) & (pl.col("text").shift(1) == pl.col("text"))
     fast = (
