@@ -3,10 +3,11 @@
 Input: `Source`s of kind "text". Output: one DataFrame (source, line, raw) holding only the lines that contain a
 catalog anchor (case-sensitive: catalogs list the spellings they accept). The anchors are searched in each text's
 raw bytes (`rawscan`): only the hit lines, and the line after each (wrapped-line re-joining looks at it), are cut
-out with their line numbers - the rest never becomes a line. One file is read at a time; files over 8 MB and
-gzipped files in blocks cut at line ends. Invalid UTF-8 is replaced (with a warning); UTF-16 (BOM) is decoded.
-Progress-bar output glued with `\\r` is split so each segment is read on its own, with the line number of its
-physical line. Huge lines are cut to `MAX_LINE_CHARS` after the prefilter.
+out with their line numbers - the rest never becomes a line. Files are read one at a time in groups (over 8 MB
+and gzipped: in blocks cut at line ends), which two worker threads scan while the next is read. Invalid UTF-8 is
+replaced (with a warning); UTF-16 (BOM) is decoded. Progress-bar output glued with `\\r` is split so each segment
+is read on its own, with the line number of its physical line. Huge lines are cut to `MAX_LINE_CHARS` after the
+prefilter.
 """
 
 from __future__ import annotations
