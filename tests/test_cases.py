@@ -47,6 +47,8 @@ def test_case(case: Path) -> None:
         assert d.world_size == spec["world_size"]
     if "action" in spec:
         assert str(d.action) == spec["action"], d.action_reason
+    if "summary_contains" in spec:
+        assert spec["summary_contains"] in d.summary, d.summary
     for ev in d.primary.evidence:
         assert ev.file and ev.text, "every evidence quote names its file and text"
     for f in d.findings:  # fix text has one source: the rule's FIXES (also its documentation)

@@ -16,6 +16,7 @@ from ncclpm.rules.killed_outside import JobKilledFromOutside
 from ncclpm.rules.launch_config import LaunchMisconfigured
 from ncclpm.rules.main_first import MainProcessFirstOutlastedTimeout
 from ncclpm.rules.mismatch_logs import CollectivesDisagreeInLogs
+from ncclpm.rules.nccl_invalid_usage import NcclInvalidUsage
 from ncclpm.rules.network import NcclTransportError
 from ncclpm.rules.nvml import NvmlDriverFailure
 from ncclpm.rules.process_died import ProcessDiedRankUnknown
@@ -51,6 +52,7 @@ ALL_RULES: tuple[type[Rule], ...] = (
     JobCancelledByScheduler,
     LaunchMisconfigured,
     WorldSizeMismatch,
+    NcclInvalidUsage,
     JobKilledFromOutside,
     MainProcessFirstOutlastedTimeout,
     TimeoutSetTooShort,

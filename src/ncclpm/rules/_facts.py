@@ -68,10 +68,29 @@ def same_line(events: pl.DataFrame, kinds: list[str]) -> pl.DataFrame:
 
 def exceptions_not_victim(t: Tables, exclude_kinds: list[str]) -> pl.DataFrame:
     """Exception lines (logs and error files) that are neither a victim symptom nor another rule's kind."""
-    exc = t.events.filter((pl.col("kind") == K.exception) & pl.col("rank").is_not_null())
+    exc = t.events.filter(pl.col("kind").is_in([K.exception, K.dataloader_reraise]) & pl.col("rank").is_not_null())
     exc = exc.filter(~pl.col("victim"))
     taken = same_line(t.events, [*VICTIM_KINDS, *exclude_kinds])
-    return exc.join(taken, on=["source", "line"], how="anti")
+    return _without_reraise(exc.join(taken, on=["source", "line"], how="anti"))
+
+
+REWRAPPED_WITHIN = 80  # lines from a re-raise to the original error its `Original Traceback` ends in
+
+
+def _without_reraise(exc: pl.DataFrame) -> pl.DataFrame:
+    """A DataLoader worker's exception reaches its rank as `ValueError: Caught ValueError in DataLoader worker
+    process 1.`, followed by the worker's `Original Traceback` ending in the real error: that one is quoted, the
+    re-raise dropped (when the original follows it in the same file, for the same rank)."""
+    rewrap = pl.col("kind") == K.dataloader_reraise
+    own = exc.filter(~rewrap).select("source", "rank", pl.col("line").alias("_own"))
+    shadowed = (
+        exc.filter(rewrap)
+        .join(own, on=["source", "rank"])
+        .filter((pl.col("_own") > pl.col("line")) & (pl.col("_own") - pl.col("line") <= REWRAPPED_WITHIN))
+        .select("source", "line")
+        .unique()
+    )
+    return exc.join(shadowed, on=["source", "line"], how="anti")
 
 
 def in_context(t: Tables, ev: pl.DataFrame, kinds: list[str], before: int = 80) -> pl.DataFrame:

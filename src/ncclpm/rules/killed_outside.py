@@ -16,6 +16,7 @@ SIGNAL_NAMES = {"15": "SIGTERM (15)", "2": "SIGINT (2)", "9": "SIGKILL (9)", "1"
 # A rank's own failure before the kill would explain it (the agent is then torn down as a consequence).
 OWN_FAILURES = [
     K.exception,
+    K.dataloader_reraise,
     K.crash_signal,
     K.cuda_oom,
     K.cuda_error,

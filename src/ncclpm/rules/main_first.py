@@ -12,7 +12,7 @@ from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
 MAIN_PROCESS = 0
-FAILURES = [K.exception, K.store_timeout, K.collective_timeout, K.nccl_error, K.worker_exit]
+FAILURES = [K.exception, K.dataloader_reraise, K.store_timeout, K.collective_timeout, K.nccl_error, K.worker_exit]
 
 
 class MainProcessFirstOutlastedTimeout(Rule):

@@ -63,10 +63,15 @@ class ProcessDiedRankUnknown(Rule):
         # Lines another rule reads (an OOM, a store timeout, the agent's own SignalException) are not this one's.
         taken = same_line(t.events, [*VICTIM_KINDS, *EXPLAINED_KINDS, K.agent_killed, K.agent_signal])
         own = (
-            ev.filter(pl.col("kind").is_in([K.exception, K.crash_signal, K.cuda_error, K.oom_killer, K.xid_app]))
+            ev.filter(
+                pl.col("kind").is_in(
+                    [K.exception, K.dataloader_reraise, K.crash_signal, K.cuda_error, K.oom_killer, K.xid_app]
+                )
+            )
             .join(taken, on=["source", "line"], how="anti")
-            # the watchdog thread re-throwing a collective's failure: a symptom (CR01 reads it the same way)
-            .filter(~pl.col("error_type").fill_null("").str.contains("DistBackendError"))
+            # the watchdog thread re-throwing a collective's failure: a symptom (CR01 reads it the same way); the
+            # launcher's ChildFailedError only reports a worker's failure, whose own error is elsewhere
+            .filter(~pl.col("error_type").fill_null("").str.contains("DistBackendError|ChildFailedError"))
         )
         exits = ev.filter((pl.col("kind") == K.worker_exit) & fatal_exit().fill_null(False))
         return pl.concat([own, exits], how="diagonal_relaxed").sort("source", "line")

@@ -136,7 +136,8 @@ class RankBusyOutsideCollectives(Rule):
         who = (
             ranks_text(culprits).capitalize()
             if culprits
-            else f"One of {ranks_text(silent)} (absent from these logs)"
+            else f"{'One of ' + ranks_text(silent) if len(silent) > 1 else ranks_text(silent).capitalize()} "
+            "(absent from these logs)"
             if silent
             else "A rank absent from these logs"
         )

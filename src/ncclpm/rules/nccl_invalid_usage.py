@@ -1,0 +1,70 @@
+"""CF03 nccl-invalid-usage."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import polars as pl
+
+from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
+from ncclpm.schema import Category
+
+
+class NcclInvalidUsage(Rule):
+    """NCCL refused how it was called (`invalid usage`), and nothing in the logs says more.
+
+    ## What it detects
+    `NCCL error in: ...: invalid usage` / `ncclInvalidUsage` (torch's `DistBackendError`, NCCL error 5) with no
+    more specific reading of the same job (two ranks on one GPU, ranks disagreeing on the job's size), which
+    CF01/CF02 name outright.
+
+    ## Why it matters
+    NCCL returns `invalid usage` when the call itself is wrong, not when hardware or the network fails: most
+    often two ranks mapped to one GPU (no `torch.cuda.set_device(local_rank)`), a communicator set up differently
+    on different ranks, or a buffer on the wrong device. NCCL's own WARN line names which, so the lead is to
+    rerun with `NCCL_DEBUG=WARN` rather than to look at nodes or links.
+
+    ## Example
+    `torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, invalid
+    usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.20.5`.
+    """
+
+    id = "CF03"
+    name = "nccl-invalid-usage"
+    category = Category.CONFIG_VERSION
+    base_confidence = 0.6  # NCCL's own word for a wrong call: which mistake is not said
+    explains = ("CT01", "CR01", "CR02", "IN01")
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "warn": Fix(
+            "Rerun with `NCCL_DEBUG=WARN`: NCCL's WARN line before the error says what it refused (`Duplicate GPU "
+            "detected`, a device mismatch, a bad argument)."
+        ),
+        "set_device": Fix(
+            "Check that every rank calls `torch.cuda.set_device(int(os.environ['LOCAL_RANK']))` before "
+            "`init_process_group` (or passes `device_id=`), and that `--nproc_per_node` matches the node's GPUs."
+        ),
+    }
+
+    def evidence(self, t: Tables) -> pl.DataFrame:
+        return (
+            t.kinds(K.nccl_error)
+            .filter(pl.col("error_type").fill_null("").str.contains("invalid usage"))
+            .sort("ts", "source", "line", nulls_last=True)
+        )
+
+    def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
+        ranks = tuple(sorted(set(ev["rank"].drop_nulls().to_list())))
+        who = ranks_text(ranks) if ranks else "a rank"
+        return self.finding(
+            culprit_ranks=ranks,
+            summary=f"NCCL refused how {who} called it (`invalid usage`): a setup mistake - most often two ranks on "
+            "one GPU - not a hardware or network fault; NCCL's own WARN line says which.",
+            explanation="`invalid usage` is NCCL's answer to a wrong call: two ranks on one device, a communicator "
+            "created differently on different ranks, a buffer on another GPU. It fails the same way on every run.",
+            evidence=quotes(ev, 3),
+            fixes=self.fixes(),
+            dont=("Do not drain nodes or change network settings: NCCL rejected the call before any transfer.",),
+            verify=("With `NCCL_DEBUG=WARN`, the failing run prints the reason on the line before the error.",),
+        )
