@@ -205,18 +205,20 @@ def _first_lines(text: str, limit: int) -> Iterator[str]:
 
 
 _LINE_TAG = re.compile(r"^([\w.-]{1,64}): ")
+TAG_LINES = 40  # lines that decide whether every line carries a collector's tag
 
 
 def _without_line_tags(text: str) -> str:
     """The text without the tag a collector puts on every line (`worker-1: ` from pdsh, `3: ` from `srun
     --label`): it hides each line's own start (and reads as YAML keys). Stripped when nearly every line carries one
     of a few tags; a YAML file's keys are many and different."""
-    lines = list(_first_lines(text, MAX_LINES))
-    tags = [m[1] for line in lines if line.strip() and (m := _LINE_TAG.match(line))]
-    filled = sum(1 for line in lines if line.strip())
-    if len(tags) < 3 or len(tags) * 10 < filled * 9 or len(set(tags)) * 5 > len(tags):
+    if not _LINE_TAG.match(text.lstrip("\r\n")):
+        return text  # most files: the first line has no tag
+    head = [line for line in _first_lines(text, TAG_LINES) if line.strip()]  # the start decides, cheaply
+    tags = [m[1] for line in head if (m := _LINE_TAG.match(line))]
+    if len(tags) < 3 or len(tags) * 10 < len(head) * 9 or len(set(tags)) * 5 > len(tags):
         return text
-    return "\n".join(_LINE_TAG.sub("", line, count=1) for line in lines)
+    return "\n".join(_LINE_TAG.sub("", line, count=1) for line in _first_lines(text, MAX_LINES))
 
 
 def _tally(text: str) -> _Tally:

@@ -45,14 +45,21 @@ _PYSPY_ABOVE = re.compile(rb"^(?: {4}\S.*? \([^()\n]*\)\s*| {8}\S.*|-{20,}\s*|Py
 _CUT_MAX = 60  # lines of a cut dump above its first header
 
 
+_PIECE = re.compile(rb"[^\r\n]+")  # the non-empty lines `splitlines()` gives, found lazily
+
+
 def _first_lines(head: bytes, n: int) -> list[bytes]:
+    """The first `n` meaningful lines (not blank), looking at no more than n + 200 lines: found one by one, not
+    by splitting the whole 64 KB head (that split was most of the sniff's cost on a log)."""
     out = []
-    for raw in head.splitlines()[: n + 200]:
-        line = raw.strip(b"\r\n\t \x00\xef\xbb\xbf")
-        if line:
-            out.append(raw.rstrip(b"\r\n"))
-        if len(out) >= n:
+    for i, m in enumerate(_PIECE.finditer(head)):
+        if i >= n + 200:
             break
+        raw = m.group()
+        if raw.strip(b"\r\n\t \x00\xef\xbb\xbf"):
+            out.append(raw)
+            if len(out) >= n:
+                break
     return out
 
 
@@ -66,18 +73,20 @@ def stack_format(head: bytes) -> str | None:
             body = head.splitlines()[:-1] if len(head) >= 65536 else head.splitlines()
             return "text" if all(_FH_ONLY.match(line.rstrip(b"\r")) for line in body) else None
         return "text"
-    if _cut_above_header(_first_lines(head, _CUT_MAX)):
+    if lines and _cut_start(lines[0]) and _cut_above_header(_first_lines(head, _CUT_MAX)):
         return "text"
-    gdb = _GDB_THREAD.search(head)
+    gdb = _GDB_THREAD.search(head) if b"(LWP " in head else None  # a byte search first: the regex scans 64 KB
     if gdb is not None and head.count(b"\n", 0, gdb.start()) <= _GDB_MAX_PREAMBLE:
         return "text"
     return None
 
 
+def _cut_start(line: bytes) -> bool:
+    return bool(_PYSPY_FRAME.match(line)) or line.startswith(b"-" * 20)
+
+
 def _cut_above_header(lines: list[bytes]) -> bool:
     """A py-spy dump whose top was not copied: frames (or a separator) first, then a header."""
-    if not lines or not (_PYSPY_FRAME.match(lines[0]) or lines[0].startswith(b"-" * 20)):
-        return False
     for line in lines[1:]:
         if _FIRST.match(line):
             return True
