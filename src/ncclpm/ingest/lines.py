@@ -3,10 +3,11 @@
 Input: `Source`s of kind "text". Output: one DataFrame (source, line, raw) holding only the lines that contain a
 catalog anchor (case-sensitive: catalogs list the spellings they accept). The anchors are searched in each text's
 raw bytes (`rawscan`): only the hit lines, and the line after each (wrapped-line re-joining looks at it), are cut
-out with their line numbers - the rest never becomes a line. One file is read at a time; files over 8 MB and
-gzipped files in blocks cut at line ends. Invalid UTF-8 is replaced (with a warning); UTF-16 (BOM) is decoded.
-Progress-bar output glued with `\\r` is split so each segment is read on its own, with the line number of its
-physical line. Huge lines are cut to `MAX_LINE_CHARS` after the prefilter.
+out with their line numbers - the rest never becomes a line. Files are read one at a time in groups (over 8 MB
+and gzipped: in blocks cut at line ends), which two worker threads scan while the next is read. Invalid UTF-8 is
+replaced (with a warning); UTF-16 (BOM) is decoded. Progress-bar output glued with `\\r` is split so each segment
+is read on its own, with the line number of its physical line. Huge lines are cut to `MAX_LINE_CHARS` after the
+prefilter.
 """
 
 from __future__ import annotations
@@ -157,6 +158,9 @@ def _scan(
     first_lines = [t.first_line for t in texts]
     frame, slow = cut_group([t.data for t in texts], found, first_lines, whole, following=bool(line_start))
     slow |= _may_join(frame, [i for i, t in enumerate(texts) if t.whole], line_start)
+    for i, t in enumerate(texts):  # the rows are cut out: only the slow path reads a text again (less memory)
+        if i not in slow:
+            t.data = t.original = b""
     names = pl.Series([t.name for t in texts], dtype=pl.String)
     after_hit = pl.col("hit").shift(1) & (pl.col("text").shift(1) == pl.col("text"))
     fast = (

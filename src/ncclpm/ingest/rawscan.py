@@ -2,8 +2,8 @@
 
 One regex over the whole text (the anchors as one alternation, run by polars' Rust engine) returns every line that
 holds an anchor; only those lines - and, for re-joining wrapped lines, the line after each - are cut out, with
-their exact line numbers (newlines counted between hits). Splitting every line into a frame first cost as much as
-the search itself, for the ~1 % of lines that are kept.
+their exact line numbers (newlines counted between hits; in C without the GIL when `_textcut.c` is built).
+Splitting every line into a frame first cost as much as the search itself, for the ~1 % of lines that are kept.
 
 Two ways of reading lines are reproduced exactly, so the kept lines do not depend on the reader:
 - polars' (`read_lines`/`scan_lines`): a trailing `\\r` is dropped and a text ending in a newline has no empty
