@@ -1,7 +1,8 @@
 """A collector's tag on every line changes no verdict: every text-only case of tests/cases, its log files tagged
 the way pdsh (DeepSpeed's multi-node runner), SkyPilot, docker compose or `kubectl logs --prefix` tag them, gets
-the category and culprits it gets untagged. Each file gets its own node's tag, as each node's output would; code,
-configuration and stack dumps are left as they are (a collector tags a process's output, not a snapshot)."""
+the category and culprits it gets untagged. Each file gets its own node's tag, as each node's output would; code
+and configuration are left as they are (a collector tags a process's output, not a snapshot), and so are stack
+dumps except through pdsh (`pdsh -w nodes py-spy dump --pid ...` tags the dump's lines too)."""
 
 from __future__ import annotations
 
@@ -23,12 +24,16 @@ TAGS: dict[str, Callable[[int], str]] = {
 }
 
 
-def _tagged(src: Path, dst: Path, tag: Callable[[int], str]) -> None:
+TAGS_DUMPS = {"pdsh"}
+
+
+def _tagged(src: Path, dst: Path, tag: Callable[[int], str], dumps: bool) -> None:
     for node, p in enumerate(sorted(q for q in src.rglob("*") if q.is_file())):
         out = dst / p.relative_to(src)
         out.parent.mkdir(parents=True, exist_ok=True)
         data = p.read_bytes()
-        if code_language(p.name, data[:65536], len(data) > 65536) or looks_like_stack_dump(p.name, data[:65536]):
+        dump = looks_like_stack_dump(p.name, data[:65536])
+        if code_language(p.name, data[:65536], len(data) > 65536) or (dump and not dumps):
             out.write_bytes(data)
             continue
         prefix = tag(node)
@@ -42,6 +47,6 @@ def test_a_collector_tag_keeps_the_verdict(name: str, tmp_path: Path) -> None:
     want = diagnose([src])
     for which, tag in TAGS.items():
         dst = tmp_path / which
-        _tagged(src, dst, tag)
+        _tagged(src, dst, tag, which in TAGS_DUMPS)
         got = diagnose([dst])
         assert (got.category, got.culprit_ranks) == (want.category, want.culprit_ranks), f"tagged by {which}"

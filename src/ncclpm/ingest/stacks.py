@@ -22,6 +22,7 @@ from ncclpm.ingest.stack_frames import frame_rules
 from ncclpm.ingest.stack_parse import Block, Frame, parse_pyspy_json, parse_stack_lines
 from ncclpm.ingest.unwrap import NO_ENVELOPE, unwrap_lines
 from ncclpm.sources.discover import Job, SourceKind
+from ncclpm.sources.line_tags import without_line_tags
 from ncclpm.sources.stack_sniff import stack_format
 
 STACKS_SCHEMA = pl.Schema(
@@ -79,7 +80,7 @@ def _read_stack_sources(job: Job, warnings: list[str]) -> list[_Found]:
         if len(data) > MAX_STACK_BYTES:
             warnings.append(f"{src.name}: {len(data)} bytes is too large for a stack dump - skipped")
             continue
-        text = data.decode("utf-8", errors="replace")
+        text = without_line_tags(data.decode("utf-8", errors="replace"))
         hint = file_rank(src.name)
         try:
             blocks = parse_pyspy_json(text) if stack_format(data[:65536]) == "json" else []

@@ -77,7 +77,7 @@ class CudaBuildDoesNotFit(Rule):
             fixes=self.fixes(*(["driver"] if driver else []), *(["arch"] if arch else [])),
             dont=(
                 "Do not drain the node or reload the driver: the same build fails on every node like it.",
-                "NCCL settings (`NCCL_P2P_DISABLE`, `NCCL_IB_DISABLE`) do not change which kernels exist.",
+                "NCCL settings (`NCCL_P2P_DISABLE`, `NCCL_IB_DISABLE`) do not change which CUDA build runs.",
             ),
             verify=(
                 '`python -c "import torch; print(torch.version.cuda, torch.cuda.get_arch_list(), '

@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from ncclpm.sources.line_tags import without_line_tags
+
 LANGUAGES = ("python", "notebook", "shell", "yaml", "toml", "json", "dockerfile")
 MAX_LINES = 400  # lines looked at: a code snapshot is code from its first line, a log is a log early on
 MAX_LINE = 2000  # characters of a line looked at: its start tells a log line from code
@@ -204,23 +206,6 @@ def _first_lines(text: str, limit: int) -> Iterator[str]:
         start = end + 1
 
 
-_LINE_TAG = re.compile(r"^([\w.-]{1,64}): ")
-TAG_LINES = 40  # lines that decide whether every line carries a collector's tag
-
-
-def _without_line_tags(text: str) -> str:
-    """The text without the tag a collector puts on every line (`worker-1: ` from pdsh, `3: ` from `srun
-    --label`): it hides each line's own start (and reads as YAML keys). Stripped when nearly every line carries one
-    of a few tags; a YAML file's keys are many and different."""
-    if not _LINE_TAG.match(text.lstrip("\r\n")):
-        return text  # most files: the first line has no tag
-    head = [line for line in _first_lines(text, TAG_LINES) if line.strip()]  # the start decides, cheaply
-    tags = [m[1] for line in head if (m := _LINE_TAG.match(line))]
-    if len(tags) < 3 or len(tags) * 10 < len(head) * 9 or len(set(tags)) * 5 > len(tags):
-        return text
-    return "\n".join(_LINE_TAG.sub("", line, count=1) for line in _first_lines(text, MAX_LINES))
-
-
 def _tally(text: str) -> _Tally:
     t = _Tally()
     quote: str | None = None  # inside a triple-quoted string opened by a code line
@@ -335,7 +320,7 @@ def code_language(name: str, head: bytes, truncated: bool = False) -> str | None
     json_like = hint in ("json", "notebook") or text.lstrip()[:1] in ("{", "[")
     if json_like and (kind := _json_kind(text, hint, truncated)):
         return kind
-    text = _without_line_tags(text)
+    text = without_line_tags(text)
     t = _tally(text)
     if t.log > max(1, t.total // 5):
         return None

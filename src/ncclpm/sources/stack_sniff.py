@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from ncclpm.sources.line_tags import without_line_tags_bytes
+
 # The first meaningful line of a dump, per tool.
 _FIRST = re.compile(
     rb"^(?:Process \d+: "  # py-spy
@@ -65,6 +67,7 @@ def _first_lines(head: bytes, n: int) -> list[bytes]:
 
 def stack_format(head: bytes) -> str | None:
     """'json' for `py-spy dump --json`, 'text' for the line-shaped dumps, None when this is not a stack dump."""
+    head = without_line_tags_bytes(head)  # a dump collected through pdsh: each line tagged with its host
     if _JSON_THREAD.match(head[:4096]):
         return "json"
     lines = _first_lines(head, 1)
