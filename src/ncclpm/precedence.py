@@ -26,6 +26,7 @@ PRECEDENCE: tuple[tuple[str, str], ...] = (
     ("NW01", "a rank that raised a network error died of the network (NW01 demotes itself when a peer died first)"),
     ("CR01", "a rank that died first, for a reason no rule above names"),
     ("ST01", "a rank silent while the others waited: inferred from absence, below every rule that quotes a failure"),
+    ("ST02", "a rank still running when the others failed together: the launcher's exits are all it has"),
     ("WT01", "ranks waited in the store for a rank still busy elsewhere: the store wait is the only trace"),
     ("MP01", "ranks failed inside a main_process_first section: the main process's work is the only candidate"),
     ("TS01", "a timeout of seconds, or not the one the code sets: below every rule that names a rank's reason"),

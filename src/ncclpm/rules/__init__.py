@@ -26,6 +26,7 @@ from ncclpm.rules.scheduler import JobCancelledByScheduler
 from ncclpm.rules.shm_topology import ShmOrP2pFailure
 from ncclpm.rules.slow_rank import RankBusyOutsideCollectives
 from ncclpm.rules.stacks import StacksOddRankOut
+from ncclpm.rules.still_running import StillRunningWhenOthersFailed
 from ncclpm.rules.store_wait import RankAwaitedThroughStore
 from ncclpm.rules.timeout_sanity import TimeoutSetTooShort
 from ncclpm.rules.timeout_short import AllRanksTimedOutTogether
@@ -37,6 +38,7 @@ ALL_RULES: tuple[type[Rule], ...] = (
     RankDiedFirst,
     ProcessDiedRankUnknown,
     RankBusyOutsideCollectives,
+    StillRunningWhenOthersFailed,
     DataloaderFailure,
     NvmlDriverFailure,
     CollectivesDisagreeInLogs,

@@ -8,6 +8,7 @@ import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
+from ncclpm.model import said
 from ncclpm.rules._exits import fatal_exit
 from ncclpm.rules._facts import VICTIM_KINDS, known_ranks, same_line
 from ncclpm.rules.base import Finding, Fix, Rule, quotes
@@ -93,7 +94,7 @@ class ProcessDiedRankUnknown(Rule):
             .tail(1)
         )
         during = f" during `{doing['text'][0].strip()[:100]}`" if not doing.is_empty() else ""
-        quoted = f"`{last['text'].strip()[:140]}`"
+        quoted = f"`{said(last['text'], t.line_prefix)}`"
         how = (
             f"was killed by the kernel's OOM killer{during} ({quoted}: host memory, not GPU memory)"
             if oom

@@ -8,6 +8,7 @@ import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
+from ncclpm.model import said
 from ncclpm.rules._exits import unchosen_exits
 from ncclpm.rules._facts import exceptions_not_victim, victim_lines, victim_ranks
 from ncclpm.rules._why import QUIET_VERDICTS, first_timeout
@@ -116,7 +117,7 @@ class RankDiedFirst(Rule):
         return self.finding(
             confidence=conf,
             culprit_ranks=culprits,
-            summary=f"{ranks_text(culprits).capitalize()} died first ({shown['text'][0].strip()[:140]})"
+            summary=f"{ranks_text(culprits).capitalize()} died first ({said(shown['text'][0], t.line_prefix)})"
             + (" - killed by the kernel's OOM killer (host memory, not GPU memory)" if oom_hit else "")
             + (f"; {ranks_text(sorted(others))} then failed waiting for it." if others else "."),
             explanation="The first rank to fail on its own is the cause; timeouts and 'connection closed by "
