@@ -9,11 +9,17 @@ import polars as pl
 from ncclpm.ingest.tables import Tables
 from ncclpm.rules._facts import known_ranks, victim_lines
 from ncclpm.rules._victim_view import victims_view
-from ncclpm.rules.base import Finding, Fix, Rule, quotes
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
 # The evidence to collect when it is missing from the job: (what, when) - the findings' fixes read "Collect <what>."
 MISSING = {
+    "errors": (
+        "the failed ranks' own output (ranks: {ranks|those the launcher names}): the traceback its summary leaves "
+        "out is in their stderr (`torchrun --log-dir DIR --tee 3`, or `@record` from `torch.distributed.elastic."
+        "multiprocessing.errors` on the entry point to put it in the summary)",
+        "the launcher reports ranks failed whose own errors are not in the files",
+    ),
     "logs": ("logs of ranks {ranks|that printed nothing} (no line from them was found)", "some ranks printed nothing"),
     "dumps": (
         "flight-recorder dumps: run with `TORCH_NCCL_TRACE_BUFFER_SIZE=2000` and "
@@ -70,13 +76,18 @@ class InsufficientEvidence(Rule):
         seen = set(t.ranks["rank"].to_list())
         absent = sorted(known_ranks(t) - seen)
         no_stacks = not t.has("stacks") or (t.extra["stacks"]["format"] == "fr").all()
+        # ranks the launcher saw fail (not the ones it then ended itself with SIGTERM), their own errors not shown
+        failed = t.elastic.filter(~pl.col("exit_code").fill_null(0).is_in([0, -15]))["rank"].drop_nulls().unique()
+        failed = sorted(set(failed.to_list()) - set(t.events.filter(pl.col("severity") == "error")["rank"].to_list()))
         wanted = [
+            *(["errors"] if failed else []),
             *(["logs"] if absent else []),
             *(["dumps"] if t.fr is None else []),
             *(["nccl_log"] if not t.nccl_log else []),
             *(["stacks"] if no_stacks else []),
         ]
-        missing = [Fix(MISSING[k][0]).render({"ranks": ", ".join(map(str, absent[:16]))}) for k in wanted]
+        ranks_of: dict[str, list[int]] = {k: [] for k in MISSING} | {"errors": failed, "logs": absent}
+        missing = [Fix(MISSING[k][0]).render({"ranks": ", ".join(map(str, ranks_of[k][:16]))}) for k in wanted]
         victims = victim_lines(t)
         proves, causes = victims_view(t)
         leads = f" Most likely, in order: {'; '.join(f'({i}) {c}' for i, c in enumerate(causes, 1))}." if causes else ""
@@ -85,6 +96,9 @@ class InsufficientEvidence(Rule):
             if not victims.is_empty()
             else "the logs show a process cut off from another (a peer gone or not answering) but not which or why"
             if t.events["victim"].any()
+            else f"the launcher reports {ranks_text(failed)} failed, but not why (their own errors are not in "
+            "these files)"
+            if failed
             else "no line of the logs names a failure ncclpm recognises"
         )
         return self.finding(
@@ -96,7 +110,9 @@ class InsufficientEvidence(Rule):
             + "; ".join(missing)
             + ".",
             evidence=quotes(victims, 4),
-            fixes=self.fixes(*wanted, ranks=", ".join(map(str, absent[:16]))) if wanted else (),
+            fixes=tuple(f for k in wanted for f in self.fixes(k, ranks=", ".join(map(str, ranks_of[k][:16]))))
+            if wanted
+            else (),
             dont=(
                 "Do not set NCCL_P2P_DISABLE=1 / NCCL_IB_DISABLE=1 or an `NCCL_TIMEOUT` (read by nothing) "
                 "without evidence: they hide faults and slow every job.",
