@@ -140,8 +140,12 @@ def rank_summary_blocks(parsed: pl.DataFrame, elastic: pl.DataFrame) -> pl.DataF
     )
     if entries.is_empty():
         return parsed
-    inside = parsed.filter(pl.col("source").is_in(entries["source"].unique().implode()))
-    ends = inside.filter(~pl.col("message").fill_null("").str.contains(r"^\s")).select("source", pl.col("line"))
+    # Only positions are sorted and joined (source, line, whether indented): the lines' text is never copied.
+    where = parsed.select(
+        "source", "line", (~pl.col("message").fill_null("").str.contains(r"^\s")).alias("_outdented")
+    ).with_row_index("_order")
+    inside = where.filter(pl.col("source").is_in(entries["source"].unique().implode()))
+    ends = inside.filter("_outdented").select("source", "line")
     # both sides sorted by line over all sources, which sorts them within each source too
     blocks = entries.sort("_start").join_asof(
         ends.sort("line").rename({"line": "_end"}),
@@ -151,9 +155,8 @@ def rank_summary_blocks(parsed: pl.DataFrame, elastic: pl.DataFrame) -> pl.DataF
         strategy="forward",
         check_sortedness=False,
     )
-    ranked = (
-        parsed.with_row_index("_order")
-        .sort("line")
+    placed = (
+        where.sort("line")
         .join_asof(blocks, left_on="line", right_on="_start", by="source", strategy="backward", check_sortedness=False)
         .sort("_order")
     )
@@ -162,5 +165,5 @@ def rank_summary_blocks(parsed: pl.DataFrame, elastic: pl.DataFrame) -> pl.DataF
         & (pl.col("_end").is_null() | (pl.col("line") < pl.col("_end")))
         & (pl.col("line") - pl.col("_start") <= BLOCK_LINES)
     )
-    rank = pl.coalesce("rank", pl.when(in_block).then(pl.col("_block_rank").cast(pl.Int32)))
-    return ranked.with_columns(rank.alias("rank")).select(parsed.columns)
+    block_rank = placed.select(pl.when(in_block).then(pl.col("_block_rank").cast(pl.Int32))).to_series()
+    return parsed.with_columns(pl.coalesce(pl.col("rank"), block_rank).alias("rank"))
