@@ -8,12 +8,14 @@ from ncclpm.ingest.tables import Tables
 from ncclpm.rules._facts import victim_ranks
 
 FATAL_SIGNALS = ["SIGKILL", "SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT"]
+OWN_ERROR = 1  # a Python process's exit code after an uncaught exception (a timeout's included)
+TORN_DOWN = -15  # SIGTERM: the launcher ending a worker that was still running
 
 
 def fatal_exit() -> pl.Expr:
     """An exit a process did not choose: a fatal signal, or a code other than 0, 1 (its own error) and -15 (torn
     down by its launcher)."""
-    chosen = pl.col("exit_code").is_in([0, 1, -15])
+    chosen = pl.col("exit_code").is_in([0, OWN_ERROR, TORN_DOWN])
     return pl.col("signal").is_in(FATAL_SIGNALS) | (pl.col("signal").is_null() & ~chosen)
 
 

@@ -7,6 +7,7 @@ from typing import ClassVar
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
+from ncclpm.rules._exits import TORN_DOWN
 from ncclpm.rules._facts import known_ranks, victim_lines
 from ncclpm.rules._victim_view import victims_view
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
@@ -77,7 +78,7 @@ class InsufficientEvidence(Rule):
         absent = sorted(known_ranks(t) - seen)
         no_stacks = not t.has("stacks") or (t.extra["stacks"]["format"] == "fr").all()
         # ranks the launcher saw fail (not the ones it then ended itself with SIGTERM), their own errors not shown
-        failed = t.elastic.filter(~pl.col("exit_code").fill_null(0).is_in([0, -15]))["rank"].drop_nulls().unique()
+        failed = t.elastic.filter(~pl.col("exit_code").fill_null(0).is_in([0, TORN_DOWN]))["rank"].drop_nulls().unique()
         failed = sorted(set(failed.to_list()) - set(t.events.filter(pl.col("severity") == "error")["rank"].to_list()))
         wanted = [
             *(["errors"] if failed else []),

@@ -7,13 +7,11 @@ from typing import ClassVar
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
+from ncclpm.rules._exits import OWN_ERROR, TORN_DOWN
 from ncclpm.rules._facts import exceptions_not_victim, victim_ranks
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.rules.rank_crash import EXPLAINED_KINDS
 from ncclpm.schema import Category
-
-OWN_ERROR = 1  # a Python process's exit code after an uncaught exception (a timeout's included)
-TORN_DOWN = -15  # SIGTERM: the launcher ending a worker that was still running
 
 
 class StillRunningWhenOthersFailed(Rule):
