@@ -63,6 +63,7 @@ BY_RULE: dict[str, Callable[[Finding], tuple[Action, str] | None]] = {
     "TO01": lambda f: (Action.RAISE_TIMEOUT, "every rank was in the collective: give it more time"),
     "SL01": _scheduler,
     "EX01": lambda f: (Action.RESTART, "killed from outside while no rank had failed: resubmit, find the sender"),
+    "CR03": lambda f: (Action.COLLECT_MORE, "a peer process went away: its own output has the reason, collect it"),
     "CR02": lambda f: (
         (Action.FIX_CONFIG, "a process killed from outside (host memory, most often): find the sender, use less RAM")
         if f.facts.get("killed")

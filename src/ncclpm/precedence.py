@@ -34,6 +34,7 @@ PRECEDENCE: tuple[tuple[str, str], ...] = (
     ("SL01", "the scheduler ended the job: above only the all-ranks-timed-out reading"),
     ("EX01", "the launcher was killed from outside while no rank had failed: the sender is outside the job"),
     ("CR02", "one process's excerpt ending in its own error, no rank named: the lead when nothing above fired"),
+    ("CR03", "a survivor saw a peer's connection close mid-collective: the peer's own reason is not in the files"),
     ("TO01", "every rank joined and waited together: what remains when no rank is to blame"),
     ("OK01", "the job finished and nothing failed: only when no rule found any failure at all"),
     ("CT01", "the symptom itself: never a root cause"),

@@ -13,12 +13,13 @@ import polars as pl
 from ncclpm.diff.facts import config_facts, quote
 from ncclpm.diff.nccl_facts import nccl_facts
 from ncclpm.diff.progress import progress_differences
-from ncclpm.diff.relevance import NATIVE_SIGNALS, BadContext, api_error, family_order, judge
+from ncclpm.diff.relevance import BadContext, api_error, family_order, judge
 from ncclpm.diff_model import RELEVANCE, Difference, DiffReport, Fact, Quote, RunSummary
 from ncclpm.ingest.settings import env_knowledge
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.model import Category, Diagnosis
+from ncclpm.signals import NATIVE_CRASHES
 
 NOT_SET = "not set"
 
@@ -65,7 +66,7 @@ def _native_crash(t: Tables, d: Diagnosis) -> Quote | None:
     if not crash.is_empty():
         return quote(crash.sort("source", "line").row(0, named=True))
     for r in d.ranks:
-        if r.get("signal") in NATIVE_SIGNALS:
+        if r.get("signal") in NATIVE_CRASHES:
             return Quote("torchrun summary", None, f"rank {r['rank']} exited with {r['signal']}")
     return None
 

@@ -19,7 +19,6 @@ from ncclpm.diff.units import seconds_of
 from ncclpm.diff_model import RELEVANCE, Difference, Quote
 from ncclpm.resources import data_dir
 
-NATIVE_SIGNALS = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGILL", "SIGFPE")
 VERSION_FAMILIES = (
     "torch_version",
     "nccl_version",

@@ -19,6 +19,7 @@ from ncclpm.rules.mismatch_logs import CollectivesDisagreeInLogs
 from ncclpm.rules.nccl_invalid_usage import NcclInvalidUsage
 from ncclpm.rules.network import NcclTransportError
 from ncclpm.rules.nvml import NvmlDriverFailure
+from ncclpm.rules.peer_gone import PeerProcessGone
 from ncclpm.rules.process_died import ProcessDiedRankUnknown
 from ncclpm.rules.rank_crash import RankDiedFirst
 from ncclpm.rules.rendezvous import ProcessGroupNeverFormed
@@ -37,6 +38,7 @@ ALL_RULES: tuple[type[Rule], ...] = (
     CollectiveTimeoutSymptom,
     RankDiedFirst,
     ProcessDiedRankUnknown,
+    PeerProcessGone,
     RankBusyOutsideCollectives,
     StillRunningWhenOthersFailed,
     DataloaderFailure,

@@ -6,8 +6,19 @@ import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.rules._facts import victim_ranks
+from ncclpm.rules.base import Fix
+from ncclpm.signals import NATIVE_CRASHES, exit_signal
 
-FATAL_SIGNALS = ["SIGKILL", "SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT"]
+FATAL_SIGNALS = ["SIGKILL", *NATIVE_CRASHES]
+
+# SIGBUS in a training process is memory it mapped that could not be backed, almost always /dev/shm.
+BUS_ERROR = Fix(
+    "SIGBUS: a page of mapped memory could not be backed - almost always a full `/dev/shm` (Docker's 64 MB "
+    "default; DataLoader workers and NCCL both use it): run the container with `--shm-size=16g` or `--ipc=host`, "
+    "check `df -h /dev/shm` on the node.",
+    when="a process ended with SIGBUS",
+)
+
 OWN_ERROR = 1  # a Python process's exit code after an uncaught exception (a timeout's included)
 TORN_DOWN = -15  # SIGTERM: the launcher ending a worker that was still running
 
@@ -27,7 +38,8 @@ def unchosen_exits(t: Tables) -> pl.DataFrame:
     fatal = fatal_exit()
     sigabrt_ok = (pl.col("signal") != "SIGABRT") | ~pl.col("rank").is_in(victims)
     rows = el.filter(fatal.fill_null(False) & sigabrt_ok.fill_null(True))
-    return rows.with_columns(
+    named = pl.col("exit_code").map_elements(exit_signal, return_dtype=pl.String)  # a handful of rows
+    return rows.with_columns(pl.col("signal").fill_null(named)).with_columns(
         pl.format("rank {} exited with code {} {}", "rank", "exit_code", pl.col("signal").fill_null(""))
         .str.strip_chars()
         .alias("text")

@@ -9,11 +9,12 @@ import polars as pl
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.model import said
-from ncclpm.rules._exits import fatal_exit
+from ncclpm.rules._exits import BUS_ERROR, fatal_exit
 from ncclpm.rules._facts import VICTIM_KINDS, known_ranks, same_line
 from ncclpm.rules.base import Finding, Fix, Rule, quotes
 from ncclpm.rules.rank_crash import EXPLAINED_KINDS
 from ncclpm.schema import Category
+from ncclpm.signals import NATIVE_CRASHES, exit_signal
 
 
 class ProcessDiedRankUnknown(Rule):
@@ -51,6 +52,7 @@ class ProcessDiedRankUnknown(Rule):
             "process when host RAM runs out (checkpoint saves, DataLoader workers).",
             when="the process was killed (`Killed`, SIGKILL, exit -9 or 137)",
         ),
+        "bus_error": BUS_ERROR,
         "which_rank": Fix(
             "Keep each rank's output apart next time (`torchrun --log-dir DIR --tee 3`, or `--redirects 3`) so "
             "the report can name the rank."
@@ -58,7 +60,9 @@ class ProcessDiedRankUnknown(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        if known_ranks(t) or not t.events.filter(pl.col("victim")).is_empty():
+        # The launcher's `closing signal SIGTERM` to the other workers follows a failure: nobody waited there.
+        waited = t.events.filter(pl.col("victim") & (pl.col("kind") != K.agent_signal))
+        if known_ranks(t) or not waited.is_empty():
             return pl.DataFrame()  # ranks are named (CR01 reads them) or someone waited: not one process's end
         ev = t.events.filter(pl.col("rank").is_null())
         # Lines another rule reads (an OOM, a store timeout, the agent's own SignalException) are not this one's.
@@ -86,7 +90,8 @@ class ProcessDiedRankUnknown(Rule):
             last["text"] = last["text"][last["text"].find("NVRM:") :]  # the kernel's prefix says nothing here
         # the shell's `Killed`, a launcher's SIGKILL, exit -9 or 137 (a shell's or container's 128 + 9)
         oom = last["kind"] == K.oom_killer
-        killed = oom or last["detail"] == "Killed" or last["signal"] == "SIGKILL" or last["exit_code"] in (-9, 137)
+        signal = last["signal"] or exit_signal(last["exit_code"])
+        killed = oom or last["detail"] == "Killed" or signal == "SIGKILL"
         # What the process was doing when it died: the last progress or activity line above it in its file.
         doing = (
             t.kinds(K.progress, K.activity, K.progress_bar)
@@ -95,11 +100,18 @@ class ProcessDiedRankUnknown(Rule):
         )
         during = f" during `{doing['text'][0].strip()[:100]}`" if not doing.is_empty() else ""
         quoted = f"`{said(last['text'], t.line_prefix)}`"
+        if last["kind"] == K.worker_exit:  # the launcher's line: what it says, not the command line it repeats
+            quoted = _exit_said(last, signal)
+        exited = ev.filter((pl.col("kind") == K.worker_exit) & pl.col("local_rank").is_not_null())
+        if last["kind"] != K.worker_exit and not exited.is_empty():
+            quoted += f"; the launcher: {_exit_said(exited.row(0, named=True), None)}"
         how = (
             f"was killed by the kernel's OOM killer{during} ({quoted}: host memory, not GPU memory)"
             if oom
             else f"was killed{during} ({quoted}; SIGKILL comes from outside it)"
             if killed
+            else f"crashed with {signal}{during} ({quoted})"
+            if signal in NATIVE_CRASHES
             else f"died of its own error{during} ({quoted})"
         )
         return self.finding(
@@ -114,8 +126,17 @@ class ProcessDiedRankUnknown(Rule):
                 else ""
             ),
             evidence=quotes(ev.tail(3)) + quotes(doing),  # the death first: the story tells it from there
-            fixes=self.fixes("killed" if killed else "fix_error", "which_rank"),
+            fixes=self.fixes(
+                "killed" if killed else "fix_error", *(["bus_error"] if signal == "SIGBUS" else []), "which_rank"
+            ),
             dont=("Do not raise the collective timeout or change NCCL settings: no collective failed.",),
             verify=("After the fix the job passes the step where this process died.",),
             facts={"killed": killed},
         )
+
+
+def _exit_said(row: dict, signal: str | None) -> str:
+    """A launcher's report of a worker's exit, in words: `local rank 1 exited with code -11 (SIGSEGV)`."""
+    signal = signal or row["signal"] or exit_signal(row["exit_code"])
+    who = f"local rank {row['local_rank']}" if row["local_rank"] is not None else "a worker"
+    return f"{who} exited with code {row['exit_code']}" + (f" = {signal}" if signal else "")

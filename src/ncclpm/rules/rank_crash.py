@@ -9,7 +9,7 @@ import polars as pl
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.model import said
-from ncclpm.rules._exits import unchosen_exits
+from ncclpm.rules._exits import BUS_ERROR, unchosen_exits
 from ncclpm.rules._facts import exceptions_not_victim, victim_lines, victim_ranks
 from ncclpm.rules._why import QUIET_VERDICTS, first_timeout
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
@@ -71,6 +71,7 @@ class RankDiedFirst(Rule):
             "own kernel faulted (rerun with `CUDA_LAUNCH_BLOCKING=1`).",
             when="the rank died of a CUDA error a failing GPU raises as well as a bug",
         ),
+        "bus_error": BUS_ERROR,
         "fix_crash": Fix(
             "Fix the failure on the culprit rank (its traceback above); for SIGKILL check the host's "
             "kernel log (`dmesg -T | grep -i 'killed process'`) for the OOM killer."
@@ -91,7 +92,7 @@ class RankDiedFirst(Rule):
             .with_columns(pl.lit("signal").alias("how"))
         )
         exits = unchosen_exits(t).with_columns(pl.lit("exit").alias("how"))
-        cols = ["source", "line", "rank", "ts", "text", "how", "strength"]
+        cols = ["source", "line", "rank", "ts", "text", "how", "strength", "signal"]
         exits = exits.with_columns(pl.lit(None, pl.Float64).alias("strength"))
         ev = pl.concat([exc.select(cols), sig.select(cols), exits.select(cols)])
         ev = ev.filter(~pl.col("rank").is_in(list(explained))).join(victims_at, on="rank", how="left")
@@ -131,6 +132,7 @@ class RankDiedFirst(Rule):
             fixes=self.fixes(
                 *([] if oom.is_empty() else ["host_memory"]),
                 *(["gpu_fault"] if gpu_fault.len() else []),
+                *(["bus_error"] if (shown["signal"] == "SIGBUS").any() else []),
                 "fix_crash",
                 "async_errors",
             ),

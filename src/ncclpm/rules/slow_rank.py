@@ -13,6 +13,7 @@ from ncclpm.kinds import K
 from ncclpm.rules._busy import busy_text, rank_local_work, waiting_in_barrier
 from ncclpm.rules._facts import known_ranks, late_timeouts, timeouts, victim_lines, victim_ranks
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
+from ncclpm.rules.peer_gone import peer_left_first
 from ncclpm.rules.rank_crash import crashed_ranks
 from ncclpm.schema import Category, FRCulprit
 
@@ -73,7 +74,7 @@ class RankBusyOutsideCollectives(Rule):
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         victims = victim_ranks(t)
-        if not victims or crashed_ranks(t):
+        if not victims or crashed_ranks(t) or peer_left_first(t):
             return pl.DataFrame()  # a rank that died explains why the others waited; silence proves nothing
         named = self._named(t)
         busy = set(t.kinds(*BUSY_KINDS)["rank"].drop_nulls().to_list())

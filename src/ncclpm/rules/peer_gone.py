@@ -1,0 +1,91 @@
+"""CR03 peer-process-gone."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import polars as pl
+
+from ncclpm.ingest.tables import Tables
+from ncclpm.kinds import K
+from ncclpm.model import said
+from ncclpm.rules._facts import known_ranks
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
+from ncclpm.schema import Category
+
+# A collective that timed out first makes a closed connection its consequence (the aborting ranks close theirs).
+WAITED_FIRST = [K.collective_timeout, K.watchdog_status, K.heartbeat_stuck, K.monitored_barrier]
+
+
+def peer_left_first(t: Tables) -> bool:
+    """Ranks lost a peer's connection and nobody had waited on anyone before: the peer went away."""
+    return t.kinds(*WAITED_FIRST).is_empty() and not t.kinds(K.peer_closed).is_empty()
+
+
+class PeerProcessGone(Rule):
+    """A survivor's view only: a peer closed its connection in the middle of a collective - it died.
+
+    ## What it detects
+    gloo's `Connection closed by peer [ADDR]:PORT` (torch 2.x adds "This is typically caused by a remote worker
+    crashing") or `Read error ...: Connection reset by peer` raised by a collective, with no collective timeout
+    before it and no other rank's own error in the files.
+
+    ## Why it matters
+    A process that exits - a crash, a kill by the OOM killer, `sys.exit` on one rank - closes its sockets, and
+    every peer blocked in a collective with it fails at once with this error. The paste is the survivor's; the
+    reason is in the log of the process that went away. When every rank of the job but one lost the connection,
+    that one is named.
+
+    ## Example
+    `dist.all_reduce(x)` / `RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed
+    by peer [127.0.0.1]:7370. This is typically caused by a remote worker crashing.`
+    """
+
+    id = "CR03"
+    name = "peer-process-gone"
+    category = Category.RANK_CRASH
+    base_confidence = 0.4
+    explains = ("IN01",)
+    FIXES: ClassVar[dict[str, Fix]] = {
+        "peer_log": Fix(
+            "Read the output of the process at the peer's address (its traceback, `Killed`, a segfault), and the "
+            "host's kernel log there (`dmesg -T | grep -i 'killed process'`): the reason it exited is there."
+        ),
+        "per_rank": Fix(
+            "Keep every rank's output next time (`torchrun --log-dir DIR --tee 3`) so the rank that died first "
+            "is in the files."
+        ),
+    }
+
+    def evidence(self, t: Tables) -> pl.DataFrame:
+        return t.kinds(K.peer_closed) if peer_left_first(t) else pl.DataFrame()
+
+    def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
+        first = ev.sort("ts", "line", nulls_last=True).row(0, named=True)
+        survivors = sorted(set(ev["rank"].drop_nulls().to_list()))
+        # every rank but one lost the connection: that one went away (two processes: the other one)
+        others = known_ranks(t) - set(survivors)
+        gone = tuple(others) if survivors and len(others) == 1 else ()
+        last = t.ranks.filter(pl.col("rank").is_in(list(gone)) & pl.col("last_activity").is_not_null())
+        silent = not last.is_empty() and last["first_error"].is_null().all()  # its log is here and shows no error
+        peer = f" at {first['peer']}" if first["peer"] else ""
+        who = ranks_text(gone) if gone else f"the process{peer}"
+        seen_by = ranks_text(survivors) if survivors else "this process"
+        return self.finding(
+            confidence=self.base_confidence + (0.15 if gone else 0.0),
+            culprit_ranks=gone,
+            summary=f"{who[:1].upper()}{who[1:]} went away in the middle of a collective: {seen_by} lost "
+            f"{'its' if len(survivors) < 2 else 'their'} connection to it (`{said(first['text'], t.line_prefix)}`)"
+            + (f"; it last logged `{said(last['last_activity'][0], t.line_prefix, 80)}`" if not last.is_empty() else "")
+            + (
+                "; its own output ends without an error: it was killed (SIGKILL - the OOM killer most often)."
+                if silent
+                else "; its own output has the reason (a crash, or a kill by the OOM killer)."
+            ),
+            explanation="A closed or reset connection during a collective is what a peer's exit looks like from "
+            "the other side; no collective timed out first, so the peer did not leave because of a hang.",
+            evidence=quotes(ev, 3),
+            fixes=self.fixes("peer_log", *([] if gone else ["per_rank"])),
+            dont=("Do not raise the collective timeout or change network settings: the peer process was gone.",),
+            verify=("The peer's own log ends with its error at the time this connection closed.",),
+        )

@@ -1,0 +1,54 @@
+"""Exit codes read as the signals they stand for, and what a report then says about them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ncclpm.api import diagnose
+from ncclpm.signals import exit_signal
+
+SUMMARY = """\
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Failures:
+  <NO_OTHER_FAILURES>
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2023-11-02_10:11:12
+  host      : ip-172-31-1-1
+  rank      : 1 (local_rank: 1)
+  exitcode  : {code} (pid: 5512)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================
+"""
+
+
+@pytest.mark.parametrize(
+    ("code", "name"),
+    [(-9, "SIGKILL"), (-11, "SIGSEGV"), (-7, "SIGBUS"), (137, "SIGKILL"), (139, "SIGSEGV"), (1, None), (0, None)],
+)
+def test_exit_codes_name_linux_signals(code: int, name: str | None) -> None:
+    assert exit_signal(code) == name  # Linux numbers, whatever machine reads the log (SIGBUS is 10 on macOS)
+
+
+def test_a_bus_error_exit_points_at_shared_memory(tmp_path: Path) -> None:
+    log = tmp_path / "console.log"
+    log.write_text(SUMMARY.format(code=-7))
+    d = diagnose([log])
+    assert d.primary.category == "rank_crash" and d.primary.culprit_ranks == (1,)
+    assert "SIGBUS" in d.primary.summary
+    assert any("/dev/shm" in fix for fix in d.primary.fixes)
+
+
+def test_a_segfault_exit_does_not_point_at_shared_memory(tmp_path: Path) -> None:
+    log = tmp_path / "console.log"
+    log.write_text(SUMMARY.format(code=-11))
+    d = diagnose([log])
+    assert "SIGSEGV" in d.primary.summary
+    assert not any("/dev/shm" in fix for fix in d.primary.fixes)
