@@ -11,6 +11,7 @@ from ncclpm.kinds import K
 from ncclpm.model import said
 from ncclpm.rules._facts import known_ranks
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
+from ncclpm.rules.rank_crash import EXPLAINED_KINDS, crashed_ranks
 from ncclpm.schema import Category
 
 # A collective that timed out first makes a closed connection its consequence (the aborting ranks close theirs).
@@ -18,8 +19,11 @@ WAITED_FIRST = [K.collective_timeout, K.watchdog_status, K.heartbeat_stuck, K.mo
 
 
 def peer_left_first(t: Tables) -> bool:
-    """Ranks lost a peer's connection and nobody had waited on anyone before: the peer went away."""
-    return t.kinds(*WAITED_FIRST).is_empty() and not t.kinds(K.peer_closed).is_empty()
+    """Ranks lost a peer's connection, nobody had waited on anyone before, and no rank's own error is in the files
+    (that error would say why the peer left: CR01 and the rules of its kind read it)."""
+    if t.kinds(K.peer_closed).is_empty() or not t.kinds(*WAITED_FIRST).is_empty():
+        return False
+    return t.kinds(*EXPLAINED_KINDS).is_empty() and not crashed_ranks(t)
 
 
 class PeerProcessGone(Rule):

@@ -58,6 +58,7 @@ class RankDiedFirst(Rule):
     category = Category.RANK_CRASH
     base_confidence = 0.75
     explains = ("CT01",)
+    needs = frozenset()  # the events or the launcher's summary (a pasted summary tail has no event at all)
     FIXES: ClassVar[dict[str, Fix]] = {
         "host_memory": Fix(
             "The kernel's OOM killer ended a process (host RAM, not GPU memory): lower DataLoader workers / "

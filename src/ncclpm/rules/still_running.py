@@ -39,6 +39,7 @@ class StillRunningWhenOthersFailed(Rule):
     category = Category.SLOW_RANK_WORK
     base_confidence = 0.4
     explains = ("CT01", "IN01")
+    needs = frozenset({"elastic"})  # the launcher's summary is all it reads
     FIXES: ClassVar[dict[str, Fix]] = {
         "their_errors": Fix(
             "Read the failed ranks' own output (`torchrun --log-dir DIR --tee 3` keeps it per rank), or decorate the "
