@@ -53,6 +53,15 @@ def _scheduler(f: Finding) -> tuple[Action, str] | None:
     return Action.RAISE_TIMEOUT, "the job reached its time limit: raise it or checkpoint and resume"
 
 
+def _killed(f: Finding) -> tuple[Action, str] | None:
+    if f.facts.get("killed"):
+        return (
+            Action.FIX_CONFIG,
+            "a process killed from outside (host memory, most often): find the sender, use less RAM",
+        )
+    return None
+
+
 # rule id -> the action its findings call for, from their own facts (None: the category's action stands)
 BY_RULE: dict[str, Callable[[Finding], tuple[Action, str] | None]] = {
     "NV01": lambda f: (Action.EXCLUDE_NODE, "a GPU or driver fault on a node: drain it, resubmit without it"),
@@ -64,11 +73,8 @@ BY_RULE: dict[str, Callable[[Finding], tuple[Action, str] | None]] = {
     "SL01": _scheduler,
     "EX01": lambda f: (Action.RESTART, "killed from outside while no rank had failed: resubmit, find the sender"),
     "CR03": lambda f: (Action.COLLECT_MORE, "a peer process went away: its own output has the reason, collect it"),
-    "CR02": lambda f: (
-        (Action.FIX_CONFIG, "a process killed from outside (host memory, most often): find the sender, use less RAM")
-        if f.facts.get("killed")
-        else None
-    ),
+    "CR01": _killed,
+    "CR02": _killed,
 }
 
 

@@ -32,11 +32,14 @@ def rank_local_work(t: Tables, ranks: list[int], attribute_unranked: bool = Fals
     """One activity row per rank of `ranks` (where it started, with `bar_ms`/`bar_pct` and `attributed`)."""
     act = t.kinds(K.activity)
     mine = act.filter(pl.col("rank").is_in(ranks)).with_columns(pl.lit(False).alias("attributed"))
-    if attribute_unranked and len(ranks) == 1:
+    # A console's unprefixed progress line is the one candidate's, or else rank 0's: scripts (Hugging Face,
+    # Lightning, most others) log their progress on the main process only.
+    owner = ranks[0] if len(ranks) == 1 else 0 if 0 in ranks else None
+    if attribute_unranked and owner is not None:
         victim_sources = victim_lines(t)["source"].unique().to_list()
         loose = act.filter(pl.col("rank").is_null() & pl.col("source").is_in(victim_sources))
         mine = pl.concat(
-            [mine, loose.with_columns(pl.lit(ranks[0], pl.Int32).alias("rank"), pl.lit(True).alias("attributed"))]
+            [mine, loose.with_columns(pl.lit(owner, pl.Int32).alias("rank"), pl.lit(True).alias("attributed"))]
         )
     if mine.is_empty():
         return _with_elapsed(t, mine)

@@ -93,7 +93,7 @@ class RankDiedFirst(Rule):
             .with_columns(pl.lit("signal").alias("how"))
         )
         exits = unchosen_exits(t).with_columns(pl.lit("exit").alias("how"))
-        cols = ["source", "line", "rank", "ts", "text", "how", "strength", "signal"]
+        cols = ["source", "line", "rank", "ts", "text", "how", "strength", "signal", "detail"]
         exits = exits.with_columns(pl.lit(None, pl.Float64).alias("strength"))
         ev = pl.concat([exc.select(cols), sig.select(cols), exits.select(cols)])
         ev = ev.filter(~pl.col("rank").is_in(list(explained))).join(victims_at, on="rank", how="left")
@@ -145,7 +145,8 @@ class RankDiedFirst(Rule):
                 "The culprit rank's log ends with its own error, earlier than any timeout elsewhere; "
                 "after the fix the job passes the step where it died.",
             ),
-            facts={"victim_ranks": sorted(others)},
+            # SIGKILL (the launcher's -9, mpirun's or the shell's `Killed`) comes from outside the process
+            facts={"victim_ranks": sorted(others), "killed": oom_hit or _killed(shown)},
         )
 
     def why_not(self, t: Tables, winner: Finding, mine: Finding | None) -> str | None:
@@ -155,3 +156,7 @@ class RankDiedFirst(Rule):
         if fired is not None and ends.len() and ends.min() >= fired:  # type: ignore[operator]
             return f"every rank ended after the first timeout fired ({fired:%H:%M:%S}): the exits are its consequence"
         return "no rank died of its own error (an exception, a segfault, a kill) before the others waited"
+
+
+def _killed(shown: pl.DataFrame) -> bool:
+    return bool(((shown["signal"] == "SIGKILL") | (shown["detail"] == "Killed")).any())

@@ -90,7 +90,7 @@ class RankBusyOutsideCollectives(Rule):
         # others waited a full timeout at a barrier.
         cut_excerpt = unseen == silent and (len(unseen) > 1 or len(victims) < 2 or not silent)
         # ...or when the one rank it can be shows rank-local work (an unranked tokenizer bar in a one-rank paste)
-        worked = len(silent) == 1 and not rank_local_work(t, sorted(silent), attribute_unranked=True).is_empty()
+        worked = not rank_local_work(t, sorted(silent), attribute_unranked=True).is_empty()
         if cut_excerpt and (not (waiting_in_barrier(t) or worked) or (t.world_size_declared and not silent)):
             return pl.DataFrame()
         if not silent and not (len(seen) == 1 and seen <= victims):
