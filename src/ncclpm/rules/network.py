@@ -8,6 +8,7 @@ import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
+from ncclpm.model import said
 from ncclpm.rules._hosts import ranks_on, where
 from ncclpm.rules._links import failing_pairs, implicated_hosts, link_ends
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
@@ -89,7 +90,7 @@ class NcclTransportError(Rule):
         return ev.sort(["strength", "ts", "source", "line"], descending=[True, False, False, False], nulls_last=True)
 
     def _summary(self, t: Tables, ev: pl.DataFrame, culprit_hosts: list[str], reporters: list[str], pairs: list) -> str:
-        detail = self._detail(ev.row(0, named=True))
+        detail = self._detail(ev.row(0, named=True), t.line_prefix)
         advertised = ev.filter(pl.col("peer").fill_null("").str.contains(WRONG_ADDRESS))["peer"].unique().to_list()
         if advertised:
             return (
@@ -116,7 +117,8 @@ class NcclTransportError(Rule):
             hca = ev["hca"].drop_nulls().unique().to_list()
             via = f" (HCA {', '.join(hca)})" if hca else ""
             return f"NCCL's connection between {' and '.join(ends)} failed{via}: {detail}"
-        return f"NCCL's network transport failed on {where(t, culprit_hosts or reporters)}: {detail}"
+        place = where(t, culprit_hosts or reporters)
+        return f"NCCL's network transport failed{f' on {place}' if place else ''}: {detail}"
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         reporters, pairs = failing_pairs(t, ev)
@@ -127,7 +129,7 @@ class NcclTransportError(Rule):
         strongest = float(ev["strength"].max())  # type: ignore[arg-type]
         crashed = self._crashed_first(t, ev, culprit_hosts)
         symptom = bool(crashed)
-        detail = self._detail(ev.row(0, named=True))
+        detail = self._detail(ev.row(0, named=True), t.line_prefix)
         summary = self._summary(t, ev, culprit_hosts, reporters, pairs)
         if symptom:
             summary = (
@@ -181,10 +183,10 @@ class NcclTransportError(Rule):
         return set(hit["rank"].to_list())
 
     @staticmethod
-    def _detail(row: dict) -> str:
+    def _detail(row: dict, envelopes: str) -> str:
         status = (row.get("error_type") or "").split("(")[-1].rstrip(")")
         if row["net_class"] == "ib" and status in IB_STATUS:
             return f"InfiniBand completion status {status} ({IB_STATUS[status]})"
         text = row["text"] or ""
         cut = text.find("NCCL WARN ")
-        return (text[cut + 10 :] if cut >= 0 else text).strip()[:160]
+        return text[cut + 10 :].strip()[:160] if cut >= 0 else said(text, envelopes, 160)
