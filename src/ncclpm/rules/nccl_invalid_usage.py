@@ -11,12 +11,16 @@ from ncclpm.kinds import K
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
+# NCCL's results for a call it rejects (ncclInvalidUsage 5, ncclInvalidArgument 4), as torch words them
+REFUSALS = ["invalid usage", "invalid argument"]
+
 
 class NcclInvalidUsage(Rule):
     """NCCL refused how it was called (`invalid usage`), and nothing in the logs says more.
 
     ## What it detects
-    `NCCL error in: ...: invalid usage` / `ncclInvalidUsage` (torch's `DistBackendError`, NCCL error 5) with no
+    `NCCL error in: ...: invalid usage` / `ncclInvalidUsage` (torch's `DistBackendError`, NCCL error 5) or
+    `invalid argument` / `ncclInvalidArgument` (error 4) with no
     more specific reading of the same job (two ranks on one GPU, ranks disagreeing on the job's size), which
     CF01/CF02 name outright.
 
@@ -50,17 +54,19 @@ class NcclInvalidUsage(Rule):
     def evidence(self, t: Tables) -> pl.DataFrame:
         return (
             t.kinds(K.nccl_error)
-            .filter(pl.col("error_type").fill_null("").str.contains("invalid usage"))
+            .filter(pl.col("error_type").is_in(REFUSALS))
             .sort("ts", "source", "line", nulls_last=True)
         )
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         ranks = tuple(sorted(set(ev["rank"].drop_nulls().to_list())))
         who = ranks_text(ranks) if ranks else "a rank"
+        said = ev["error_type"][0]
         return self.finding(
             culprit_ranks=ranks,
-            summary=f"NCCL refused how {who} called it (`invalid usage`): a setup mistake - most often two ranks on "
-            "one GPU - not a hardware or network fault; NCCL's own WARN line says which.",
+            summary=f"NCCL refused how {who} called it (`{said}`): a setup mistake - most often two ranks on "
+            "one GPU, or a torch and NCCL that do not fit - not a hardware or network fault; NCCL's own WARN line "
+            "says which.",
             explanation="`invalid usage` is NCCL's answer to a wrong call: two ranks on one device, a communicator "
             "created differently on different ranks, a buffer on another GPU. It fails the same way on every run.",
             evidence=quotes(ev, 3),
