@@ -21,6 +21,7 @@ BUS_ERROR = Fix(
 
 OWN_ERROR = 1  # a Python process's exit code after an uncaught exception (a timeout's included)
 TORN_DOWN = -15  # SIGTERM: the launcher ending a worker that was still running
+WATCHDOG_ABORT = -6  # SIGABRT: how NCCL's watchdog ends a rank whose collective timed out or failed
 
 
 def fatal_exit() -> pl.Expr:
@@ -34,12 +35,15 @@ def unchosen_exits(t: Tables) -> pl.DataFrame:
     """The launcher's rows of ranks that ended by a fatal signal or an odd exit code (a SIGABRT only when the rank
     was not a victim: the watchdog aborts a rank whose collective timed out)."""
     victims = list(victim_ranks(t))
-    el = t.elastic.filter(pl.col("rank").is_not_null())
-    fatal = fatal_exit()
-    sigabrt_ok = (pl.col("signal") != "SIGABRT") | ~pl.col("rank").is_in(victims)
-    rows = el.filter(fatal.fill_null(False) & sigabrt_ok.fill_null(True))
     named = pl.col("exit_code").map_elements(exit_signal, return_dtype=pl.String)  # a handful of rows
-    return rows.with_columns(pl.col("signal").fill_null(named)).with_columns(
+    el = t.elastic.filter(pl.col("rank").is_not_null()).with_columns(pl.col("signal").fill_null(named))
+    # Several ranks aborting at the same second are the watchdog's teardown after a collective, not crashes.
+    at = pl.col("ts").cast(pl.String).fill_null("")
+    aborts = el.filter(pl.col("signal") == "SIGABRT").with_columns(at.alias("_at"))
+    wave = aborts.group_by("_at").len().filter(pl.col("len") >= 2)["_at"].to_list()
+    sigabrt_ok = (pl.col("signal") != "SIGABRT") | ~(pl.col("rank").is_in(victims) | at.is_in(wave))
+    rows = el.filter(fatal_exit().fill_null(False) & sigabrt_ok.fill_null(True))
+    return rows.with_columns(
         pl.format("rank {} exited with code {} {}", "rank", "exit_code", pl.col("signal").fill_null(""))
         .str.strip_chars()
         .alias("text")

@@ -7,7 +7,7 @@ from typing import ClassVar
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
-from ncclpm.rules._exits import TORN_DOWN
+from ncclpm.rules._exits import TORN_DOWN, WATCHDOG_ABORT
 from ncclpm.rules._facts import known_ranks, victim_lines
 from ncclpm.rules._victim_view import victims_view
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
@@ -97,6 +97,9 @@ class InsufficientEvidence(Rule):
             if not victims.is_empty()
             else "the logs show a process cut off from another (a peer gone or not answering) but not which or why"
             if t.events["victim"].any()
+            else f"the launcher reports {ranks_text(failed)} aborted together (SIGABRT: what NCCL's watchdog does "
+            "to ranks whose collective timed out or failed), but not what they waited for"
+            if len(failed) > 1 and t.elastic.filter(pl.col("rank").is_in(failed))["exit_code"].eq(WATCHDOG_ABORT).all()
             else f"the launcher reports {ranks_text(failed)} failed, but not why (their own errors are not in "
             "these files)"
             if failed

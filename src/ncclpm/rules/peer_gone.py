@@ -76,7 +76,7 @@ class PeerProcessGone(Rule):
         who = ranks_text(gone) if gone else f"the process{peer}"
         seen_by = ranks_text(survivors) if survivors else "this process"
         return self.finding(
-            confidence=self.base_confidence + (0.15 if gone else 0.0),
+            confidence=self.base_confidence + (0.1 if gone else 0.0),  # why it went away is still not known
             culprit_ranks=gone,
             summary=f"{who[:1].upper()}{who[1:]} went away in the middle of a collective: {seen_by} lost "
             f"{'its' if len(survivors) < 2 else 'their'} connection to it (`{said(first['text'], t.line_prefix)}`)"

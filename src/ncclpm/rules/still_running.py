@@ -7,20 +7,23 @@ from typing import ClassVar
 import polars as pl
 
 from ncclpm.ingest.tables import Tables
-from ncclpm.rules._exits import OWN_ERROR, TORN_DOWN
+from ncclpm.rules._exits import OWN_ERROR, TORN_DOWN, WATCHDOG_ABORT
 from ncclpm.rules._facts import exceptions_not_victim, victim_ranks
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.rules.rank_crash import EXPLAINED_KINDS
 from ncclpm.schema import Category
+
+# How ranks that gave up waiting end: an uncaught timeout exception (1), or the NCCL watchdog's abort (-6)
+GAVE_UP = (pl.col("exit_code") == OWN_ERROR) & pl.col("signal").is_null() | (pl.col("exit_code") == WATCHDOG_ABORT)
 
 
 class StillRunningWhenOthersFailed(Rule):
     """Several ranks failed at the same second and one was still running: they were most likely waiting for it.
 
     ## What it detects
-    torchrun's failure summary alone (no tracebacks, no rank's log): two or more ranks exited with code 1 at the
-    same time, and fewer ranks were still running and ended by the launcher (`exitcode: -15 (SIGTERM)`), with no
-    line showing any rank's own error or wait.
+    torchrun's failure summary alone (no tracebacks, no rank's log): two or more ranks exited with code 1 (or
+    -6, SIGABRT: NCCL's watchdog aborting them) at the same time, and fewer ranks were still running and ended by
+    the launcher (`exitcode: -15 (SIGTERM)`), with no line showing any rank's own error or wait.
 
     ## Why it matters
     The summary says who exited first, which in a hang is a waiting rank; ranks failing together are what a
@@ -54,7 +57,7 @@ class StillRunningWhenOthersFailed(Rule):
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         el = t.elastic.filter(pl.col("rank").is_not_null() & pl.col("ts").is_not_null())
-        failed = el.filter((pl.col("exit_code") == OWN_ERROR) & pl.col("signal").is_null())
+        failed = el.filter(GAVE_UP)
         if failed["rank"].n_unique() < 2 or failed["ts"].n_unique() != 1:
             return pl.DataFrame()  # one rank's exit, or exits at different times: a crash reads the same
         running = el.filter((pl.col("exit_code") == TORN_DOWN) & (pl.col("ts") >= failed["ts"][0]))
@@ -68,13 +71,16 @@ class StillRunningWhenOthersFailed(Rule):
         )
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
-        failed = sorted(set(ev.filter(pl.col("exit_code") == OWN_ERROR)["rank"].to_list()))
+        gave_up = ev.filter(GAVE_UP)
+        failed = sorted(set(gave_up["rank"].to_list()))
         running = sorted(set(ev.filter(pl.col("exit_code") == TORN_DOWN)["rank"].to_list()))
-        at = ev.filter(pl.col("exit_code") == OWN_ERROR)["ts"][0]
+        at = gave_up["ts"][0]
+        codes = sorted(set(gave_up["exit_code"].to_list()), reverse=True)
+        how = ", ".join("exit code 1" if c == OWN_ERROR else "SIGABRT: NCCL's watchdog abort" for c in codes)
         verb = "was" if len(running) == 1 else "were"
         return self.finding(
             culprit_ranks=tuple(running),
-            summary=f"{ranks_text(failed).capitalize()} failed at the same second ({at:%H:%M:%S}, exit code 1) "
+            summary=f"{ranks_text(failed).capitalize()} failed at the same second ({at:%H:%M:%S}, {how}) "
             f"while {ranks_text(running)} {verb} still running (ended by the launcher with SIGTERM): most likely "
             f"they timed out waiting for {ranks_text(running)}. Their own errors are not in these files.",
             explanation="torchrun's summary gives each rank's exit, not why. Ranks that fail together are what a "
