@@ -9,7 +9,7 @@ import polars as pl
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.model import said
-from ncclpm.rules._exits import BUS_ERROR, fatal_exit
+from ncclpm.rules._exits import BUS_ERROR, OWN_ERROR, fatal_exit
 from ncclpm.rules._facts import VICTIM_KINDS, known_ranks, same_line
 from ncclpm.rules.base import Finding, Fix, Rule, quotes
 from ncclpm.rules.rank_crash import EXPLAINED_KINDS
@@ -66,7 +66,8 @@ class ProcessDiedRankUnknown(Rule):
             return pl.DataFrame()  # ranks are named (CR01 reads them) or someone waited: not one process's end
         ev = t.events.filter(pl.col("rank").is_null())
         # Lines another rule reads (an OOM, a store timeout, the agent's own SignalException) are not this one's.
-        taken = same_line(t.events, [*VICTIM_KINDS, *EXPLAINED_KINDS, K.agent_killed, K.agent_signal])
+        # A launcher's exception that reports the exit (accelerate's CalledProcessError) is read as that exit.
+        taken = same_line(t.events, [*VICTIM_KINDS, *EXPLAINED_KINDS, K.agent_killed, K.agent_signal, K.worker_exit])
         own = (
             ev.filter(
                 pl.col("kind").is_in(
@@ -78,7 +79,8 @@ class ProcessDiedRankUnknown(Rule):
             # launcher's ChildFailedError only reports a worker's failure, whose own error is elsewhere
             .filter(~pl.col("error_type").fill_null("").str.contains("DistBackendError|ChildFailedError"))
         )
-        exits = ev.filter((pl.col("kind") == K.worker_exit) & fatal_exit().fill_null(False))
+        ended = fatal_exit().fill_null(False) | (pl.col("exit_code") == OWN_ERROR)  # exit 1: an uncaught error
+        exits = ev.filter((pl.col("kind") == K.worker_exit) & ended)
         return pl.concat([own, exits], how="diagonal_relaxed").sort("source", "line")
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
@@ -139,4 +141,6 @@ def _exit_said(row: dict, signal: str | None) -> str:
     """A launcher's report of a worker's exit, in words: `local rank 1 exited with code -11 (SIGSEGV)`."""
     signal = signal or row["signal"] or exit_signal(row["exit_code"])
     who = f"local rank {row['local_rank']}" if row["local_rank"] is not None else "a worker"
+    if row["exit_code"] is None:
+        return f"{who} died with {signal}"
     return f"{who} exited with code {row['exit_code']}" + (f" = {signal}" if signal else "")

@@ -150,12 +150,18 @@ def _continues(prev: str, line: str, width: int, hard: bool, start: re.Pattern[s
         return None
     if hard:
         return "" if len(prev) == width else None
-    if line[:1].isspace():
-        return None
+    if line[:1].isspace() or _ruler(prev) or _ruler(line):
+        return None  # a word wrap never splits at a ruler (`=====` around torchrun's summary): it has no spaces
     word = line.split(" ", 1)[0]
     if len(prev.rstrip()) + 1 + len(word) > width:
         return "" if prev.endswith(" ") else " "
     return None
+
+
+def _ruler(line: str) -> bool:
+    """A line drawn with one character (`====`, `----`): a separator, never a piece of a wrapped sentence."""
+    text = line.strip()
+    return len(text) >= 8 and len(set(text)) == 1 and not text[0].isalnum()
 
 
 def _wrap_width(lines: list[str], start: re.Pattern[str]) -> tuple[int, bool] | None:
