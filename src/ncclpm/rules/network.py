@@ -30,6 +30,9 @@ IB_STATUS = {
 WRONG_ADDRESS = r"^(?:127\.0\.1\.1\b|169\.254\.|172\.17\.|fe80:)"
 
 
+STRONG = 0.85  # IB completion errors and missing interfaces blame the network even next to a dead process
+
+
 class NcclTransportError(Rule):
     """NCCL's network transport failed: InfiniBand completion errors, socket connect/reset errors, no usable
     interface.
@@ -128,14 +131,18 @@ class NcclTransportError(Rule):
             culprits = tuple(sorted({r for ranks in link_ends(t, ev, culprit_hosts).values() for r in ranks}))
         strongest = float(ev["strength"].max())  # type: ignore[arg-type]
         crashed = self._crashed_first(t, ev, culprit_hosts)
-        symptom = bool(crashed)
+        # weak lines (closed sockets, a remote exit) next to a process seen going away: that is the dead peer
+        gone = strongest < STRONG and not t.kinds(K.peer_closed).is_empty()
+        symptom = bool(crashed) or gone
         detail = self._detail(ev.row(0, named=True), t.line_prefix)
         summary = self._summary(t, ev, culprit_hosts, reporters, pairs)
-        if symptom:
+        if crashed:
             summary = (
                 f"NCCL network errors on {where(t, reporters)} ({detail}) are what a dead peer looks like: "
                 f"{ranks_text(sorted(crashed))} died first (crashed, or lost with their node)."
             )
+        elif gone:
+            summary = f"NCCL's closed connections ({detail}) are what a dead peer looks like: a process went away."
         return self.finding(
             category=Category.SYMPTOM if symptom else self.category,
             confidence=0.4 if symptom else strongest,
@@ -174,7 +181,7 @@ class NcclTransportError(Rule):
         crashes = RankDiedFirst().evidence(t).filter(~pl.col("rank").is_in(ev["rank"].drop_nulls().to_list()))
         if crashes.is_empty():
             return set()
-        if float(ev["strength"].max()) < 0.85:  # type: ignore[arg-type]
+        if float(ev["strength"].max()) < STRONG:  # type: ignore[arg-type]
             return set(crashes["rank"].to_list())
         on_hosts = set(ranks_on(t, culprit_hosts))
         first_net, first_crash = ev["ts"].drop_nulls().min(), crashes["ts"].drop_nulls().min()

@@ -73,6 +73,8 @@ class PeerProcessGone(Rule):
         last = t.ranks.filter(pl.col("rank").is_in(list(gone)) & pl.col("last_activity").is_not_null())
         silent = not last.is_empty() and last["first_error"].is_null().all()  # its log is here and shows no error
         peer = f" at {first['peer']}" if first["peer"] else ""
+        if first["local_rank"] is not None:  # NCCL's service thread names a process of its own node
+            peer = f" of local rank {first['local_rank']}" + (f" on {first['host']}" if first["host"] else "")
         who = ranks_text(gone) if gone else f"the process{peer}"
         seen_by = ranks_text(survivors) if survivors else "this process"
         return self.finding(
