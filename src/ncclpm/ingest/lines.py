@@ -13,6 +13,7 @@ prefilter.
 from __future__ import annotations
 
 import gzip
+import os
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -21,7 +22,16 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from ncclpm.ingest.rawscan import anchor_regex, cut_group, hit_line_regex, utf8_text
+from ncclpm.ingest.rawscan import (
+    Block,
+    Bytes,
+    anchor_regex,
+    cut_group,
+    hit_line_regex,
+    new_block,
+    trim_blocks,
+    utf8_text,
+)
 from ncclpm.ingest.unwrap import MIN_WIDTH, joins, python_start, rejoin_wrapped, unwrap_lines
 from ncclpm.sources.discover import Source
 
@@ -34,19 +44,21 @@ TQDM_END = r"(\[\d+:\d{2}(?::\d{2})?<[^\]\r]{0,80}\])"
 GROUP_FILES = 64  # texts scanned together (one regex pass, one query for the kept lines) ...
 GROUP_BYTES = 32 * 1024 * 1024  # ... holding at most about this many bytes
 CHUNK_BYTES = 8 * 1024 * 1024  # a bigger (or gzipped) file is read in blocks of this size, cut at line ends
+BLOCK_BYTES = GROUP_BYTES + CHUNK_BYTES  # a group's memory (`rawscan.new_block`): room for its last small text
 SCAN_THREADS = 2  # groups scanned at once (both cores: the regex and the C line cutter run without the GIL)
 _SCHEMA = {"source": pl.String(), "line": pl.Int64(), "raw": pl.String()}
 _KEPT_SCHEMA = {**_SCHEMA, "cut": pl.Boolean()}
 Then = Callable[[pl.DataFrame], pl.DataFrame] | None  # more row-wise columns, computed where the lines are cut out
 
 
-def _decode(data: bytes) -> str:
+def _decode(data: Bytes) -> str:
+    data = bytes(data)
     if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
         return data.decode("utf-16", errors="replace")
     return data.decode("utf-8", errors="replace")
 
 
-def _frame_from_bytes(name: str, data: bytes, line_start: str = "") -> pl.LazyFrame:
+def _frame_from_bytes(name: str, data: Bytes, line_start: str = "") -> pl.LazyFrame:
     """Every line of `data`, read the slow way (a small text hard-wrapped near an anchor is re-joined first)."""
     text = _decode(data)
     if line_start and len(data) <= SMALL_TEXT:  # copied text: re-join what a terminal hard-wrapped first
@@ -102,27 +114,29 @@ def _needs_python_decode(src: Source) -> bool:
 
 @dataclass
 class _Text:
-    """One text to scan: its UTF-8 bytes, and how its lines are read."""
+    """One text to scan: its UTF-8 bytes (Python's, or a view of its group's block), and how its lines are read."""
 
     name: str
-    data: bytes
-    original: bytes  # as read: the slow path (`_frame_from_bytes`) decodes it itself
+    data: Bytes
+    original: Bytes  # as read: the slow path (`_frame_from_bytes`) decodes it itself
     whole: bool  # a small text, re-joined whole if hard-wrapped (Python's lines); else polars' lines
     first_line: int = 1  # of a block of a big file
 
 
-def _as_strings(texts: list[_Text], warnings: list[str]) -> pl.Series:
-    """The texts as one string Series, validated in Rust; a text with invalid UTF-8 is decoded with its invalid
-    bytes replaced, with a warning."""
+def _as_strings(texts: list[_Text], warnings: list[str], block: Block | None = None) -> pl.Series:
+    """The texts as one string Series, validated in Rust (the group's block, when it holds them all, without a
+    copy); a text with invalid UTF-8 is decoded with its invalid bytes replaced, with a warning."""
     try:
-        return pl.Series([t.data for t in texts], dtype=pl.Binary).cast(pl.String)
+        if block is not None and len(block) == len(texts):
+            return pl.Series(block).cast(pl.String)
+        return pl.Series([bytes(t.data) for t in texts], dtype=pl.Binary).cast(pl.String)
     except pl.exceptions.ComputeError:  # "invalid utf8": find which
         pass
     for t in texts:
-        if utf8_text(t.data) is None:
+        if utf8_text(bytes(t.data)) is None:
             warnings.append(f"{t.name}: not valid UTF-8; read with invalid bytes replaced")
-            t.data = t.data.decode("utf-8", errors="replace").encode("utf-8")
-    return pl.Series([t.data for t in texts], dtype=pl.Binary).cast(pl.String)
+            t.data = bytes(t.data).decode("utf-8", errors="replace").encode("utf-8")
+    return pl.Series([bytes(t.data) for t in texts], dtype=pl.Binary).cast(pl.String)
 
 
 def _hit_lines(series: pl.Series, whole: list[bool], anchors: list[str]) -> list[list[str]]:
@@ -143,18 +157,19 @@ def _hit_lines(series: pl.Series, whole: list[bool], anchors: list[str]) -> list
 
 
 def _scan(
-    texts: list[_Text], anchors: list[str], line_start: str, then: Then = None
+    texts: list[_Text], anchors: list[str], line_start: str, then: Then = None, block: Block | None = None
 ) -> tuple[dict[str, pl.DataFrame | None], list[str]]:
     """The kept lines of each text (None: unreadable) and the warnings met. The anchors are searched in the raw
     texts (`rawscan`) in one regex pass; only the hit lines (and the lines around each: `line_start` re-joins
     wrapped lines) become rows, all the group's in one frame and one query. A small text where an anchor is cut
     by a newline, or where a hit line may be glued to its neighbour, is re-joined whole, the slow way. `then` is
-    applied to the kept lines here, a group at a time (see `read_kept_lines`)."""
+    applied to the kept lines here, a group at a time (see `read_kept_lines`). `block`: the memory holding the
+    texts' bytes (`_Text.data` are views of it), if any."""
     warnings: list[str] = []
     if not texts:
         return {}, warnings
     whole = [t.whole for t in texts]
-    found = _hit_lines(_as_strings(texts, warnings), whole, anchors)
+    found = _hit_lines(_as_strings(texts, warnings, block), whole, anchors)
     first_lines = [t.first_line for t in texts]
     frame, slow = cut_group([t.data for t in texts], found, first_lines, whole, following=bool(line_start))
     slow |= _may_join(frame, [i for i, t in enumerate(texts) if t.whole], line_start)
@@ -303,13 +318,24 @@ def _is_big(src: Source) -> bool:
         return False
 
 
-def _text(src: Source, line_start: str) -> _Text:
-    """A source read whole. A small text is read as Python splits lines, so that lines a terminal hard-wrapped
-    are re-joined before the prefilter."""
+def _text(src: Source, line_start: str, block: Block | None = None) -> _Text:
+    """A source read whole: into `block` if there is room (a file is read straight into it, other texts copied),
+    else as Python bytes. A small text is read as Python splits lines, so that lines a terminal hard-wrapped are
+    re-joined before the prefilter."""
     python_decode = _needs_python_decode(src)
+    if block is not None and not python_decode and src.data is None and src.path is not None:
+        at = block.used
+        if (size := block.read_file(os.fspath(src.path))) >= 0:
+            view = memoryview(block)[at : at + size]
+            if view[:2] != b"\x1f\x8b":  # (gzipped since `_is_big` looked: read below)
+                return _Text(src.name, view, view, bool(line_start) and size <= SMALL_TEXT and _small(src))
+            view.release()
+            block.pop()
     data = src.read_bytes()
     whole = bool(line_start) and len(data) <= SMALL_TEXT and (python_decode or _small(src))
     utf8 = _decode(data).encode("utf-8") if data[:2] in (b"\xff\xfe", b"\xfe\xff") else data
+    if block is not None and (at := block.used, block.append(utf8))[1] >= 0:
+        utf8 = memoryview(block)[at : at + len(utf8)]
     return _Text(src.name, utf8, data, whole)
 
 
@@ -354,13 +380,14 @@ def read_kept_lines(
     frames: dict[str, pl.DataFrame | None] = {}
     log: list[str | _Chunked | Future[tuple[dict[str, pl.DataFrame | None], list[str]]]] = []  # in order
     group: list[_Text] = []
+    memory = new_block(BLOCK_BYTES)  # the group's texts' bytes (None: Python bytes)
     with ThreadPoolExecutor(max_workers=SCAN_THREADS) as pool:
         running: deque[Future] = deque()
 
-        def submit(texts: list[_Text], rejoin: str, then: Then) -> Future:
+        def submit(texts: list[_Text], rejoin: str, then: Then, memory: Block | None = None) -> Future:
             while len(running) >= SCAN_THREADS:  # memory holds a few groups, not the job
                 running.popleft().exception()
-            running.append(pool.submit(_scan, texts, anchors, rejoin, then))
+            running.append(pool.submit(_scan, texts, anchors, rejoin, then, memory))
             return running[-1]
 
         for src in sources:
@@ -374,15 +401,17 @@ def read_kept_lines(
                 log.append(chunked)
                 continue
             try:
-                group.append(_text(src, line_start))
+                group.append(_text(src, line_start, memory))
             except (OSError, ValueError) as exc:
                 log.append(f"{src.name}: could not be read as text ({exc}) - skipped")
                 frames[src.name] = None
             if len(group) >= GROUP_FILES or sum(len(t.data) for t in group) >= GROUP_BYTES:
-                log.append(submit(list(group), line_start, then))
+                log.append(submit(list(group), line_start, then, memory))
                 group.clear()
+                memory = new_block(BLOCK_BYTES)
         if group:
-            log.append(submit(list(group), line_start, then))
+            log.append(submit(list(group), line_start, then, memory))
+        del memory
         for entry in log:
             if isinstance(entry, str):
                 warnings.append(entry)
@@ -392,6 +421,7 @@ def read_kept_lines(
                 kept, met = entry.result()
                 frames |= kept
                 warnings += met
+    trim_blocks()
     kept_lines = [_capped(f, s.name, warnings) for s in sources if (f := frames.get(s.name)) is not None]
     if then is not None:  # big files' blocks and the sources capped: after their cap
         kept_lines = [then(f) if f.columns == list(_KEPT_SCHEMA) else f for f in kept_lines]
