@@ -93,3 +93,21 @@ def test_envelope_head_captured_alone_gives_the_full_regex_groups() -> None:
         want = full.filter(pl.col("raw").is_in(frame["raw"].implode()))
         assert got.select(want.columns).equals(want, null_equal=True)
     assert full["message"].null_count() == 1  # only the line holding a newline has no match
+
+
+def test_readings_computed_on_their_kinds_rows_only_give_the_same_events(tmp_path: Path, monkeypatch) -> None:
+    """`apply_readings` evaluates the readings on the events of kinds that have some (a large table) or on every
+    event (a small one): the same columns either way, on the events of every case log."""
+    from ncclpm.ingest import readings
+    from ncclpm.ingest.tables import build_tables
+
+    cat = catalog()
+    events = build_tables(collect([_case_job(tmp_path)]), cat).events
+    assert events.height > 500 and events["net_class"].is_not_null().any()
+    attrs = {a for k in cat.kinds.values() for r in k.readings for a in r.set} - {"victim"}
+    bare = events.with_columns(pl.lit(None, readings.EVENT_FIELDS[a]).alias(a) for a in attrs)
+    monkeypatch.setattr(readings, "_FEW", 10**9)
+    every_row = readings.apply_readings(bare, cat.kinds)
+    monkeypatch.setattr(readings, "_FEW", 0)
+    read_rows = readings.apply_readings(bare, cat.kinds)
+    assert read_rows.equals(every_row, null_equal=True) and every_row.equals(events, null_equal=True)
