@@ -45,6 +45,7 @@ GROUP_FILES = 64  # texts scanned together (one regex pass, one query for the ke
 GROUP_BYTES = 32 * 1024 * 1024  # ... holding at most about this many bytes
 CHUNK_BYTES = 8 * 1024 * 1024  # a bigger (or gzipped) file is read in blocks of this size, cut at line ends
 BLOCK_BYTES = GROUP_BYTES + CHUNK_BYTES  # a group's memory (`rawscan.new_block`): room for its last small text
+TAIL_GROUP_BYTES = 4 * 1024 * 1024  # the last groups shrink down to this: see `_group_bytes`
 SCAN_THREADS = 2  # groups scanned at once (both cores: the regex and the C line cutter run without the GIL)
 _SCHEMA = {"source": pl.String(), "line": pl.Int64(), "raw": pl.String()}
 _KEPT_SCHEMA = {**_SCHEMA, "cut": pl.Boolean()}
@@ -369,6 +370,22 @@ def _capped(frame: pl.DataFrame, name: str, warnings: list[str]) -> pl.DataFrame
     return pl.concat([frame.head(half), frame.tail(half)])
 
 
+def _size(src: Source) -> int:
+    if src.data is not None:
+        return len(src.data)
+    try:
+        return src.path.stat().st_size if src.path is not None else 0
+    except OSError:
+        return 0
+
+
+def _group_bytes(left: int) -> int:
+    """How many bytes the group being read may hold, `left` bytes of the job still unscanned (its own included):
+    GROUP_BYTES, then less and less towards the end, so that both scan threads finish about together (with the
+    last groups whole, one core idled while the other scanned the last one)."""
+    return max(TAIL_GROUP_BYTES, min(GROUP_BYTES, left // 3))
+
+
 def read_kept_lines(
     sources: list[Source], anchors: list[str], warnings: list[str], line_start: str = "", then: Then = None
 ) -> pl.DataFrame:
@@ -381,6 +398,7 @@ def read_kept_lines(
     log: list[str | _Chunked | Future[tuple[dict[str, pl.DataFrame | None], list[str]]]] = []  # in order
     group: list[_Text] = []
     memory = new_block(BLOCK_BYTES)  # the group's texts' bytes (None: Python bytes)
+    left = sum(_size(src) for src in sources)  # not read yet
     with ThreadPoolExecutor(max_workers=SCAN_THREADS) as pool:
         running: deque[Future] = deque()
 
@@ -391,6 +409,7 @@ def read_kept_lines(
             return running[-1]
 
         for src in sources:
+            left -= _size(src)
             if src.path is not None and not _needs_python_decode(src) and _is_big(src):
                 chunked = _Chunked(src.name, [])
                 try:
@@ -405,7 +424,8 @@ def read_kept_lines(
             except (OSError, ValueError) as exc:
                 log.append(f"{src.name}: could not be read as text ({exc}) - skipped")
                 frames[src.name] = None
-            if len(group) >= GROUP_FILES or sum(len(t.data) for t in group) >= GROUP_BYTES:
+            held = sum(len(t.data) for t in group)
+            if len(group) >= GROUP_FILES or held >= _group_bytes(left + held):
                 log.append(submit(list(group), line_start, then, memory))
                 group.clear()
                 memory = new_block(BLOCK_BYTES)
