@@ -15,9 +15,8 @@ from __future__ import annotations
 import gzip
 import os
 import zlib
-from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import polars as pl
@@ -41,8 +40,8 @@ MAX_LINE_CHARS = 8192
 SMALL_TEXT = 2 * 1024**2  # a text this small is read whole and re-joined (hard wraps) before the prefilter
 MAX_KEPT_LINES = 200_000  # per source (~1.5 kB each through the pipeline): see `_capped`
 TQDM_END = r"(\[\d+:\d{2}(?::\d{2})?<[^\]\r]{0,80}\])"
-GROUP_FILES = 64  # texts scanned together (one regex pass, one query for the kept lines) ...
-GROUP_BYTES = 32 * 1024 * 1024  # ... holding at most about this many bytes
+GROUP_FILES = 128  # texts scanned together (one regex pass, one query for the kept lines) ...
+GROUP_BYTES = 64 * 1024 * 1024  # ... holding at most about this many bytes
 CHUNK_BYTES = 8 * 1024 * 1024  # a bigger (or gzipped) file is read in blocks of this size, cut at line ends
 BLOCK_BYTES = GROUP_BYTES + CHUNK_BYTES  # a group's memory (`rawscan.new_block`): room for its last small text
 TAIL_GROUP_BYTES = 4 * 1024 * 1024  # the last groups shrink down to this: see `_group_bytes`
@@ -400,13 +399,14 @@ def read_kept_lines(
     memory = new_block(BLOCK_BYTES)  # the group's texts' bytes (None: Python bytes)
     left = sum(_size(src) for src in sources)  # not read yet
     with ThreadPoolExecutor(max_workers=SCAN_THREADS) as pool:
-        running: deque[Future] = deque()
+        running: set[Future] = set()
 
         def submit(texts: list[_Text], rejoin: str, then: Then, memory: Block | None = None) -> Future:
-            while len(running) >= SCAN_THREADS:  # memory holds a few groups, not the job
-                running.popleft().exception()
-            running.append(pool.submit(_scan, texts, anchors, rejoin, then, memory))
-            return running[-1]
+            if len(running) >= SCAN_THREADS:  # memory holds a few groups, not the job; the first thread free takes it
+                running.difference_update(wait(running, return_when=FIRST_COMPLETED).done)
+            scan = pool.submit(_scan, texts, anchors, rejoin, then, memory)
+            running.add(scan)
+            return scan
 
         for src in sources:
             left -= _size(src)
