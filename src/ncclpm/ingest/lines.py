@@ -85,10 +85,12 @@ def _small(src: Source) -> bool:
 
 
 def _keep(lf: pl.LazyFrame, anchors: list[str], line_start: str = "") -> pl.LazyFrame:
-    """The kept lines of `lf` (source, line, raw; one or more sources, each in line order)."""
+    """The kept lines of `lf` (source, line, raw; one or more sources, each in line order). A `hit` column, when
+    there is one (the cutter's rows), already says which lines hold an anchor (the regex is not run on them
+    again before the tqdm bars are split)."""
     hit = pl.col("raw").str.contains(anchor_regex(tuple(anchors)))
     return (
-        rejoin_wrapped(lf, hit, line_start)
+        rejoin_wrapped(lf, pl.col("hit") if "hit" in lf.collect_schema() else hit, line_start)
         # A tqdm bar ends in "[elapsed<remaining, rate]"; text glued right after it is another line.
         .with_columns(pl.col("raw").str.replace_all(TQDM_END, "$1\r").str.split("\r"))
         .explode("raw")
@@ -181,7 +183,7 @@ def _scan(
     fast = (
         frame.lazy()
         .filter(~pl.col("text").is_in(sorted(slow)) & (pl.col("hit") | after_hit))  # not the lines before
-        .select(pl.lit(names).gather(pl.col("text")).alias("source"), "line", "raw")
+        .select(pl.lit(names).gather(pl.col("text")).alias("source"), "line", "raw", "hit")
     )
     pending = {"": _keep(fast, anchors, line_start)}
     pending |= {
