@@ -11,7 +11,7 @@ import polars as pl
 from ncclpm.api import catalog
 from ncclpm.ingest import extract
 from ncclpm.ingest import lines as lines_mod
-from ncclpm.ingest.extract import parse_lines, row_columns
+from ncclpm.ingest.extract import parse_lines, row_columns, source_columns
 from ncclpm.sources.discover import collect
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,9 +32,13 @@ def test_row_columns_per_group_give_the_same_lines_table(tmp_path: Path, monkeyp
     per_group = lines_mod.read_kept_lines(
         job, cat.anchors, [], cat.line_start_regex(), functools.partial(row_columns, catalog=cat)
     )
-    assert "_direct" in per_group.columns and "_direct" not in plain.columns
+    per_source = lines_mod.read_kept_lines(
+        job, cat.anchors, [], cat.line_start_regex(), functools.partial(source_columns, catalog=cat)
+    )
+    assert "_direct" in per_group.columns and "_direct" not in plain.columns and "rank" in per_source.columns
     assert plain.height > 1000
     assert parse_lines(per_group, cat).equals(parse_lines(plain, cat), null_equal=True)
+    assert parse_lines(per_source, cat).equals(parse_lines(plain, cat), null_equal=True)
 
 
 def test_a_source_over_the_cap_gets_its_row_columns_after_the_cap(tmp_path: Path, monkeypatch) -> None:
@@ -49,8 +53,12 @@ def test_a_source_over_the_cap_gets_its_row_columns_after_the_cap(tmp_path: Path
     per_group = lines_mod.read_kept_lines(
         job, cat.anchors, w_group, cat.line_start_regex(), functools.partial(row_columns, catalog=cat)
     )
+    per_source = lines_mod.read_kept_lines(
+        job, cat.anchors, [], cat.line_start_regex(), functools.partial(source_columns, catalog=cat)
+    )
     assert plain.height == 150 and w_group == w_plain and any("a.log: 400 lines" in w for w in w_group)
     assert parse_lines(per_group, cat).equals(parse_lines(plain, cat), null_equal=True)
+    assert parse_lines(per_source, cat).equals(parse_lines(plain, cat), null_equal=True)
 
 
 def test_patterns_with_an_anchor_hit_are_the_ones_contains_any_finds() -> None:

@@ -210,10 +210,23 @@ def _fill_ranks(env: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+_RANK_HINTS = ("_role", "_local", "_direct", "_file_rank", "_file_local", "_stream_rank", "_file_single")
+
+
+def source_columns(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
+    """`row_columns` and each line's rank (`_fill_ranks`: from the line, the other lines of its source and stream,
+    the file name), for whole sources: the reader computes them a group of files at a time, in its scan threads
+    (`read_kept_lines(then=...)`), and the rank hints are dropped there."""
+    return _fill_ranks(row_columns(kept, catalog)).drop(_RANK_HINTS)
+
+
 def parse_lines(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
     """The `lines` table (plus the pg tag columns `tag_pg`/`tag_pg_desc` used by extraction). `kept` holds
-    (source, line, raw), with its `row_columns` already or without."""
-    env = _fill_ranks(kept if "_direct" in kept.columns else row_columns(kept, catalog))
+    (source, line, raw), with its `row_columns` (or `source_columns`) already or without."""
+    if "rank" in kept.columns:  # `source_columns`
+        env = kept
+    else:
+        env = _fill_ranks(kept if "_direct" in kept.columns else row_columns(kept, catalog))
     year = _reference_year(env, catalog)
     return env.select(
         "source",

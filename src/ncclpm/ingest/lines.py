@@ -392,7 +392,7 @@ def read_kept_lines(
 ) -> pl.DataFrame:
     """Prefiltered lines of all text sources, in source order; unreadable sources become warnings. Groups of small
     texts are scanned in worker threads (polars runs the regex without the GIL) while this one reads the next
-    group; the warnings keep the order of a one-by-one reading. `then` (row-wise columns: `extract.row_columns`)
+    group; the warnings keep the order of a one-by-one reading. `then` (per-line columns: `extract.source_columns`)
     runs in the workers too, on a group's lines at a time: less memory than on all lines at once, and in
     parallel."""
     frames: dict[str, pl.DataFrame | None] = {}

@@ -22,7 +22,7 @@ from ncclpm.ingest.bounds import bound
 from ncclpm.ingest.catalog import Catalog
 from ncclpm.ingest.code_settings import code_settings_table
 from ncclpm.ingest.errorfiles import read_error_files
-from ncclpm.ingest.extract import extract_events, lines_table, parse_lines, row_columns
+from ncclpm.ingest.extract import extract_events, lines_table, parse_lines, source_columns
 from ncclpm.ingest.lines import read_kept_lines
 from ncclpm.ingest.multiline import parse_elastic_summaries, rank_summary_blocks, stitch_tracebacks
 from ncclpm.ingest.nccl import (
@@ -115,7 +115,7 @@ def _date_yearless(frames: tuple[pl.DataFrame, ...], elastic: pl.DataFrame) -> t
 def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") -> Tables:
     """Read every source of the job once and build all tables (`fr_columns`: see `load_fr_dumps`)."""
     warnings = list(job.warnings)
-    per_line = functools.partial(row_columns, catalog=catalog)
+    per_line = functools.partial(source_columns, catalog=catalog)
     kept = read_kept_lines(
         job.of_kind(SourceKind.TEXT), catalog.anchors, warnings, catalog.line_start_regex(), per_line
     )
