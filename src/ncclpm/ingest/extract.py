@@ -93,10 +93,20 @@ def _timestamp(catalog: Catalog, year: int) -> pl.Expr:
     return pl.coalesce(stamps) if stamps else pl.lit(None, pl.Datetime("us"))
 
 
-def _level(catalog: Catalog) -> pl.Expr:
-    """The level group of the envelope that has one, else the level an envelope gives the lines it wraps."""
+def _seen(env: pl.DataFrame | None, groups: Sequence[str]) -> bool:
+    """Whether some line of `env` (None: any frame) matched one of these envelope groups. An expression over a
+    column of nulls only gives nulls, but polars still runs it on every row (each ISO time column cost ~10 ms on the
+    512-rank job's 160k lines, most of them with another envelope)."""
+    return env is None or any(env[g].null_count() < env.height for g in groups)
+
+
+def _level(catalog: Catalog, env_groups: pl.DataFrame | None = None) -> pl.Expr:
+    """The level group of the envelope that has one, else the level an envelope gives the lines it wraps
+    (`env_groups`: leaving out the envelopes no line of it matched)."""
     levels: list[pl.Expr] = []
     for env in catalog.column_sources("level"):
+        if not _seen(env_groups, env.groups):
+            continue
         if "level" in env.columns:
             # `E`, or a logging level name (`ERROR`, `WARNING`, `DEBUG`): the levels table's one letter
             word = pl.col(env.columns["level"]).str.to_uppercase()
@@ -164,11 +174,17 @@ def row_columns(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
         "_file_local",
         _column(catalog, "host").cast(pl.String).alias("host"),
         _column(catalog, "pid", _int).cast(pl.Int64).alias("pid"),
-        _level(catalog).cast(pl.String).alias("level"),
+        _level(catalog, env).cast(pl.String).alias("level"),
         pl.coalesce("_tag_guid", "_tag_pg_id").alias("tag_pg"),
         pl.coalesce("_tag_desc", "_tag_desc2").alias("tag_pg_desc"),
         *[
-            (pl.col(e.columns["ts"]) if e.ts_format == "mmdd" else _dated(e)).alias(c)
+            (
+                pl.col(e.columns["ts"])
+                if e.ts_format == "mmdd"
+                else _dated(e)
+                if _seen(env, [e.columns["ts"]])
+                else pl.lit(None, pl.Datetime("us"))
+            ).alias(c)
             for c, e in _stamp_columns(catalog)
         ],
     )
