@@ -84,8 +84,19 @@ class Tables:
         return isinstance(frame, pl.DataFrame) and not frame.is_empty()
 
     def kinds(self, *kinds: str) -> pl.DataFrame:
-        """Events of the given kinds (declared kinds only: a misspelt one raises `UnknownKind`)."""
-        return self.events.filter(pl.col("kind").is_in(list(K.check(*kinds, where="Tables.kinds"))))
+        """Events of the given kinds (declared kinds only: a misspelt one raises `UnknownKind`), in table order."""
+        wanted = dict.fromkeys(K.check(*kinds, where="Tables.kinds"))
+        rows = [self._rows_of_kind[k] for k in wanted if k in self._rows_of_kind]
+        if not rows:
+            return self.events.clear()
+        return self.events[rows[0] if len(rows) == 1 else pl.concat(rows).sort()]
+
+    @functools.cached_property
+    def _rows_of_kind(self) -> dict[str, pl.Series]:
+        """The events' row numbers by kind: rules ask for kinds ~60 times, and each filter read every event (~70 ms
+        of a 160k-event job's rules)."""
+        rows = self.events.select("kind", pl.int_range(pl.len(), dtype=pl.UInt32).alias("row"))
+        return {key[0]: part["row"] for key, part in rows.partition_by("kind", as_dict=True).items()}
 
 
 def _read_dumps(job: Job, warnings: list[str], columns: str) -> FRLoad | None:
