@@ -69,9 +69,12 @@ def test_patterns_with_an_anchor_hit_are_the_ones_contains_any_finds() -> None:
     texts.append("")
     for chunk in (texts, texts[:50], ["no anchor here"]):
         parsed = pl.DataFrame({"message": chunk})
-        one_pass = extract._patterns_with_anchor_hits(parsed, cat.patterns)
+        one_pass = extract._pattern_rows(parsed, cat.patterns)
         per_pattern = [p for p in cat.patterns if parsed["message"].str.contains_any(list(p.anchors)).any()]
-        assert [p.id for p in one_pass] == [p.id for p in per_pattern]
+        assert [p.id for p, _ in one_pass] == [p.id for p in per_pattern]
+        for p, rows in one_pass:  # the rows `contains_any` keeps, in order
+            where = parsed.with_row_index("row").filter(pl.col("message").str.contains_any(list(p.anchors)))
+            assert rows.to_list() == where["row"].to_list(), p.id
     # Two anchors of two patterns overlapping in one line (`a`'s end is `b`'s start): both patterns are found.
     a, b, k = next(
         (a, b, k)
