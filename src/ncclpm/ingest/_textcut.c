@@ -15,7 +15,8 @@
  * Block(capacity): a group's texts read (or copied) one after the other into one block of memory, which polars
  *   imports without a copy (`__arrow_c_array__`: a large_binary array, one value per text) and the cutter reads
  *   (buffer protocol). Blocks are kept for reuse when freed (at most POOL_MAX): fresh memory costs a page fault
- *   per 4 kB, which was most of the cost of reading the files (0.5 of 0.7 s CPU on 1 GB). `trim()` frees them.
+ *   per 4 kB, which was most of the cost of reading the files (0.5 of 0.7 s CPU on 1 GB). `trim()` frees them,
+ *   and the blocks still in use as they are freed (the last groups' scans), until a block is made again.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -265,7 +266,7 @@ typedef struct Memory {
 
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static Memory *pool;
-static int pool_size;
+static int pool_size, pool_max = POOL_MAX; /* pool_max 0 after trim(): blocks freed then are unmapped at once */
 
 static Memory *memory_get(size_t cap) {
     Memory *m = NULL;
@@ -282,30 +283,36 @@ static Memory *memory_get(size_t cap) {
     }
     atomic_init(&m->refs, 1);
     m->next = NULL;
+    pthread_mutex_lock(&pool_lock);
+    pool_max = POOL_MAX;
+    pthread_mutex_unlock(&pool_lock);
     return m;
 }
 
 static void memory_drop(Memory *m) {
     if (atomic_fetch_sub(&m->refs, 1) != 1) return;
     pthread_mutex_lock(&pool_lock);
-    int keep = pool_size < POOL_MAX;
+    int keep = pool_size < pool_max;
     if (keep) { m->next = pool; pool = m; pool_size++; }
     pthread_mutex_unlock(&pool_lock);
     if (!keep) { munmap(m->base, m->cap); free(m); }
 }
 
+/* trim(): free the blocks kept for reuse, and the blocks in use when they are freed (until a block is made). */
 static PyObject *trim(PyObject *self, PyObject *unused) {
     pthread_mutex_lock(&pool_lock);
     Memory *m = pool;
     pool = NULL;
-    pool_size = 0;
+    pool_size = pool_max = 0;
     pthread_mutex_unlock(&pool_lock);
+    Py_BEGIN_ALLOW_THREADS
     while (m) {
         Memory *next = m->next;
         munmap(m->base, m->cap);
         free(m);
         m = next;
     }
+    Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
 
@@ -523,7 +530,7 @@ static PyTypeObject BlockType = {
 
 static PyMethodDef methods[] = {
     {"cut", cut, METH_VARARGS, "Cut the hit lines and their neighbours out of a group of texts (see rawscan.cut_rows)."},
-    {"trim", trim, METH_NOARGS, "Free the blocks kept for reuse."},
+    {"trim", trim, METH_NOARGS, "Free the blocks kept for reuse, and the blocks in use once freed."},
     {NULL, NULL, 0, NULL},
 };
 

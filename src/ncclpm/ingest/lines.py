@@ -434,6 +434,7 @@ def read_kept_lines(
         if group:
             log.append(submit(list(group), line_start, then, memory))
         del memory
+        trim_blocks()  # all read: the blocks of the last scans are freed as they end, in their threads
         for entry in log:
             if isinstance(entry, str):
                 warnings.append(entry)
@@ -443,7 +444,6 @@ def read_kept_lines(
                 kept, met = entry.result()
                 frames |= kept
                 warnings += met
-    trim_blocks()
     kept_lines = [_capped(f, s.name, warnings) for s in sources if (f := frames.get(s.name)) is not None]
     if then is not None:  # big files' blocks and the sources capped: after their cap
         kept_lines = [then(f) if f.columns == list(_KEPT_SCHEMA) else f for f in kept_lines]

@@ -142,7 +142,8 @@ def new_block(capacity: int) -> Block | None:
 
 
 def trim_blocks() -> None:
-    """Free the blocks kept for reuse (the read is over: their memory is better given back before the tables)."""
+    """Free the blocks kept for reuse, and the blocks in use as they are freed (until one is made again): the read
+    is over, their memory is better given back before the tables."""
     if _textcut is not None:
         _textcut.trim()
 
