@@ -109,3 +109,16 @@ def test_the_command_writes_its_output_file_whole(tmp_path: Path) -> None:
     html = out.read_text(encoding="utf-8")
     assert html.rstrip().endswith("</html>") and len(html) > 10_000
     assert [p.name for p in tmp_path.iterdir()] == ["report.html"], "no temporary file left beside it"
+
+
+def test_an_anchor_cut_by_newlines_is_found_with_its_metacharacters_literal() -> None:
+    import re
+
+    from ncclpm.ingest.rawscan import hit_line_regex
+
+    anchor = "a.b(c)|d[e]{f}^$*+?\\g"
+    rx = re.compile(hit_line_regex((anchor, "zz"), across_newlines=True))
+    assert rx.search("x a.b(c)|d[e]{f}\n^$*+?\\g y")
+    assert rx.search("a.b(c)|d[e]{f}^$*+?\\g")
+    assert not rx.search("a.b(c)|d[e]{f}^$*+?g")  # the backslash is a character to find
+    assert not rx.search("aXb(c)|d[e]{f}^$*+?\\g")  # so is the dot

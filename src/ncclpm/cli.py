@@ -204,9 +204,6 @@ def diagnose(
     """Diagnose one job: PATHS are a log folder, files, archives, or `-` for pasted text on stdin. A folder of
     several jobs is refused (exit 2; `ncclpm triage` diagnoses each of them), unless --one-job is given."""
     from ncclpm.api import build
-    from ncclpm.engine import diagnose_tables
-    from ncclpm.render import render
-    from ncclpm.schema import Band, Category
 
     _check_output(output, force)
     _load_patterns(patterns)
@@ -217,6 +214,10 @@ def diagnose(
     name = name or ("pasted text" if stdin is not None and not files else None)
     tables = build(files, stdin_bytes=stdin, patterns=patterns, name=name)
     tables = _one_job_only(tables, files, one_job)
+    from ncclpm.engine import diagnose_tables
+    from ncclpm.render import render
+    from ncclpm.schema import Band, Category
+
     d = diagnose_tables(tables, select, ignore)
     for w in d.warnings:
         _say(f"ncclpm: warning: {w}")
