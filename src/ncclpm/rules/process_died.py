@@ -24,8 +24,9 @@ class ProcessDiedRankUnknown(Rule):
     One process's output - a pasted traceback, a console without `[rankN]:` prefixes - ending in an error of its
     own (an exception that is not a symptom of another rank, a CUDA failure, a fatal signal, the shell's `Killed`
     or `Bus error (core dumped)`, a launcher reporting a fatal exit code), with no line of any rank waiting on
-    another and no error of a named rank (a rank named only by a harmless line does not say which one died); or a host's kernel log saying it ended a process (the OOM killer) or that a process's GPU work
-    faulted (application Xids 13/31/43).
+    another and no error of a named rank (a rank named only by a harmless line does not say which one died); or
+    a host's kernel log saying it ended a process (the OOM killer) or that a process's GPU work faulted
+    (application Xids 13/31/43).
 
     ## Why it matters
     Most pastes in issue threads are exactly this: the one traceback the reporter saw. Its error is what ended
