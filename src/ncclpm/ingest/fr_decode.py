@@ -129,6 +129,10 @@ _ANALYSIS_SCALARS += ("time_created_ns",)
 _NESTED_ALL = NESTED
 _NESTED_ANALYSIS = ("input_sizes", "input_dtypes", "frames")
 _CHUNK_ROWS = 16384  # ~8 dumps: their objects (pinned by the column lists) stay a few MB
+# Counters and ids that fit 32 bits in any real job (per-process and per-group counts of collectives, group ids): a
+# chunk holds them as Int32 (-2 MB each at 512k entries) unless one of its values does not fit; the load's column is
+# then Int64 (the chunks are concatenated with supercasting), and `FRLoad.expand` gives them back as Int64 either way.
+NARROW_INTS = ("record_id", "pg_id", "collective_seq_id")
 
 
 class _NoGlobalsUnpickler(pickle.Unpickler):
@@ -389,7 +393,7 @@ class Chunks:
             if f is not None:
                 (raw if "_raw" in f.columns else parts).append(f)
         if parts:
-            self.frames.append(pl.concat(parts, rechunk=True))
+            self.frames.append(_slim(pl.concat(parts, rechunk=True)))
         self.pending, self.rows = [], 0
 
     def _raw(self, d: Dump, warnings: list[str]) -> pl.DataFrame:
@@ -412,6 +416,16 @@ class Chunks:
         data["_id"] = pl.repeat(d.uid, n, dtype=pl.Int64, eager=True).alias("_id")
         data["_raw"] = pl.repeat(True, n, eager=True).alias("_raw")  # marks it for `_normalise` in `flush`
         return pl.DataFrame(data)
+
+
+def _slim(chunk: pl.DataFrame) -> pl.DataFrame:
+    """The chunk with `NARROW_INTS` as Int32 where every value fits, and ``group_key`` sharing ``pg_name``'s buffer
+    where they are equal (every entry has a pg name: most jobs), instead of a copy of it."""
+    fits = chunk.select(pl.col(NARROW_INTS).is_between(-(2**31), 2**31 - 1).all()).row(0)
+    chunk = chunk.cast({k: pl.Int32 for k, ok in zip(NARROW_INTS, fits, strict=True) if ok})
+    if chunk.select(pl.col("group_key").eq_missing(pl.col("pg_name")).all()).item():
+        chunk = chunk.with_columns(pl.col("pg_name").alias("group_key"))
+    return chunk
 
 
 def _derive(raw: pl.DataFrame) -> pl.DataFrame:
