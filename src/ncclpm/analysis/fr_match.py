@@ -519,10 +519,10 @@ def _culprit_frames(load: FRLoad, culprits: tuple[int, ...], per_rank: int = 3) 
     return load.expand(picked).with_columns(_frames_str("frames").alias("summary")).sort("rank", "collective_seq_id")
 
 
-def _notes(load: FRLoad, coll: pl.DataFrame) -> list[str]:
+def _notes(load: FRLoad, held: pl.DataFrame) -> list[str]:
     notes = []
     dumped = set(load.dumps.filter(pl.col("used"))["rank"].to_list())
-    active = set(coll["group_key"].unique().to_list())
+    active = set(held["group_key"].unique().cast(pl.String).to_list())  # the groups of the aligned entries
     absent: dict[int, list[str]] = {}
     for g, desc, ranks in load.groups.select("group_key", "pg_desc", "ranks").iter_rows():
         if g in active:
@@ -599,5 +599,5 @@ def analyze_fr(load: FRLoad) -> FRAnalysis:
         culprit_kind=v.kind,
         summary=_summary(v, missing, mismatches, stuck),
         culprit_frames=_culprit_frames(load, v.culprits),
-        notes=tuple(_notes(load, coll)),
+        notes=tuple(_notes(load, held)),
     )
