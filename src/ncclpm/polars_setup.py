@@ -16,7 +16,7 @@ import sys
 
 from ncclpm.sources.discover import Job, Source, SourceKind
 
-FR_SETTINGS = {"_RJEM_MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0", "POLARS_IDEAL_MORSEL_SIZE": "16384"}
+FR_SETTINGS = {"_RJEM_MALLOC_CONF": "dirty_decay_ms:0", "POLARS_IDEAL_MORSEL_SIZE": "16384"}
 
 
 def _size(source: Source) -> int:
