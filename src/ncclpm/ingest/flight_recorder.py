@@ -116,7 +116,7 @@ class FRLoad:
                 cols.append(self.values[base].gather(col).alias(base))
             elif dtype == pl.Categorical:
                 cols.append(col.cast(pl.String))
-            else:  # the counters held as Int32 (`NARROW_INTS`) as their schema has them
+            else:  # the counters held as Int32 (`fr_decode.NARROW`) as their schema has them
                 cols.append(col.cast(FR_ENTRIES_SCHEMA.get(name, dtype)))
         return pl.DataFrame(cols, height=rows.height)
 

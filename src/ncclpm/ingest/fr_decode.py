@@ -129,10 +129,15 @@ _ANALYSIS_SCALARS += ("time_created_ns",)
 _NESTED_ALL = NESTED
 _NESTED_ANALYSIS = ("input_sizes", "input_dtypes", "frames")
 _CHUNK_ROWS = 16384  # ~8 dumps: their objects (pinned by the column lists) stay a few MB
-# Counters and ids that fit 32 bits in any real job (per-process and per-group counts of collectives, group ids): a
-# chunk holds them as Int32 (-2 MB each at 512k entries) unless one of its values does not fit; the load's column is
-# then Int64 (the chunks are concatenated with supercasting), and `FRLoad.expand` gives them back as Int64 either way.
-NARROW_INTS = ("record_id", "pg_id", "collective_seq_id")
+# Counters and ids that fit 32 bits in any real job (per-process and per-group counts of collectives, group ids), and
+# ids into the load's distinct nested values, which number far fewer than 65536 in most jobs: a chunk holds them in
+# these narrower types (-2 MB per column at 512k entries) unless one of its values does not fit; the load's column is
+# then the wide type (the chunks are concatenated with supercasting), and `FRLoad.expand` gives them back as their
+# schema has them either way.
+NARROW = {"record_id": pl.Int32, "pg_id": pl.Int32, "collective_seq_id": pl.Int32} | {
+    f"{k}_id": pl.UInt16 for k in NESTED
+}
+_RANGE = {pl.Int32: (-(2**31), 2**31 - 1), pl.UInt16: (0, 2**16 - 1)}
 
 
 class _NoGlobalsUnpickler(pickle.Unpickler):
@@ -419,10 +424,11 @@ class Chunks:
 
 
 def _slim(chunk: pl.DataFrame) -> pl.DataFrame:
-    """The chunk with `NARROW_INTS` as Int32 where every value fits, and ``group_key`` sharing ``pg_name``'s buffer
-    where they are equal (every entry has a pg name: most jobs), instead of a copy of it."""
-    fits = chunk.select(pl.col(NARROW_INTS).is_between(-(2**31), 2**31 - 1).all()).row(0)
-    chunk = chunk.cast({k: pl.Int32 for k, ok in zip(NARROW_INTS, fits, strict=True) if ok})
+    """The chunk with its `NARROW` columns narrowed where every value fits, and ``group_key`` sharing ``pg_name``'s
+    buffer where they are equal (every entry has a pg name: most jobs), instead of a copy of it."""
+    narrow = {k: t for k, t in NARROW.items() if k in chunk.columns}
+    fits = chunk.select(pl.col(k).is_between(*_RANGE[t]).all() for k, t in narrow.items()).row(0)
+    chunk = chunk.cast({k: t for (k, t), ok in zip(narrow.items(), fits, strict=True) if ok})
     if chunk.select(pl.col("group_key").eq_missing(pl.col("pg_name")).all()).item():
         chunk = chunk.with_columns(pl.col("pg_name").alias("group_key"))
     return chunk
