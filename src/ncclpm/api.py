@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from ncclpm.analysis import analysed
 from ncclpm.ingest.catalog import Catalog, load_catalog
 from ncclpm.ingest.tables import Tables, build_tables
-from ncclpm.sources.discover import collect
+from ncclpm.sources.discover import Job, collect
 from ncclpm.sources.paste import normalise_paste_bytes
 
 if TYPE_CHECKING:  # the rules and the reports are imported when used: `build` alone needs neither
@@ -30,15 +30,17 @@ def build(
     patterns: tuple[Path, ...] = (),
     name: str | None = None,
     fr_columns: str = "analysis",
+    job: Job | None = None,
 ) -> Tables:
     """Collect the job's sources and build every table, flight-recorder verdicts included. Text on stdin is taken
     as pasted: chat and ticket damage (code fences, `&gt;`, smart quotes, lines re-wrapped at 80 columns) is
     undone first. ``fr_columns="all"`` keeps every flight-recorder column (the default keeps what the analysis
-    reads)."""
+    reads). `job`: the sources already collected (`collect`), in place of `paths`, `stdin_bytes` and `name`."""
     cat = catalog(patterns)
-    if stdin_bytes is not None:
-        stdin_bytes = normalise_paste_bytes(stdin_bytes, cat.head_regex())
-    job = collect(paths, stdin_bytes=stdin_bytes, name=name)
+    if job is None:
+        if stdin_bytes is not None:
+            stdin_bytes = normalise_paste_bytes(stdin_bytes, cat.head_regex())
+        job = collect(paths, stdin_bytes=stdin_bytes, name=name)
     return analysed(build_tables(job, cat, fr_columns=fr_columns))
 
 

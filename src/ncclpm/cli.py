@@ -203,16 +203,23 @@ def diagnose(
 ) -> None:
     """Diagnose one job: PATHS are a log folder, files, archives, or `-` for pasted text on stdin. A folder of
     several jobs is refused (exit 2; `ncclpm triage` diagnoses each of them), unless --one-job is given."""
+    _check_output(output, force)
+    files = [p for p in paths if p != "-"]
+    job = None
+    if "-" not in paths:  # the sources first, without polars: a job of flight-recorder dumps gets polars' settings
+        from ncclpm.polars_setup import tune_for
+        from ncclpm.sources.discover import collect
+
+        job = collect(files, name=name)
+        tune_for(job)
     from ncclpm.api import build
 
-    _check_output(output, force)
     _load_patterns(patterns)
     select, ignore = _rule_ids(select, "--select"), _rule_ids(ignore, "--ignore")
     fmt = fmt or _default_format(output)
     stdin = _read_stdin() if "-" in paths else None
-    files = [p for p in paths if p != "-"]
     name = name or ("pasted text" if stdin is not None and not files else None)
-    tables = build(files, stdin_bytes=stdin, patterns=patterns, name=name)
+    tables = build(files, stdin_bytes=stdin, patterns=patterns, name=name, job=job)
     tables = _one_job_only(tables, files, one_job)
     from ncclpm.engine import diagnose_tables
     from ncclpm.render import render
