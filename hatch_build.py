@@ -1,5 +1,7 @@
-"""Build hook: compile the optional C modules: the opcode scanner (`ncclpm/ingest/_frscan.c`), the dump decoder
-(`ncclpm/ingest/_frdecode.c`) and the text path's line cutter (`ncclpm/ingest/_textcut.c`).
+"""Build hook: record the shipped TOML catalogs' parse (`ncclpm/_toml_snapshot.json`, read by
+`ncclpm.resources.read_toml` while each file's hash still matches) and compile the optional C modules: the opcode
+scanner (`ncclpm/ingest/_frscan.c`), the dump decoder (`ncclpm/ingest/_frdecode.c`) and the text path's line
+cutter (`ncclpm/ingest/_textcut.c`).
 
 No compiler, no Python headers, or any other failure: that module is left out and the Python code does the same
 work (slower: `fr_scan.scan_py`, the restricted unpickler in `fr_decode`, `rawscan.cut_rows`). Editable installs
@@ -8,6 +10,7 @@ get the modules next to their sources.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -42,10 +45,30 @@ def _compile(root: Path, src: Path, out: Path) -> bool:
     return True
 
 
+def _write_snapshot(root: Path, out: Path) -> None:
+    """`ncclpm.resources.write_toml_snapshot`, loaded by path (the package is not importable in the build env);
+    any failure leaves the snapshot out and the catalogs are parsed from TOML at each run."""
+    try:
+        spec = importlib.util.spec_from_file_location("_ncclpm_resources", root / "src/ncclpm/resources.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.write_toml_snapshot(root / "parsers", out)
+    except Exception as exc:  # a build must not fail for a start-up speed-up
+        print(f"ncclpm: TOML snapshot not written ({exc}); catalogs are parsed at each run", file=sys.stderr)
+
+
 class CustomBuildHook(BuildHookInterface):
     def initialize(self, version: str, build_data: dict) -> None:
         root = Path(self.root)
         tmp = None
+        if version == "editable":
+            _write_snapshot(root, root / "src/ncclpm/_toml_snapshot.json")
+        else:
+            tmp = Path(tempfile.mkdtemp(prefix="ncclpm-build-"))
+            _write_snapshot(root, tmp / "_toml_snapshot.json")
+            if (tmp / "_toml_snapshot.json").is_file():
+                build_data["force_include"][str(tmp / "_toml_snapshot.json")] = "ncclpm/_toml_snapshot.json"
         for src in SOURCES:
             name = src.stem + (sysconfig.get_config_var("EXT_SUFFIX") or ".so")
             if version == "editable":

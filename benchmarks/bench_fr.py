@@ -2,7 +2,11 @@
 
 Usage: python benchmarks/bench_fr.py [--ranks 256 1024 4096] [--entries 2000] [--runs 3] [--fault never_joined]
        [--baseline OTHER_CHECKOUT [--baseline-eager]] [--python-path] [--torch-python /work/torchvenv/bin/python]
-       [--no-fr-trace] [--keep DIR] [--jemalloc dirty_decay_ms:0,muzzy_decay_ms:0]
+       [--no-fr-trace] [--keep DIR] [--jemalloc dirty_decay_ms:0,muzzy_decay_ms:0] [--polars-defaults]
+
+The child first collects the folder's sources and lets `ncclpm.polars_setup.tune_for` choose polars' settings
+before polars loads, as `ncclpm diagnose` does (a job of dumps gets `FR_SETTINGS`); ``--polars-defaults`` also
+runs this checkout without them.
 
 The C decoder is used when built (editable installs build it; NCCLPM_FR_PYTHON=1 in the environment measures the
 pure-Python path). ``--jemalloc CONF`` also runs this checkout with ``_RJEM_MALLOC_CONF=CONF`` (polars' allocator
@@ -38,6 +42,14 @@ _CHILD = r"""
 import json, os, re, sys, time
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
+tuned = False
+if sys.argv[4] == "tuned":  # polars' settings chosen from the sources before polars loads, as `ncclpm diagnose` does
+    try:
+        from ncclpm.polars_setup import tune_for
+        from ncclpm.sources.discover import collect
+        tuned = tune_for(collect([sys.argv[2]]))
+    except ImportError:  # a checkout before polars_setup
+        pass
 from ncclpm.analysis.fr_match import analyze_fr
 from ncclpm.ingest.flight_recorder import load_fr_dumps
 try:  # a checkout with the old worker pool: measured in one process (the pool was the same CPU, see README)
@@ -57,18 +69,21 @@ a = analyze_fr(load)
 t2, c2 = time.perf_counter(), cpu()
 print(json.dumps({"load": t1 - t0, "load_cpu": c1 - c0, "analyze": t2 - t1, "analyze_cpu": c2 - c1,
                   "base_mb": base, "peak_mb": rss("VmHWM"),
-                  "culprits": list(a.culprit_ranks)}))
+                  "culprits": list(a.culprit_ranks), "tuned": tuned}))
 """
 
 
-def _ncclpm(src: Path, folder: Path, lazy: bool = True, python_path: bool = False, jemalloc: str = "") -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("NCCLPM_FR_PYTHON", "_RJEM_MALLOC_CONF")}
+def _ncclpm(
+    src: Path, folder: Path, lazy: bool = True, python_path: bool = False, jemalloc: str = "", tuned: bool = True
+) -> dict:
+    drop = ("NCCLPM_FR_PYTHON", "_RJEM_MALLOC_CONF", "POLARS_IDEAL_MORSEL_SIZE")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     if python_path:
         env["NCCLPM_FR_PYTHON"] = "1"
     if jemalloc:
         env["_RJEM_MALLOC_CONF"] = jemalloc
     res = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(src), str(folder), "lazy" if lazy else "eager"],
+        [sys.executable, "-c", _CHILD, str(src), str(folder), "lazy" if lazy else "eager", "tuned" if tuned else "-"],
         capture_output=True,
         text=True,
         check=True,
@@ -117,7 +132,8 @@ def bench(folder: Path, n_ranks: int, a: argparse.Namespace, torch_py: str | Non
     new: list[dict] = []
     old: list[dict] = []
     pure: list[dict] = []
-    tuned: list[dict] = []
+    with_conf: list[dict] = []
+    defaults: list[dict] = []
     fr: list[tuple[float, str, float]] = []
     loads = []
     for i in range(a.runs):
@@ -125,13 +141,21 @@ def bench(folder: Path, n_ranks: int, a: argparse.Namespace, torch_py: str | Non
         if a.python_path:
             pure.append(_ncclpm(ROOT / "src", folder, python_path=True))
         if a.jemalloc:
-            tuned.append(_ncclpm(ROOT / "src", folder, jemalloc=a.jemalloc))
+            with_conf.append(_ncclpm(ROOT / "src", folder, jemalloc=a.jemalloc, tuned=False))
+        if a.polars_defaults:
+            defaults.append(_ncclpm(ROOT / "src", folder, tuned=False))
         if a.baseline:
             old.append(_ncclpm(Path(a.baseline) / "src", folder, lazy=not a.baseline_eager))
         if torch_py and i < a.fr_trace_runs:
             fr.append(_fr_trace(torch_py, folder))
         loads.append(os.getloadavg()[0])
-    runs = (("ncclpm", new), ("ncclpm, Python path", pure), (f"ncclpm, {a.jemalloc}", tuned), ("baseline", old))
+    runs = (
+        ("ncclpm", new),
+        ("ncclpm, polars' defaults", defaults),
+        ("ncclpm, Python path", pure),
+        (f"ncclpm, {a.jemalloc}", with_conf),
+        ("baseline", old),
+    )
     for label, rows in runs:
         if not rows:
             continue
@@ -163,6 +187,11 @@ def main() -> None:
     )
     ap.add_argument("--python-path", action="store_true", help="also run this checkout with NCCLPM_FR_PYTHON=1")
     ap.add_argument("--jemalloc", default="", help="also run this checkout with _RJEM_MALLOC_CONF set to this")
+    ap.add_argument(
+        "--polars-defaults",
+        action="store_true",
+        help="also run this checkout without the settings `ncclpm diagnose` gives polars for a job of dumps",
+    )
     ap.add_argument("--torch-python", default=None)
     ap.add_argument("--fr-trace-runs", type=int, default=1, help="fr_trace takes minutes: runs of it per size")
     ap.add_argument("--no-fr-trace", action="store_true")

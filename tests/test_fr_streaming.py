@@ -6,6 +6,7 @@ import os
 import pickle
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from ncclpm.ingest import fr_decode
@@ -112,3 +113,47 @@ def test_bytes_are_read_lazily_one_dump_at_a_time() -> None:
     assert load.entries.height == 6 * 40
     assert any(w.startswith("gone_rank_9: flight-recorder dump unreadable") for w in load.warnings)
     assert load.entries.equals(load_fr_dumps(dumps).entries)
+
+
+def test_counters_past_32_bits_widen_the_column(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counters are held as Int32 where they fit (`NARROW`); a dump with a record_id past 2**31 makes the load's
+    column Int64 (its chunk could not narrow), with the same values, analysis and `entries` schema."""
+    from ncclpm.analysis.fr_match import analyze_fr
+
+    dumps = list(generate(8, 60, 2, "never_joined").items())
+    monkeypatch.setattr(fr_decode, "_CHUNK_ROWS", 100)  # the wide dump gets a chunk of its own, the others Int32
+    plain = load_fr_dumps(dumps)
+    narrow = {k: t for k, t in fr_decode.NARROW.items() if k in plain.compact.columns}
+    assert {k: plain.compact.schema[k] for k in narrow} == narrow and len(narrow) == 6
+    name, data = dumps[-1]
+    obj = pickle.loads(data)
+    for e in obj["entries"]:
+        e["record_id"] += 2**40
+    wide = load_fr_dumps([*dumps[:-1], (name, pickle.dumps(obj))])
+    assert wide.compact.schema["record_id"] == pl.Int64 and wide.compact.schema["collective_seq_id"] == pl.Int32
+    assert wide.compact.n_chunks() > 1
+    assert wide.entries.schema == fr_decode.FR_ANALYSIS_SCHEMA == plain.entries.schema
+    moved = pl.when(pl.col("rank") == wide.entries["rank"].max()).then(pl.col("record_id") - 2**40)
+    assert wide.entries.with_columns(moved.otherwise(pl.col("record_id"))).equals(plain.entries)
+    a, b = analyze_fr(plain), analyze_fr(wide)
+    assert a.culprit_ranks == b.culprit_ranks and a.missing.equals(b.missing)
+    assert a.rank_facts.equals(b.rank_facts) and a.stuck.equals(b.stuck)
+
+
+def test_a_chunk_narrows_only_the_columns_whose_values_fit() -> None:
+    chunk = pl.DataFrame(
+        {
+            "record_id": [1, 2**31],
+            "pg_id": [0, 1],
+            "collective_seq_id": [None, 5],
+            "frames_id": pl.Series([3, 70_000], dtype=pl.UInt32),
+            "input_sizes_id": pl.Series([None, 65_535], dtype=pl.UInt32),
+            "pg_name": pl.Series(["a", None], dtype=pl.Categorical),
+            "group_key": pl.Series(["a", "pg_id:1"], dtype=pl.Categorical),
+        }
+    )
+    slim = fr_decode._slim(chunk)
+    assert slim.schema["record_id"] == pl.Int64 and slim.schema["frames_id"] == pl.UInt32
+    assert slim.schema["pg_id"] == pl.Int32 and slim.schema["collective_seq_id"] == pl.Int32
+    assert slim.schema["input_sizes_id"] == pl.UInt16
+    assert slim.cast(chunk.schema).equals(chunk)  # same values; group_key kept (it differs from pg_name)

@@ -19,6 +19,7 @@ import pickle
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -147,6 +148,9 @@ def test_every_payload_is_live_with_the_plain_unpickler(tmp_path: Path) -> None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    deadline = time.monotonic() + 20  # `subprocess.Popen(["touch", ...])` is not waited for: give it time
+    while [n for n in NAMES if not (tmp_path / n / "marker").exists()] and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert [n for n in NAMES if not (tmp_path / n / "marker").exists()] == []
 
 

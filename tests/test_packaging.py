@@ -31,13 +31,14 @@ def test_wheel_installs_and_diagnoses_from_another_directory(tmp_path: Path) -> 
     )
     assert json.loads(out.stdout)["category"] == "nvml_driver_failure"
     where = subprocess.run(
-        [py, "-c", "import ncclpm.resources as r; print(r.data_dir('templates'))"],
+        [py, "-c", "import ncclpm.resources as r; print(r.data_dir('templates'), len(r._snapshot()))"],
         cwd=work,
         capture_output=True,
         text=True,
         check=True,
     ).stdout
     assert "site-packages" in where and "_data" in where
+    assert int(where.split()[-1]) >= 15, "the wheel records the catalogs' parse (hatch_build.py)"
     assert list(work.iterdir()) == [], "nothing is written to the working directory"
 
 

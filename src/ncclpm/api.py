@@ -5,15 +5,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ncclpm.analysis import analysed
-from ncclpm.diff_model import DiffReport
-from ncclpm.engine import diagnose_tables
 from ncclpm.ingest.catalog import Catalog, load_catalog
 from ncclpm.ingest.tables import Tables, build_tables
-from ncclpm.model import Diagnosis
-from ncclpm.sources.discover import collect
+from ncclpm.sources.discover import Job, collect
 from ncclpm.sources.paste import normalise_paste_bytes
+
+if TYPE_CHECKING:  # the rules and the reports are imported when used: `build` alone needs neither
+    from ncclpm.diff_model import DiffReport
+    from ncclpm.model import Diagnosis
 
 
 @lru_cache(maxsize=8)
@@ -28,15 +30,17 @@ def build(
     patterns: tuple[Path, ...] = (),
     name: str | None = None,
     fr_columns: str = "analysis",
+    job: Job | None = None,
 ) -> Tables:
     """Collect the job's sources and build every table, flight-recorder verdicts included. Text on stdin is taken
     as pasted: chat and ticket damage (code fences, `&gt;`, smart quotes, lines re-wrapped at 80 columns) is
     undone first. ``fr_columns="all"`` keeps every flight-recorder column (the default keeps what the analysis
-    reads)."""
+    reads). `job`: the sources already collected (`collect`), in place of `paths`, `stdin_bytes` and `name`."""
     cat = catalog(patterns)
-    if stdin_bytes is not None:
-        stdin_bytes = normalise_paste_bytes(stdin_bytes, cat.head_regex())
-    job = collect(paths, stdin_bytes=stdin_bytes, name=name)
+    if job is None:
+        if stdin_bytes is not None:
+            stdin_bytes = normalise_paste_bytes(stdin_bytes, cat.head_regex())
+        job = collect(paths, stdin_bytes=stdin_bytes, name=name)
     return analysed(build_tables(job, cat, fr_columns=fr_columns))
 
 
@@ -50,6 +54,8 @@ def diagnose(
     name: str | None = None,
 ) -> Diagnosis:
     """Diagnose one job: a folder, files, an archive, and/or pasted text."""
+    from ncclpm.engine import diagnose_tables
+
     return diagnose_tables(build(paths, stdin_bytes=stdin_bytes, patterns=patterns, name=name), select, ignore)
 
 
@@ -64,6 +70,7 @@ def diff(
     """Compare a run that worked (GOOD) with one that failed (BAD); each side is a folder, files or an archive
     (`stdin_side` = "good" or "bad" reads that side's pasted text from `stdin_bytes`)."""
     from ncclpm.diff import compare
+    from ncclpm.engine import diagnose_tables
 
     runs = []
     for side, paths in (("good", good), ("bad", bad)):

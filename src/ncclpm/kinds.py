@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ncclpm.resources import data_dir
+from ncclpm.resources import data_dir, read_toml
 
 KINDS_FILE = "kinds.toml"
 _KEYS = frozenset({"name", "meaning", "victim", "reading"})
@@ -91,7 +91,7 @@ def merge_kinds(decls: list[KindDecl]) -> dict[str, KindDecl]:
 
 def load_kinds(path: Path) -> list[KindDecl]:
     try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        doc = read_toml(path)
     except tomllib.TOMLDecodeError as exc:
         raise KindError(f"{path.name}: invalid TOML: {exc}") from exc
     return parse_kinds(doc, path.name)

@@ -46,6 +46,11 @@ EVENT_FIELDS: dict[str, pl.DataType] = {
     "node": pl.String(),  # the host a kernel/syslog line names (`Apr  2 16:31:54 node7 kernel: ...`)
     "shape": pl.String(),  # a collective's tensor shape as printed (`[768]`)
     "dtype": pl.String(),  # a collective's tensor dtype as printed (`Float`)
+    # The other rank's collective a fingerprint check prints (`but Rank 0 is running collective: ...`):
+    "peer_seq": pl.Int64(),
+    "peer_op": pl.String(),
+    "peer_shape": pl.String(),
+    "peer_dtype": pl.String(),
     # Attributes set by the kind declarations (parsers/kinds.toml), not by regex groups:
     "victim": pl.Boolean(),  # printed because ANOTHER rank failed (never makes its rank a culprit)
     "net_class": pl.String(),  # network errors: ib / interface / connect / closed / remote_exited

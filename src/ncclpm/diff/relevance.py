@@ -10,14 +10,13 @@ makes plausible.
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
 from ncclpm.diff.units import seconds_of
 from ncclpm.diff_model import RELEVANCE, Difference, Quote
-from ncclpm.resources import data_dir
+from ncclpm.resources import data_dir, read_toml
 
 VERSION_FAMILIES = (
     "torch_version",
@@ -33,7 +32,7 @@ BOOLEAN_WORDS = ("true", "false", "yes", "no", "on", "off")
 
 @lru_cache(maxsize=1)
 def factors() -> dict[str, Any]:
-    return tomllib.loads((data_dir("parsers") / "diff_factors.toml").read_text(encoding="utf-8"))
+    return read_toml(data_dir("parsers") / "diff_factors.toml")
 
 
 def family_order(family: str) -> int:

@@ -23,7 +23,7 @@ import polars as pl
 from ncclpm.ingest import envelopes as env_mod
 from ncclpm.ingest.envelopes import Envelope
 from ncclpm.kinds import KINDS_FILE, KindDecl, KindError, load_kinds, merge_kinds, unknown_kind_message
-from ncclpm.resources import data_dir
+from ncclpm.resources import data_dir, read_toml
 from ncclpm.schema import DTYPE_NAMES, EVENT_FIELDS
 
 _UNSUPPORTED = re.compile(r"\(\?<?[=!]|\\[1-9]")
@@ -166,7 +166,7 @@ def _envelope(raw: dict, origin: str, compile_it: bool = True) -> Envelope:
     def check(rx: str, where: str) -> None:
         _check_regex(rx, where, compile_it)
 
-    return env_mod.parse_envelope(raw, origin, check, CatalogError, _examples(raw, "example"))
+    return env_mod.parse_envelope(raw, origin, check, CatalogError, _examples(raw, "example"), compile_it)
 
 
 _PY_TYPES = {pl.String: str, pl.Float64: (int, float), pl.Int64: int, pl.Boolean: bool}
@@ -209,7 +209,7 @@ def load_catalog(extra_dirs: tuple[Path, ...] = (), *, compile_shipped: bool = F
         compile_it = compile_shipped or directory != shipped
         for path in sorted(directory.glob("*.toml")):
             try:
-                doc = tomllib.loads(path.read_text(encoding="utf-8"))
+                doc = read_toml(path)
             except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as exc:
                 raise CatalogError(f"{path.name}: invalid TOML: {exc}") from exc
             if "kind" in doc and path.name != KINDS_FILE:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import ast
 import math
 import re
-import tomllib
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ import polars as pl
 
 from ncclpm.ingest.code_statements import Statement, statements
 from ncclpm.ingest.unwrap import NO_ENVELOPE, unwrap_lines
-from ncclpm.resources import data_dir
+from ncclpm.resources import data_dir, read_toml
 from ncclpm.sources.code import code_language
 from ncclpm.sources.discover import HEAD_BYTES, Source
 
@@ -138,7 +137,7 @@ def _reading(raw: dict[str, Any], parts: dict[str, str]) -> Reading:
 @lru_cache(maxsize=1)
 def load_readings() -> tuple[tuple[Reading, ...], dict[str, float]]:
     """The readings, validated, and the named constants they may resolve (torch's default timeouts)."""
-    doc = tomllib.loads((data_dir("parsers") / READINGS_FILE).read_text(encoding="utf-8"))
+    doc = read_toml(data_dir("parsers") / READINGS_FILE)
     found = tuple(_reading(r, doc.get("parts", {})) for r in doc.get("reading", []))
     ids = [r.id for r in found]
     if len(ids) != len(set(ids)):

@@ -6,7 +6,6 @@ line, verdict, severity); environment variables set in code go through the env-v
 
 from __future__ import annotations
 
-import tomllib
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +13,7 @@ import polars as pl
 
 from ncclpm.ingest.code_settings import READINGS_FILE, configured_pg_timeout
 from ncclpm.kinds import K
-from ncclpm.resources import data_dir
+from ncclpm.resources import data_dir, read_toml
 
 if TYPE_CHECKING:
     from ncclpm.ingest.tables import Tables
@@ -24,7 +23,7 @@ NCCL_DEFAULT_TIMEOUT_S = 600
 
 @lru_cache(maxsize=1)
 def launcher_notes() -> dict[str, str]:
-    doc = tomllib.loads((data_dir("parsers") / READINGS_FILE).read_text(encoding="utf-8"))
+    doc = read_toml(data_dir("parsers") / READINGS_FILE)
     return dict(doc.get("launcher_notes", {}))
 
 

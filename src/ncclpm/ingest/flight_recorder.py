@@ -114,8 +114,10 @@ class FRLoad:
             base = name.removesuffix("_id")
             if base != name and base in self.values:
                 cols.append(self.values[base].gather(col).alias(base))
-            else:
-                cols.append(col.cast(pl.String) if dtype == pl.Categorical else col)
+            elif dtype == pl.Categorical:
+                cols.append(col.cast(pl.String))
+            else:  # the counters held as Int32 (`fr_decode.NARROW`) as their schema has them
+                cols.append(col.cast(FR_ENTRIES_SCHEMA.get(name, dtype)))
         return pl.DataFrame(cols, height=rows.height)
 
 
@@ -257,7 +259,7 @@ def load_fr_dumps(items: Iterable[tuple[str, DumpData]], *, frames: str = "tail"
     used = sorted((d for d in dumps if d.used), key=lambda d: d.rank)
     seen = _seen_groups(out.frames, used)
     entries = (
-        pl.concat(out.frames, rechunk=False)
+        pl.concat(out.frames, rechunk=False, how="vertical_relaxed")  # a chunk's Int64 counters widen the others
         if out.frames
         else empty_entries(full).with_columns(pl.lit(None, pl.Int64).alias("_id"))
     )

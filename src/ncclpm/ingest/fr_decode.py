@@ -129,6 +129,15 @@ _ANALYSIS_SCALARS += ("time_created_ns",)
 _NESTED_ALL = NESTED
 _NESTED_ANALYSIS = ("input_sizes", "input_dtypes", "frames")
 _CHUNK_ROWS = 16384  # ~8 dumps: their objects (pinned by the column lists) stay a few MB
+# Counters and ids that fit 32 bits in any real job (per-process and per-group counts of collectives, group ids), and
+# ids into the load's distinct nested values, which number far fewer than 65536 in most jobs: a chunk holds them in
+# these narrower types (-2 MB per column at 512k entries) unless one of its values does not fit; the load's column is
+# then the wide type (the chunks are concatenated with supercasting), and `FRLoad.expand` gives them back as their
+# schema has them either way.
+NARROW = {"record_id": pl.Int32, "pg_id": pl.Int32, "collective_seq_id": pl.Int32} | {
+    f"{k}_id": pl.UInt16 for k in NESTED
+}
+_RANGE = {pl.Int32: (-(2**31), 2**31 - 1), pl.UInt16: (0, 2**16 - 1)}
 
 
 class _NoGlobalsUnpickler(pickle.Unpickler):
@@ -389,7 +398,7 @@ class Chunks:
             if f is not None:
                 (raw if "_raw" in f.columns else parts).append(f)
         if parts:
-            self.frames.append(pl.concat(parts, rechunk=True))
+            self.frames.append(_slim(pl.concat(parts, rechunk=True)))
         self.pending, self.rows = [], 0
 
     def _raw(self, d: Dump, warnings: list[str]) -> pl.DataFrame:
@@ -412,6 +421,17 @@ class Chunks:
         data["_id"] = pl.repeat(d.uid, n, dtype=pl.Int64, eager=True).alias("_id")
         data["_raw"] = pl.repeat(True, n, eager=True).alias("_raw")  # marks it for `_normalise` in `flush`
         return pl.DataFrame(data)
+
+
+def _slim(chunk: pl.DataFrame) -> pl.DataFrame:
+    """The chunk with its `NARROW` columns narrowed where every value fits, and ``group_key`` sharing ``pg_name``'s
+    buffer where they are equal (every entry has a pg name: most jobs), instead of a copy of it."""
+    narrow = {k: t for k, t in NARROW.items() if k in chunk.columns}
+    fits = chunk.select(pl.col(k).is_between(*_RANGE[t]).all() for k, t in narrow.items()).row(0)
+    chunk = chunk.cast({k: t for (k, t), ok in zip(narrow.items(), fits, strict=True) if ok})
+    if chunk.select(pl.col("group_key").eq_missing(pl.col("pg_name")).all()).item():
+        chunk = chunk.with_columns(pl.col("pg_name").alias("group_key"))
+    return chunk
 
 
 def _derive(raw: pl.DataFrame) -> pl.DataFrame:

@@ -34,7 +34,7 @@ def enabled(full: bool) -> bool:
 
 
 def release() -> None:
-    """Free the decoder's working arrays (kept between dumps)."""
+    """Free the decoder's working arrays (kept between dumps) and the heap's free pages (after the last dump)."""
     if _frdecode is not None:
         _frdecode.release()
 

@@ -252,6 +252,8 @@ def _may_join(rows: pl.DataFrame, whole: list[int], line_start: str) -> set[int]
         .select("text", "raw", "_tail")
         .collect()
     )
+    if candidates.is_empty():  # (compiling the line start in Python costs ~6 ms)
+        return set()
     start = python_start(line_start)
     return {i for i, a, b in candidates.iter_rows() if joins(a, b, start)}
 

@@ -32,6 +32,7 @@ Bytes = bytes | memoryview  # a text's bytes: Python's, or a view of a block
 Block = Any  # `_textcut.Block`: a group's texts in one block of memory (bytes-like, with `__arrow_c_array__`)
 
 _META = re.compile(r"([\\.+*?()|\[\]{}^$])")
+_ESCAPED = {c: "\\" + c for c in "\\.+*?()|[]{}^$"}  # _META's characters, escaped one by one (~10x faster)
 
 
 @lru_cache(maxsize=8)
@@ -46,9 +47,7 @@ def hit_line_regex(anchors: tuple[str, ...], across_newlines: bool = False) -> s
     """A whole line holding an anchor. `across_newlines`: an anchor may also be cut by newlines anywhere (a text
     hard-wrapped inside an anchor); such a match spans lines, and the caller then reads the text the slow way."""
     if across_newlines:
-        body = "|".join(
-            "\n?".join(_META.sub(r"\\\1", c) for c in a) for a in sorted(set(anchors), key=len, reverse=True)
-        )
+        body = "|".join("\n?".join(_ESCAPED.get(c, c) for c in a) for a in sorted(set(anchors), key=len, reverse=True))
     else:
         body = anchor_regex(anchors)
     return f"[^\\n]*(?:{body})[^\\n]*"

@@ -10,14 +10,13 @@ a variable that is read (edit distance ≤ 2), or a note on what it does. A repo
 
 from __future__ import annotations
 
-import tomllib
 from functools import lru_cache
 
 import polars as pl
 
 from ncclpm.ingest.code_verdicts import code_setting_rows, env_rows
 from ncclpm.kinds import K
-from ncclpm.resources import data_dir
+from ncclpm.resources import data_dir, read_toml
 
 SETTINGS_SCHEMA = pl.Schema(
     {
@@ -35,7 +34,7 @@ FALSE_VALUES = {"0", "false", "no", "off", ""}
 
 @lru_cache(maxsize=1)
 def env_knowledge() -> dict:
-    return tomllib.loads((data_dir("parsers") / "env_vars.toml").read_text(encoding="utf-8"))
+    return read_toml(data_dir("parsers") / "env_vars.toml")
 
 
 def _distance(a: str, b: str, cap: int = 3) -> int:

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import re
 import sys
-import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ncclpm.resources import data_dir
+from ncclpm.resources import data_dir, read_toml
 
 FRAMES_FILE = "stack_frames.toml"
 
@@ -75,7 +74,7 @@ def _compile(raw: dict, key: str) -> re.Pattern[str] | None:
 
 @lru_cache(maxsize=1)
 def frame_rules() -> FrameRules:
-    doc = tomllib.loads((data_dir("parsers") / FRAMES_FILE).read_text(encoding="utf-8"))
+    doc = read_toml(data_dir("parsers") / FRAMES_FILE)
     lib = doc.get("library", {})
     acts = tuple(
         Activity(

@@ -78,7 +78,8 @@ class DataloaderFailure(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        errors = t.kinds(K.dataloader_error, K.fd_exhaustion)
+        # NCCL's own sockets running out of descriptors is the open-file limit (CF01), not the input pipeline
+        errors = t.kinds(K.dataloader_error, K.fd_exhaustion).filter(pl.col("exhausted").fill_null("") != "nccl_fds")
         if errors.is_empty():
             # No DataLoader error line, but a traceback that runs into DataLoader code: the rank failed (or was
             # stopped) while fetching or starting to iterate its data; the error itself was cut from the logs.

@@ -8,6 +8,7 @@ import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
+from ncclpm.model import said
 from ncclpm.rules._launch import more_processes_than_gpus
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
@@ -21,9 +22,10 @@ class LaunchMisconfigured(Rule):
     NCCL's `Duplicate GPU detected : rank 3 and rank 2 both on CUDA device e2000` (two ranks mapped to the
     same device), `CUDA error: invalid device ordinal` (more processes per node than GPUs), a launch command
     that starts more processes per node than the GPUs it leaves visible (`CUDA_VISIBLE_DEVICES=0,1 torchrun
-    --nproc_per_node=4`), and argparse errors
-    at start-up such as `train.py: error: unrecognized arguments: --local-rank=2` (every worker exits with
-    status 2 and torchrun lists them under `Failures:`).
+    --nproc_per_node=4`), NCCL's own sockets running out of file descriptors (`NCCL WARN Bootstrap : accept
+    failed: Too many open files`: the processes' open-file limit), and argparse errors at start-up such as
+    `train.py: error: unrecognized arguments: --local-rank=2` (every worker exits with status 2 and torchrun lists
+    them under `Failures:`).
 
     ## Why it matters
     Nothing is wrong with the network, the GPUs or the training code: the job is configured wrong, so it fails
@@ -56,6 +58,12 @@ class LaunchMisconfigured(Rule):
             "`torch.distributed.launch` passes `--local-rank`.",
             when="the script rejects `--local-rank`",
         ),
+        "open_files": Fix(
+            "Raise the open-file limit where the ranks start: `ulimit -n 1048576` in the launch script, "
+            "`--ulimit nofile=1048576:1048576` for docker, `LimitNOFILE=` for a systemd unit, or the pod's or "
+            "Slurm's (`--propagate=NOFILE`) limits.",
+            when="NCCL ran out of file descriptors",
+        ),
         "match_arguments": Fix(
             "Make the launch command's arguments match the script's parser.",
             when="the script rejects other arguments",
@@ -63,7 +71,12 @@ class LaunchMisconfigured(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        found = t.kinds(K.duplicate_gpu, K.gpu_unavailable, K.launcher_args)
+        found = pl.concat(
+            [
+                t.kinds(K.duplicate_gpu, K.gpu_unavailable, K.launcher_args),
+                t.kinds(K.fd_exhaustion).filter(pl.col("exhausted") == "nccl_fds"),
+            ]
+        )
         return pl.concat([found, more_processes_than_gpus(t)], how="diagonal_relaxed").sort(
             "ts", "source", "line", nulls_last=True
         )
@@ -110,6 +123,25 @@ class LaunchMisconfigured(Rule):
                 fixes=self.fixes("set_device"),
                 dont=("Do not look for a network or NCCL problem: the rank never got a GPU.",),
                 verify=("`nvidia-smi -L` on the node lists at least `--nproc_per_node` GPUs.",),
+            )
+        no_fds = ev.filter(pl.col("exhausted") == "nccl_fds")
+        if not no_fds.is_empty():
+            culprits = tuple(sorted(set(no_fds["rank"].drop_nulls().to_list())))
+            hosts = sorted(set(no_fds["host"].drop_nulls().to_list()))
+            where = f" on {', '.join(hosts)}" if hosts else ""
+            return self.finding(
+                confidence=0.8,
+                culprit_ranks=culprits,
+                summary=f"NCCL ran out of file descriptors{where} (`{said(no_fds['text'][0], t.line_prefix, 120)}`): "
+                "the processes' open-file limit is too low for the sockets NCCL opens.",
+                explanation="NCCL opens sockets to its peers for the bootstrap, the proxy and every network "
+                "channel; with many ranks per node, many communicators or a container's default limit (often "
+                "1024), `accept`/`socket` fail with EMFILE and the communicator cannot form. The network and "
+                "the GPUs are fine.",
+                evidence=quotes(no_fds),
+                fixes=self.fixes("open_files"),
+                dont=("Do not debug the network: the sockets were refused by the process's own limit.",),
+                verify=("`ulimit -n` inside the job (each rank's environment) prints the raised limit.",),
             )
         crowded = ev.filter(pl.col("nproc").is_not_null())
         if not crowded.is_empty():

@@ -15,6 +15,15 @@ from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
 
+def _calls(votes: pl.DataFrame) -> str:
+    """`rank 1 runs ALLREDUCE #104 (shape [1024], Float) while rank 0 runs BROADCAST #104 (shape [1], Long)`."""
+    said = []
+    for fp, ranks in votes.group_by("fp", maintain_order=True).agg("rank").iter_rows():
+        shape = ", ".join(x for x in (f"shape {fp['shape']}" if fp["shape"] else "", fp["dtype"] or "") if x)
+        said.append(f"{ranks_text(sorted(ranks))} ran {fp['op']} #{fp['seq']}{f' ({shape})' if shape else ''}")
+    return " while ".join(said)
+
+
 class CollectivesDisagreeInLogs(Rule):
     """Ranks issued different collectives (op, size, dtype or sequence) - seen in the logs.
 
@@ -68,13 +77,19 @@ class CollectivesDisagreeInLogs(Rule):
         return pl.concat([detected, disagree]).sort("ts", "source", "line", nulls_last=True)
 
     def _culprits(self, t: Tables, ev: pl.DataFrame) -> tuple[tuple[int, ...], str]:
-        # DETAIL mode's line: "Rank <subject_rank> is running collective: CollectiveFingerPrint(<its own call>)"
+        # DETAIL mode's line: "Rank <subject_rank> is running collective: CollectiveFingerPrint(<its own call>), but
+        # Rank <peer> is running collective: CollectiveFingerPrint(<the peer's call>)": a vote for each of the two.
         fps = ev.filter((pl.col("kind") == K.mismatch_detected) & pl.col("subject_rank").is_not_null())
         own = pl.struct("seq", "op", "shape", "dtype").alias("fp")
-        votes = fps.select(pl.col("subject_rank").cast(pl.Int32).alias("rank"), own).unique()
-        if votes["rank"].n_unique() > 1:  # a vote needs two voters; one rank's line alone names nobody
+        peers = fps.filter(pl.col("peer_op").is_not_null()).select(
+            pl.col("peer").cast(pl.Int32, strict=False).alias("rank"),
+            pl.struct(seq="peer_seq", op="peer_op", shape="peer_shape", dtype="peer_dtype").alias("fp"),
+        )
+        votes = pl.concat([fps.select(pl.col("subject_rank").cast(pl.Int32).alias("rank"), own), peers])
+        votes = votes.drop_nulls("rank").unique().sort("rank")
+        if votes["rank"].n_unique() > 1:  # a vote needs two voters; one rank's own call alone names nobody
             aspects = ev["detail"].drop_nulls()
-            how = aspects[0] if aspects.len() else "the collective fingerprints differ"
+            how = aspects[0] if aspects.len() else _calls(votes)
             culprits = minority(votes, "fp")
             if set(culprits) == set(votes["rank"].to_list()):
                 return odd_by_work(t, fps, culprits, how)

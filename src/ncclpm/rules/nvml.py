@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tomllib
 from typing import ClassVar
 
 import polars as pl
@@ -10,11 +9,11 @@ import polars as pl
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.model import said
-from ncclpm.resources import data_dir
+from ncclpm.resources import data_dir, read_toml
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
 
-XID: dict[str, dict] = tomllib.loads((data_dir("parsers") / "xid_codes.toml").read_text(encoding="utf-8"))["xid"]
+XID: dict[str, dict] = read_toml(data_dir("parsers") / "xid_codes.toml")["xid"]
 # The kinds this rule reads; how much each line proves on its own is their `strength` reading (kinds.toml).
 GPU_KINDS = [K.nvml_error, K.xid, K.gpu_lost, K.gpu_hw_error, K.gpu_fabric_error]
 

@@ -10,7 +10,7 @@ from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.model import said
 from ncclpm.rules._exits import BUS_ERROR, OWN_ERROR, fatal_exit
-from ncclpm.rules._facts import VICTIM_KINDS, known_ranks, same_line
+from ncclpm.rules._facts import VICTIM_KINDS, same_line
 from ncclpm.rules.base import Finding, Fix, Rule, quotes
 from ncclpm.rules.rank_crash import EXPLAINED_KINDS
 from ncclpm.schema import Category
@@ -24,8 +24,9 @@ class ProcessDiedRankUnknown(Rule):
     One process's output - a pasted traceback, a console without `[rankN]:` prefixes - ending in an error of its
     own (an exception that is not a symptom of another rank, a CUDA failure, a fatal signal, the shell's `Killed`
     or `Bus error (core dumped)`, a launcher reporting a fatal exit code), with no line of any rank waiting on
-    another; or a host's kernel log saying it ended a process (the OOM killer) or that a process's GPU work
-    faulted (application Xids 13/31/43).
+    another and no error of a named rank (a rank named only by a harmless line does not say which one died); or
+    a host's kernel log saying it ended a process (the OOM killer) or that a process's GPU work faulted
+    (application Xids 13/31/43).
 
     ## Why it matters
     Most pastes in issue threads are exactly this: the one traceback the reporter saw. Its error is what ended
@@ -62,18 +63,16 @@ class ProcessDiedRankUnknown(Rule):
     def evidence(self, t: Tables) -> pl.DataFrame:
         # The launcher's `closing signal SIGTERM` to the other workers follows a failure: nobody waited there.
         waited = t.events.filter(pl.col("victim") & (pl.col("kind") != K.agent_signal))
-        if known_ranks(t) or not waited.is_empty():
-            return pl.DataFrame()  # ranks are named (CR01 reads them) or someone waited: not one process's end
+        own_kinds = [K.exception, K.dataloader_reraise, K.crash_signal, K.cuda_error, K.oom_killer, K.xid_app]
+        ranked = t.events.filter(pl.col("rank").is_not_null() & pl.col("kind").is_in([*own_kinds, K.worker_exit]))
+        if not ranked.is_empty() or not waited.is_empty():
+            return pl.DataFrame()  # a named rank's error (CR01 reads it) or someone waited: not one process's end
         ev = t.events.filter(pl.col("rank").is_null())
         # Lines another rule reads (an OOM, a store timeout, the agent's own SignalException) are not this one's.
         # A launcher's exception that reports the exit (accelerate's CalledProcessError) is read as that exit.
         taken = same_line(t.events, [*VICTIM_KINDS, *EXPLAINED_KINDS, K.agent_killed, K.agent_signal, K.worker_exit])
         own = (
-            ev.filter(
-                pl.col("kind").is_in(
-                    [K.exception, K.dataloader_reraise, K.crash_signal, K.cuda_error, K.oom_killer, K.xid_app]
-                )
-            )
+            ev.filter(pl.col("kind").is_in(own_kinds))
             .join(taken, on=["source", "line"], how="anti")
             # the watchdog thread re-throwing a collective's failure: a symptom (CR01 reads it the same way); the
             # launcher's ChildFailedError only reports a worker's failure, whose own error is elsewhere

@@ -1,0 +1,100 @@
+"""Start-up: wall and CPU time of small `ncclpm` commands, interleaved with a baseline checkout.
+
+Usage: python benchmarks/bench_startup.py [--runs 21] [--baseline OTHER_CHECKOUT]
+
+Each command runs as a fresh process, as a user runs it: this checkout through its `ncclpm` console entry
+(`ncclpm.cli:run`, or `main` in a checkout without it), the baseline with its `src` first on `sys.path` (its C
+modules are this checkout's when it has none built: they are the same sources). The tiny job is 21 lines of
+`sample_logs/nccl_rank0_sample_generation` (a timeout, a checkpointing rank, torchrun's summary). Bytecode is
+written and warm (a first untimed run of each command), as after `pip install`. Prints the median and the
+minimum of wall and CPU time (user + system of the child) and the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_ENTRY = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1)); sys.argv[0] = 'ncclpm'\n"
+    "import ncclpm.cli as c\n"
+    "(getattr(c, 'run', None) or (lambda: c.main(prog_name='ncclpm')))()\n"
+)
+
+
+def _tiny_job(folder: Path) -> Path:
+    src = ROOT / "sample_logs" / "nccl_rank0_sample_generation" / "slurm-48211.out"
+    lines = src.read_text(encoding="utf-8").splitlines(keepends=True)[24:45]
+    out = folder / "tiny.log"
+    out.write_text("".join(lines), encoding="utf-8")
+    return out
+
+
+def _one(checkout: Path, args: list[str], env: dict[str, str]) -> tuple[float, float]:
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _ENTRY, str(checkout / "src"), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    _, _, usage = os.wait4(proc.pid, 0)
+    return time.perf_counter() - start, usage.ru_utime + usage.ru_stime
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=21)
+    ap.add_argument("--baseline", type=Path, help="another checkout of ncclpm to compare with")
+    a = ap.parse_args()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # as after `pip install`
+    with tempfile.TemporaryDirectory(prefix="ncclpm-startup-") as tmp:
+        job = _tiny_job(Path(tmp))
+        commands = {
+            "diagnose a 21-line log (-f json)": ["diagnose", str(job), "-f", "json"],
+            "rules": ["rules"],
+            "explain CR01": ["explain", "CR01"],
+            "--help": ["--help"],
+        }
+        checkouts = {"this checkout": ROOT} | ({"baseline": a.baseline.resolve()} if a.baseline else {})
+        if a.baseline:
+            _borrow_c_modules(a.baseline.resolve())
+        times: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        for checkout in checkouts.values():  # warm: bytecode written, files in the page cache
+            for args in commands.values():
+                _one(checkout, args, env)
+        for _ in range(a.runs):
+            for label, args in commands.items():
+                for who, checkout in checkouts.items():
+                    times.setdefault((label, who), []).append(_one(checkout, args, env))
+    print(f"{a.runs} interleaved runs each; load average {os.getloadavg()[0]:.1f}; seconds\n")
+    print("| command | checkout | wall median | wall min | CPU median | CPU min |")
+    print("|---|---|---:|---:|---:|---:|")
+    for (label, who), got in times.items():
+        wall, cpu = [w for w, _ in got], [c for _, c in got]
+        print(
+            f"| {label} | {who} | {statistics.median(wall):.3f} | {min(wall):.3f} | "
+            f"{statistics.median(cpu):.3f} | {min(cpu):.3f} |"
+        )
+
+
+def _borrow_c_modules(baseline: Path) -> None:
+    """A baseline checkout without its C modules built gets this checkout's (the same sources, or the baseline
+    would measure the pure-Python path)."""
+    here, there = ROOT / "src" / "ncclpm" / "ingest", baseline / "src" / "ncclpm" / "ingest"
+    for built in here.glob("_*.so"):
+        target = there / built.name
+        if not target.exists() and (there / f"{built.name.split('.')[0]}.c").exists():
+            shutil.copy2(built, target)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""Polars' allocator and streaming settings for the job at hand, chosen before polars loads (it reads them once).
+
+A job made mostly of flight-recorder dumps holds one compact table for the whole analysis and runs a few group_bys
+over all of it: jemalloc handing freed pages back at once (``dirty_decay_ms:0``; polars' default keeps them 0.5 s)
+and smaller streaming morsels (each morsel's hashed keys cost ~100 bytes a row while a group_by runs) keep its peak
+at the table plus polars' fixed cost (`benchmarks/README.md`, Flight recorder: 256 ranks x 2000 entries, peak
+-20 MB for +5-10 % CPU).  The text path streams its input chunk after chunk: returning each chunk's pages to the
+kernel only to fault them in again costs it +17 % CPU, so a text job keeps polars' defaults.  A setting already in
+the environment (the user's) is left alone.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ncclpm.sources.discover import Job, Source, SourceKind
+
+FR_SETTINGS = {"_RJEM_MALLOC_CONF": "dirty_decay_ms:0", "POLARS_IDEAL_MORSEL_SIZE": "16384"}
+
+
+def _size(source: Source) -> int:
+    if source.data is not None:
+        return len(source.data)
+    try:
+        return source.path.stat().st_size if source.path is not None else 0
+    except OSError:
+        return 0
+
+
+def mostly_dumps(job: Job) -> bool:
+    """Whether flight-recorder dumps are most of the job's bytes (on disk: a .gz counts compressed)."""
+    dumps = rest = 0
+    for s in job.sources:
+        if s.kind == SourceKind.FR:
+            dumps += _size(s)
+        else:
+            rest += _size(s)
+    return dumps > rest
+
+
+def tune_for(job: Job) -> bool:
+    """Give polars the flight-recorder settings when `job` is mostly dumps (True then). Too late once polars is
+    loaded: it does nothing then."""
+    if "polars" in sys.modules or not mostly_dumps(job):
+        return False
+    for key, value in FR_SETTINGS.items():
+        os.environ.setdefault(key, value)
+    return True

@@ -1,0 +1,124 @@
+"""What a small run does not pay for: the shipped TOML catalogs parsed at every start (their parse is recorded at
+install time) and the interpreter's teardown (the `ncclpm` command ends once its output is flushed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ncclpm import resources
+from ncclpm.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "sample_logs" / "nccl_rank0_sample_generation"
+
+
+@pytest.fixture
+def snapshot_at(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    def use(directory: Path) -> Path:
+        out = tmp_path / "snapshot.json"
+        resources.write_toml_snapshot(directory, out)
+        monkeypatch.setattr(resources, "SNAPSHOT", out)
+        resources._snapshot.cache_clear()
+        return out
+
+    yield use
+    resources._snapshot.cache_clear()
+
+
+def test_the_snapshot_gives_every_shipped_catalog_as_toml_parses_it(snapshot_at) -> None:
+    parsers = resources.data_dir("parsers")
+    out = snapshot_at(parsers)
+    recorded = json.loads(out.read_text(encoding="utf-8"))["files"]
+    assert sorted(recorded) == sorted(p.name for p in parsers.glob("*.toml"))
+    for path in parsers.glob("*.toml"):
+        assert resources.read_toml(path) == tomllib.loads(path.read_text(encoding="utf-8")), path.name
+
+
+def test_the_snapshot_is_used_only_while_the_file_is_unchanged(tmp_path: Path, snapshot_at) -> None:
+    cat = tmp_path / "cat"
+    cat.mkdir()
+    toml = cat / "x.toml"
+    toml.write_text('[a]\nb = "recorded"\n', encoding="utf-8")
+    out = snapshot_at(cat)
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    doc["files"]["x.toml"][1] = json.dumps({"a": {"b": "from the snapshot"}})
+    out.write_text(json.dumps(doc), encoding="utf-8")
+    resources._snapshot.cache_clear()
+    assert resources.read_toml(toml) == {"a": {"b": "from the snapshot"}}  # same bytes: the recorded parse
+    toml.write_text('[a]\nb = "edited"\n', encoding="utf-8")
+    assert resources.read_toml(toml) == {"a": {"b": "edited"}}  # other bytes: parsed afresh
+
+
+def test_what_json_cannot_hold_exactly_is_not_recorded(tmp_path: Path, snapshot_at) -> None:
+    (tmp_path / "dated.toml").write_text("when = 2026-11-26T10:00:00Z\n", encoding="utf-8")
+    (tmp_path / "plain.toml").write_text("n = 1\n", encoding="utf-8")
+    out = snapshot_at(tmp_path)
+    assert list(json.loads(out.read_text(encoding="utf-8"))["files"]) == ["plain.toml"]
+    assert resources.read_toml(tmp_path / "dated.toml")["when"].year == 2026
+
+
+def test_a_missing_or_damaged_snapshot_means_parsing_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = resources.data_dir("parsers") / "kinds.toml"
+    for content in (None, "not json", '{"format": 99, "files": {}}', '{"format": 1, "files": []}'):
+        snap = tmp_path / "snap.json"
+        if content is not None:
+            snap.write_text(content, encoding="utf-8")
+        monkeypatch.setattr(resources, "SNAPSHOT", snap if content is not None else tmp_path / "none.json")
+        resources._snapshot.cache_clear()
+        assert resources.read_toml(path) == tomllib.loads(path.read_text(encoding="utf-8"))
+    resources._snapshot.cache_clear()
+
+
+def _command(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    """The installed `ncclpm` command (`cli.run`) run as a user runs it."""
+    code = "import sys; sys.argv[0] = 'ncclpm'; from ncclpm.cli import run; run()"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, input=stdin, timeout=120)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["rules"],
+        ["explain", "CR01"],
+        ["explain", "no-such-rule"],
+        ["diagnose"],
+        ["diagnose", str(SAMPLE), "-f", "json"],
+        ["diagnose", str(SAMPLE), "-f", "md", "--fail-on", "possible"],
+    ],
+)
+def test_the_command_exits_with_mains_code_and_all_of_its_output(args: list[str]) -> None:
+    """`run` skips the interpreter's teardown: nothing of the report may be lost and the exit code is main's."""
+    got = _command(*args)
+    want = CliRunner().invoke(main, args)
+    assert got.returncode == want.exit_code, got.stderr[-500:]
+    assert got.stdout.decode("utf-8") == want.stdout
+    assert got.stdout or got.stderr
+
+
+def test_the_command_writes_its_output_file_whole(tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    got = _command("diagnose", str(SAMPLE), "-f", "html", "-o", str(out))
+    assert got.returncode == 0, got.stderr[-500:]
+    html = out.read_text(encoding="utf-8")
+    assert html.rstrip().endswith("</html>") and len(html) > 10_000
+    assert [p.name for p in tmp_path.iterdir()] == ["report.html"], "no temporary file left beside it"
+
+
+def test_an_anchor_cut_by_newlines_is_found_with_its_metacharacters_literal() -> None:
+    import re
+
+    from ncclpm.ingest.rawscan import hit_line_regex
+
+    anchor = "a.b(c)|d[e]{f}^$*+?\\g"
+    rx = re.compile(hit_line_regex((anchor, "zz"), across_newlines=True))
+    assert rx.search("x a.b(c)|d[e]{f}\n^$*+?\\g y")
+    assert rx.search("a.b(c)|d[e]{f}^$*+?\\g")
+    assert not rx.search("a.b(c)|d[e]{f}^$*+?g")  # the backslash is a character to find
+    assert not rx.search("aXb(c)|d[e]{f}^$*+?\\g")  # so is the dot
