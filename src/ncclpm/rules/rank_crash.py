@@ -96,6 +96,10 @@ class RankDiedFirst(Rule):
         cols = ["source", "line", "rank", "ts", "text", "how", "strength", "signal", "detail"]
         exits = exits.with_columns(pl.lit(None, pl.Float64).alias("strength"))
         ev = pl.concat([exc.select(cols), sig.select(cols), exits.select(cols)])
+        # An error printed without a time (a traceback in torchrun's summary) happened by its process's exit,
+        # which the launcher dates: order it by that, not after every dated line.
+        ended = t.elastic.filter(pl.col("rank").is_not_null()).group_by("rank").agg(pl.col("ts").min().alias("_end"))
+        ev = ev.join(ended, on="rank", how="left").with_columns(pl.coalesce("ts", "_end").alias("ts")).drop("_end")
         ev = ev.filter(~pl.col("rank").is_in(list(explained))).join(victims_at, on="rank", how="left")
         # A rank that was already waiting on someone else when it failed is a victim, not the cause.
         ev = ev.filter(pl.col("victim_ts").is_null() | (pl.col("ts") < pl.col("victim_ts")))

@@ -9,11 +9,24 @@ import polars as pl
 from ncclpm.clamp import MAX_LISTED_RANKS
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
+from ncclpm.model import said
+from ncclpm.rules._facts import in_context
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.rules.store_wait import store_waits
 from ncclpm.schema import Category
 
 INIT_KINDS = [K.store_timeout, K.store_connect, K.store_bind, K.rendezvous_timeout]
+# What a process raises when the store it is joining drops or refuses it (`DistNetworkError: Connection reset by
+# peer` out of `init_process_group`): read as the group never forming only inside those frames.
+CONNECTION_ERRORS = (
+    "DistNetworkError",
+    "DistStoreError",
+    "ConnectionError",
+    "ConnectionResetError",
+    "ConnectionRefusedError",
+    "ConnectionAbortedError",
+    "TimeoutError",
+)
 
 
 class ProcessGroupNeverFormed(Rule):
@@ -22,9 +35,11 @@ class ProcessGroupNeverFormed(Rule):
     ## What it detects
     `DistStoreError: Timed out after N seconds waiting for clients. 2/3 clients joined`, `wait timeout after
     ...ms, keys: /default_pg/...`, `The client socket has timed out ... while trying to connect to (host,
-    port)`, `The server socket has failed to listen ... EADDRINUSE`, `RendezvousTimeoutError`, and the elastic agent's
-    own store timeouts (`Socket Timeout` under `_assign_worker_ranks`). Store waits after the group formed
-    (a rank waiting for another's NCCL id or DataLoader seed) are WT01's: a busy rank, not a rendezvous.
+    port)`, `The server socket has failed to listen ... EADDRINUSE`, `RendezvousTimeoutError`, the elastic
+    agent's own store timeouts (`Socket Timeout` under `_assign_worker_ranks`), and a connection error raised
+    inside `init_process_group`'s frames (`DistNetworkError: Connection reset by peer`: likely only, it does not
+    say why). Store waits after the group formed (a rank waiting for another's NCCL id or DataLoader seed) are
+    WT01's: a busy rank, not a rendezvous.
 
     ## Why it matters
     Nothing ran yet: no NCCL or model problem is involved. The cause is in the launch - a rank that never
@@ -60,16 +75,23 @@ class ProcessGroupNeverFormed(Rule):
         # Store waits after the group formed are the waiting side of a busy rank (WT01), not a rendezvous.
         later = store_waits(t).select("source", "line")
         ev = t.kinds(*INIT_KINDS).join(later, on=["source", "line"], how="anti")
-        return ev.sort("ts", "source", "line", nulls_last=True)
+        name = pl.col("error_type").str.split(".").list.last()  # `torch.distributed.DistNetworkError`
+        raised = t.kinds(K.exception).filter(name.is_in(CONNECTION_ERRORS))
+        in_init = in_context(t, raised, [K.frame_init, K.frame_rendezvous]).join(ev, on=["source", "line"], how="anti")
+        return pl.concat([ev, in_init]).sort("ts", "source", "line", nulls_last=True)
 
     def _culprits(self, t: Tables, ev: pl.DataFrame) -> tuple[tuple[int, ...], str]:
         # The server that cannot listen explains its clients' connect errors: check it first.
         bind = ev.filter(pl.col("kind") == K.store_bind)["rank"].drop_nulls().unique().to_list()
         if not ev.filter(pl.col("kind") == K.store_bind).is_empty():
             return tuple(sorted(bind)), "the store could not listen on its port (already in use)"
-        connect = ev.filter(pl.col("kind") == K.store_connect)["rank"].drop_nulls().unique().to_list()
-        if connect:
-            return tuple(sorted(connect)), "could not reach the store (MASTER_ADDR/MASTER_PORT)"
+        connecting = ev.filter(pl.col("kind") == K.store_connect)
+        if not connecting.is_empty():
+            addr = pl.coalesce("peer", "detail", "value").drop_nulls()
+            at = connecting.select(addr)
+            where = f" at {at.item(0, 0).replace(', ', ':')}" if not at.is_empty() else ""  # `(host, port)`
+            ranks = tuple(sorted(connecting["rank"].drop_nulls().unique().to_list()))
+            return ranks, f"could not reach the store{where} (MASTER_ADDR/MASTER_PORT)"
         joined = ev.filter((pl.col("kind") == K.store_timeout) & pl.col("expected").is_not_null())
         expected, arrived = joined["expected"].max(), joined["nranks"].min()
         if not joined.is_empty() and expected is not None:
@@ -80,11 +102,16 @@ class ProcessGroupNeverFormed(Rule):
                 missing = ()  # the logs do not show enough ranks to tell which ones stayed away
             got = "some" if arrived is None else str(int(arrived))
             return missing, f"only {got} of {int(expected)} processes joined"
+        raised = ev.filter(pl.col("kind") == K.exception)
+        if raised.height == ev.height:  # only an error out of init_process_group's frames
+            said_it = said(raised["text"][-1], t.line_prefix, 100)
+            return (), f"`{said_it}` was raised while joining it (in `init_process_group`)"
         return (), "the rendezvous never completed"
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         culprits, how = self._culprits(t, ev)
-        conf = self.base_confidence
+        # an error out of init_process_group says the group did not form, not why (no store message): a lead
+        conf = self.base_confidence if (ev["kind"] != K.exception).any() else 0.6
         who = f" ({ranks_text(culprits)})" if culprits else ""
         return self.finding(
             confidence=conf,

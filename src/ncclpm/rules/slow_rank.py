@@ -133,6 +133,8 @@ class RankBusyOutsideCollectives(Rule):
         doing = busy_text(act)
         wait = "at a barrier" if in_barrier else "in a collective"
         victims = sorted(victim_ranks(t) - set(culprits))
+        if not victims:  # the only rank that waited is the one named busy: no story of one rank keeping others
+            return None
         origin = timeout_origin(t, int(timeout_ms) if timeout_ms else None)
         origin = f", {origin}" if origin else ""
         limit = f" (timeout {duration_text(timeout_ms)}{origin})" if timeout_ms else ""
