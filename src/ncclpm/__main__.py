@@ -1,3 +1,3 @@
-from ncclpm.cli import main
+from ncclpm.cli import run
 
-main()
+run()

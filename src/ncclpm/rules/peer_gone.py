@@ -21,9 +21,13 @@ WAITED_FIRST = [K.collective_timeout, K.watchdog_status, K.heartbeat_stuck, K.mo
 def peer_left_first(t: Tables) -> bool:
     """Ranks lost a peer's connection, nobody had waited on anyone before, and no rank's own error is in the files
     (that error would say why the peer left: CR01 and the rules of its kind read it)."""
-    if t.kinds(K.peer_closed).is_empty() or not t.kinds(*WAITED_FIRST).is_empty():
+    closed = t.kinds(K.peer_closed)
+    if closed.is_empty() or not t.kinds(*WAITED_FIRST).is_empty():
         return False
-    return t.kinds(*EXPLAINED_KINDS).is_empty() and not crashed_ranks(t)
+    # a store wait for the NCCL id that the store's dropped connection ended is this very loss, not another cause
+    explained = t.kinds(*EXPLAINED_KINDS)
+    lost = explained.filter(pl.col("kind") == K.store_error).join(closed, on=["source", "line"], how="semi")
+    return explained.height == lost.height and not crashed_ranks(t)
 
 
 class PeerProcessGone(Rule):
@@ -31,8 +35,10 @@ class PeerProcessGone(Rule):
 
     ## What it detects
     gloo's `Connection closed by peer [ADDR]:PORT` (torch 2.x adds "This is typically caused by a remote worker
-    crashing") or `Read error ...: Connection reset by peer` raised by a collective, with no collective timeout
-    before it and no other rank's own error in the files.
+    crashing") or `Read error ...: Connection reset by peer` raised by a collective, the c10d store's connection
+    dropping under a rank that waited in it (`failed to recv, got 0 bytes`; `retrieving ncclUniqueId from [0] ...
+    got error: Connection reset by peer` names the rank waited for), with no collective timeout before it and no
+    other rank's own error in the files.
 
     ## Why it matters
     A process that exits - a crash, a kill by the OOM killer, `sys.exit` on one rank - closes its sockets, and
@@ -70,6 +76,8 @@ class PeerProcessGone(Rule):
         # every rank but one lost the connection: that one went away (two processes: the other one)
         others = known_ranks(t) - set(survivors)
         gone = tuple(others) if survivors and len(others) == 1 else ()
+        if not gone and first["subject_rank"] is not None:  # the line names whom it waited for (the NCCL id)
+            gone = (int(first["subject_rank"]),)
         last = t.ranks.filter(pl.col("rank").is_in(list(gone)) & pl.col("last_activity").is_not_null())
         silent = not last.is_empty() and last["first_error"].is_null().all()  # its log is here and shows no error
         peer = f" at {first['peer']}" if first["peer"] else ""

@@ -21,8 +21,12 @@ def store_waits(t: Tables) -> pl.DataFrame:
     """Store timeouts that happened after the process group had formed, with the rank waited for (if known):
     a rank waiting for another's NCCL unique id, a DataLoader waiting for rank 0's shared seed, or any store
     wait after training had made progress."""
-    nccl_id = t.kinds(K.store_error).with_columns(
-        pl.col("subject_rank").alias("awaited"), pl.lit("nccl_id").alias("how")
+    # a wait the store's dropped connection ended is a process gone (CR03 reads it), not one still busy
+    gone = t.kinds(K.peer_closed).select("source", "line")
+    nccl_id = (
+        t.kinds(K.store_error)
+        .join(gone, on=["source", "line"], how="anti")
+        .with_columns(pl.col("subject_rank").alias("awaited"), pl.lit("nccl_id").alias("how"))
     )
     timeouts = t.kinds(K.store_timeout)
     seed = in_context(t, timeouts, [K.frame_dataloader]).with_columns(
