@@ -210,9 +210,14 @@ def _fill_ranks(env: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+PARSED_SCHEMA = pl.Schema({**LINES_SCHEMA, "raw": pl.String(), "tag_pg": pl.String(), "tag_pg_desc": pl.String()})
+
+
 def parse_lines(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
     """The `lines` table (plus the pg tag columns `tag_pg`/`tag_pg_desc` used by extraction). `kept` holds
     (source, line, raw), with its `row_columns` already or without."""
+    if kept.is_empty():  # a job of dumps only: no regex compiled, no string code paged in (~16 MB of its peak)
+        return pl.DataFrame(schema=PARSED_SCHEMA)
     env = _fill_ranks(kept if "_direct" in kept.columns else row_columns(kept, catalog))
     year = _reference_year(env, catalog)
     return env.select(
