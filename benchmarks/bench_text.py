@@ -4,9 +4,9 @@ Usage: python benchmarks/bench_text.py [--ranks 512 --mb-per-rank 2 --dir /tmp/n
                                       [--baseline OTHER_CHECKOUT]
 Runs are interleaved (ncclpm, grep -E, grep -F, rg, ncclpm, ...) after a warm-up read of every file; the table
 shows median wall time, MB/s, median CPU time (user + system, less sensitive to a loaded machine), ncclpm's
-speed as a ratio of each tool's (by wall and by CPU), ncclpm's peak RSS against the input size, and the load
-average. ripgrep is Debian's `ripgrep` (skipped when absent). `--baseline` adds another checkout's ncclpm (its
-`src/` first on PYTHONPATH) to the interleaved runs, for A/B comparisons.
+speed as a ratio of each tool's (by wall and by CPU), ncclpm's peak RSS (each run's, from `wait4`) against the
+input size, and the load average. ripgrep is Debian's `ripgrep` (skipped when absent). `--baseline` adds another
+checkout's ncclpm (its `src/` first on PYTHONPATH) to the interleaved runs, for A/B comparisons.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import resource
 import shutil
 import statistics
 import subprocess
@@ -25,19 +24,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
-    """(wall, CPU of the child, stdout)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+def run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float, str]:
+    """(wall, CPU of the child (user + system), its peak RSS in MB, stdout)."""
     t = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env).stdout
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env) as proc:
+        out = proc.stdout.read() if proc.stdout else ""
+        _, _, usage = os.wait4(proc.pid, 0)
+        proc.returncode = 0  # reaped here: Popen must not wait for it again
     wall = time.perf_counter() - t
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), out
-
-
-def peak_rss_mb(cmd: list[str]) -> float:
-    res = subprocess.run(["/usr/bin/time", "-f", "%M", *cmd], capture_output=True, text=True, check=False)
-    return int(res.stderr.strip().splitlines()[-1]) / 1024
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, out
 
 
 def main() -> None:
@@ -72,16 +67,17 @@ def main() -> None:
         tools["baseline"] = tools["ncclpm"]
         envs["baseline"] = {**os.environ, "PYTHONPATH": str(args.baseline.resolve() / "src")}
     times: dict[str, list[tuple[float, float]]] = {k: [] for k in tools}
+    peaks: dict[str, list[float]] = {k: [] for k in tools}
     verdict, loads = "?", []
     for _ in range(args.runs):
         for name, cmd in tools.items():
-            wall, cpu, out = run(cmd, envs[name])
+            wall, cpu, peak, out = run(cmd, envs[name])
             times[name].append((wall, cpu))
+            peaks[name].append(peak)
             if name == "ncclpm":
                 found = re.search(r'"category": "(\w+)"', out)
                 verdict = found.group(1) if found else "?"
         loads.append(os.getloadavg()[0])
-    rss = peak_rss_mb(tools["ncclpm"])
     med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in times.items()}
     print(f"input: {args.ranks} ranks, {size_mb:.0f} MB in {len(files)} files; medians of {args.runs} interleaved runs")
     print(f"load average during the runs: {statistics.median(loads):.1f}; ncclpm verdict: {verdict}\n")
@@ -90,7 +86,11 @@ def main() -> None:
     nw, nc = med["ncclpm"]
     for name, (w, c) in med.items():
         print(f"| {name} | {w:.2f} | {size_mb / w:.0f} | {c:.2f} | {w / nw:.2f} | {c / nc:.2f} |")
-    print(f"\nncclpm peak RSS {rss:.0f} MB = {rss / size_mb:.2f} x the input")
+    print()
+    for name in ("ncclpm", "baseline") if args.baseline else ("ncclpm",):
+        low, high = min(peaks[name]), max(peaks[name])
+        print(f"{name} peak RSS over the {args.runs} runs: {low:.0f}-{high:.0f} MB = ", end="")
+        print(f"{low / size_mb:.2f}-{high / size_mb:.2f} x the input")
 
 
 if __name__ == "__main__":

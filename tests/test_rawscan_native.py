@@ -108,3 +108,45 @@ def test_the_reader_keeps_the_same_lines_with_either_cutter(tmp_path: Path, monk
     python, w_python = read()
     assert native.height > 1000 and w_native == w_python
     assert native.equals(python, null_equal=True)
+
+
+def test_a_block_holds_texts_that_polars_reads_without_a_copy(tmp_path: Path) -> None:
+    """A group's texts read (or copied) into one `_textcut.Block`: polars' Series shares its memory and keeps it
+    alive after the block is gone; a text that does not fit is refused whole; a file that cannot be read raises
+    as Python's reading does."""
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_bytes(b"first\nNCCL WARN x\n")
+    b.write_bytes(b"x" * 5000)
+    block = rawscan._textcut.Block(4096)  # rounded up to a page
+    assert block.read_file(str(a)) == 18 and block.append("é\n".encode()) == 3 and len(block) == 2
+    assert block.read_file(str(b)) == -1 and block.append(b"y" * 5000) == -1 and len(block) == 2
+    assert (
+        block.used == 21 and block.room == 4096 - 21 and bytes(memoryview(block)) == "first\nNCCL WARN x\né\n".encode()
+    )
+    block.append(b"popped")
+    block.pop()
+    series = pl.Series(block).cast(pl.String)
+    del block
+    assert series.to_list() == ["first\nNCCL WARN x\n", "é\n"]
+    with pytest.raises(FileNotFoundError, match=r"gone\.log"):
+        rawscan._textcut.Block(4096).read_file(str(tmp_path / "gone.log"))
+    with pytest.raises(IsADirectoryError):
+        rawscan._textcut.Block(4096).read_file(str(tmp_path))
+    bad = rawscan._textcut.Block(4096)
+    bad.append(b"\xff\xfe not UTF-8")
+    with pytest.raises(pl.exceptions.ComputeError):
+        pl.Series(bad).cast(pl.String)
+
+
+def test_texts_that_do_not_fit_a_block_are_read_as_python_bytes(tmp_path: Path, monkeypatch) -> None:
+    """A group whose texts are not all in its block (a file grown past it) is read from Python bytes: the same
+    lines."""
+    cat = catalog()
+    for i, p in enumerate(sorted((ROOT / "tests" / "cases").rglob("*.log"))[:60]):
+        (tmp_path / f"{i:03d}_{p.name}").write_bytes(p.read_bytes())
+    job = collect([tmp_path]).of_kind("text")
+    whole = lines_mod.read_kept_lines(job, cat.anchors, [], cat.line_start_regex())
+    monkeypatch.setattr(lines_mod, "BLOCK_BYTES", 8192)
+    monkeypatch.setattr(lines_mod, "GROUP_BYTES", 4096)
+    small = lines_mod.read_kept_lines(job, cat.anchors, [], cat.line_start_regex())
+    assert whole.height > 300 and small.equals(whole)

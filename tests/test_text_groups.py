@@ -11,7 +11,7 @@ import polars as pl
 from ncclpm.api import catalog
 from ncclpm.ingest import extract
 from ncclpm.ingest import lines as lines_mod
-from ncclpm.ingest.extract import parse_lines, row_columns
+from ncclpm.ingest.extract import parse_lines, row_columns, source_columns
 from ncclpm.sources.discover import collect
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,9 +32,13 @@ def test_row_columns_per_group_give_the_same_lines_table(tmp_path: Path, monkeyp
     per_group = lines_mod.read_kept_lines(
         job, cat.anchors, [], cat.line_start_regex(), functools.partial(row_columns, catalog=cat)
     )
-    assert "_direct" in per_group.columns and "_direct" not in plain.columns
+    per_source = lines_mod.read_kept_lines(
+        job, cat.anchors, [], cat.line_start_regex(), functools.partial(source_columns, catalog=cat)
+    )
+    assert "_direct" in per_group.columns and "_direct" not in plain.columns and "rank" in per_source.columns
     assert plain.height > 1000
     assert parse_lines(per_group, cat).equals(parse_lines(plain, cat), null_equal=True)
+    assert parse_lines(per_source, cat).equals(parse_lines(plain, cat), null_equal=True)
 
 
 def test_a_source_over_the_cap_gets_its_row_columns_after_the_cap(tmp_path: Path, monkeypatch) -> None:
@@ -49,8 +53,12 @@ def test_a_source_over_the_cap_gets_its_row_columns_after_the_cap(tmp_path: Path
     per_group = lines_mod.read_kept_lines(
         job, cat.anchors, w_group, cat.line_start_regex(), functools.partial(row_columns, catalog=cat)
     )
+    per_source = lines_mod.read_kept_lines(
+        job, cat.anchors, [], cat.line_start_regex(), functools.partial(source_columns, catalog=cat)
+    )
     assert plain.height == 150 and w_group == w_plain and any("a.log: 400 lines" in w for w in w_group)
     assert parse_lines(per_group, cat).equals(parse_lines(plain, cat), null_equal=True)
+    assert parse_lines(per_source, cat).equals(parse_lines(plain, cat), null_equal=True)
 
 
 def test_patterns_with_an_anchor_hit_are_the_ones_contains_any_finds() -> None:
@@ -61,9 +69,12 @@ def test_patterns_with_an_anchor_hit_are_the_ones_contains_any_finds() -> None:
     texts.append("")
     for chunk in (texts, texts[:50], ["no anchor here"]):
         parsed = pl.DataFrame({"message": chunk})
-        one_pass = extract._patterns_with_anchor_hits(parsed, cat.patterns)
+        one_pass = extract._pattern_rows(parsed, cat.patterns)
         per_pattern = [p for p in cat.patterns if parsed["message"].str.contains_any(list(p.anchors)).any()]
-        assert [p.id for p in one_pass] == [p.id for p in per_pattern]
+        assert [p.id for p, _ in one_pass] == [p.id for p in per_pattern]
+        for p, rows in one_pass:  # the rows `contains_any` keeps, in order
+            where = parsed.with_row_index("row").filter(pl.col("message").str.contains_any(list(p.anchors)))
+            assert rows.to_list() == where["row"].to_list(), p.id
     # Two anchors of two patterns overlapping in one line (`a`'s end is `b`'s start): both patterns are found.
     a, b, k = next(
         (a, b, k)
@@ -93,3 +104,33 @@ def test_envelope_head_captured_alone_gives_the_full_regex_groups() -> None:
         want = full.filter(pl.col("raw").is_in(frame["raw"].implode()))
         assert got.select(want.columns).equals(want, null_equal=True)
     assert full["message"].null_count() == 1  # only the line holding a newline has no match
+
+
+def test_readings_computed_on_their_kinds_rows_only_give_the_same_events(tmp_path: Path, monkeypatch) -> None:
+    """`apply_readings` evaluates the readings on the events of kinds that have some (a large table) or on every
+    event (a small one): the same columns either way, on the events of every case log."""
+    from ncclpm.ingest import readings
+    from ncclpm.ingest.tables import build_tables
+
+    cat = catalog()
+    events = build_tables(collect([_case_job(tmp_path)]), cat).events
+    assert events.height > 500 and events["net_class"].is_not_null().any()
+    attrs = {a for k in cat.kinds.values() for r in k.readings for a in r.set} - {"victim"}
+    bare = events.with_columns(pl.lit(None, readings.EVENT_FIELDS[a]).alias(a) for a in attrs)
+    monkeypatch.setattr(readings, "_FEW", 10**9)
+    every_row = readings.apply_readings(bare, cat.kinds)
+    monkeypatch.setattr(readings, "_FEW", 0)
+    read_rows = readings.apply_readings(bare, cat.kinds)
+    assert read_rows.equals(every_row, null_equal=True) and every_row.equals(events, null_equal=True)
+
+
+def test_events_of_kinds_by_row_numbers_are_the_filter_s_rows(tmp_path: Path) -> None:
+    """`Tables.kinds` gathers the rows of each kind (numbered once): the rows, order and schema a filter gives."""
+    from ncclpm.ingest.tables import build_tables
+
+    t = build_tables(collect([_case_job(tmp_path)]), catalog())
+    kinds = t.events["kind"].unique().sort().to_list()
+    assert len(kinds) > 10
+    for wanted in [[k] for k in kinds] + [kinds[::3], kinds[1::2] + kinds[1::2], ["cuda_oom", "progress"]]:
+        expected = t.events.filter(pl.col("kind").is_in(wanted))
+        assert t.kinds(*wanted).equals(expected, null_equal=True), wanted

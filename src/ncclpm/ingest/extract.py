@@ -93,10 +93,20 @@ def _timestamp(catalog: Catalog, year: int) -> pl.Expr:
     return pl.coalesce(stamps) if stamps else pl.lit(None, pl.Datetime("us"))
 
 
-def _level(catalog: Catalog) -> pl.Expr:
-    """The level group of the envelope that has one, else the level an envelope gives the lines it wraps."""
+def _seen(env: pl.DataFrame | None, groups: Sequence[str]) -> bool:
+    """Whether some line of `env` (None: any frame) matched one of these envelope groups. An expression over a
+    column of nulls only gives nulls, but polars still runs it on every row (each ISO time column cost ~10 ms on the
+    512-rank job's 160k lines, most of them with another envelope)."""
+    return env is None or any(env[g].null_count() < env.height for g in groups)
+
+
+def _level(catalog: Catalog, env_groups: pl.DataFrame | None = None) -> pl.Expr:
+    """The level group of the envelope that has one, else the level an envelope gives the lines it wraps
+    (`env_groups`: leaving out the envelopes no line of it matched)."""
     levels: list[pl.Expr] = []
     for env in catalog.column_sources("level"):
+        if not _seen(env_groups, env.groups):
+            continue
         if "level" in env.columns:
             # `E`, or a logging level name (`ERROR`, `WARNING`, `DEBUG`): the levels table's one letter
             word = pl.col(env.columns["level"]).str.to_uppercase()
@@ -164,11 +174,17 @@ def row_columns(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
         "_file_local",
         _column(catalog, "host").cast(pl.String).alias("host"),
         _column(catalog, "pid", _int).cast(pl.Int64).alias("pid"),
-        _level(catalog).cast(pl.String).alias("level"),
+        _level(catalog, env).cast(pl.String).alias("level"),
         pl.coalesce("_tag_guid", "_tag_pg_id").alias("tag_pg"),
         pl.coalesce("_tag_desc", "_tag_desc2").alias("tag_pg_desc"),
         *[
-            (pl.col(e.columns["ts"]) if e.ts_format == "mmdd" else _dated(e)).alias(c)
+            (
+                pl.col(e.columns["ts"])
+                if e.ts_format == "mmdd"
+                else _dated(e)
+                if _seen(env, [e.columns["ts"]])
+                else pl.lit(None, pl.Datetime("us"))
+            ).alias(c)
             for c, e in _stamp_columns(catalog)
         ],
     )
@@ -211,14 +227,25 @@ def _fill_ranks(env: pl.DataFrame) -> pl.DataFrame:
 
 
 PARSED_SCHEMA = pl.Schema({**LINES_SCHEMA, "raw": pl.String(), "tag_pg": pl.String(), "tag_pg_desc": pl.String()})
+_RANK_HINTS = ("_role", "_local", "_direct", "_file_rank", "_file_local", "_stream_rank", "_file_single")
+
+
+def source_columns(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
+    """`row_columns` and each line's rank (`_fill_ranks`: from the line, the other lines of its source and stream,
+    the file name), for whole sources: the reader computes them a group of files at a time, in its scan threads
+    (`read_kept_lines(then=...)`), and the rank hints are dropped there."""
+    return _fill_ranks(row_columns(kept, catalog)).drop(_RANK_HINTS)
 
 
 def parse_lines(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
     """The `lines` table (plus the pg tag columns `tag_pg`/`tag_pg_desc` used by extraction). `kept` holds
-    (source, line, raw), with its `row_columns` already or without."""
+    (source, line, raw), with its `row_columns` (or `source_columns`) already or without."""
     if kept.is_empty():  # a job of dumps only: no regex compiled, no string code paged in (~16 MB of its peak)
         return pl.DataFrame(schema=PARSED_SCHEMA)
-    env = _fill_ranks(kept if "_direct" in kept.columns else row_columns(kept, catalog))
+    if "rank" in kept.columns:  # `source_columns`
+        env = kept
+    else:
+        env = _fill_ranks(kept if "_direct" in kept.columns else row_columns(kept, catalog))
     year = _reference_year(env, catalog)
     return env.select(
         "source",
@@ -317,29 +344,44 @@ def _drop_superseded(events: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
     return events if gone.is_empty() else events.join(gone, on=["source", "line", "kind"], how="anti")
 
 
-def _patterns_with_anchor_hits(parsed: pl.DataFrame, patterns: Sequence[Pattern]) -> list[Pattern]:
-    """The patterns one of whose anchors occurs in some line. Building a pattern's plan compiles its regex (~10 ms
-    each), so skipping the ones that cannot match is most of a small job's time. Every occurrence of every anchor
-    is found in one overlapping Aho-Corasick pass (one `contains_any` per pattern scanned the lines ~100 times)."""
+def _pattern_rows(parsed: pl.DataFrame, patterns: Sequence[Pattern]) -> list[tuple[Pattern, pl.Series]]:
+    """The patterns one of whose anchors occurs in some line, each with the numbers of those rows. Building a
+    pattern's plan compiles its regex (~10 ms each), so skipping the ones that cannot match is most of a small
+    job's time; and a pattern's plan reads only its rows (each plan filtered every line: ~7 ms apiece on the
+    512-rank job's 160k lines, for patterns with a few hundred). Every occurrence of every anchor is found in one
+    overlapping Aho-Corasick pass (one `contains_any` per pattern scanned the lines ~100 times)."""
     anchors = sorted({a for p in patterns for a in p.anchors})
     if parsed.is_empty() or not anchors:
         return []
-    found = set(
-        parsed.select(pl.col("message").str.extract_many(anchors, overlapping=True).explode().unique().drop_nulls())
-        .to_series()
-        .to_list()
+    found = (
+        parsed.select(pl.col("message").str.extract_many(anchors, overlapping=True).alias("anchor"))
+        .with_row_index("row")
+        .explode("anchor")
+        .drop_nulls("anchor")
     )
-    return [p for p in patterns if not found.isdisjoint(p.anchors)]
+    owners = pl.DataFrame(
+        [(a, i) for i, p in enumerate(patterns) for a in set(p.anchors)],
+        schema={"anchor": pl.String(), "pattern": pl.UInt32()},
+        orient="row",
+    )
+    hits = found.join(owners, on="anchor", maintain_order="left").select("pattern", "row")  # rows in order
+    parts = hits.partition_by("pattern", as_dict=True, maintain_order=True)
+    rows = {key[0]: part["row"].unique(maintain_order=True) for key, part in parts.items()}
+    return [(p, rows[i]) for i, p in enumerate(patterns) if i in rows]
+
+
+def _patterns_with_anchor_hits(parsed: pl.DataFrame, patterns: Sequence[Pattern]) -> list[Pattern]:
+    """The patterns one of whose anchors occurs in some line (`_pattern_rows`)."""
+    return [p for p, _ in _pattern_rows(parsed, patterns)]
 
 
 def extract_events(parsed: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
     """The `events` table: one row per (line, pattern) match, sorted by source and line.
 
-    Every pattern is one lazy plan over the same lines, and all of them run in one `collect_all` (in parallel,
-    the input shared): one query instead of one per pattern, which was most of a small job's time."""
-    patterns = _patterns_with_anchor_hits(parsed, catalog.patterns)
-    lines = parsed.lazy()
-    frames = pl.collect_all([_pattern_events(lines, p) for p in patterns]) if patterns else []
+    Every pattern is one lazy plan over its rows (the lines holding one of its anchors), and all of them run in one
+    `collect_all` (in parallel): one query instead of one per pattern, which was most of a small job's time."""
+    plans = [_pattern_events(parsed[rows].lazy(), p) for p, rows in _pattern_rows(parsed, catalog.patterns)]
+    frames = pl.collect_all(plans) if plans else []
     if not frames:  # (a select of literals on a frame without columns would make one row of nulls)
         return apply_readings(pl.DataFrame(schema=EVENTS_SCHEMA), catalog.kinds)
     # Sorted before the fields no pattern declared are added: the sort copies every column it is given.

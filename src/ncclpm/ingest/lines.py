@@ -13,15 +13,24 @@ prefilter.
 from __future__ import annotations
 
 import gzip
+import os
 import zlib
-from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import polars as pl
 
-from ncclpm.ingest.rawscan import anchor_regex, cut_group, hit_line_regex, utf8_text
+from ncclpm.ingest.rawscan import (
+    Block,
+    Bytes,
+    anchor_regex,
+    cut_group,
+    hit_line_regex,
+    new_block,
+    trim_blocks,
+    utf8_text,
+)
 from ncclpm.ingest.unwrap import MIN_WIDTH, joins, python_start, rejoin_wrapped, unwrap_lines
 from ncclpm.sources.discover import Source
 
@@ -31,22 +40,25 @@ MAX_LINE_CHARS = 8192
 SMALL_TEXT = 2 * 1024**2  # a text this small is read whole and re-joined (hard wraps) before the prefilter
 MAX_KEPT_LINES = 200_000  # per source (~1.5 kB each through the pipeline): see `_capped`
 TQDM_END = r"(\[\d+:\d{2}(?::\d{2})?<[^\]\r]{0,80}\])"
-GROUP_FILES = 64  # texts scanned together (one regex pass, one query for the kept lines) ...
-GROUP_BYTES = 32 * 1024 * 1024  # ... holding at most about this many bytes
+GROUP_FILES = 128  # texts scanned together (one regex pass, one query for the kept lines) ...
+GROUP_BYTES = 64 * 1024 * 1024  # ... holding at most about this many bytes
 CHUNK_BYTES = 8 * 1024 * 1024  # a bigger (or gzipped) file is read in blocks of this size, cut at line ends
+BLOCK_BYTES = GROUP_BYTES + CHUNK_BYTES  # a group's memory (`rawscan.new_block`): room for its last small text
+TAIL_GROUP_BYTES = 4 * 1024 * 1024  # the last groups shrink down to this: see `_group_bytes`
 SCAN_THREADS = 2  # groups scanned at once (both cores: the regex and the C line cutter run without the GIL)
 _SCHEMA = {"source": pl.String(), "line": pl.Int64(), "raw": pl.String()}
 _KEPT_SCHEMA = {**_SCHEMA, "cut": pl.Boolean()}
 Then = Callable[[pl.DataFrame], pl.DataFrame] | None  # more row-wise columns, computed where the lines are cut out
 
 
-def _decode(data: bytes) -> str:
+def _decode(data: Bytes) -> str:
+    data = bytes(data)
     if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
         return data.decode("utf-16", errors="replace")
     return data.decode("utf-8", errors="replace")
 
 
-def _frame_from_bytes(name: str, data: bytes, line_start: str = "") -> pl.LazyFrame:
+def _frame_from_bytes(name: str, data: Bytes, line_start: str = "") -> pl.LazyFrame:
     """Every line of `data`, read the slow way (a small text hard-wrapped near an anchor is re-joined first)."""
     text = _decode(data)
     if line_start and len(data) <= SMALL_TEXT:  # copied text: re-join what a terminal hard-wrapped first
@@ -73,10 +85,12 @@ def _small(src: Source) -> bool:
 
 
 def _keep(lf: pl.LazyFrame, anchors: list[str], line_start: str = "") -> pl.LazyFrame:
-    """The kept lines of `lf` (source, line, raw; one or more sources, each in line order)."""
+    """The kept lines of `lf` (source, line, raw; one or more sources, each in line order). A `hit` column, when
+    there is one (the cutter's rows), already says which lines hold an anchor (the regex is not run on them
+    again before the tqdm bars are split)."""
     hit = pl.col("raw").str.contains(anchor_regex(tuple(anchors)))
     return (
-        rejoin_wrapped(lf, hit, line_start)
+        rejoin_wrapped(lf, pl.col("hit") if "hit" in lf.collect_schema() else hit, line_start)
         # A tqdm bar ends in "[elapsed<remaining, rate]"; text glued right after it is another line.
         .with_columns(pl.col("raw").str.replace_all(TQDM_END, "$1\r").str.split("\r"))
         .explode("raw")
@@ -102,27 +116,29 @@ def _needs_python_decode(src: Source) -> bool:
 
 @dataclass
 class _Text:
-    """One text to scan: its UTF-8 bytes, and how its lines are read."""
+    """One text to scan: its UTF-8 bytes (Python's, or a view of its group's block), and how its lines are read."""
 
     name: str
-    data: bytes
-    original: bytes  # as read: the slow path (`_frame_from_bytes`) decodes it itself
+    data: Bytes
+    original: Bytes  # as read: the slow path (`_frame_from_bytes`) decodes it itself
     whole: bool  # a small text, re-joined whole if hard-wrapped (Python's lines); else polars' lines
     first_line: int = 1  # of a block of a big file
 
 
-def _as_strings(texts: list[_Text], warnings: list[str]) -> pl.Series:
-    """The texts as one string Series, validated in Rust; a text with invalid UTF-8 is decoded with its invalid
-    bytes replaced, with a warning."""
+def _as_strings(texts: list[_Text], warnings: list[str], block: Block | None = None) -> pl.Series:
+    """The texts as one string Series, validated in Rust (the group's block, when it holds them all, without a
+    copy); a text with invalid UTF-8 is decoded with its invalid bytes replaced, with a warning."""
     try:
-        return pl.Series([t.data for t in texts], dtype=pl.Binary).cast(pl.String)
+        if block is not None and len(block) == len(texts):
+            return pl.Series(block).cast(pl.String)
+        return pl.Series([bytes(t.data) for t in texts], dtype=pl.Binary).cast(pl.String)
     except pl.exceptions.ComputeError:  # "invalid utf8": find which
         pass
     for t in texts:
-        if utf8_text(t.data) is None:
+        if utf8_text(bytes(t.data)) is None:
             warnings.append(f"{t.name}: not valid UTF-8; read with invalid bytes replaced")
-            t.data = t.data.decode("utf-8", errors="replace").encode("utf-8")
-    return pl.Series([t.data for t in texts], dtype=pl.Binary).cast(pl.String)
+            t.data = bytes(t.data).decode("utf-8", errors="replace").encode("utf-8")
+    return pl.Series([bytes(t.data) for t in texts], dtype=pl.Binary).cast(pl.String)
 
 
 def _hit_lines(series: pl.Series, whole: list[bool], anchors: list[str]) -> list[list[str]]:
@@ -143,18 +159,19 @@ def _hit_lines(series: pl.Series, whole: list[bool], anchors: list[str]) -> list
 
 
 def _scan(
-    texts: list[_Text], anchors: list[str], line_start: str, then: Then = None
+    texts: list[_Text], anchors: list[str], line_start: str, then: Then = None, block: Block | None = None
 ) -> tuple[dict[str, pl.DataFrame | None], list[str]]:
     """The kept lines of each text (None: unreadable) and the warnings met. The anchors are searched in the raw
     texts (`rawscan`) in one regex pass; only the hit lines (and the lines around each: `line_start` re-joins
     wrapped lines) become rows, all the group's in one frame and one query. A small text where an anchor is cut
     by a newline, or where a hit line may be glued to its neighbour, is re-joined whole, the slow way. `then` is
-    applied to the kept lines here, a group at a time (see `read_kept_lines`)."""
+    applied to the kept lines here, a group at a time (see `read_kept_lines`). `block`: the memory holding the
+    texts' bytes (`_Text.data` are views of it), if any."""
     warnings: list[str] = []
     if not texts:
         return {}, warnings
     whole = [t.whole for t in texts]
-    found = _hit_lines(_as_strings(texts, warnings), whole, anchors)
+    found = _hit_lines(_as_strings(texts, warnings, block), whole, anchors)
     first_lines = [t.first_line for t in texts]
     frame, slow = cut_group([t.data for t in texts], found, first_lines, whole, following=bool(line_start))
     slow |= _may_join(frame, [i for i, t in enumerate(texts) if t.whole], line_start)
@@ -166,7 +183,7 @@ def _scan(
     fast = (
         frame.lazy()
         .filter(~pl.col("text").is_in(sorted(slow)) & (pl.col("hit") | after_hit))  # not the lines before
-        .select(pl.lit(names).gather(pl.col("text")).alias("source"), "line", "raw")
+        .select(pl.lit(names).gather(pl.col("text")).alias("source"), "line", "raw", "hit")
     )
     pending = {"": _keep(fast, anchors, line_start)}
     pending |= {
@@ -305,13 +322,24 @@ def _is_big(src: Source) -> bool:
         return False
 
 
-def _text(src: Source, line_start: str) -> _Text:
-    """A source read whole. A small text is read as Python splits lines, so that lines a terminal hard-wrapped
-    are re-joined before the prefilter."""
+def _text(src: Source, line_start: str, block: Block | None = None) -> _Text:
+    """A source read whole: into `block` if there is room (a file is read straight into it, other texts copied),
+    else as Python bytes. A small text is read as Python splits lines, so that lines a terminal hard-wrapped are
+    re-joined before the prefilter."""
     python_decode = _needs_python_decode(src)
+    if block is not None and not python_decode and src.data is None and src.path is not None:
+        at = block.used
+        if (size := block.read_file(os.fspath(src.path))) >= 0:
+            view = memoryview(block)[at : at + size]
+            if view[:2] != b"\x1f\x8b":  # (gzipped since `_is_big` looked: read below)
+                return _Text(src.name, view, view, bool(line_start) and size <= SMALL_TEXT and _small(src))
+            view.release()
+            block.pop()
     data = src.read_bytes()
     whole = bool(line_start) and len(data) <= SMALL_TEXT and (python_decode or _small(src))
     utf8 = _decode(data).encode("utf-8") if data[:2] in (b"\xff\xfe", b"\xfe\xff") else data
+    if block is not None and (at := block.used, block.append(utf8))[1] >= 0:
+        utf8 = memoryview(block)[at : at + len(utf8)]
     return _Text(src.name, utf8, data, whole)
 
 
@@ -345,27 +373,47 @@ def _capped(frame: pl.DataFrame, name: str, warnings: list[str]) -> pl.DataFrame
     return pl.concat([frame.head(half), frame.tail(half)])
 
 
+def _size(src: Source) -> int:
+    if src.data is not None:
+        return len(src.data)
+    try:
+        return src.path.stat().st_size if src.path is not None else 0
+    except OSError:
+        return 0
+
+
+def _group_bytes(left: int) -> int:
+    """How many bytes the group being read may hold, `left` bytes of the job still unscanned (its own included):
+    GROUP_BYTES, then less and less towards the end, so that both scan threads finish about together (with the
+    last groups whole, one core idled while the other scanned the last one)."""
+    return max(TAIL_GROUP_BYTES, min(GROUP_BYTES, left // 3))
+
+
 def read_kept_lines(
     sources: list[Source], anchors: list[str], warnings: list[str], line_start: str = "", then: Then = None
 ) -> pl.DataFrame:
     """Prefiltered lines of all text sources, in source order; unreadable sources become warnings. Groups of small
     texts are scanned in worker threads (polars runs the regex without the GIL) while this one reads the next
-    group; the warnings keep the order of a one-by-one reading. `then` (row-wise columns: `extract.row_columns`)
+    group; the warnings keep the order of a one-by-one reading. `then` (per-line columns: `extract.source_columns`)
     runs in the workers too, on a group's lines at a time: less memory than on all lines at once, and in
     parallel."""
     frames: dict[str, pl.DataFrame | None] = {}
     log: list[str | _Chunked | Future[tuple[dict[str, pl.DataFrame | None], list[str]]]] = []  # in order
     group: list[_Text] = []
+    memory = new_block(BLOCK_BYTES)  # the group's texts' bytes (None: Python bytes)
+    left = sum(_size(src) for src in sources)  # not read yet
     with ThreadPoolExecutor(max_workers=SCAN_THREADS) as pool:
-        running: deque[Future] = deque()
+        running: set[Future] = set()
 
-        def submit(texts: list[_Text], rejoin: str, then: Then) -> Future:
-            while len(running) >= SCAN_THREADS:  # memory holds a few groups, not the job
-                running.popleft().exception()
-            running.append(pool.submit(_scan, texts, anchors, rejoin, then))
-            return running[-1]
+        def submit(texts: list[_Text], rejoin: str, then: Then, memory: Block | None = None) -> Future:
+            if len(running) >= SCAN_THREADS:  # memory holds a few groups, not the job; the first thread free takes it
+                running.difference_update(wait(running, return_when=FIRST_COMPLETED).done)
+            scan = pool.submit(_scan, texts, anchors, rejoin, then, memory)
+            running.add(scan)
+            return scan
 
         for src in sources:
+            left -= _size(src)
             if src.path is not None and not _needs_python_decode(src) and _is_big(src):
                 chunked = _Chunked(src.name, [])
                 try:
@@ -376,15 +424,19 @@ def read_kept_lines(
                 log.append(chunked)
                 continue
             try:
-                group.append(_text(src, line_start))
+                group.append(_text(src, line_start, memory))
             except (OSError, ValueError) as exc:
                 log.append(f"{src.name}: could not be read as text ({exc}) - skipped")
                 frames[src.name] = None
-            if len(group) >= GROUP_FILES or sum(len(t.data) for t in group) >= GROUP_BYTES:
-                log.append(submit(list(group), line_start, then))
+            held = sum(len(t.data) for t in group)
+            if len(group) >= GROUP_FILES or held >= _group_bytes(left + held):
+                log.append(submit(list(group), line_start, then, memory))
                 group.clear()
+                memory = new_block(BLOCK_BYTES)
         if group:
-            log.append(submit(list(group), line_start, then))
+            log.append(submit(list(group), line_start, then, memory))
+        del memory
+        trim_blocks()  # all read: the blocks of the last scans are freed as they end, in their threads
         for entry in log:
             if isinstance(entry, str):
                 warnings.append(entry)

@@ -29,10 +29,11 @@ COMMS_SCHEMA = pl.Schema(
 
 
 def _process_key(frame: pl.DataFrame) -> pl.DataFrame:
-    """host and pid of an event: NCCL lines have them in the envelope (pid kept in `text`'s prefix)."""
+    """host and pid of an event: NCCL lines have them in the envelope (pid kept in `text`'s prefix). One match
+    gives both (two searches cost twice as much on the 160k events of a large job)."""
+    key = pl.col("text").str.extract_groups(r"(?<_host>[\w.-]+):(?<_pid>\d+):\d+ \[\d+\]")
     return frame.with_columns(
-        pl.col("text").str.extract(r"([\w.-]+):(\d+):\d+ \[\d+\]", 1).alias("_host"),
-        pl.col("text").str.extract(r"[\w.-]+:(\d+):\d+ \[\d+\]", 1).cast(pl.Int64, strict=False).alias("_pid"),
+        key.struct.field("_host"), key.struct.field("_pid").cast(pl.Int64, strict=False).alias("_pid")
     )
 
 

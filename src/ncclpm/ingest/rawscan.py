@@ -19,6 +19,7 @@ import re
 from array import array
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 import polars as pl
 
@@ -26,6 +27,9 @@ try:  # built by hatch_build.py when a C compiler is there
     from ncclpm.ingest import _textcut  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - depends on the install
     _textcut = None
+
+Bytes = bytes | memoryview  # a text's bytes: Python's, or a view of a block
+Block = Any  # `_textcut.Block`: a group's texts in one block of memory (bytes-like, with `__arrow_c_array__`)
 
 _META = re.compile(r"([\\.+*?()|\[\]{}^$])")
 _ESCAPED = {c: "\\" + c for c in "\\.+*?()|[]{}^$"}  # _META's characters, escaped one by one (~10x faster)
@@ -130,13 +134,26 @@ def native() -> bool:
     return _textcut is not None and not os.environ.get("NCCLPM_TEXT_PYTHON")
 
 
+def new_block(capacity: int) -> Block | None:
+    """A block of memory for a group's texts (`_textcut.Block`: read into reused memory, imported by polars without
+    a copy), or None without the C module: the texts are then Python bytes."""
+    return _textcut.Block(capacity) if native() else None
+
+
+def trim_blocks() -> None:
+    """Free the blocks kept for reuse, and the blocks in use as they are freed (until one is made again): the read
+    is over, their memory is better given back before the tables."""
+    if _textcut is not None:
+        _textcut.trim()
+
+
 def cut_group(
-    data: list[bytes], hits: list[list[str]], first_lines: list[int], whole: list[bool], *, following: bool
+    data: list[Bytes], hits: list[list[str]], first_lines: list[int], whole: list[bool], *, following: bool
 ) -> tuple[pl.DataFrame, set[int]]:
-    """The rows (`Rows.frame()`) cut out of a group of texts, and the texts left to the slow path: a text read
-    whole (`whole`: Python's lines, the line before each hit too) where a hit line holds a newline (an anchor cut
-    by one). `hits`: each text's hit lines, the regex matches in order. In C without the GIL when built (the same
-    frame: the tests compare both), else `cut_rows` text by text."""
+    """The rows (`Rows.frame()`) cut out of a group of texts (bytes-like), and the texts left to the slow path: a
+    text read whole (`whole`: Python's lines, the line before each hit too) where a hit line holds a newline (an
+    anchor cut by one). `hits`: each text's hit lines, the regex matches in order. In C without the GIL when built
+    (the same frame: the tests compare both), else `cut_rows` text by text."""
     if native():
         text, line, hit, raw, slow = _textcut.cut(data, hits, first_lines, whole, following)
         return _frame(text, line, hit, raw), set(slow)
@@ -145,7 +162,7 @@ def cut_group(
         if w and any("\n" in line for line in lines):
             slow_set.add(i)
             continue
-        cut_rows(rows, i, d, lines, first, previous=w, following=following, python_lines=w)
+        cut_rows(rows, i, bytes(d), lines, first, previous=w, following=following, python_lines=w)
     return rows.frame(), slow_set
 
 

@@ -32,4 +32,24 @@ def apply_readings(events: pl.DataFrame, kinds: dict[str, KindDecl]) -> pl.DataF
         exprs.append(expr.otherwise(base).alias(attr))
     if "victim" not in chains:
         exprs.append(pl.col("kind").is_in(victim_kinds).alias("victim"))
+    read = [d.name for d in kinds.values() if d.readings]
+    if events.height > _FEW and all(events.schema.get(a) == EVENT_FIELDS[a] for a in chains):
+        return _on_read_kinds(events, exprs, read, victim_kinds)
     return events.with_columns(exprs).with_columns(pl.col("victim").fill_null(False))
+
+
+_FEW = 10_000  # rows: below this, evaluating every reading on every event costs less than picking the rows
+
+
+def _on_read_kinds(
+    events: pl.DataFrame, exprs: list[pl.Expr], read: list[str], victim_kinds: list[str]
+) -> pl.DataFrame:
+    """`apply_readings`' columns computed on the events of kinds that have readings only (every reading's regex
+    ran on every event: ~0.1 s for 160k events of kinds without any), the others keep their column (`victim`: from
+    their kind); the same columns as computing them on every row."""
+    at = events.select(pl.arg_where(pl.col("kind").is_in(read))).to_series()
+    out = events.with_columns(pl.col("kind").is_in(victim_kinds).alias("victim"))
+    if not at.is_empty():
+        done = events[at].select(exprs)
+        out = out.with_columns(out[c].scatter(at, done[c]) for c in done.columns)
+    return out.with_columns(pl.col("victim").fill_null(False))

@@ -22,7 +22,7 @@ from ncclpm.ingest.bounds import bound
 from ncclpm.ingest.catalog import Catalog
 from ncclpm.ingest.code_settings import code_settings_table
 from ncclpm.ingest.errorfiles import read_error_files
-from ncclpm.ingest.extract import extract_events, lines_table, parse_lines, row_columns
+from ncclpm.ingest.extract import extract_events, lines_table, parse_lines, source_columns
 from ncclpm.ingest.lines import read_kept_lines
 from ncclpm.ingest.multiline import parse_elastic_summaries, rank_summary_blocks, stitch_tracebacks
 from ncclpm.ingest.nccl import (
@@ -84,8 +84,19 @@ class Tables:
         return isinstance(frame, pl.DataFrame) and not frame.is_empty()
 
     def kinds(self, *kinds: str) -> pl.DataFrame:
-        """Events of the given kinds (declared kinds only: a misspelt one raises `UnknownKind`)."""
-        return self.events.filter(pl.col("kind").is_in(list(K.check(*kinds, where="Tables.kinds"))))
+        """Events of the given kinds (declared kinds only: a misspelt one raises `UnknownKind`), in table order."""
+        wanted = dict.fromkeys(K.check(*kinds, where="Tables.kinds"))
+        rows = [self._rows_of_kind[k] for k in wanted if k in self._rows_of_kind]
+        if not rows:
+            return self.events.clear()
+        return self.events[rows[0] if len(rows) == 1 else pl.concat(rows).sort()]
+
+    @functools.cached_property
+    def _rows_of_kind(self) -> dict[str, pl.Series]:
+        """The events' row numbers by kind: rules ask for kinds ~60 times, and each filter read every event (~70 ms
+        of a 160k-event job's rules)."""
+        rows = self.events.select("kind", pl.int_range(pl.len(), dtype=pl.UInt32).alias("row"))
+        return {key[0]: part["row"] for key, part in rows.partition_by("kind", as_dict=True).items()}
 
 
 def _read_dumps(job: Job, warnings: list[str], columns: str) -> FRLoad | None:
@@ -115,7 +126,7 @@ def _date_yearless(frames: tuple[pl.DataFrame, ...], elastic: pl.DataFrame) -> t
 def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") -> Tables:
     """Read every source of the job once and build all tables (`fr_columns`: see `load_fr_dumps`)."""
     warnings = list(job.warnings)
-    per_line = functools.partial(row_columns, catalog=catalog)
+    per_line = functools.partial(source_columns, catalog=catalog)
     kept = read_kept_lines(
         job.of_kind(SourceKind.TEXT), catalog.anchors, warnings, catalog.line_start_regex(), per_line
     )
