@@ -122,3 +122,30 @@ def test_an_anchor_cut_by_newlines_is_found_with_its_metacharacters_literal() ->
     assert rx.search("a.b(c)|d[e]{f}^$*+?\\g")
     assert not rx.search("a.b(c)|d[e]{f}^$*+?g")  # the backslash is a character to find
     assert not rx.search("aXb(c)|d[e]{f}^$*+?\\g")  # so is the dot
+
+
+def test_parse_lines_of_no_text_has_the_schema_of_parse_lines_of_text() -> None:
+    """A job of dumps alone skips the text queries (their code would add ~16 MB to its peak); the empty table
+    it gets must be the one the queries give."""
+    import polars as pl
+
+    from ncclpm.api import catalog
+    from ncclpm.ingest.extract import PARSED_SCHEMA, parse_lines
+
+    kept = pl.DataFrame({"source": ["a.log"], "line": [1], "raw": ["[rank0]: hello"]})
+    assert parse_lines(kept, catalog()).schema == PARSED_SCHEMA
+    assert parse_lines(kept.clear(), catalog()).schema == PARSED_SCHEMA
+
+
+def test_a_user_kind_reading_is_compiled_at_load(tmp_path: Path) -> None:
+    """The shipped readings' regexes are compiled by the tests only (`compile_shipped`); a user's are at load."""
+    from ncclpm.ingest.catalog import CatalogError, load_catalog
+
+    (tmp_path / "kinds.toml").write_text(
+        "[[kind]]\nname = 'my_kind'\nmeaning = 'mine'\n  [[kind.reading]]\n  when = '(unclosed'\n"
+        "  set = { net_class = 'ib' }\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(CatalogError, match="does not compile"):
+        load_catalog((tmp_path,))
+    load_catalog(compile_shipped=True)  # the shipped readings compile

@@ -226,6 +226,7 @@ def diagnose(
     from ncclpm.schema import Band, Category
 
     d = diagnose_tables(tables, select, ignore)
+    del tables  # the report needs only the diagnosis: the tables' memory (a job's dumps) goes back before it
     for w in d.warnings:
         _say(f"ncclpm: warning: {w}")
     if d.n_sources == 0:  # an error: said on stderr, nothing on stdout (a pipe reading the report gets nothing)

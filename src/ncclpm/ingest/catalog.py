@@ -172,11 +172,11 @@ def _envelope(raw: dict, origin: str, compile_it: bool = True) -> Envelope:
 _PY_TYPES = {pl.String: str, pl.Float64: (int, float), pl.Int64: int, pl.Boolean: bool}
 
 
-def _check_readings(decl: KindDecl) -> None:
+def _check_readings(decl: KindDecl, compile_it: bool) -> None:
     where = f"{decl.origin}: kind {decl.name!r} reading"
     for r in decl.readings:
         if r.when is not None:
-            _check_regex(r.when, where)
+            _check_regex(r.when, where, compile_it)
         for attr, value in r.set.items():
             if attr not in EVENT_FIELDS:
                 raise CatalogError(f"{where}: {attr!r} is not an events column (see schema.EVENT_FIELDS)")
@@ -185,14 +185,17 @@ def _check_readings(decl: KindDecl) -> None:
                 raise CatalogError(f"{where}: {attr} = {value!r} is not a {EVENT_FIELDS[attr]}")
 
 
-def _kinds(dirs: tuple[Path, ...]) -> dict[str, KindDecl]:
-    """Every kinds.toml of the shipped and user directories, merged (a name declared twice is an error)."""
+def _kinds(dirs: tuple[Path, ...], compile_shipped: bool) -> dict[str, KindDecl]:
+    """Every kinds.toml of the shipped (`dirs[0]`) and user directories, merged (a name declared twice is an
+    error); the readings' regexes compiled as `load_catalog` compiles the patterns'."""
     try:
-        kinds = merge_kinds([d for directory in dirs if (p := directory / KINDS_FILE).is_file() for d in load_kinds(p)])
+        loaded = [(i, load_kinds(p)) for i, directory in enumerate(dirs) if (p := directory / KINDS_FILE).is_file()]
+        kinds = merge_kinds([d for _, decls in loaded for d in decls])
     except KindError as exc:
         raise CatalogError(str(exc)) from exc
-    for decl in kinds.values():
-        _check_readings(decl)
+    for i, decls in loaded:
+        for decl in decls:
+            _check_readings(decl, compile_shipped or i > 0)
     return kinds
 
 
@@ -201,7 +204,7 @@ def load_catalog(extra_dirs: tuple[Path, ...] = (), *, compile_shipped: bool = F
     regexes are compiled in polars only with `compile_shipped`: the tests do it once)."""
     shipped = data_dir("parsers")
     dirs = (shipped, *(Path(d) for d in extra_dirs))
-    kinds = _kinds(dirs)
+    kinds = _kinds(dirs, compile_shipped)
     patterns: list[Pattern] = []
     envelopes: list[Envelope] = []
     keep: list[str] = []
