@@ -4,7 +4,7 @@
  * cut(texts, hits, first_lines, whole, following) -> (text, line, hit, raw, slow)
  *   Cuts the hit lines (and the lines around them) out of a group of texts: what
  *   ncclpm.ingest.rawscan.cut_rows does in Python (the reference; the rules are explained there), without the GIL,
- *   so that two scan threads run in parallel.
+ *   so that the scan threads run in parallel.
  *   texts: bytes-like (valid UTF-8); hits: for each text, its hit lines (str, the regex matches, in order);
  *   first_lines: line number of each text's first line; whole: read as Python splits lines (also: the line
  *   before each hit is cut out, and a hit holding a newline sends the text to the slow path);

@@ -88,8 +88,14 @@ def _dated(e: Envelope) -> pl.Expr:
     return (_mdy if e.ts_format == "mdy" else _iso)(e.columns["ts"])
 
 
-def _timestamp(catalog: Catalog, year: int) -> pl.Expr:
-    stamps = [_mmdd(c, year) if e.ts_format == "mmdd" else pl.col(c) for c, e in _stamp_columns(catalog)]
+def _timestamp(catalog: Catalog, year: int, env: pl.DataFrame | None = None) -> pl.Expr:
+    """Each line's time, from the most trusted envelope that dates it (`env`: leaving out the time columns no line
+    of it fills: glog's text is read into a date on every row otherwise)."""
+    stamps = [
+        _mmdd(c, year) if e.ts_format == "mmdd" else pl.col(c)
+        for c, e in _stamp_columns(catalog)
+        if env is None or env[c].null_count() < env.height
+    ]
     return pl.coalesce(stamps) if stamps else pl.lit(None, pl.Datetime("us"))
 
 
@@ -253,7 +259,7 @@ def parse_lines(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
         "rank",
         "host",
         "pid",
-        _timestamp(catalog, year).alias("ts"),
+        _timestamp(catalog, year, env).alias("ts"),
         "level",
         "message",
         "raw",

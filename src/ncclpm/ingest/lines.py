@@ -4,7 +4,7 @@ Input: `Source`s of kind "text". Output: one DataFrame (source, line, raw) holdi
 catalog anchor (case-sensitive: catalogs list the spellings they accept). The anchors are searched in each text's
 raw bytes (`rawscan`): only the hit lines, and the line after each (wrapped-line re-joining looks at it), are cut
 out with their line numbers - the rest never becomes a line. Files are read one at a time in groups (over 8 MB
-and gzipped: in blocks cut at line ends), which two worker threads scan while the next is read. Invalid UTF-8 is
+and gzipped: in blocks cut at line ends), which worker threads scan while the next is read. Invalid UTF-8 is
 replaced (with a warning); UTF-16 (BOM) is decoded. Progress-bar output glued with `\\r` is split so each segment
 is read on its own, with the line number of its physical line. Huge lines are cut to `MAX_LINE_CHARS` after the
 prefilter.
@@ -40,12 +40,13 @@ MAX_LINE_CHARS = 8192
 SMALL_TEXT = 2 * 1024**2  # a text this small is read whole and re-joined (hard wraps) before the prefilter
 MAX_KEPT_LINES = 200_000  # per source (~1.5 kB each through the pipeline): see `_capped`
 TQDM_END = r"(\[\d+:\d{2}(?::\d{2})?<[^\]\r]{0,80}\])"
-GROUP_FILES = 128  # texts scanned together (one regex pass, one query for the kept lines) ...
-GROUP_BYTES = 64 * 1024 * 1024  # ... holding at most about this many bytes
+GROUP_FILES = 96  # texts scanned together (one regex pass, one query for the kept lines) ...
+GROUP_BYTES = 48 * 1024 * 1024  # ... holding at most about this many bytes
 CHUNK_BYTES = 8 * 1024 * 1024  # a bigger (or gzipped) file is read in blocks of this size, cut at line ends
 BLOCK_BYTES = GROUP_BYTES + CHUNK_BYTES  # a group's memory (`rawscan.new_block`): room for its last small text
 TAIL_GROUP_BYTES = 4 * 1024 * 1024  # the last groups shrink down to this: see `_group_bytes`
-SCAN_THREADS = 2  # groups scanned at once (both cores: the regex and the C line cutter run without the GIL)
+SCAN_THREADS = 3  # groups scanned at once: the regex and the C cutter run without the GIL, and a third thread
+# keeps both cores of a small machine busy while another waits for the GIL (its Python between the queries)
 _SCHEMA = {"source": pl.String(), "line": pl.Int64(), "raw": pl.String()}
 _KEPT_SCHEMA = {**_SCHEMA, "cut": pl.Boolean()}
 Then = Callable[[pl.DataFrame], pl.DataFrame] | None  # more row-wise columns, computed where the lines are cut out
@@ -159,25 +160,28 @@ def _hit_lines(series: pl.Series, whole: list[bool], anchors: list[str]) -> list
 
 
 def _scan(
-    texts: list[_Text], anchors: list[str], line_start: str, then: Then = None, block: Block | None = None
+    texts: list[_Text], anchors: list[str], line_start: str, then: Then = None, block: list[Block] | None = None
 ) -> tuple[dict[str, pl.DataFrame | None], list[str]]:
     """The kept lines of each text (None: unreadable) and the warnings met. The anchors are searched in the raw
     texts (`rawscan`) in one regex pass; only the hit lines (and the lines around each: `line_start` re-joins
     wrapped lines) become rows, all the group's in one frame and one query. A small text where an anchor is cut
     by a newline, or where a hit line may be glued to its neighbour, is re-joined whole, the slow way. `then` is
     applied to the kept lines here, a group at a time (see `read_kept_lines`). `block`: the memory holding the
-    texts' bytes (`_Text.data` are views of it), if any."""
+    texts' bytes (`_Text.data` are views of it), if any, in a list emptied as soon as the rows are cut out (the
+    caller's arguments live until this returns: the block goes back to be reused while the kept lines are built)."""
     warnings: list[str] = []
     if not texts:
         return {}, warnings
     whole = [t.whole for t in texts]
-    found = _hit_lines(_as_strings(texts, warnings, block), whole, anchors)
+    found = _hit_lines(_as_strings(texts, warnings, block[0] if block else None), whole, anchors)
     first_lines = [t.first_line for t in texts]
     frame, slow = cut_group([t.data for t in texts], found, first_lines, whole, following=bool(line_start))
     slow |= _may_join(frame, [i for i, t in enumerate(texts) if t.whole], line_start)
     for i, t in enumerate(texts):  # the rows are cut out: only the slow path reads a text again (less memory)
         if i not in slow:
             t.data = t.original = b""
+    if block:
+        block.clear()
     names = pl.Series([t.name for t in texts], dtype=pl.String)
     after_hit = pl.col("hit").shift(1) & (pl.col("text").shift(1) == pl.col("text"))
     fast = (
@@ -408,7 +412,7 @@ def read_kept_lines(
         def submit(texts: list[_Text], rejoin: str, then: Then, memory: Block | None = None) -> Future:
             if len(running) >= SCAN_THREADS:  # memory holds a few groups, not the job; the first thread free takes it
                 running.difference_update(wait(running, return_when=FIRST_COMPLETED).done)
-            scan = pool.submit(_scan, texts, anchors, rejoin, then, memory)
+            scan = pool.submit(_scan, texts, anchors, rejoin, then, None if memory is None else [memory])
             running.add(scan)
             return scan
 
