@@ -52,3 +52,10 @@ def test_a_segfault_exit_does_not_point_at_shared_memory(tmp_path: Path) -> None
     d = diagnose([log])
     assert "SIGSEGV" in d.primary.summary
     assert not any("/dev/shm" in fix for fix in d.primary.fixes)
+
+
+def test_the_lookup_table_is_exit_signal() -> None:
+    from ncclpm.signals import EXIT_SIGNALS, exit_signal
+
+    for code in range(-70, 260):
+        assert EXIT_SIGNALS.get(code) == exit_signal(code), code

@@ -15,3 +15,7 @@ def exit_signal(code: int | None) -> str | None:
         return None
     number = -code if code < 0 else code - 128 if 128 < code < 160 else 0
     return LINUX_SIGNALS.get(number)
+
+
+# Every exit code `exit_signal` names, for a vectorised lookup (`replace_strict`) instead of a Python call per row.
+EXIT_SIGNALS = {code: name for n, name in LINUX_SIGNALS.items() for code in (-n, 128 + n)}

@@ -7,7 +7,7 @@ import polars as pl
 from ncclpm.ingest.tables import Tables
 from ncclpm.rules._facts import victim_ranks
 from ncclpm.rules.base import Fix
-from ncclpm.signals import NATIVE_CRASHES, exit_signal
+from ncclpm.signals import EXIT_SIGNALS, NATIVE_CRASHES
 
 FATAL_SIGNALS = ["SIGKILL", *NATIVE_CRASHES]
 
@@ -35,7 +35,7 @@ def unchosen_exits(t: Tables) -> pl.DataFrame:
     """The launcher's rows of ranks that ended by a fatal signal or an odd exit code (a SIGABRT only when the rank
     was not a victim: the watchdog aborts a rank whose collective timed out)."""
     victims = list(victim_ranks(t))
-    named = pl.col("exit_code").map_elements(exit_signal, return_dtype=pl.String)  # a handful of rows
+    named = pl.col("exit_code").replace_strict(EXIT_SIGNALS, default=None, return_dtype=pl.String)
     el = t.elastic.filter(pl.col("rank").is_not_null()).with_columns(pl.col("signal").fill_null(named))
     # Several ranks aborting at the same second are the watchdog's teardown after a collective, not crashes.
     at = pl.col("ts").cast(pl.String).fill_null("")

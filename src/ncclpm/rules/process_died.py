@@ -23,10 +23,10 @@ class ProcessDiedRankUnknown(Rule):
     ## What it detects
     One process's output - a pasted traceback, a console without `[rankN]:` prefixes - ending in an error of its
     own (an exception that is not a symptom of another rank, a CUDA failure, a fatal signal, the shell's `Killed`
-    or `Bus error (core dumped)`, a launcher reporting a fatal exit code), with no line of any rank waiting on
-    another and no error of a named rank (a rank named only by a harmless line does not say which one died); or
-    a host's kernel log saying it ended a process (the OOM killer) or that a process's GPU work faulted
-    (application Xids 13/31/43).
+    or `Bus error (core dumped)`, a launcher or srun reporting a fatal exit code: `task 5: Segmentation fault`),
+    with no line of any rank waiting on another and no error of a named rank (a rank named only by a harmless
+    line does not say which one died); or a host's kernel log saying it ended a process (the OOM killer) or that
+    a process's GPU work faulted (application Xids 13/31/43).
 
     ## Why it matters
     Most pastes in issue threads are exactly this: the one traceback the reporter saw. Its error is what ended
@@ -64,6 +64,7 @@ class ProcessDiedRankUnknown(Rule):
         # The launcher's `closing signal SIGTERM` to the other workers follows a failure: nobody waited there.
         waited = t.events.filter(pl.col("victim") & (pl.col("kind") != K.agent_signal))
         own_kinds = [K.exception, K.dataloader_reraise, K.crash_signal, K.cuda_error, K.oom_killer, K.xid_app]
+        own_kinds.append(K.scheduler_task_exit)  # srun: `task 5: Segmentation fault`, `Exited with exit code 1`
         ranked = t.events.filter(pl.col("rank").is_not_null() & pl.col("kind").is_in([*own_kinds, K.worker_exit]))
         if not ranked.is_empty() or not waited.is_empty():
             return pl.DataFrame()  # a named rank's error (CR01 reads it) or someone waited: not one process's end
