@@ -81,3 +81,30 @@ def test_a_text_job_and_a_users_setting_keep_theirs(tmp_path: Path) -> None:
     mine = _run(_dumps(tmp_path / "fr"), {"_RJEM_MALLOC_CONF": "dirty_decay_ms:100"})
     assert mine["_RJEM_MALLOC_CONF"].endswith(",dirty_decay_ms:100")
     assert mine["dirty_decay_ms"] in (None, 100)
+
+
+def test_a_small_job_gets_one_polars_thread_and_a_large_one_the_pool(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "POLARS_MAX_THREADS"}
+    small, large = tmp_path / "small", tmp_path / "large"
+    for folder, repeat in ((small, 1), (large, 200_000)):
+        folder.mkdir()
+        (folder / "rank0.log").write_bytes(b"[rank0]: RuntimeError: NCCL error: unhandled system error\n" * repeat)
+    got = {}
+    for folder in (small, large):
+        res = subprocess.run(
+            [sys.executable, "-c", _CHILD, str(folder), "POLARS_MAX_THREADS"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        got[folder.name] = json.loads(res.stderr.strip().splitlines()[-1])["POLARS_MAX_THREADS"]
+    assert got == {"small": "1", "large": None}
+    mine = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(small), "POLARS_MAX_THREADS"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env | {"POLARS_MAX_THREADS": "2"},
+    )
+    assert json.loads(mine.stderr.strip().splitlines()[-1])["POLARS_MAX_THREADS"] == "2"  # the user's wins

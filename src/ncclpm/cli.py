@@ -205,19 +205,19 @@ def diagnose(
     several jobs is refused (exit 2; `ncclpm triage` diagnoses each of them), unless --one-job is given."""
     _check_output(output, force)
     files = [p for p in paths if p != "-"]
-    job = None
-    if "-" not in paths:  # the sources first, without polars: a job of flight-recorder dumps gets polars' settings
-        from ncclpm.polars_setup import tune_for
-        from ncclpm.sources.discover import collect
+    stdin = _read_stdin() if "-" in paths else None
+    # The sources first, without polars: polars' settings depend on the job (a job of dumps, a small job).
+    from ncclpm.polars_setup import tune_for
+    from ncclpm.sources.discover import collect
 
-        job = collect(files, name=name)
-        tune_for(job)
+    job = collect(files, name=name) if stdin is None else None
+    pasted = 0 if stdin is None else len(stdin) if not files else 1 << 62  # (files beside a paste: not measured)
+    tune_for(job, pasted)
     from ncclpm.api import build
 
     _load_patterns(patterns)
     select, ignore = _rule_ids(select, "--select"), _rule_ids(ignore, "--ignore")
     fmt = fmt or _default_format(output)
-    stdin = _read_stdin() if "-" in paths else None
     name = name or ("pasted text" if stdin is not None and not files else None)
     tables = build(files, stdin_bytes=stdin, patterns=patterns, name=name, job=job)
     tables = _one_job_only(tables, files, one_job)
