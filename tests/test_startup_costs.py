@@ -149,3 +149,20 @@ def test_a_user_kind_reading_is_compiled_at_load(tmp_path: Path) -> None:
     with pytest.raises(CatalogError, match="does not compile"):
         load_catalog((tmp_path,))
     load_catalog(compile_shipped=True)  # the shipped readings compile
+
+
+def test_a_wrong_rule_is_refused_before_the_paste_is_read_and_polars_loaded() -> None:
+    """`--select`/`--ignore` are checked against the rules' index first: a typo is said at once, not after a paste."""
+    code = (
+        "import sys, json\nfrom ncclpm.cli import main\n"
+        "try:\n    main(sys.argv[1:], prog_name='ncclpm')\nexcept SystemExit as exc:\n    code = exc.code\n"
+        "print(json.dumps({'code': code, 'polars': 'polars' in sys.modules, 'read': sys.stdin.read()}), file=sys.stderr)"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code, "diagnose", "-", "--select", "NOPE"],
+        input=b"[rank0]: pasted\n",
+        capture_output=True,
+        timeout=60,
+    )
+    got = json.loads(res.stderr.decode().strip().splitlines()[-1])
+    assert got == {"code": 2, "polars": False, "read": "[rank0]: pasted\n"}  # the paste was left unread

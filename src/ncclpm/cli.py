@@ -97,7 +97,7 @@ def _read_stdin() -> bytes:
 
 def _rule_ids(values: tuple[str, ...], option: str) -> tuple[str, ...]:
     """`--select ST01,DL01 --select rank-died-first`: comma lists, ids or names; an unknown one is a usage error."""
-    from ncclpm.rules import by_id
+    from ncclpm.rules_index import by_id  # the index (a test keeps it equal to the registry): no polars yet
 
     out = []
     for item in (part.strip() for v in values for part in v.split(",")):
@@ -204,6 +204,7 @@ def diagnose(
     """Diagnose one job: PATHS are a log folder, files, archives, or `-` for pasted text on stdin. A folder of
     several jobs is refused (exit 2; `ncclpm triage` diagnoses each of them), unless --one-job is given."""
     _check_output(output, force)
+    select, ignore = _rule_ids(select, "--select"), _rule_ids(ignore, "--ignore")  # usage errors before a paste
     files = [p for p in paths if p != "-"]
     stdin = _read_stdin() if "-" in paths else None
     # The sources first, without polars: polars' settings depend on the job (a job of dumps, a small job).
@@ -216,7 +217,6 @@ def diagnose(
     from ncclpm.api import build
 
     _load_patterns(patterns)
-    select, ignore = _rule_ids(select, "--select"), _rule_ids(ignore, "--ignore")
     fmt = fmt or _default_format(output)
     name = name or ("pasted text" if stdin is not None and not files else None)
     tables = build(files, stdin_bytes=stdin, patterns=patterns, name=name, job=job)
