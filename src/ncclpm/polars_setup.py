@@ -14,18 +14,9 @@ from __future__ import annotations
 import os
 import sys
 
-from ncclpm.sources.discover import Job, Source, SourceKind
+from ncclpm.sources.discover import Job, SourceKind
 
 FR_SETTINGS = {"_RJEM_MALLOC_CONF": "dirty_decay_ms:0", "POLARS_IDEAL_MORSEL_SIZE": "16384"}
-
-
-def _size(source: Source) -> int:
-    if source.data is not None:
-        return len(source.data)
-    try:
-        return source.path.stat().st_size if source.path is not None else 0
-    except OSError:
-        return 0
 
 
 def mostly_dumps(job: Job) -> bool:
@@ -33,9 +24,9 @@ def mostly_dumps(job: Job) -> bool:
     dumps = rest = 0
     for s in job.sources:
         if s.kind == SourceKind.FR:
-            dumps += _size(s)
+            dumps += s.size()
         else:
-            rest += _size(s)
+            rest += s.size()
     return dumps > rest
 
 
@@ -50,7 +41,7 @@ def tune_for(job: Job | None, stdin_bytes: int = 0) -> bool:
     (or text pasted on stdin, `job` None) is small. Too late once polars is loaded: it does nothing then."""
     if "polars" in sys.modules:
         return False
-    size = stdin_bytes + (sum(_size(s) for s in job.sources) if job is not None else 0)
+    size = stdin_bytes + (sum(s.size() for s in job.sources) if job is not None else 0)
     if size < SMALL_JOB_BYTES:
         for key, value in SMALL_SETTINGS.items():
             os.environ.setdefault(key, value)

@@ -377,15 +377,6 @@ def _capped(frame: pl.DataFrame, name: str, warnings: list[str]) -> pl.DataFrame
     return pl.concat([frame.head(half), frame.tail(half)])
 
 
-def _size(src: Source) -> int:
-    if src.data is not None:
-        return len(src.data)
-    try:
-        return src.path.stat().st_size if src.path is not None else 0
-    except OSError:
-        return 0
-
-
 def _group_bytes(left: int) -> int:
     """How many bytes the group being read may hold, `left` bytes of the job still unscanned (its own included):
     GROUP_BYTES, then less and less towards the end, so that both scan threads finish about together (with the
@@ -405,7 +396,7 @@ def read_kept_lines(
     log: list[str | _Chunked | Future[tuple[dict[str, pl.DataFrame | None], list[str]]]] = []  # in order
     group: list[_Text] = []
     memory = new_block(BLOCK_BYTES)  # the group's texts' bytes (None: Python bytes)
-    left = sum(_size(src) for src in sources)  # not read yet
+    left = sum(src.size() for src in sources)  # not read yet
     with ThreadPoolExecutor(max_workers=SCAN_THREADS) as pool:
         running: set[Future] = set()
 
@@ -417,7 +408,7 @@ def read_kept_lines(
             return scan
 
         for src in sources:
-            left -= _size(src)
+            left -= src.size()
             if src.path is not None and not _needs_python_decode(src) and _is_big(src):
                 chunked = _Chunked(src.name, [])
                 try:

@@ -63,6 +63,15 @@ class Source:
             with gzip.GzipFile(fileobj=fh, mode="rb") as gz:
                 return gz.read(limit)
 
+    def size(self) -> int:
+        """Its bytes as stored (a .gz on disk: compressed); 0 if it is gone."""
+        if self.data is not None:
+            return len(self.data)
+        try:
+            return self.path.stat().st_size if self.path is not None else 0
+        except OSError:
+            return 0
+
     def read_bytes(self) -> bytes:
         if self.data is not None:
             return self.data
