@@ -16,7 +16,7 @@ from ncclpm.schema import Category
 
 
 def _calls(votes: pl.DataFrame) -> str:
-    """`rank 1 runs ALLREDUCE #104 (shape [1024], Float) while rank 0 runs BROADCAST #104 (shape [1], Long)`."""
+    """`rank 1 ran ALLREDUCE #104 (shape [1024], Float) while rank 0 ran BROADCAST #104 (shape [1], Long)`."""
     said = []
     for fp, ranks in votes.group_by("fp", maintain_order=True).agg("rank").iter_rows():
         shape = ", ".join(x for x in (f"shape {fp['shape']}" if fp["shape"] else "", fp["dtype"] or "") if x)
