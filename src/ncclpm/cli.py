@@ -212,8 +212,8 @@ def diagnose(
     from ncclpm.sources.discover import collect
 
     job = collect(files, name=name) if stdin is None else None
-    pasted = 0 if stdin is None else len(stdin) if not files else 1 << 62  # (files beside a paste: not measured)
-    tune_for(job, pasted)
+    if stdin is None or not files:  # (files beside a paste are collected later, by `build`: no settings then)
+        tune_for(job, len(stdin) if stdin is not None else 0)
     from ncclpm.api import build
 
     _load_patterns(patterns)

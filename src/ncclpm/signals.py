@@ -18,4 +18,4 @@ def exit_signal(code: int | None) -> str | None:
 
 
 # Every exit code `exit_signal` names, for a vectorised lookup (`replace_strict`) instead of a Python call per row.
-EXIT_SIGNALS = {code: name for n, name in LINUX_SIGNALS.items() for code in (-n, 128 + n)}
+EXIT_SIGNALS = {code: name for code in range(-64, 192) if (name := exit_signal(code))}

@@ -63,8 +63,10 @@ class ProcessDiedRankUnknown(Rule):
     def evidence(self, t: Tables) -> pl.DataFrame:
         # The launcher's `closing signal SIGTERM` to the other workers follows a failure: nobody waited there.
         waited = t.events.filter(pl.col("victim") & (pl.col("kind") != K.agent_signal))
-        own_kinds = [K.exception, K.dataloader_reraise, K.crash_signal, K.cuda_error, K.oom_killer, K.xid_app]
-        own_kinds.append(K.scheduler_task_exit)  # srun: `task 5: Segmentation fault`, `Exited with exit code 1`
+        own_kinds = [  # srun's `task 5: Segmentation fault` / `Exited with exit code 1` is scheduler_task_exit
+            *(K.exception, K.dataloader_reraise, K.crash_signal, K.cuda_error, K.oom_killer, K.xid_app),
+            K.scheduler_task_exit,
+        ]
         ranked = t.events.filter(pl.col("rank").is_not_null() & pl.col("kind").is_in([*own_kinds, K.worker_exit]))
         if not ranked.is_empty() or not waited.is_empty():
             return pl.DataFrame()  # a named rank's error (CR01 reads it) or someone waited: not one process's end
