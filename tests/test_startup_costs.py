@@ -207,3 +207,42 @@ def test_both_ways_of_finding_cut_anchors_agree(monkeypatch) -> None:
     cheap, one_pass = slow_and_hits(1 << 40), slow_and_hits(-1)
     assert cheap == one_pass
     assert {2, 3, 4} <= cheap[0] and not {0, 1, 5, 6, 7} & cheap[0]
+
+
+def test_the_template_snapshot_is_compiled_as_the_run_time_environment_compiles() -> None:
+    """The snapshot's environment has placeholder filters: every template must come out of it as the same Python
+    source as out of the run-time one (a filter added to one and not the other fails here)."""
+    from ncclpm.render.jinja import environment
+    from ncclpm.render.template_code import snapshot_environment
+
+    templates = resources.data_dir("templates")
+    runtime, snapshot = environment(), snapshot_environment(templates)
+    names = runtime.list_templates()
+    assert "report.md" in names
+    for name in names:
+        source = (templates / name).read_text(encoding="utf-8")
+        assert snapshot.compile(source, name, raw=True) == runtime.compile(source, name, raw=True), name
+
+
+def test_a_template_snapshot_is_used_only_while_the_template_is_unchanged(tmp_path: Path, monkeypatch) -> None:
+    from ncclpm.render import template_code as tc
+
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    (templates / "a.md").write_text("recorded {{ 'x' | md_text }}\n", encoding="utf-8")
+    out = tmp_path / "snapshot.bin"
+    assert tc.write_template_snapshot(templates, out) == 1
+
+    def env():
+        return tc.snapshot_environment(templates, tc.read_snapshot(out))
+
+    def no_compiling(*args, **kwargs):
+        raise AssertionError("compiled although the snapshot has it")
+
+    fresh = env()
+    monkeypatch.setattr(fresh, "compile", no_compiling)
+    assert fresh.get_template("a.md").render() == "recorded x\n"  # from the snapshot
+    (templates / "a.md").write_text("edited\n", encoding="utf-8")
+    assert env().get_template("a.md").render() == "edited\n"  # another source: compiled afresh
+    out.write_bytes(b"\x00not marshal")
+    assert tc.read_snapshot(out).codes == {}  # a damaged snapshot is no snapshot
