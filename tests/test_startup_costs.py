@@ -205,3 +205,18 @@ def test_a_template_snapshot_is_used_only_while_the_template_is_unchanged(tmp_pa
     assert env().get_template("a.md").render() == "edited\n"  # another source: compiled afresh
     out.write_bytes(b"\x00not marshal")
     assert tc.read_snapshot(out).codes == {}  # a damaged snapshot is no snapshot
+
+
+def test_a_job_without_dumps_does_not_load_the_dump_reader() -> None:
+    """The flight-recorder reader (its modules, `pickle`) is ~7 ms of imports a text job does not need (Jinja, for
+    the Markdown report, loads `pickle` itself)."""
+    code = (
+        "import sys\nfrom ncclpm.cli import main\n"
+        "try:\n    main(sys.argv[1:], prog_name='ncclpm')\nexcept SystemExit:\n    pass\n"
+        "dump = ('ncclpm.ingest.flight_recorder', 'ncclpm.ingest.fr_decode', 'pickle')\n"
+        "print(sorted(m for m in dump if m in sys.modules), file=sys.stderr)"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code, "diagnose", str(SAMPLE), "-f", "json"], capture_output=True, timeout=120
+    )
+    assert res.stderr.decode().strip().splitlines()[-1] == "[]"
