@@ -27,7 +27,16 @@ def peer_left_first(t: Tables) -> bool:
     # a store wait for the NCCL id that the store's dropped connection ended is this very loss, not another cause
     explained = t.kinds(*EXPLAINED_KINDS)
     lost = explained.filter(pl.col("kind") == K.store_error).join(closed, on=["source", "line"], how="semi")
-    return explained.height == lost.height and not crashed_ranks(t)
+    # so is torchrun's agent failing its rendezvous after the store's host went away (same file, later)
+    store_gone = (
+        closed.filter(pl.col("net_class") == "store").group_by("source").agg(pl.col("line").min().alias("_gone"))
+    )
+    agent = (
+        explained.filter(pl.col("kind") == K.rendezvous_timeout)
+        .join(store_gone, on="source")
+        .filter(pl.col("line") > pl.col("_gone"))
+    )
+    return explained.height == lost.height + agent.height and not crashed_ranks(t)
 
 
 class PeerProcessGone(Rule):
