@@ -53,7 +53,7 @@ def _both(texts: list[bytes], whole: bool, following: bool, first: int, monkeypa
     items = [lines_mod._Text(f"t{i}", d, d, whole, first) for i, d in enumerate(texts)]
     series = lines_mod._as_strings(items, warnings)  # invalid UTF-8 replaced, as the reader does
     data = [t.data for t in items]
-    found, _ = lines_mod._hit_lines(series, [whole] * len(data), list(catalog().anchors))
+    found = lines_mod._hit_lines(series, [whole] * len(data), list(catalog().anchors))
     args = (data, found, [first] * len(data), [whole] * len(data))
     native = rawscan.cut_group(*args, following=following)
     monkeypatch.setenv("NCCLPM_TEXT_PYTHON", "1")
