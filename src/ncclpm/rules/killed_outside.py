@@ -33,8 +33,9 @@ class JobKilledFromOutside(Rule):
 
     ## What it detects
     torchrun's agent reporting `Received Signals.SIGTERM death signal, shutting down workers` (torch ~2.0:
-    `Received 15 death signal`) - then `Sending process N closing signal SIGTERM` to every worker - with no
-    error, timeout or crash of any rank before it.
+    `Received 15 death signal`) - then `Sending process N closing signal SIGTERM` to every worker - or the
+    workers' own handlers reporting it (Lightning's `[rank: N] Received SIGTERM: 15`), with no error, timeout or
+    crash of any rank before it.
 
     ## Why it matters
     Nothing inside the job asked to stop: the signal came from outside. The usual senders are the host running
@@ -66,7 +67,7 @@ class JobKilledFromOutside(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        killed = t.kinds(K.agent_killed).sort("ts", "source", "line", nulls_last=True)
+        killed = t.kinds(K.agent_killed, K.rank_signalled).sort("ts", "source", "line", nulls_last=True)
         if killed.is_empty():
             return killed
         first = killed.row(0, named=True)
@@ -89,10 +90,13 @@ class JobKilledFromOutside(Rule):
         signal = SIGNAL_NAMES.get(signal, f"signal {signal}") if signal.isdigit() else signal
         after = f" right after `{last['text'][0].strip()[:100]}`" if not last.is_empty() else ""
         oom = t.kinds(K.oom_killer)
+        # the launcher's own report, else the workers' signal handlers (Lightning's `Received SIGTERM`)
+        agent = (ev["kind"] == K.agent_killed).any()
+        who = "the torchrun agent" if agent else "the ranks' signal handlers reported that they"
         return self.finding(
             confidence=self.base_confidence + (0.05 if not last.is_empty() else 0.0),
             culprit_ranks=(),
-            summary="The job was killed from outside: the torchrun agent received "
+            summary=f"The job was killed from outside: {who} received "
             f"{signal}{after}, with no error in any rank before it - host memory, the "
             "scheduler or a person stopped it.",
             explanation="The launcher tears its workers down when it is signalled itself; the workers' SIGTERM exits "

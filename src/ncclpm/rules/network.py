@@ -31,6 +31,12 @@ WRONG_ADDRESS = r"^(?:127\.0\.1\.1\b|169\.254\.|172\.17\.|fe80:)"
 
 
 STRONG = 0.85  # IB completion errors and missing interfaces blame the network even next to a dead process
+NCCL_FIXES = ("check_ports", "nccl_tests", "interfaces")
+
+
+def _gloo_device(ev: pl.DataFrame) -> bool:
+    """gloo could not create its TCP device (parsers/gloo.toml `gloo.no_interface`): not NCCL's interfaces."""
+    return bool((ev["event"] == "gloo.no_interface").any())
 
 
 class NcclTransportError(Rule):
@@ -79,6 +85,11 @@ class NcclTransportError(Rule):
             "between the hosts; for IB status 12 on a congested but healthy fabric raise `NCCL_IB_TIMEOUT` "
             "(e.g. 22)."
         ),
+        "gloo_ifname": Fix(
+            "Set `GLOO_SOCKET_IFNAME` to an interface every host has and that routes between them (`ip -br addr`), "
+            "or unset it; with no setting gloo uses the address the host name resolves to (`hostname -i`).",
+            when="gloo found no usable interface",
+        ),
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
@@ -109,6 +120,9 @@ class NcclTransportError(Rule):
                 .to_list()
             )
             how = f" with NCCL_SOCKET_IFNAME={'/'.join(ifname)}" if ifname else ""
+            if _gloo_device(ev):
+                found = ev.filter(pl.col("event") == "gloo.no_interface")["detail"][0]
+                return f"gloo found no usable network interface (GLOO_SOCKET_IFNAME, or the host's address): `{found}`"
             return f"NCCL on {where(t, culprit_hosts)} found no usable network interface{how}: {detail}"
         if len(culprit_hosts) == 1 and len(pairs) > 1:
             return (
@@ -129,6 +143,8 @@ class NcclTransportError(Rule):
         culprits = tuple(ranks_on(t, culprit_hosts))
         if len(culprit_hosts) == 2 and len(pairs) == 1:  # one link: the processes at its ends, where known
             culprits = tuple(sorted({r for ranks in link_ends(t, ev, culprit_hosts).values() for r in ranks}))
+        if _gloo_device(ev):  # a launch setting (GLOO_SOCKET_IFNAME) every process got: no rank or host to blame
+            culprits = ()
         strongest = float(ev["strength"].max())  # type: ignore[arg-type]
         crashed = self._crashed_first(t, ev, culprit_hosts)
         # weak lines (closed sockets, a remote exit) next to a process seen going away: that is the dead peer
@@ -152,7 +168,10 @@ class NcclTransportError(Rule):
             "process died first, the host common to every failing pair is where the link, port or "
             "interface configuration is bad; every other rank then waits on the collective that crosses it.",
             evidence=quotes(ev),
-            fixes=self.fixes(hosts=", ".join(culprit_hosts) or "the named hosts"),
+            fixes=self.fixes(
+                *(["gloo_ifname"] if _gloo_device(ev) else NCCL_FIXES),
+                hosts=", ".join(culprit_hosts) or "the named hosts",
+            ),
             dont=(
                 "`NCCL_IB_DISABLE=1` only moves the traffic to TCP sockets - an order of magnitude slower - "
                 "and hides the bad link.",
