@@ -61,7 +61,7 @@ def no_change_report():
 @pytest.mark.parametrize("fmt", ["md", "text", "html", "slack", "slack-json"])
 def test_every_format_names_the_change_and_the_verdict(fmt: str, ifname_report) -> None:
     out = render_diff(ifname_report, fmt)
-    assert "GLOO_SOCKET_IFNAME" in out and "ib0" in out and "rank_crash" in out
+    assert "GLOO_SOCKET_IFNAME" in out and "ib0" in out and "network_transport" in out
     if fmt == "slack-json":
         payload = json.loads(out)
         assert payload["text"] and all(len(b.get("text", {}).get("text", "")) <= 3000 for b in payload["blocks"])
