@@ -21,6 +21,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -94,18 +96,17 @@ static Py_ssize_t polars_len(const char *p, Py_ssize_t n) { return n > 0 && p[n 
 
 typedef struct { const char *data; Py_ssize_t size; int64_t first; int whole; Py_ssize_t h0, nh; } Text;
 
-/* One text's rows (rawscan.cut_rows, line for line). -1: out of memory; -2: a hit line not in the text. */
-static int cut_text(Rows *r, uint32_t index, const Text *t, const char *const *hp, const Py_ssize_t *hn, int following) {
+/* One text's rows (rawscan.cut_rows, line for line), its hit lines at `at` (start offsets, in order, one per line)
+ * of `len` bytes. -1: out of memory. */
+static int cut_text(Rows *r, uint32_t index, const Text *t, const Py_ssize_t *at_, const Py_ssize_t *len_,
+                    Py_ssize_t nh, int following) {
     const char *data = t->data;
     Py_ssize_t size = t->size, pos = 0;
     int64_t number = t->first, last = t->first - 1;
     int py = t->whole;
-    for (Py_ssize_t k = 0; k < t->nh; k++) {
-        const char *line = hp[k];
-        Py_ssize_t len = hn[k];
-        const char *found = len ? memmem(data + pos, (size_t)(size - pos), line, (size_t)len) : data + pos;
-        if (!found) return -2;
-        Py_ssize_t at = found - data, end = at + len;
+    for (Py_ssize_t k = 0; k < nh; k++) {
+        Py_ssize_t at = at_[k], len = len_[k], end = at + len;
+        const char *found = data + at;
         number += count_nl(data + pos, found);
         if (t->whole && at > 0 && number - 1 > last) { /* the line before */
             const char *stop = data + at - 1, *s = stop;
@@ -128,72 +129,339 @@ static int cut_text(Rows *r, uint32_t index, const Text *t, const char *const *h
     return 0;
 }
 
-static PyObject *cut(PyObject *self, PyObject *args) {
-    PyObject *texts, *hits, *firsts, *wholes;
+/* ---- Matcher: every occurrence of many literals, found with a shift-or filter over 8 buckets ---- */
+
+/* The anchors are put in 8 buckets by length (the short ones apart: a bucket is only as selective as its shortest
+ * literal). For each bucket and each distance d (0..7) from a literal's last byte, mask[sc] has the bucket's bit
+ * cleared when some literal of the bucket has, d bytes before its end, the "super-character" sc: that byte and the
+ * low 4 bits of the byte before it (12 bits, a 32 kB table; a literal's first byte takes any byte before it, and
+ * a distance past a literal's length takes anything). Shifting the state one byte per input byte and or-ing in
+ * mask[sc] leaves, in the top byte, a clear bit for each bucket one of whose literals may end there (last 8 bytes):
+ * only those candidates are compared with the bucket's literals. One table load and a shift per byte: ~3x the
+ * rate of the regex engine's lazy DFA over the same ~340 anchors, which most of the text's CPU went to. */
+
+#define SC_BITS 12
+#define BUCKETS 8
+
+typedef struct {
+    PyObject_HEAD
+    uint64_t mask[1 << SC_BITS];
+    uint64_t reset;   /* the state after a byte no literal holds (a newline): only the distances past the bucket's
+                         shortest literal are open */
+    char *store;      /* the literals' bytes, bucket after bucket */
+    Py_ssize_t *off, *len;
+    Py_ssize_t start[BUCKETS + 1]; /* literals of bucket b: start[b] .. start[b + 1] */
+    Py_ssize_t n;
+} Matcher;
+
+static unsigned sc_of(unsigned byte, unsigned before) { return (byte << 4) | (before & 15); }
+
+/* The expected cost of a bucket of `c` literals, the shortest `len` bytes long (see matcher_init). */
+static double group_cost(double c, Py_ssize_t len) {
+    double pass = c / 512.0 < 1.0 ? c / 512.0 : 1.0, cost = c;
+    for (Py_ssize_t d = 0; d < len && d < 8; d++) cost *= pass;
+    return cost;
+}
+
+static void matcher_dealloc(Matcher *m) {
+    PyMem_Free(m->store);
+    PyMem_Free(m->off);
+    PyMem_Free(m->len);
+    Py_TYPE(m)->tp_free((PyObject *)m);
+}
+
+typedef struct { const char *p; Py_ssize_t n; } Lit;
+
+static int by_length(const void *a, const void *b) {
+    Py_ssize_t x = ((const Lit *)a)->n, y = ((const Lit *)b)->n;
+    return (x > y) - (x < y);
+}
+
+/* Matcher(anchors: list of non-empty str without a newline). */
+static int matcher_init(Matcher *m, PyObject *args, PyObject *kw) {
+    PyObject *list;
+    if (m->store) { PyErr_SetString(PyExc_TypeError, "Matcher: already initialised"); return -1; }
+    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &list)) return -1;
+    Py_ssize_t n = PyList_GET_SIZE(list), total = 0;
+    if (n == 0) { PyErr_SetString(PyExc_ValueError, "Matcher: no anchor"); return -1; }
+    Lit *lits = PyMem_Calloc((size_t)n, sizeof *lits);
+    if (!lits) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *s = PyList_GET_ITEM(list, i);
+        if (!PyUnicode_Check(s)) { PyErr_SetString(PyExc_TypeError, "Matcher: anchors are str"); goto fail; }
+        if (!(lits[i].p = PyUnicode_AsUTF8AndSize(s, &lits[i].n))) goto fail;
+        if (lits[i].n == 0 || memchr(lits[i].p, '\n', (size_t)lits[i].n)) {
+            PyErr_SetString(PyExc_ValueError, "Matcher: an anchor is empty or holds a newline");
+            goto fail;
+        }
+        total += lits[i].n;
+    }
+    qsort(lits, (size_t)n, sizeof *lits, by_length);
+    m->store = PyMem_Malloc((size_t)total);
+    m->off = PyMem_Calloc((size_t)n, sizeof *m->off);
+    m->len = PyMem_Calloc((size_t)n, sizeof *m->len);
+    if (!m->store || !m->off || !m->len) { PyErr_NoMemory(); goto fail; }
+    m->n = n;
+    /* Buckets: contiguous runs of the literals sorted by length, chosen to keep the expected candidates few: a bucket
+     * of c literals whose shortest has S bytes (8 at most) lets through about (c / 512)^S of the text's bytes
+     * (each distance's super-character among ~c of 4096, in text where a few hundred are common), and each
+     * candidate is compared with its c literals. The short ones by dynamic programming; the 8-byte-or-longer
+     * ones (all S = 8) evenly, in however many buckets are left. */
+    Py_ssize_t shortn = 0;
+    while (shortn < n && lits[shortn].n < 8) shortn++;
+    double *best = PyMem_Calloc((size_t)(BUCKETS + 1) * (size_t)(shortn + 1), sizeof *best);
+    Py_ssize_t *cut = PyMem_Calloc((size_t)(BUCKETS + 1) * (size_t)(shortn + 1), sizeof *cut);
+    if (!best || !cut) { PyMem_Free(best); PyMem_Free(cut); PyErr_NoMemory(); goto fail; }
+#define AT(k, j) ((size_t)(k) * (size_t)(shortn + 1) + (size_t)(j))
+    for (Py_ssize_t j = 1; j <= shortn; j++) best[AT(0, j)] = HUGE_VAL;
+    for (int k = 1; k <= BUCKETS; k++)
+        for (Py_ssize_t j = 0; j <= shortn; j++) {
+            best[AT(k, j)] = best[AT(k - 1, j)]; /* a bucket left empty */
+            cut[AT(k, j)] = j;
+            for (Py_ssize_t i = 0; i < j; i++) {
+                double c = (double)(j - i), cost = best[AT(k - 1, i)] + group_cost(c, lits[i].n);
+                if (cost < best[AT(k, j)]) { best[AT(k, j)] = cost; cut[AT(k, j)] = i; }
+            }
+        }
+    Py_ssize_t longn = n - shortn;
+    int kshort = BUCKETS;
+    double least = HUGE_VAL;
+    for (int k = 0; k <= BUCKETS; k++) { /* k buckets for the short ones, the rest for the long ones */
+        int kl = BUCKETS - k;
+        if ((longn && !kl) || (shortn && !k)) continue;
+        double cost = best[AT(k, shortn)];
+        for (int q = 0; q < kl; q++) {
+            Py_ssize_t lo = longn * q / kl, hi = longn * (q + 1) / kl;
+            if (hi > lo) cost += group_cost((double)(hi - lo), 8);
+        }
+        if (cost < least) { least = cost; kshort = k; }
+    }
+    Py_ssize_t bounds[BUCKETS + 1];
+    int nb = 0;
+    for (Py_ssize_t j = shortn, k = kshort; k > 0 && j > 0; k--) { /* the short buckets' bounds, backwards */
+        Py_ssize_t i = cut[AT(k, j)];
+        if (i < j) bounds[nb++] = i;
+        j = i;
+    }
+    PyMem_Free(best);
+    PyMem_Free(cut);
+#undef AT
+    int b = 0;
+    m->start[0] = 0;
+    while (nb > 1) m->start[++b] = bounds[--nb - 1]; /* bounds[nb - 1] is 0 */
+    if (shortn) m->start[++b] = shortn;
+    int kl = BUCKETS - b;
+    for (int q = 0; longn && q < kl; q++) m->start[++b] = shortn + longn * (q + 1) / kl;
+    for (; b < BUCKETS; b++) m->start[b + 1] = n;
+    Py_ssize_t pos = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        memcpy(m->store + pos, lits[i].p, (size_t)lits[i].n);
+        m->off[i] = pos;
+        m->len[i] = lits[i].n;
+        pos += lits[i].n;
+    }
+    /* The masks: all set, then each literal's bytes cleared, and every super-character at distances past a
+     * bucket's shortest literal. */
+    memset(m->mask, 0xff, sizeof m->mask);
+    m->reset = ~0ULL;
+    for (b = 0; b < BUCKETS; b++) {
+        if (m->start[b] == m->start[b + 1]) continue; /* an empty bucket never matches */
+        Py_ssize_t shortest = m->len[m->start[b]];
+        for (Py_ssize_t d = shortest; d < 8; d++) {
+            uint64_t bit = 1ULL << (8 * (7 - d) + b);
+            for (unsigned v = 0; v < (1u << SC_BITS); v++) m->mask[v] &= ~bit;
+        }
+        for (Py_ssize_t d = 1; d < 8; d++) /* d bytes after the newline: open where a literal fits after it */
+            if (d >= shortest) m->reset &= ~(1ULL << (8 * (7 - d) + b));
+        for (Py_ssize_t i = m->start[b]; i < m->start[b + 1]; i++) {
+            const unsigned char *lit = (const unsigned char *)m->store + m->off[i];
+            Py_ssize_t len = m->len[i];
+            for (Py_ssize_t d = 0; d < 8 && d < len; d++) {
+                uint64_t bit = 1ULL << (8 * (7 - d) + b);
+                Py_ssize_t at = len - 1 - d;
+                if (at == 0)
+                    for (unsigned before = 0; before < 16; before++) m->mask[sc_of(lit[0], before)] &= ~bit;
+                else
+                    m->mask[sc_of(lit[at], lit[at - 1])] &= ~bit;
+            }
+        }
+    }
+    PyMem_Free(lits);
+    return 0;
+fail:
+    PyMem_Free(lits);
+    return -1;
+}
+
+static PyTypeObject MatcherType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ncclpm.ingest._textcut.Matcher",
+    .tp_basicsize = sizeof(Matcher),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Anchors compiled for scan_cut (see the module's comment).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)matcher_init,
+    .tp_dealloc = (destructor)matcher_dealloc,
+};
+
+/* Whether some literal lies wholly in u[lo, hi) (no newline in between: plain). */
+static int any_within(const Matcher *m, const unsigned char *u, Py_ssize_t lo, Py_ssize_t hi) {
+    uint64_t st = m->reset;
+    unsigned before = '\n';
+    for (Py_ssize_t p = lo; p < hi; p++) {
+        st = (st << 8) | m->mask[sc_of(u[p], before)];
+        before = u[p];
+        for (unsigned cand = (unsigned)(~st >> 56) & 0xff; cand; cand &= cand - 1) {
+            int b = __builtin_ctz(cand);
+            for (Py_ssize_t i = m->start[b]; i < m->start[b + 1]; i++) {
+                Py_ssize_t len = m->len[i];
+                if (len <= p + 1 - lo && memcmp(u + p + 1 - len, m->store + m->off[i], (size_t)len) == 0) return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Whether a literal of bucket `b` ends at u[p]: 0 no, 1 yes. Tolerant (a text read whole: one newline may stand
+ * between any two of an anchor's bytes, as in hit_line_regex(across_newlines=True)): 2 when such an occurrence
+ * across a newline is the one the regex takes in its first line - there, the regex's match is the line from its
+ * start up to the occurrence that starts last (greedy `[^\n]*`; at the same start the longer anchor, i.e. the
+ * one across the newline), so an anchor lying wholly in that line after the occurrence's start hides it. */
+static int ends_at(const Matcher *m, int b, const unsigned char *u, Py_ssize_t p, Py_ssize_t size, int tolerant) {
+    const unsigned char *store = (const unsigned char *)m->store;
+    int found = 0;
+    for (Py_ssize_t i = m->start[b]; i < m->start[b + 1]; i++) {
+        const unsigned char *lit = store + m->off[i];
+        Py_ssize_t len = m->len[i];
+        if (lit[len - 1] != u[p]) continue;
+        if (!tolerant) {
+            if (len <= p + 1 && memcmp(u + p + 1 - len, lit, (size_t)len) == 0) return 1;
+            continue;
+        }
+        Py_ssize_t q = p, j = len - 1;
+        int crossed = 0;
+        for (;;) {
+            if (u[q] != lit[j]) break;
+            if (j == 0) {
+                if (!crossed) found = 1;
+                else {
+                    const unsigned char *nl = memchr(u + q, '\n', (size_t)(size - q));
+                    if (!any_within(m, u, q + 1, nl ? nl - u : size)) return 2;
+                }
+                break;
+            }
+            j--;
+            if (--q < 0) break;
+            if (u[q] == '\n') {
+                crossed = 1;
+                if (--q < 0 || u[q] == '\n') break;
+            }
+        }
+    }
+    return found;
+}
+
+typedef struct { Py_ssize_t *at, *len, n, cap; } Hits;
+
+static int hit_add(Hits *h, Py_ssize_t at, Py_ssize_t len) {
+    if (h->n == h->cap) {
+        Py_ssize_t cap = h->cap ? 2 * h->cap : 256;
+        Py_ssize_t *a = PyMem_RawRealloc(h->at, (size_t)cap * sizeof *a);
+        if (a) h->at = a;
+        Py_ssize_t *b = a ? PyMem_RawRealloc(h->len, (size_t)cap * sizeof *b) : NULL;
+        if (!b) return -1;
+        h->len = b;
+        h->cap = cap;
+    }
+    h->at[h->n] = at;
+    h->len[h->n++] = len;
+    return 0;
+}
+
+/* The lines of a text holding an anchor (start, length: without the newline), in order, each once: what
+ * extract_all of hit_line_regex gives. Tolerant (a text read whole): 1 when an anchor is cut by a newline (the slow
+ * path reads it), the hits unfinished; without, the rest of a hit line is not searched. -1: out of memory. */
+static int scan_text(const Matcher *m, const char *data, Py_ssize_t size, int tolerant, Hits *h) {
+    const unsigned char *u = (const unsigned char *)data;
+    const uint64_t *mask = m->mask;
+    uint64_t st = m->reset;
+    unsigned before = '\n';
+    Py_ssize_t line = 0, last = -1; /* the current line's start; the last hit line's */
+    h->n = 0;
+    for (Py_ssize_t p = 0; p < size; p++) {
+        unsigned c = u[p];
+        if (c == '\n') {
+            line = p + 1;
+            if (tolerant && !(p > 0 && u[p - 1] == '\n')) continue; /* an anchor may go on after one newline */
+            st = m->reset;
+            before = c;
+            continue;
+        }
+        st = (st << 8) | mask[sc_of(c, before)];
+        before = c;
+        if ((st >> 56) == 0xff) continue;
+        unsigned cand = (unsigned)(~st >> 56) & 0xff;
+        int got = 0;
+        while (cand && got != 2) {
+            int b = __builtin_ctz(cand);
+            cand &= cand - 1;
+            int r = ends_at(m, b, u, p, size, tolerant);
+            if (r > got) got = r;
+        }
+        if (got == 2) return 1;
+        if (!got || line == last) continue;
+        const char *nl = memchr(data + p, '\n', (size_t)(size - p));
+        Py_ssize_t end = nl ? nl - data : size;
+        if (hit_add(h, line, end - line) < 0) return -1;
+        last = line;
+        if (!tolerant) { /* on to the next line */
+            p = end;
+            line = end + 1;
+            st = m->reset;
+            before = '\n';
+        }
+    }
+    return 0;
+}
+
+static PyObject *scan_cut(PyObject *self, PyObject *args) {
+    PyObject *matcher, *texts, *firsts, *wholes;
     int following;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!p", &PyList_Type, &texts, &PyList_Type, &hits, &PyList_Type, &firsts,
+    if (!PyArg_ParseTuple(args, "O!O!O!O!p", &MatcherType, &matcher, &PyList_Type, &texts, &PyList_Type, &firsts,
                           &PyList_Type, &wholes, &following))
         return NULL;
+    const Matcher *m = (const Matcher *)matcher;
+    if (!m->store) return PyErr_Format(PyExc_ValueError, "scan_cut: the matcher is not initialised");
     Py_ssize_t nt = PyList_GET_SIZE(texts);
-    if (PyList_GET_SIZE(hits) != nt || PyList_GET_SIZE(firsts) != nt || PyList_GET_SIZE(wholes) != nt || nt > UINT32_MAX)
-        return PyErr_Format(PyExc_ValueError, "cut: lists of different lengths");
-    PyObject *held = PyList_New(0); /* every object whose buffer is read without the GIL */
+    if (PyList_GET_SIZE(firsts) != nt || PyList_GET_SIZE(wholes) != nt || nt > UINT32_MAX)
+        return PyErr_Format(PyExc_ValueError, "scan_cut: lists of different lengths");
     Text *ts = PyMem_RawCalloc((size_t)nt + 1, sizeof *ts);
     Py_buffer *views = PyMem_RawCalloc((size_t)nt + 1, sizeof *views); /* the texts' bytes, read without the GIL */
     Py_ssize_t nviews = 0;
-    Py_ssize_t nh = 0, caph = 0;
-    const char **hp = NULL;
-    Py_ssize_t *hn = NULL;
     uint8_t *slow = PyMem_RawCalloc((size_t)nt + 1, 1);
     Rows r = {0};
+    Hits h = {0};
     PyObject *result = NULL;
-    if (!held || !ts || !views || !slow) { PyErr_NoMemory(); goto done; }
+    if (!ts || !views || !slow) { PyErr_NoMemory(); goto done; }
     for (Py_ssize_t i = 0; i < nt; i++) {
-        PyObject *data = PyList_GET_ITEM(texts, i), *lines = PyList_GET_ITEM(hits, i);
-        if (!PyList_Check(lines)) {
-            PyErr_SetString(PyExc_TypeError, "cut: hits are lists of str");
-            goto done;
-        }
-        if (PyObject_GetBuffer(data, &views[i], PyBUF_SIMPLE) < 0) goto done; /* held until the end */
+        if (PyObject_GetBuffer(PyList_GET_ITEM(texts, i), &views[i], PyBUF_SIMPLE) < 0) goto done;
         nviews = i + 1;
-        if (PyList_Append(held, lines) < 0) goto done;
         ts[i].data = views[i].buf;
         ts[i].size = views[i].len;
         ts[i].first = PyLong_AsLongLong(PyList_GET_ITEM(firsts, i));
         ts[i].whole = PyObject_IsTrue(PyList_GET_ITEM(wholes, i));
         if ((ts[i].first == -1 || ts[i].whole < 0) && PyErr_Occurred()) goto done;
-        ts[i].h0 = nh;
-        ts[i].nh = PyList_GET_SIZE(lines);
-        if (nh + ts[i].nh > caph) {
-            caph = 2 * (nh + ts[i].nh) + 64;
-            const char **a = PyMem_RawRealloc(hp, (size_t)caph * sizeof *hp);
-            if (a) hp = a;
-            Py_ssize_t *b = a ? PyMem_RawRealloc(hn, (size_t)caph * sizeof *hn) : NULL;
-            if (!b) { PyErr_NoMemory(); goto done; }
-            hn = b;
-        }
-        for (Py_ssize_t k = 0; k < ts[i].nh; k++) {
-            PyObject *s = PyList_GET_ITEM(lines, k);
-            if (!PyUnicode_Check(s)) { PyErr_SetString(PyExc_TypeError, "cut: hit lines are str"); goto done; }
-            if (!(hp[nh] = PyUnicode_AsUTF8AndSize(s, &hn[nh]))) goto done;
-            if (PyList_Append(held, s) < 0) goto done; /* the list may change; the str stays */
-            nh++;
-        }
     }
     int err = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < nt && !err; i++) {
         const Text *t = &ts[i];
-        if (t->whole) { /* an anchor cut by a newline: the slow path reads this text */
-            for (Py_ssize_t k = 0; k < t->nh && !slow[i]; k++)
-                slow[i] = memchr(hp[t->h0 + k], '\n', (size_t)hn[t->h0 + k]) != NULL;
-            if (slow[i]) continue;
-        }
-        err = cut_text(&r, (uint32_t)i, t, hp + t->h0, hn + t->h0, following);
+        int s = scan_text(m, t->data, t->size, t->whole, &h);
+        if (s < 0) err = -1;
+        else if (s > 0) slow[i] = 1; /* an anchor cut by a newline: the slow path reads this text */
+        else err = cut_text(&r, (uint32_t)i, t, h.at, h.len, h.n, following);
     }
     Py_END_ALLOW_THREADS
-    if (err == -1) { PyErr_NoMemory(); goto done; }
-    if (err == -2) { PyErr_SetString(PyExc_ValueError, "cut: a hit line is not in its text"); goto done; }
+    if (err) { PyErr_NoMemory(); goto done; }
     PyObject *raw = PyBytes_FromStringAndSize(NULL, r.bytes ? r.bytes - 1 : 0);
     if (!raw) goto done;
     char *out = PyBytes_AS_STRING(raw);
@@ -220,8 +488,7 @@ static PyObject *cut(PyObject *self, PyObject *args) {
 done:
     for (Py_ssize_t i = 0; i < nviews; i++) PyBuffer_Release(&views[i]);
     PyMem_RawFree(views);
-    Py_XDECREF(held);
-    PyMem_RawFree(ts); PyMem_RawFree(hp); PyMem_RawFree(hn); PyMem_RawFree(slow);
+    PyMem_RawFree(ts); PyMem_RawFree(slow); PyMem_RawFree(h.at); PyMem_RawFree(h.len);
     PyMem_RawFree(r.text); PyMem_RawFree(r.line); PyMem_RawFree(r.hit); PyMem_RawFree((void *)r.p); PyMem_RawFree(r.n);
     return result;
 }
@@ -529,7 +796,8 @@ static PyTypeObject BlockType = {
 };
 
 static PyMethodDef methods[] = {
-    {"cut", cut, METH_VARARGS, "Cut the hit lines and their neighbours out of a group of texts (see rawscan.cut_rows)."},
+    {"scan_cut", scan_cut, METH_VARARGS,
+     "Find the lines holding an anchor and cut them and their neighbours out of a group of texts."},
     {"trim", trim, METH_NOARGS, "Free the blocks kept for reuse, and the blocks in use once freed."},
     {NULL, NULL, 0, NULL},
 };
@@ -537,8 +805,10 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_textcut", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__textcut(void) {
-    if (PyType_Ready(&BlockType) < 0) return NULL;
+    if (PyType_Ready(&BlockType) < 0 || PyType_Ready(&MatcherType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
-    if (m && PyModule_AddObjectRef(m, "Block", (PyObject *)&BlockType) < 0) Py_CLEAR(m);
+    if (m && (PyModule_AddObjectRef(m, "Block", (PyObject *)&BlockType) < 0 ||
+              PyModule_AddObjectRef(m, "Matcher", (PyObject *)&MatcherType) < 0))
+        Py_CLEAR(m);
     return m;
 }

@@ -27,7 +27,9 @@ from ncclpm.ingest.rawscan import (
     anchor_regex,
     cut_group,
     hit_line_regex,
+    matcher,
     new_block,
+    scan_cut,
     trim_blocks,
     utf8_text,
 )
@@ -163,7 +165,7 @@ def _scan(
     texts: list[_Text], anchors: list[str], line_start: str, then: Then = None, block: list[Block] | None = None
 ) -> tuple[dict[str, pl.DataFrame | None], list[str]]:
     """The kept lines of each text (None: unreadable) and the warnings met. The anchors are searched in the raw
-    texts (`rawscan`) in one regex pass; only the hit lines (and the lines around each: `line_start` re-joins
+    texts (`rawscan`) in one pass; only the hit lines (and the lines around each: `line_start` re-joins
     wrapped lines) become rows, all the group's in one frame and one query. A small text where an anchor is cut
     by a newline, or where a hit line may be glued to its neighbour, is re-joined whole, the slow way. `then` is
     applied to the kept lines here, a group at a time (see `read_kept_lines`). `block`: the memory holding the
@@ -173,9 +175,14 @@ def _scan(
     if not texts:
         return {}, warnings
     whole = [t.whole for t in texts]
-    found = _hit_lines(_as_strings(texts, warnings, block[0] if block else None), whole, anchors)
+    strings = _as_strings(texts, warnings, block[0] if block else None)  # (invalid UTF-8 replaced)
     first_lines = [t.first_line for t in texts]
-    frame, slow = cut_group([t.data for t in texts], found, first_lines, whole, following=bool(line_start))
+    if (compiled := matcher(tuple(anchors))) is not None:
+        frame, slow = scan_cut(compiled, [t.data for t in texts], first_lines, whole, following=bool(line_start))
+    else:
+        found = _hit_lines(strings, whole, anchors)
+        frame, slow = cut_group([t.data for t in texts], found, first_lines, whole, following=bool(line_start))
+    del strings
     slow |= _may_join(frame, [i for i, t in enumerate(texts) if t.whole], line_start)
     for i, t in enumerate(texts):  # the rows are cut out: only the slow path reads a text again (less memory)
         if i not in slow:
