@@ -1,14 +1,16 @@
 /* The text path in C, optional (built by hatch_build.py when a C compiler is present; the Python code does the same
  * work without it):
  *
- * cut(texts, hits, first_lines, whole, following) -> (text, line, hit, raw, slow)
- *   Cuts the hit lines (and the lines around them) out of a group of texts: what
- *   ncclpm.ingest.rawscan.cut_rows does in Python (the reference; the rules are explained there), without the GIL,
- *   so that the scan threads run in parallel.
- *   texts: bytes-like (valid UTF-8); hits: for each text, its hit lines (str, the regex matches, in order);
- *   first_lines: line number of each text's first line; whole: read as Python splits lines (also: the line
- *   before each hit is cut out, and a hit holding a newline sends the text to the slow path);
- *   following: also the line after each hit.
+ * Matcher(anchors): the anchors (non-empty str without a newline) compiled for scan_cut (a shift-or filter over 8
+ *   buckets of literals: see the Matcher's comment).
+ * scan_cut(matcher, texts, first_lines, whole, following) -> (text, line, hit, raw, slow)
+ *   Finds the lines holding an anchor in a group of texts - the lines extract_all of
+ *   ncclpm.ingest.rawscan.hit_line_regex gives, the reference - and cuts them (and the lines around them) out: what
+ *   ncclpm.ingest.rawscan.cut_rows does in Python (the rules are explained there), without the GIL, so that the
+ *   scan threads run in parallel.
+ *   texts: bytes-like (valid UTF-8); first_lines: line number of each text's first line; whole: read as Python
+ *   splits lines (also: the line before each hit is cut out, and an anchor cut by a newline where the regex's
+ *   match would hold it sends the text to the slow path); following: also the line after each hit.
  *   Returns the rows as arrays (text: uint32, line: int64, hit: uint8, as bytes), their texts joined by "\n"
  *   (a row never holds one) and the indices of the texts sent to the slow path.
  *
@@ -134,7 +136,7 @@ static int cut_text(Rows *r, uint32_t index, const Text *t, const Py_ssize_t *at
 /* The anchors are put in 8 buckets by length (the short ones apart: a bucket is only as selective as its shortest
  * literal). For each bucket and each distance d (0..7) from a literal's last byte, mask[sc] has the bucket's bit
  * cleared when some literal of the bucket has, d bytes before its end, the "super-character" sc: that byte and the
- * low 4 bits of the byte before it (12 bits, a 32 kB table; a literal's first byte takes any byte before it, and
+ * high 4 bits of the byte before it (12 bits, a 32 kB table; a literal's first byte takes any byte before it, and
  * a distance past a literal's length takes anything). Shifting the state one byte per input byte and or-ing in
  * mask[sc] leaves, in the top byte, a clear bit for each bucket one of whose literals may end there (last 8 bytes):
  * only those candidates are compared with the bucket's literals. One table load and a shift per byte: ~3x the
@@ -152,9 +154,12 @@ typedef struct {
     Py_ssize_t *off, *len;
     Py_ssize_t start[BUCKETS + 1]; /* literals of bucket b: start[b] .. start[b + 1] */
     Py_ssize_t n;
+    uint32_t *order;                     /* the literals by bucket, then by last byte ... */
+    uint32_t by_last[BUCKETS][257];      /* ... those of bucket b ending in byte c: by_last[b][c] .. [b][c + 1] */
 } Matcher;
 
-static unsigned sc_of(unsigned byte, unsigned before) { return (byte << 4) | (before & 15); }
+/* A byte and the high 4 bits of the byte before it: the 16 bits at data[p - 1] (little-endian) shifted by 4. */
+static unsigned sc_of(unsigned byte, unsigned before) { return (byte << 4) | (before >> 4); }
 
 /* The expected cost of a bucket of `c` literals, the shortest `len` bytes long (see matcher_init). */
 static double group_cost(double c, Py_ssize_t len) {
@@ -167,6 +172,7 @@ static void matcher_dealloc(Matcher *m) {
     PyMem_Free(m->store);
     PyMem_Free(m->off);
     PyMem_Free(m->len);
+    PyMem_Free(m->order);
     Py_TYPE(m)->tp_free((PyObject *)m);
 }
 
@@ -280,12 +286,22 @@ static int matcher_init(Matcher *m, PyObject *args, PyObject *kw) {
                 uint64_t bit = 1ULL << (8 * (7 - d) + b);
                 Py_ssize_t at = len - 1 - d;
                 if (at == 0)
-                    for (unsigned before = 0; before < 16; before++) m->mask[sc_of(lit[0], before)] &= ~bit;
+                    for (unsigned high = 0; high < 16; high++) m->mask[sc_of(lit[0], high << 4)] &= ~bit;
                 else
                     m->mask[sc_of(lit[at], lit[at - 1])] &= ~bit;
             }
         }
     }
+    /* a candidate is compared with the literals of its bucket that end in its byte only */
+    if (!(m->order = PyMem_Calloc((size_t)n, sizeof *m->order))) { PyErr_NoMemory(); goto fail; }
+    Py_ssize_t k = 0;
+    for (b = 0; b < BUCKETS; b++)
+        for (unsigned c = 0; c < 256; c++) {
+            m->by_last[b][c] = (uint32_t)k;
+            for (Py_ssize_t i = m->start[b]; i < m->start[b + 1]; i++)
+                if ((unsigned char)m->store[m->off[i] + m->len[i] - 1] == c) m->order[k++] = (uint32_t)i;
+            m->by_last[b][256] = (uint32_t)k;
+        }
     PyMem_Free(lits);
     return 0;
 fail:
@@ -312,8 +328,8 @@ static int any_within(const Matcher *m, const unsigned char *u, Py_ssize_t lo, P
         before = u[p];
         for (unsigned cand = (unsigned)(~st >> 56) & 0xff; cand; cand &= cand - 1) {
             int b = __builtin_ctz(cand);
-            for (Py_ssize_t i = m->start[b]; i < m->start[b + 1]; i++) {
-                Py_ssize_t len = m->len[i];
+            for (uint32_t k = m->by_last[b][u[p]]; k < m->by_last[b][u[p] + 1]; k++) {
+                Py_ssize_t i = m->order[k], len = m->len[i];
                 if (len <= p + 1 - lo && memcmp(u + p + 1 - len, m->store + m->off[i], (size_t)len) == 0) return 1;
             }
         }
@@ -329,10 +345,9 @@ static int any_within(const Matcher *m, const unsigned char *u, Py_ssize_t lo, P
 static int ends_at(const Matcher *m, int b, const unsigned char *u, Py_ssize_t p, Py_ssize_t size, int tolerant) {
     const unsigned char *store = (const unsigned char *)m->store;
     int found = 0;
-    for (Py_ssize_t i = m->start[b]; i < m->start[b + 1]; i++) {
+    for (uint32_t k = m->by_last[b][u[p]]; k < m->by_last[b][u[p] + 1]; k++) {
+        Py_ssize_t i = m->order[k], len = m->len[i];
         const unsigned char *lit = store + m->off[i];
-        Py_ssize_t len = m->len[i];
-        if (lit[len - 1] != u[p]) continue;
         if (!tolerant) {
             if (len <= p + 1 && memcmp(u + p + 1 - len, lit, (size_t)len) == 0) return 1;
             continue;
@@ -379,46 +394,69 @@ static int hit_add(Hits *h, Py_ssize_t at, Py_ssize_t len) {
 
 /* The lines of a text holding an anchor (start, length: without the newline), in order, each once: what
  * extract_all of hit_line_regex gives. Tolerant (a text read whole): 1 when an anchor is cut by a newline (the slow
- * path reads it), the hits unfinished; without, the rest of a hit line is not searched. -1: out of memory. */
+ * path reads it), the hits unfinished; without, the rest of a hit line is not searched. -1: out of memory.
+ * Line by line (memchr): a single newline in a tolerant text leaves the state as it is (an anchor may go on after
+ * it); any other resets it. Within a line, a 16-bit load gives each byte's super-character. */
 static int scan_text(const Matcher *m, const char *data, Py_ssize_t size, int tolerant, Hits *h) {
     const unsigned char *u = (const unsigned char *)data;
-    const uint64_t *mask = m->mask;
+    const uint64_t *mask = m->mask, open = 0xff00000000000000ULL; /* below: some bucket's top bit clear */
     uint64_t st = m->reset;
     unsigned before = '\n';
-    Py_ssize_t line = 0, last = -1; /* the current line's start; the last hit line's */
+    Py_ssize_t last = -1; /* the last hit line's start */
     h->n = 0;
-    for (Py_ssize_t p = 0; p < size; p++) {
-        unsigned c = u[p];
-        if (c == '\n') {
-            line = p + 1;
-            if (tolerant && !(p > 0 && u[p - 1] == '\n')) continue; /* an anchor may go on after one newline */
-            st = m->reset;
-            before = c;
-            continue;
+    for (Py_ssize_t line = 0; line <= size;) {
+        const unsigned char *nl = memchr(u + line, '\n', (size_t)(size - line));
+        Py_ssize_t end = nl ? nl - u : size, p = line;
+        if (p < end) {
+            st = (st << 8) | mask[sc_of(u[p], before)];
+            goto check;
+            for (;;) {
+                while (p + 4 < end) { /* (p + 4 < end: the bytes p + 1 .. p + 4 are in the line) */
+                    uint16_t w1, w2, w3, w4;
+                    memcpy(&w1, u + p, 2);
+                    memcpy(&w2, u + p + 1, 2);
+                    memcpy(&w3, u + p + 2, 2);
+                    memcpy(&w4, u + p + 3, 2);
+                    st = (st << 8) | mask[w1 >> 4];
+                    if (st < open) { p += 1; goto check; }
+                    st = (st << 8) | mask[w2 >> 4];
+                    if (st < open) { p += 2; goto check; }
+                    st = (st << 8) | mask[w3 >> 4];
+                    if (st < open) { p += 3; goto check; }
+                    st = (st << 8) | mask[w4 >> 4];
+                    if (st < open) { p += 4; goto check; }
+                    p += 4;
+                }
+                if (++p >= end) break;
+                {
+                    uint16_t w;
+                    memcpy(&w, u + p - 1, 2);
+                    st = (st << 8) | mask[w >> 4];
+                }
+            check:
+                if (st >= open) continue;
+                unsigned cand = (unsigned)(~st >> 56) & 0xff;
+                int got = 0;
+                while (cand && got != 2) {
+                    int b = __builtin_ctz(cand);
+                    cand &= cand - 1;
+                    int r = ends_at(m, b, u, p, size, tolerant);
+                    if (r > got) got = r;
+                }
+                if (got == 2) return 1;
+                if (!got || line == last) continue;
+                if (hit_add(h, line, end - line) < 0) return -1;
+                last = line;
+                if (!tolerant) break; /* the rest of the line is not searched */
+            }
+            before = u[end - 1];
         }
-        st = (st << 8) | mask[sc_of(c, before)];
-        before = c;
-        if ((st >> 56) == 0xff) continue;
-        unsigned cand = (unsigned)(~st >> 56) & 0xff;
-        int got = 0;
-        while (cand && got != 2) {
-            int b = __builtin_ctz(cand);
-            cand &= cand - 1;
-            int r = ends_at(m, b, u, p, size, tolerant);
-            if (r > got) got = r;
-        }
-        if (got == 2) return 1;
-        if (!got || line == last) continue;
-        const char *nl = memchr(data + p, '\n', (size_t)(size - p));
-        Py_ssize_t end = nl ? nl - data : size;
-        if (hit_add(h, line, end - line) < 0) return -1;
-        last = line;
-        if (!tolerant) { /* on to the next line */
-            p = end;
-            line = end + 1;
+        if (end >= size) break;
+        if (!(tolerant && end > line)) { /* (tolerant: an anchor may go on after a single newline) */
             st = m->reset;
             before = '\n';
         }
+        line = end + 1;
     }
     return 0;
 }
