@@ -119,8 +119,9 @@ def test_the_matcher_takes_any_anchor_set() -> None:
     for size in (1, 2, 5, 12):
         anchors = rnd.sample(words, size)
         texts = [
-            "".join(rnd.choice([*anchors, "a", "b", "c", "\n", " ", "é", "z"]) for _ in range(rnd.randint(0, 300)))
-            .encode()
+            "".join(
+                rnd.choice([*anchors, "a", "b", "c", "\n", " ", "é", "z"]) for _ in range(rnd.randint(0, 300))
+            ).encode()
             for _ in range(40)
         ]
         for whole in (True, False):
