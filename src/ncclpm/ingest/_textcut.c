@@ -160,6 +160,17 @@ typedef struct {
 
 /* A byte and the high 4 bits of the byte before it: the 16 bits at data[p - 1] (little-endian) shifted by 4. */
 static unsigned sc_of(unsigned byte, unsigned before) { return (byte << 4) | (before >> 4); }
+/* sc_of(u[p], u[p - 1]): the 16 bits at u + p - 1, little-endian, shifted by 4 (one load where that is the order) */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+static inline unsigned sc_at(const unsigned char *u, Py_ssize_t p) {
+    uint16_t w;
+    memcpy(&w, u + p - 1, 2);
+    return (unsigned)w >> 4;
+}
+#else
+static inline unsigned sc_at(const unsigned char *u, Py_ssize_t p) { return sc_of(u[p], u[p - 1]); }
+#endif
+#define SC_AT(u, p) sc_at((u), (p))
 
 /* The expected cost of a bucket of `c` literals, the shortest `len` bytes long (see matcher_init). */
 static double group_cost(double c, Py_ssize_t len) {
@@ -404,7 +415,7 @@ static int hit_add(Hits *h, Py_ssize_t at, Py_ssize_t len) {
  * extract_all of hit_line_regex gives. Tolerant (a text read whole): 1 when an anchor is cut by a newline (the slow
  * path reads it), the hits unfinished; without, the rest of a hit line is not searched. -1: out of memory.
  * Line by line (memchr): a single newline in a tolerant text leaves the state as it is (an anchor may go on after
- * it); any other resets it. Within a line, a 16-bit load gives each byte's super-character. */
+ * it); any other resets it. Within a line, four bytes a step, each byte's super-character from one 16-bit load. */
 static int scan_text(const Matcher *m, const char *data, Py_ssize_t size, int tolerant, Hits *h) {
     const unsigned char *u = (const unsigned char *)data;
     const uint64_t *mask = m->mask, open = 0xff00000000000000ULL; /* below: some bucket's top bit clear */
@@ -420,27 +431,18 @@ static int scan_text(const Matcher *m, const char *data, Py_ssize_t size, int to
             goto check;
             for (;;) {
                 while (p + 4 < end) { /* (p + 4 < end: the bytes p + 1 .. p + 4 are in the line) */
-                    uint16_t w1, w2, w3, w4;
-                    memcpy(&w1, u + p, 2);
-                    memcpy(&w2, u + p + 1, 2);
-                    memcpy(&w3, u + p + 2, 2);
-                    memcpy(&w4, u + p + 3, 2);
-                    st = (st << 8) | mask[w1 >> 4];
+                    st = (st << 8) | mask[SC_AT(u, p + 1)];
                     if (st < open) { p += 1; goto check; }
-                    st = (st << 8) | mask[w2 >> 4];
+                    st = (st << 8) | mask[SC_AT(u, p + 2)];
                     if (st < open) { p += 2; goto check; }
-                    st = (st << 8) | mask[w3 >> 4];
+                    st = (st << 8) | mask[SC_AT(u, p + 3)];
                     if (st < open) { p += 3; goto check; }
-                    st = (st << 8) | mask[w4 >> 4];
+                    st = (st << 8) | mask[SC_AT(u, p + 4)];
                     if (st < open) { p += 4; goto check; }
                     p += 4;
                 }
                 if (++p >= end) break;
-                {
-                    uint16_t w;
-                    memcpy(&w, u + p - 1, 2);
-                    st = (st << 8) | mask[w >> 4];
-                }
+                st = (st << 8) | mask[SC_AT(u, p)];
             check:
                 if (st >= open) continue;
                 unsigned cand = (unsigned)(~st >> 56) & 0xff;
