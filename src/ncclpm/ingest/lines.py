@@ -42,12 +42,12 @@ MAX_LINE_CHARS = 8192
 SMALL_TEXT = 2 * 1024**2  # a text this small is read whole and re-joined (hard wraps) before the prefilter
 MAX_KEPT_LINES = 200_000  # per source (~1.5 kB each through the pipeline): see `_capped`
 TQDM_END = r"(\[\d+:\d{2}(?::\d{2})?<[^\]\r]{0,80}\])"
-GROUP_FILES = 96  # texts scanned together (one regex pass, one query for the kept lines) ...
+GROUP_FILES = 96  # texts scanned together (one pass of the matcher, one query for the kept lines) ...
 GROUP_BYTES = 48 * 1024 * 1024  # ... holding at most about this many bytes
 CHUNK_BYTES = 8 * 1024 * 1024  # a bigger (or gzipped) file is read in blocks of this size, cut at line ends
 BLOCK_BYTES = GROUP_BYTES + CHUNK_BYTES  # a group's memory (`rawscan.new_block`): room for its last small text
 TAIL_GROUP_BYTES = 4 * 1024 * 1024  # the last groups shrink down to this: see `_group_bytes`
-SCAN_THREADS = 3  # groups scanned at once: the regex and the C cutter run without the GIL, and a third thread
+SCAN_THREADS = 3  # groups scanned at once: the C matcher and polars run without the GIL, and a third thread
 # keeps both cores of a small machine busy while another waits for the GIL (its Python between the queries)
 _SCHEMA = {"source": pl.String(), "line": pl.Int64(), "raw": pl.String()}
 _KEPT_SCHEMA = {**_SCHEMA, "cut": pl.Boolean()}
