@@ -4,8 +4,8 @@ scanner (`ncclpm/ingest/_frscan.c`), the dump decoder (`ncclpm/ingest/_frdecode.
 matcher and line cutter (`ncclpm/ingest/_textcut.c`).
 
 No compiler, no Python headers, or any other failure: that module is left out and the Python code does the same
-work (slower: `fr_scan.scan_py`, the restricted unpickler in `fr_decode`, the regex and `rawscan.cut_rows`). Editable installs
-get the modules next to their sources.
+work (slower: `fr_scan.scan_py`, the restricted unpickler in `fr_decode`, the regex and `rawscan.cut_rows`).
+Editable installs get the modules next to their sources.
 """
 
 from __future__ import annotations
