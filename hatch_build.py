@@ -1,5 +1,6 @@
 """Build hook: record the shipped TOML catalogs' parse (`ncclpm/_toml_snapshot.json`, read by
-`ncclpm.resources.read_toml` while each file's hash still matches) and compile the optional C modules: the opcode
+`ncclpm.resources.read_toml` while each file's hash still matches) and the report templates' compiled code
+(`ncclpm/_templates_snapshot.bin`, `ncclpm.render.template_code`), and compile the optional C modules: the opcode
 scanner (`ncclpm/ingest/_frscan.c`), the dump decoder (`ncclpm/ingest/_frdecode.c`) and the text path's anchor
 matcher and line cutter (`ncclpm/ingest/_textcut.c`).
 
@@ -17,6 +18,7 @@ import sys
 import sysconfig
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
@@ -45,17 +47,31 @@ def _compile(root: Path, src: Path, out: Path) -> bool:
     return True
 
 
-def _write_snapshot(root: Path, out: Path) -> None:
-    """`ncclpm.resources.write_toml_snapshot`, loaded by path (the package is not importable in the build env);
-    any failure leaves the snapshot out and the catalogs are parsed from TOML at each run."""
-    try:
-        spec = importlib.util.spec_from_file_location("_ncclpm_resources", root / "src/ncclpm/resources.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        module.write_toml_snapshot(root / "parsers", out)
-    except Exception as exc:  # a build must not fail for a start-up speed-up
-        print(f"ncclpm: TOML snapshot not written ({exc}); catalogs are parsed at each run", file=sys.stderr)
+def _module(root: Path, name: str, path: str) -> Any:
+    """A module of the package loaded by path (the package itself is not importable in the build env)."""
+    spec = importlib.util.spec_from_file_location(name, root / path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _write_snapshots(root: Path, folder: Path) -> list[str]:
+    """`ncclpm.resources.write_toml_snapshot` and `ncclpm.render.template_code.write_template_snapshot` into
+    `folder`; returns the files written. A failure leaves that snapshot out: the catalogs are then parsed, the
+    templates compiled, at each run."""
+    written = []
+    for name, path, function, source in (
+        ("_toml_snapshot.json", "src/ncclpm/resources.py", "write_toml_snapshot", "parsers"),
+        ("_templates_snapshot.bin", "src/ncclpm/render/template_code.py", "write_template_snapshot", "templates"),
+    ):
+        try:
+            module = _module(root, f"_ncclpm_{function}", path)
+            getattr(module, function)(root / source, folder / name)
+            written.append(name)
+        except Exception as exc:  # a build must not fail for a start-up speed-up
+            print(f"ncclpm: {name} not written ({exc}); done at each run instead", file=sys.stderr)
+    return written
 
 
 class CustomBuildHook(BuildHookInterface):
@@ -63,12 +79,11 @@ class CustomBuildHook(BuildHookInterface):
         root = Path(self.root)
         tmp = None
         if version == "editable":
-            _write_snapshot(root, root / "src/ncclpm/_toml_snapshot.json")
+            _write_snapshots(root, root / "src/ncclpm")
         else:
             tmp = Path(tempfile.mkdtemp(prefix="ncclpm-build-"))
-            _write_snapshot(root, tmp / "_toml_snapshot.json")
-            if (tmp / "_toml_snapshot.json").is_file():
-                build_data["force_include"][str(tmp / "_toml_snapshot.json")] = "ncclpm/_toml_snapshot.json"
+            for name in _write_snapshots(root, tmp):
+                build_data["force_include"][str(tmp / name)] = f"ncclpm/{name}"
         for src in SOURCES:
             name = src.stem + (sysconfig.get_config_var("EXT_SUFFIX") or ".so")
             if version == "editable":

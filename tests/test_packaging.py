@@ -31,7 +31,12 @@ def test_wheel_installs_and_diagnoses_from_another_directory(tmp_path: Path) -> 
     )
     assert json.loads(out.stdout)["category"] == "nvml_driver_failure"
     where = subprocess.run(
-        [py, "-c", "import ncclpm.resources as r; print(r.data_dir('templates'), len(r._snapshot()))"],
+        [
+            py,
+            "-c",
+            "import ncclpm.resources as r, ncclpm.render.template_code as t; "
+            "print(r.data_dir('templates'), len(t.read_snapshot().codes), len(r._snapshot()))",
+        ],
         cwd=work,
         capture_output=True,
         text=True,
@@ -39,6 +44,7 @@ def test_wheel_installs_and_diagnoses_from_another_directory(tmp_path: Path) -> 
     ).stdout
     assert "site-packages" in where and "_data" in where
     assert int(where.split()[-1]) >= 15, "the wheel records the catalogs' parse (hatch_build.py)"
+    assert int(where.split()[-2]) >= 9, "and the templates' compiled code"
     assert list(work.iterdir()) == [], "nothing is written to the working directory"
 
 

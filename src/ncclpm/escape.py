@@ -39,6 +39,7 @@ _SURROGATE = re.compile(r"[\ud800-\udfff]")
 # Every character a name must not carry (archives replace each with "?"): controls, bidi, separators, surrogates.
 UNSAFE_IN_NAMES = re.compile(_CONTROLS.pattern[:-1] + r"\r\n\t\u2028\u2029\ud800-\udfff]")
 _BREAKS = re.compile(r"\s*\n\s*")
+_SHOWN_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 but tab and newline, DEL, C1
 
 
 class Escaped(str):
@@ -60,6 +61,12 @@ def plain(value: Any) -> str:
     text = _SEPARATORS.sub("\n", _str(value))
     text = _SEQUENCES.sub("", text)
     return _SURROGATE.sub(_surrogate, _CONTROLS.sub("", text))
+
+
+def controls_shown(value: Any) -> str:
+    """Text for a terminal with its control characters (ESC sequences, carriage returns, bells) shown as `?`
+    (the diff's texts: where a value had one is part of what differs)."""
+    return _SHOWN_CONTROLS.sub("?", "" if value is None else str(value))
 
 
 def one_line(value: Any) -> str:

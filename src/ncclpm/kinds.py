@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ncclpm.ascii_classes import ascii_classes
 from ncclpm.resources import data_dir, read_toml
 
 KINDS_FILE = "kinds.toml"
@@ -55,7 +56,7 @@ def _readings(raw: list, where: str) -> tuple[Reading, ...]:
             raise KindError(f"{where}: a [[kind.reading]] has `set = {{attr = value}}` and an optional `when` regex")
         if not isinstance(r.get("when", ""), str):
             raise KindError(f"{where}: `when` must be a regex string")
-        out.append(Reading(dict(r["set"]), r.get("when")))
+        out.append(Reading(dict(r["set"]), None if r.get("when") is None else ascii_classes(r["when"])))
     return tuple(out)
 
 

@@ -53,7 +53,7 @@ EVENT_FIELDS: dict[str, pl.DataType] = {
     "peer_dtype": pl.String(),
     # Attributes set by the kind declarations (parsers/kinds.toml), not by regex groups:
     "victim": pl.Boolean(),  # printed because ANOTHER rank failed (never makes its rank a culprit)
-    "net_class": pl.String(),  # network errors: ib / interface / connect / closed / remote_exited
+    "net_class": pl.String(),  # network errors: ib / interface / connect / closed / remote_exited; a lost peer: store
     "strength": pl.Float64(),  # how much the line alone proves its cause (network errors, GPU/driver faults; 0-1)
     "exhausted": pl.String(),  # DataLoader failures: the resource that ran out (shm / fds)
 }

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import polars as pl
 
+from ncclpm.ascii_classes import ascii_classes
 from ncclpm.ingest import envelopes as env_mod
 from ncclpm.ingest.envelopes import Envelope
 from ncclpm.kinds import KINDS_FILE, KindDecl, KindError, load_kinds, merge_kinds, unknown_kind_message
@@ -127,8 +128,9 @@ def _pattern(raw: dict, origin: str, kinds: dict[str, KindDecl], compile_it: boo
             raise CatalogError(f"{where}: field {name!r} is not an events column (see schema.EVENT_FIELDS)")
         if dtype not in DTYPE_NAMES:
             raise CatalogError(f"{where}: unknown dtype {dtype!r} (known: {sorted(DTYPE_NAMES)})")
-    _check_regex(raw["regex"], where, compile_it)
-    groups = set(re.findall(r"\(\?P?<([A-Za-z_]\w*)>", raw["regex"]))
+    regex = ascii_classes(raw["regex"])
+    _check_regex(regex, where, compile_it)
+    groups = set(re.findall(r"\(\?P?<([A-Za-z_]\w*)>", regex))
     if groups != set(fields):
         raise CatalogError(f"{where}: named groups {sorted(groups)} differ from fields {sorted(fields)}")
     severity = raw.get("severity", "info")
@@ -150,7 +152,7 @@ def _pattern(raw: dict, origin: str, kinds: dict[str, KindDecl], compile_it: boo
         id=raw["id"],
         kind=raw["kind"],
         anchors=anchors,
-        regex=raw["regex"],
+        regex=regex,
         fields=fields,
         severity=severity,
         origin=origin,

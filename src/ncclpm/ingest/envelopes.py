@@ -15,6 +15,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ncclpm.ascii_classes import ascii_classes
+
 COLUMNS = ("rank", "local_rank", "role", "host", "pid", "ts", "level")
 # a full date; a US one (month/day/year); glog's month-day without a year (the year comes from the job)
 TS_FORMATS = ("iso", "mdy", "mmdd")
@@ -63,8 +65,9 @@ def parse_envelope(
     for key in ("id", "slot", "regex"):
         if key not in raw:
             raise error(f"{where}: missing key {key!r}")
-    check_regex(raw["regex"], where)
-    groups = set(_GROUP.findall(raw["regex"]))
+    regex = ascii_classes(raw["regex"])
+    check_regex(regex, where)
+    groups = set(_GROUP.findall(regex))
     bad = sorted(g for g in groups if g in RESERVED_GROUPS or g.startswith("_"))
     if bad:
         raise error(f"{where}: group names {bad} are reserved (source, line, raw, message, _*)")
@@ -84,9 +87,9 @@ def parse_envelope(
         raise error(f"{where}: `level` is either a column (a group) or a [level] table, not both")
     if level and not groups:
         raise error(f"{where}: a [level] table needs a named group to tell the lines this envelope matched")
-    head = raw.get("head", raw["regex"])
+    head = ascii_classes(raw.get("head", raw["regex"]))
     check_regex(head, f"{where} head")
-    for rx, what in ((raw["regex"], "regex"), (head, "head")) if compile_it else ():
+    for rx, what in ((regex, "regex"), (head, "head")) if compile_it else ():
         try:
             re.compile(to_python(rx))
         except re.error as exc:
@@ -96,7 +99,7 @@ def parse_envelope(
     return Envelope(
         id=raw["id"],
         slot=raw["slot"],
-        regex=raw["regex"],
+        regex=regex,
         origin=origin,
         examples=examples,
         columns=columns,

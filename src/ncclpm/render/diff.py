@@ -4,29 +4,20 @@ Slack Block Kit built in Python. Reads only the diff model (`ncclpm.diff_model`)
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from typing import Any
 
 from ncclpm import __version__
 from ncclpm.diff_model import DiffReport
+from ncclpm.escape import controls_shown
 from ncclpm.render.jinja import environment
 
 SLACK_MAX = 3000
 SLACK_DIFFS = 5
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def plain(value: Any) -> str:
-    """Text for a terminal: control characters (ESC sequences, carriage returns, bells) shown as `?`."""
-    return _CONTROL.sub("?", "" if value is None else str(value))
 
 
 def _template(name: str, **ctx: Any) -> str:
-    env = environment()
-    if "plain" not in env.filters:
-        env.filters["plain"] = plain
-    return env.get_template(name).render(**ctx)
+    return environment().get_template(name).render(**ctx)
 
 
 def render_md(r: DiffReport) -> str:
@@ -46,7 +37,7 @@ def render_json(r: DiffReport) -> str:
 
 
 def _slack_escape(value: Any, limit: int = 300) -> str:
-    text = " ".join(plain(value).split()).replace("`", "'")
+    text = " ".join(controls_shown(value).split()).replace("`", "'")
     text = text if len(text) <= limit else text[: limit - 1] + "…"
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 

@@ -13,7 +13,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined, pass_context, select_autoescape
+from jinja2 import Environment, pass_context
 from jinja2.runtime import Context
 from markupsafe import Markup
 
@@ -21,6 +21,7 @@ from ncclpm import escape
 from ncclpm.clamp import duration_text
 from ncclpm.model import Diagnosis
 from ncclpm.render.rankview import rank_groups, rank_table
+from ncclpm.render.template_code import new_environment, read_snapshot
 from ncclpm.render.words import facts_line, story_date, story_times
 from ncclpm.resources import data_dir
 
@@ -57,28 +58,20 @@ def _finalize(ctx: Context, value: Any) -> Any:
 
 @lru_cache(maxsize=1)
 def environment() -> Environment:
-    env = Environment(
-        loader=FileSystemLoader(str(data_dir("templates"))),
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=select_autoescape(enabled_extensions=("html", "html.j2"), default_for_string=False),
-        finalize=_finalize,
-    )
-    env.filters.update(
-        duration_ms=_duration_ms,
-        ts=_ts,
-        md_text=escape.md_text,
-        md_cell=escape.md_cell,
-        md_span=escape.md_span,
-        md_code=escape.md_code,
-        md_block=escape.md_block,
-        md_prose=escape.md_prose,
-        md_fenced=escape.md_fenced,
-        md_quote=_md_quote,
-    )
-    return env
+    filters = {
+        "duration_ms": _duration_ms,
+        "ts": _ts,
+        "md_text": escape.md_text,
+        "md_cell": escape.md_cell,
+        "md_span": escape.md_span,
+        "md_code": escape.md_code,
+        "md_block": escape.md_block,
+        "md_prose": escape.md_prose,
+        "md_fenced": escape.md_fenced,
+        "md_quote": _md_quote,
+        "plain": escape.controls_shown,  # the diff's templates
+    }
+    return new_environment(data_dir("templates"), _finalize, filters, read_snapshot())
 
 
 def render_template(name: str, d: Diagnosis, **extra: Any) -> str:

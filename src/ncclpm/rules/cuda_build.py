@@ -13,13 +13,15 @@ from ncclpm.schema import Category
 
 
 class CudaBuildDoesNotFit(Rule):
-    """The CUDA build does not fit the machine: a runtime newer than the driver, or no kernels for the GPU.
+    """The CUDA build does not fit the machine: newer than the driver, no kernels for the GPU, or no CUDA/NCCL at all.
 
     ## What it detects
     `CUDA driver version is insufficient for CUDA runtime version` (a wheel or container built for a newer CUDA
     than the node's driver supports), `no kernel image is available for execution on the device` / NCCL's
-    `Cuda failure 'invalid device function'` (kernels built for other GPU architectures), and torch's warning
-    that a GPU's `CUDA capability sm_NN is not compatible with the current PyTorch installation`.
+    `Cuda failure 'invalid device function'` (kernels built for other GPU architectures), torch's warning
+    that a GPU's `CUDA capability sm_NN is not compatible with the current PyTorch installation`, and a build
+    with no CUDA or NCCL at all (`Torch not compiled with CUDA enabled`, `Distributed package doesn't have NCCL
+    built in`: a CPU-only wheel, or Windows/macOS where torch has no NCCL).
 
     ## Why it matters
     The driver and the GPU are fine; the software installed on them is the wrong build. Draining the node,
@@ -48,23 +50,39 @@ class CudaBuildDoesNotFit(Rule):
             "12.8); a custom build needs `TORCH_CUDA_ARCH_LIST` to include it.",
             when="the build has no kernels for the GPU's architecture",
         ),
+        "backend": Fix(
+            "Install a CUDA build of torch on the GPU nodes (`pip install torch --index-url "
+            "https://download.pytorch.org/whl/cu126`; `torch.version.cuda` must not be `None`); NCCL exists only "
+            'in Linux CUDA builds: on Windows or macOS use `init_process_group(backend="gloo")`.',
+            when="the build has no CUDA or no NCCL",
+        ),
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         return t.kinds(K.cuda_build_mismatch).sort("ts", "source", "line", nulls_last=True)
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
-        driver = ev["detail"].fill_null("").str.contains("driver version is insufficient").any()
-        arch = not ev.filter(~pl.col("detail").fill_null("").str.contains("driver version is insufficient")).is_empty()
+        # `value` names what the build lacks altogether (CUDA, NCCL): read first, it decides alone
+        lacking = sorted(set(ev["value"].drop_nulls().to_list()))
+        fits = ev.filter(pl.col("value").is_null())
+        driver = fits["detail"].fill_null("").str.contains("driver version is insufficient").any()
+        arch = not fits.filter(
+            ~pl.col("detail").fill_null("").str.contains("driver version is insufficient")
+        ).is_empty()
         ranks = tuple(sorted(set(ev["rank"].drop_nulls().to_list())))
         ran = f"{ranks_text(ranks)} ran" if ranks else "the job ran"
         what = (
-            f"{ran.capitalize()} a CUDA runtime newer than the node's driver supports"
+            f"The torch build {ran} has no {' or '.join(lacking)} support"
+            if lacking
+            else f"{ran.capitalize()} a CUDA runtime newer than the node's driver supports"
             if driver and not arch
             else f"The build {ran} has no CUDA kernels for this GPU's architecture"
             if arch and not driver
             else f"The build {ran} does not fit the node (its driver and its GPU architecture)"
         )
+        if lacking:
+            ev = ev.sort(pl.col("value").is_null())  # quote what the build lacks first
+            driver = arch = False
         return self.finding(
             culprit_ranks=ranks,
             summary=f"{what}: `{ev['detail'][0]}`. The installed build is wrong for this machine; "
@@ -72,9 +90,14 @@ class CudaBuildDoesNotFit(Rule):
             explanation="A torch wheel (and the NCCL inside it) is built for one CUDA version and a list of GPU "
             "architectures. A driver older than that CUDA version refuses to run it; a GPU whose architecture is "
             "not in the list has no kernels to run. Either way every process on such a node fails at its first "
-            "GPU call, and collectives with it fail or time out.",
+            "GPU call, and collectives with it fail or time out."
+            if not lacking
+            else "A CPU-only wheel has no CUDA, and only Linux CUDA wheels carry NCCL: the process fails at its first "
+            "GPU call or at `init_process_group(backend='nccl')`, on every machine where this build is installed.",
             evidence=quotes(ev, 4),
-            fixes=self.fixes(*(["driver"] if driver else []), *(["arch"] if arch else [])),
+            fixes=self.fixes(
+                *(["driver"] if driver else []), *(["arch"] if arch else []), *(["backend"] if lacking else [])
+            ),
             dont=(
                 "Do not drain the node or reload the driver: the same build fails on every node like it.",
                 "NCCL settings (`NCCL_P2P_DISABLE`, `NCCL_IB_DISABLE`) do not change which CUDA build runs.",

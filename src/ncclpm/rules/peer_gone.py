@@ -27,7 +27,16 @@ def peer_left_first(t: Tables) -> bool:
     # a store wait for the NCCL id that the store's dropped connection ended is this very loss, not another cause
     explained = t.kinds(*EXPLAINED_KINDS)
     lost = explained.filter(pl.col("kind") == K.store_error).join(closed, on=["source", "line"], how="semi")
-    return explained.height == lost.height and not crashed_ranks(t)
+    # so is torchrun's agent failing its rendezvous after the store's host went away (same file, later)
+    store_gone = (
+        closed.filter(pl.col("net_class") == "store").group_by("source").agg(pl.col("line").min().alias("_gone"))
+    )
+    agent = (
+        explained.filter(pl.col("kind") == K.rendezvous_timeout)
+        .join(store_gone, on="source")
+        .filter(pl.col("line") > pl.col("_gone"))
+    )
+    return explained.height == lost.height + agent.height and not crashed_ranks(t)
 
 
 class PeerProcessGone(Rule):
@@ -36,7 +45,8 @@ class PeerProcessGone(Rule):
     ## What it detects
     gloo's `Connection closed by peer [ADDR]:PORT` (torch 2.x adds "This is typically caused by a remote worker
     crashing") or `Read error ...: Connection reset by peer` raised by a collective, the c10d store's connection
-    dropping under a rank that waited in it (`failed to recv, got 0 bytes`; `retrieving ncclUniqueId from [0] ...
+    dropping under a rank that waited in it (`failed to recv, got 0 bytes`, torch >= 2.2 `Failed to recv, got 0 bytes.
+    Connection was likely closed. Did the remote server shutdown or crash?`; `retrieving ncclUniqueId from [0] ...
     got error: Connection reset by peer` names the rank waited for), with no collective timeout before it and no
     other rank's own error in the files.
 
@@ -83,12 +93,16 @@ class PeerProcessGone(Rule):
         peer = f" at {first['peer']}" if first["peer"] else ""
         if first["local_rank"] is not None:  # NCCL's service thread names a process of its own node
             peer = f" of local rank {first['local_rank']}" + (f" on {first['host']}" if first["host"] else "")
+        store = first["net_class"] == "store"  # the connection lost was the c10d store's, not a collective's
+        if store and not gone:
+            peer = f" hosting the c10d store{peer} (rank 0's, or torchrun's agent on the first node)"
         who = ranks_text(gone) if gone else f"the process{peer}"
         seen_by = ranks_text(survivors) if survivors else "this process"
+        during = f"while {seen_by} waited in the c10d store" if store else "in the middle of a collective"
         return self.finding(
             confidence=self.base_confidence + (0.1 if gone else 0.0),  # why it went away is still not known
             culprit_ranks=gone,
-            summary=f"{who[:1].upper()}{who[1:]} went away in the middle of a collective: {seen_by} lost "
+            summary=f"{who[:1].upper()}{who[1:]} went away {during}: {seen_by} lost "
             f"{'its' if len(survivors) < 2 else 'their'} connection to it (`{said(first['text'], t.line_prefix)}`)"
             + (f"; it last logged `{said(last['last_activity'][0], t.line_prefix, 80)}`" if not last.is_empty() else "")
             + (

@@ -10,7 +10,7 @@ from ncclpm.clamp import MAX_LISTED_RANKS
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.model import said
-from ncclpm.rules._facts import in_context
+from ncclpm.rules._facts import in_context, progress_before
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.rules.store_wait import store_waits
 from ncclpm.schema import Category
@@ -38,8 +38,9 @@ class ProcessGroupNeverFormed(Rule):
     port)`, `The server socket has failed to listen ... EADDRINUSE`, `RendezvousTimeoutError`, the elastic
     agent's own store timeouts (`Socket Timeout` under `_assign_worker_ranks`), and a connection error raised
     inside `init_process_group`'s frames (`DistNetworkError: Connection reset by peer`: likely only, it does not
-    say why). Store waits after the group formed (a rank waiting for another's NCCL id or DataLoader seed) are
-    WT01's: a busy rank, not a rendezvous.
+    say why). Store waits after the group formed (a rank waiting for another's NCCL id or DataLoader seed,
+    torchrun's exit barrier) are WT01's: a busy rank, not a rendezvous; store and rendezvous errors after the
+    job made progress are not the group never forming either.
 
     ## Why it matters
     Nothing ran yet: no NCCL or model problem is involved. The cause is in the launch - a rank that never
@@ -74,10 +75,16 @@ class ProcessGroupNeverFormed(Rule):
     def evidence(self, t: Tables) -> pl.DataFrame:
         # Store waits after the group formed are the waiting side of a busy rank (WT01), not a rendezvous.
         later = store_waits(t).select("source", "line")
-        ev = t.kinds(*INIT_KINDS).join(later, on=["source", "line"], how="anti")
+        # after the job had made progress the group had formed: an agent losing its store then (the store's host
+        # gone) or a re-rendezvous after a failure is not the group never forming
+        ran = progress_before(t, t.kinds(K.rendezvous_timeout, K.store_connect)).select("source", "line")
+        ev = t.kinds(*INIT_KINDS).join(pl.concat([later, ran]), on=["source", "line"], how="anti")
         name = pl.col("error_type").str.split(".").list.last()  # `torch.distributed.DistNetworkError`
         raised = t.kinds(K.exception).filter(name.is_in(CONNECTION_ERRORS))
-        in_init = in_context(t, raised, [K.frame_init, K.frame_rendezvous]).join(ev, on=["source", "line"], how="anti")
+        later = pl.concat([later, progress_before(t, raised).select("source", "line")])
+        in_init = in_context(t, raised, [K.frame_init, K.frame_rendezvous]).join(
+            pl.concat([ev.select("source", "line"), later]), on=["source", "line"], how="anti"
+        )
         return pl.concat([ev, in_init]).sort("ts", "source", "line", nulls_last=True)
 
     def _culprits(self, t: Tables, ev: pl.DataFrame) -> tuple[tuple[int, ...], str]:

@@ -29,12 +29,17 @@ def store_waits(t: Tables) -> pl.DataFrame:
         .with_columns(pl.col("subject_rank").alias("awaited"), pl.lit("nccl_id").alias("how"))
     )
     timeouts = t.kinds(K.store_timeout)
+    # torchrun's agent at its exit barrier: its own workers had finished, another node's had not
+    exit_wait = in_context(t, timeouts, [K.exit_barrier]).with_columns(
+        pl.lit(None, pl.Int64).alias("awaited"), pl.lit("exit_barrier").alias("how")
+    )
+    timeouts = timeouts.join(exit_wait.select("source", "line"), on=["source", "line"], how="anti")
     seed = in_context(t, timeouts, [K.frame_dataloader]).with_columns(
         pl.lit(SEED_PUBLISHER, pl.Int64).alias("awaited"), pl.lit("dataloader_seed").alias("how")
     )
     later = progress_before(t, timeouts.join(seed.select("source", "line"), on=["source", "line"], how="anti"))
     later = later.with_columns(pl.lit(None, pl.Int64).alias("awaited"), pl.lit("after_start").alias("how"))
-    frames = [f.select(*t.events.columns, "awaited", "how") for f in (nccl_id, seed, later)]
+    frames = [f.select(*t.events.columns, "awaited", "how") for f in (nccl_id, seed, later, exit_wait)]
     return pl.concat(frames).sort("ts", "source", "line", nulls_last=True)
 
 
@@ -45,8 +50,9 @@ class RankAwaitedThroughStore(Rule):
     ## What it detects
     `[7] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key
     '0', but store->get('0') got error: Socket Timeout` (torch ≤ 2.0 spells it `retreiving`), a `Socket
-    Timeout` / `wait timeout` raised inside a DataLoader (its shared-seed exchange waits for rank 0), and store
-    timeouts after the job had already made progress.
+    Timeout` / `wait timeout` raised inside a DataLoader (its shared-seed exchange waits for rank 0), store
+    timeouts after the job had already made progress, and torchrun's agent giving up at its exit barrier (`Error
+    waiting on exit barrier`: its workers had finished, another node's were still running).
 
     ## Why it matters
     The store answered - the process group had formed - so this is not a rendezvous failure. NCCL creates a
@@ -74,12 +80,21 @@ class RankAwaitedThroughStore(Rule):
             "Or raise the timeout that applies: `init_process_group(timeout=timedelta(hours=2))`, Trainer's "
             "`ddp_timeout`, accelerate's `InitProcessGroupKwargs(timeout=...)`, DeepSpeed's `timeout`."
         ),
+        "finish_together": Fix(
+            "Let every rank finish together: end the script with `dist.barrier()` after the last rank-local step "
+            "(the final checkpoint save, an evaluation), then `dist.destroy_process_group()`; torchrun's agents "
+            "wait only 300 s for each other at the exit barrier, and an agent that gives up takes the "
+            "rendezvous store with it.",
+            when="only torchrun's exit barrier timed out",
+        ),
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         return store_waits(t)
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
+        if set(ev["how"].to_list()) == {"exit_barrier"}:
+            return self._exit_barrier(t, ev)
         awaited = sorted(set(ev["awaited"].drop_nulls().to_list()))
         waiting = sorted(set(ev["rank"].drop_nulls().to_list()) - set(awaited))
         busy = rank_local_work(t, awaited, attribute_unranked=True)
@@ -104,11 +119,34 @@ class RankAwaitedThroughStore(Rule):
             f"rank that had not reached the same point yet. {who.capitalize()} was doing rank-local work (typically "
             "dataset tokenisation or loading on the main process) or had died; its own log decides which.",
             evidence=quotes(busy, 2) + quotes(ev, 4),
-            fixes=self.fixes(),
+            fixes=self.fixes("move_work", "raise_timeout"),
             dont=(
                 "Do not debug the network or the store address: the store answered.",
                 "`NCCL_TIMEOUT` is read by nothing; the store's wait uses the process group's timeout.",
             ),
             verify=(f"{who.capitalize()}'s log shows what it was doing at that time; it is not an error of its own.",),
             facts={"victim_ranks": waiting},
+        )
+
+    def _exit_barrier(self, t: Tables, ev: pl.DataFrame) -> Finding:
+        """Only torchrun's exit barrier timed out: this node's workers were done, another node's were not."""
+        waited = t.kinds(K.exit_barrier)["count"].drop_nulls().max()
+        after = f" {waited} s" if waited is not None else ""
+        return self.finding(
+            confidence=self.base_confidence - 0.1,  # who was still running, and why, is in another node's log
+            culprit_ranks=(),
+            summary=f"This node's workers had finished; its torchrun agent waited{after} at the exit barrier for "
+            "the other nodes' agents and gave up: ranks on another node were still running (a final checkpoint "
+            "save or an evaluation on one rank, most often) or were stuck.",
+            explanation="torchrun's agent waits, once its own workers have exited, for every other node's agent at "
+            "an exit barrier in the rendezvous store. Its timeout means the group had formed and the job had run: "
+            "another node's workers had not finished 300 s after these. When the agent hosting the rendezvous "
+            "store gives up and exits, the other agents then lose the store and stop their workers.",
+            evidence=quotes(t.kinds(K.exit_barrier).filter(pl.col("count").is_not_null()), 1) + quotes(ev, 3),
+            fixes=self.fixes("finish_together"),
+            dont=("Do not debug MASTER_ADDR or the rendezvous: it had formed and the job ran.",),
+            verify=(
+                "The other nodes' logs show their ranks still working (or stuck) more than 300 s after this "
+                "node's workers finished.",
+            ),
         )
