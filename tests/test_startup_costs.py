@@ -112,22 +112,16 @@ def test_the_command_writes_its_output_file_whole(tmp_path: Path) -> None:
 
 
 def test_an_anchor_cut_by_newlines_is_found_with_its_metacharacters_literal() -> None:
-    import polars as pl
+    import re
 
-    from ncclpm.ingest.rawscan import cut_by_newlines, hit_line_regex
+    from ncclpm.ingest.rawscan import hit_line_regex
 
     anchor = "a.b(c)|d[e]{f}^$*+?\\g"
-    texts = [
-        "x a.b(c)|d[e]{f}\n^$*+?\\g y",  # cut once
-        "a.b(\nc)|d[e]{f}^$*+?\n\\g",  # cut twice
-        "a.b(c)|d[e]{f}^$*+?\\g\nnext line",  # whole on its line
-        "a.b(c)|d[e]{f}^$*+?\ng",  # the backslash is a character to find
-        "aXb(c)|d[e]{f}\n^$*+?\\g",  # so is the dot
-        "zz\nzz",  # two anchors, neither cut
-    ]
-    series, anchors = pl.Series(texts), (anchor, "zz")
-    got = cut_by_newlines(series, series.str.extract_all(hit_line_regex(anchors)), anchors).to_list()
-    assert got == [True, True, False, False, False, False]
+    rx = re.compile(hit_line_regex((anchor, "zz"), across_newlines=True))
+    assert rx.search("x a.b(c)|d[e]{f}\n^$*+?\\g y")
+    assert rx.search("a.b(c)|d[e]{f}^$*+?\\g")
+    assert not rx.search("a.b(c)|d[e]{f}^$*+?g")  # the backslash is a character to find
+    assert not rx.search("aXb(c)|d[e]{f}^$*+?\\g")  # so is the dot
 
 
 def test_parse_lines_of_no_text_has_the_schema_of_parse_lines_of_text() -> None:
@@ -174,41 +168,6 @@ def test_a_wrong_rule_is_refused_before_the_paste_is_read_and_polars_loaded() ->
     assert got == {"code": 2, "polars": False, "read": "[rank0]: pasted\n"}  # the paste was left unread
 
 
-def test_both_ways_of_finding_cut_anchors_agree(monkeypatch) -> None:
-    """Small texts are checked for anchors cut by newlines by a regex cheap to compile, big ones by one pass of a
-    regex that matches across newlines: the same texts go the slow way, the others get the same hit lines."""
-    import polars as pl
-
-    from ncclpm.api import catalog
-    from ncclpm.ingest import lines as lines_mod
-
-    hit = "[rank0]:[E1218 10:00:00.000000 1 ProcessGroupNCCL.cpp:1] Watchdog caught collective operation timeout"
-    texts = [
-        hit,
-        f"a\n{hit}\nb\n",
-        hit.replace("Watchdog caught", "Watchdog ca\nught") + "\nnext",
-        hit.replace("collective", "col\nlec\ntive"),
-        "NCCL WA\nRN Timeout waiting\n" + hit,
-        "é 漢字\n" + hit + "\r\n\r\n",
-        "no anchor here\n" * 50,
-        "",
-    ]
-    texts += [
-        p.read_text(encoding="utf-8", errors="replace") for p in sorted((ROOT / "tests" / "cases").rglob("*.log"))
-    ]
-    anchors = list(catalog().anchors)
-
-    def slow_and_hits(limit: int) -> tuple[set[int], list[list[str]]]:
-        monkeypatch.setattr(lines_mod, "CUT_CHECK_BYTES", limit)
-        hits, cut = lines_mod._hit_lines(pl.Series(texts), [True] * len(texts), anchors)
-        slow = cut | {i for i, lines in enumerate(hits) if any("\n" in line for line in lines)}
-        return slow, [lines for i, lines in enumerate(hits) if i not in slow]
-
-    cheap, one_pass = slow_and_hits(1 << 40), slow_and_hits(-1)
-    assert cheap == one_pass
-    assert {2, 3, 4} <= cheap[0] and not {0, 1, 5, 6, 7} & cheap[0]
-
-
 def test_the_template_snapshot_is_compiled_as_the_run_time_environment_compiles() -> None:
     """The snapshot's environment has placeholder filters: every template must come out of it as the same Python
     source as out of the run-time one (a filter added to one and not the other fails here)."""
@@ -246,3 +205,18 @@ def test_a_template_snapshot_is_used_only_while_the_template_is_unchanged(tmp_pa
     assert env().get_template("a.md").render() == "edited\n"  # another source: compiled afresh
     out.write_bytes(b"\x00not marshal")
     assert tc.read_snapshot(out).codes == {}  # a damaged snapshot is no snapshot
+
+
+def test_a_job_without_dumps_does_not_load_the_dump_reader() -> None:
+    """The flight-recorder reader (its modules, `pickle`) is ~7 ms of imports a text job does not need (Jinja, for
+    the Markdown report, loads `pickle` itself)."""
+    code = (
+        "import sys\nfrom ncclpm.cli import main\n"
+        "try:\n    main(sys.argv[1:], prog_name='ncclpm')\nexcept SystemExit:\n    pass\n"
+        "dump = ('ncclpm.ingest.flight_recorder', 'ncclpm.ingest.fr_decode', 'pickle')\n"
+        "print(sorted(m for m in dump if m in sys.modules), file=sys.stderr)"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code, "diagnose", str(SAMPLE), "-f", "json"], capture_output=True, timeout=120
+    )
+    assert res.stderr.decode().strip().splitlines()[-1] == "[]"

@@ -37,11 +37,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import polars as pl
 
-from ncclpm.ingest.flight_recorder import FRLoad
 from ncclpm.schema import FRCulprit
+
+if TYPE_CHECKING:  # (the dump reader's modules load only for a job with dumps)
+    from ncclpm.ingest.flight_recorder import FRLoad
 
 SIZE_CHECKED_OPS = frozenset(
     {

@@ -25,7 +25,6 @@ from ncclpm.ingest.rawscan import (
     Block,
     Bytes,
     anchor_regex,
-    cut_by_newlines,
     cut_group,
     hit_line_regex,
     matcher,
@@ -40,7 +39,6 @@ from ncclpm.sources.discover import Source
 __all__ = ["anchor_regex", "read_kept_lines"]
 
 MAX_LINE_CHARS = 8192
-CUT_CHECK_BYTES = 1024**2  # small texts up to this size are checked for cut anchors by a regex cheap to compile
 SMALL_TEXT = 2 * 1024**2  # a text this small is read whole and re-joined (hard wraps) before the prefilter
 MAX_KEPT_LINES = 200_000  # per source (~1.5 kB each through the pipeline): see `_capped`
 TQDM_END = r"(\[\d+:\d{2}(?::\d{2})?<[^\]\r]{0,80}\])"
@@ -146,29 +144,21 @@ def _as_strings(texts: list[_Text], warnings: list[str], block: Block | None = N
     return pl.Series([bytes(t.data) for t in texts], dtype=pl.Binary).cast(pl.String)
 
 
-def _hit_lines(series: pl.Series, whole: list[bool], anchors: list[str]) -> tuple[list[list[str]], set[int]]:
-    """Every line of each text holding an anchor, and the small texts (`whole`: re-joined whole if hard-wrapped)
-    that may hold an anchor cut by newlines (to be read the slow way). Up to CUT_CHECK_BYTES of small texts, by
-    `rawscan.cut_by_newlines`: a regex cheap to compile, three passes; beyond, by one pass of a regex that also
-    matches an anchor cut by newlines (a hit line holding a newline: `cut_group` tells)."""
-    key = tuple(anchors)
-    small = [i for i, w in enumerate(whole) if w]
-    if series.str.len_bytes().gather(small).sum() <= CUT_CHECK_BYTES:
-        found = series.str.extract_all(hit_line_regex(key))
-        cut = cut_by_newlines(series.gather(small), found.gather(small), key).to_list() if small else []
-        return [lines or [] for lines in found.to_list()], {i for i, c in zip(small, cut, strict=True) if c}
+def _hit_lines(series: pl.Series, whole: list[bool], anchors: list[str]) -> list[list[str]]:
+    """Every line of each text holding an anchor (small texts re-joined whole: also an anchor cut by newlines,
+    as a match spanning lines), in one parallel query per pattern."""
     frame = pl.DataFrame({"text": series})
     idx = {w: [i for i, x in enumerate(whole) if x == w] for w in (False, True)}
     queries = {
-        w: frame[ix].lazy().select(pl.col("text").str.extract_all(hit_line_regex(key, across_newlines=w)))
+        w: frame[ix].lazy().select(pl.col("text").str.extract_all(hit_line_regex(tuple(anchors), across_newlines=w)))
         for w, ix in idx.items()
         if ix
     }
-    hits: list[list[str]] = [[] for _ in whole]
+    found: list[list[str]] = [[] for _ in whole]
     for w, result in zip(queries, pl.collect_all(list(queries.values())), strict=True):
         for i, lines in zip(idx[w], result.to_series().to_list(), strict=True):
-            hits[i] = lines or []
-    return hits, set()
+            found[i] = lines or []
+    return found
 
 
 def _scan(
@@ -190,9 +180,8 @@ def _scan(
     if (compiled := matcher(tuple(anchors))) is not None:
         frame, slow = scan_cut(compiled, [t.data for t in texts], first_lines, whole, following=bool(line_start))
     else:
-        found, cut = _hit_lines(strings, whole, anchors)
+        found = _hit_lines(strings, whole, anchors)
         frame, slow = cut_group([t.data for t in texts], found, first_lines, whole, following=bool(line_start))
-        slow |= cut
     del strings
     slow |= _may_join(frame, [i for i, t in enumerate(texts) if t.whole], line_start)
     for i, t in enumerate(texts):  # the rows are cut out: only the slow path reads a text again (less memory)

@@ -55,18 +55,6 @@ def hit_line_regex(anchors: tuple[str, ...], across_newlines: bool = False) -> s
     return f"[^\\n]*(?:{body})[^\\n]*"
 
 
-def cut_by_newlines(texts: pl.Series, hit_lines: pl.Series, anchors: tuple[str, ...]) -> pl.Series:
-    """Whether each text may hold an anchor cut by newlines (hard-wrapped inside it), from its lines holding an
-    anchor (`hit_lines`, by `hit_line_regex`): its anchors, in order, are not those of the text with its newlines
-    taken out. False only where no anchor occurrence crosses a newline, except one overlapping a longer anchor on
-    its line (such a text is then read the fast way). The regex is the one the kept lines are filtered with:
-    `hit_line_regex(across_newlines=True)` took ~12 ms to compile, at every run - most of a small job's scan; on
-    big texts its single pass is the cheaper one (the caller chooses)."""
-    rx = anchor_regex(anchors)
-    joined = texts.str.replace_all("\n", "", literal=True)
-    return hit_lines.list.join("\n").str.extract_all(rx).ne_missing(joined.str.extract_all(rx))
-
-
 def utf8_text(data: bytes) -> pl.Series | None:
     """`data` as a one-row string Series; None when it is not valid UTF-8 (validated in Rust, no Python str)."""
     try:

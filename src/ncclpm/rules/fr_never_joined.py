@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import polars as pl
 
-from ncclpm.analysis.fr_match import FRAnalysis
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.rules._facts import exceptions_not_victim
 from ncclpm.rules._fr_evidence import entry_evidence, last_entry_evidence
 from ncclpm.rules.base import Finding, Fix, Rule, ranks_text
 from ncclpm.schema import Category, FRCulprit
+
+if TYPE_CHECKING:  # (the dump reader's modules load only for a job with dumps)
+    from ncclpm.analysis.fr_match import FRAnalysis
 
 # What a culprit's own stack or log lines say it was doing -> the category it points to.
 FRAME_HINTS = (

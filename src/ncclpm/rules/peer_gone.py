@@ -16,13 +16,30 @@ from ncclpm.schema import Category
 
 # A collective that timed out first makes a closed connection its consequence (the aborting ranks close theirs).
 WAITED_FIRST = [K.collective_timeout, K.watchdog_status, K.heartbeat_stuck, K.monitored_barrier]
+ROOT_STRENGTH = 0.9  # the monitored barrier's root naming who never arrived (parsers/kinds.toml)
+
+
+def barrier_lost_peer(t: Tables) -> pl.DataFrame:
+    """A non-root rank's monitored-barrier failure (`received errors while waiting for send/recv from rank N`)
+    whose original exception, below it, is the peer's closed connection: rank N went away, it did not keep the
+    others waiting (a late root gives `Timed out waiting ... for recv` instead)."""
+    weak = t.kinds(K.monitored_barrier).filter(pl.col("strength").fill_null(0.0) < ROOT_STRENGTH)
+    closed = t.kinds(K.peer_closed).group_by("source", "rank").agg(pl.col("line").max().alias("_closed"))
+    if weak.is_empty() or closed.is_empty():
+        return weak.clear()
+    return (
+        weak.join(closed, on=["source", "rank"], nulls_equal=True)
+        .filter(pl.col("_closed") > pl.col("line"))
+        .drop("_closed")
+    )
 
 
 def peer_left_first(t: Tables) -> bool:
     """Ranks lost a peer's connection, nobody had waited on anyone before, and no rank's own error is in the files
     (that error would say why the peer left: CR01 and the rules of its kind read it)."""
     closed = t.kinds(K.peer_closed)
-    if closed.is_empty() or not t.kinds(*WAITED_FIRST).is_empty():
+    waited = t.kinds(*WAITED_FIRST).join(barrier_lost_peer(t), on=["source", "line"], how="anti")
+    if closed.is_empty() or not waited.is_empty():
         return False
     # a store wait for the NCCL id that the store's dropped connection ended is this very loss, not another cause
     explained = t.kinds(*EXPLAINED_KINDS)
@@ -48,7 +65,9 @@ class PeerProcessGone(Rule):
     dropping under a rank that waited in it (`failed to recv, got 0 bytes`, torch >= 2.2 `Failed to recv, got 0 bytes.
     Connection was likely closed. Did the remote server shutdown or crash?`; `retrieving ncclUniqueId from [0] ...
     got error: Connection reset by peer` names the rank waited for), with no collective timeout before it and no
-    other rank's own error in the files.
+    other rank's own error in the files. A non-root rank's monitored-barrier failure whose original exception is
+    that closed connection (`received errors while waiting for send/recv from rank 0` ... `Connection closed by
+    peer`) names the root as the process that went away.
 
     ## Why it matters
     A process that exits - a crash, a kill by the OOM killer, `sys.exit` on one rank - closes its sockets, and
@@ -86,6 +105,9 @@ class PeerProcessGone(Rule):
         # every rank but one lost the connection: that one went away (two processes: the other one)
         others = known_ranks(t) - set(survivors)
         gone = tuple(others) if survivors and len(others) == 1 else ()
+        barrier = barrier_lost_peer(t)["subject_rank"].drop_nulls().unique().to_list()
+        if not gone and len(barrier) == 1:  # the monitored barrier named whom it waited for: its root
+            gone = (int(barrier[0]),)
         if not gone and first["subject_rank"] is not None:  # the line names whom it waited for (the NCCL id)
             gone = (int(first["subject_rank"]),)
         last = t.ranks.filter(pl.col("rank").is_in(list(gone)) & pl.col("last_activity").is_not_null())
