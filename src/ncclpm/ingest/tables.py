@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -71,6 +71,8 @@ class Tables:
     nccl_log: bool = False  # the job holds NCCL's own log (NCCL_DEBUG output)
     line_prefix: str = ""  # the catalog's envelopes as a Python regex (reports strip them from quoted lines)
     code_sources: tuple[str, ...] = ()  # code and configuration files, read for settings only
+    # Facts the rules derive from these tables, computed once (`rules._memo.per_job`); every Tables has its own.
+    memo: dict[tuple, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def has(self, name: str) -> bool:
         """True when the table exists and holds rows (rules declare what they need)."""

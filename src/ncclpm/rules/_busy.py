@@ -14,6 +14,7 @@ from ncclpm.clamp import duration_text
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
 from ncclpm.rules._facts import BARRIER_SHAPED, timeouts, victim_lines
+from ncclpm.rules._memo import per_job
 
 
 def _first_symptom(t: Tables):
@@ -28,6 +29,7 @@ def _with_elapsed(t: Tables, act: pl.DataFrame) -> pl.DataFrame:
     return act.join(bars, on=["source", "line"], how="left")
 
 
+@per_job
 def rank_local_work(t: Tables, ranks: list[int], attribute_unranked: bool = False) -> pl.DataFrame:
     """One activity row per rank of `ranks` (where it started, with `bar_ms`/`bar_pct` and `attributed`)."""
     act = t.kinds(K.activity)

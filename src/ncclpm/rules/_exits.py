@@ -6,6 +6,7 @@ import polars as pl
 
 from ncclpm.ingest.tables import Tables
 from ncclpm.rules._facts import victim_ranks
+from ncclpm.rules._memo import per_job
 from ncclpm.rules.base import Fix
 from ncclpm.signals import EXIT_SIGNALS, NATIVE_CRASHES
 
@@ -31,6 +32,7 @@ def fatal_exit() -> pl.Expr:
     return pl.col("signal").is_in(FATAL_SIGNALS) | (pl.col("signal").is_null() & ~chosen)
 
 
+@per_job
 def unchosen_exits(t: Tables) -> pl.DataFrame:
     """The launcher's rows of ranks that ended by a fatal signal or an odd exit code (a SIGABRT only when the rank
     was not a victim: the watchdog aborts a rank whose collective timed out)."""

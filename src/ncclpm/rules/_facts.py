@@ -12,6 +12,7 @@ import polars as pl
 from ncclpm.clamp import MAX_LISTED_RANKS
 from ncclpm.ingest.tables import Tables
 from ncclpm.kinds import K
+from ncclpm.rules._memo import per_job
 
 VICTIM_KINDS = list(K.victims)  # declared `victim = true` in parsers/kinds.toml
 # A collective shaped like a barrier: NCCL implements `barrier()` as a 1-element ALLREDUCE (also what scalar
@@ -19,6 +20,7 @@ VICTIM_KINDS = list(K.victims)  # declared `victim = true` in parsers/kinds.toml
 BARRIER_SHAPED = ((pl.col("op") == "ALLREDUCE") & (pl.col("numel_in") == 1)) | (pl.col("op") == "BARRIER")
 
 
+@per_job
 def victim_lines(t: Tables) -> pl.DataFrame:
     """Events that show a rank waiting on, or torn down because of, another rank (the `victim` column: victim
     kinds, and exceptions whose message reads like one). Lines of a victim kind come first: they name the
@@ -31,6 +33,7 @@ def victim_ranks(t: Tables) -> set[int]:
     return set(victim_lines(t)["rank"].to_list())
 
 
+@per_job
 def timeouts(t: Tables) -> pl.DataFrame:
     return t.events.filter((pl.col("kind") == K.collective_timeout) & pl.col("rank").is_not_null())
 
@@ -66,6 +69,7 @@ def same_line(events: pl.DataFrame, kinds: list[str]) -> pl.DataFrame:
     return events.filter(pl.col("kind").is_in(kinds)).select("source", "line").unique()
 
 
+@per_job
 def exceptions_not_victim(t: Tables, exclude_kinds: list[str]) -> pl.DataFrame:
     """Exception lines (logs and error files) that are neither a victim symptom nor another rule's kind."""
     exc = t.events.filter(pl.col("kind").is_in([K.exception, K.dataloader_reraise]) & pl.col("rank").is_not_null())

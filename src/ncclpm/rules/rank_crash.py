@@ -11,6 +11,7 @@ from ncclpm.kinds import K
 from ncclpm.model import said
 from ncclpm.rules._exits import BUS_ERROR, unchosen_exits
 from ncclpm.rules._facts import exceptions_not_victim, victim_lines, victim_ranks
+from ncclpm.rules._memo import per_job
 from ncclpm.rules._why import QUIET_VERDICTS, first_timeout
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.schema import Category
@@ -30,9 +31,10 @@ EXPLAINED_KINDS = [
 ]
 
 
-def crashed_ranks(t: Tables) -> set[int]:
+@per_job
+def crashed_ranks(t: Tables) -> frozenset[int]:
     """Ranks that failed on their own before waiting on anyone (what this rule calls a crash)."""
-    return set(RankDiedFirst().evidence(t)["rank"].to_list())
+    return frozenset(RankDiedFirst().evidence(t)["rank"].to_list())
 
 
 class RankDiedFirst(Rule):
