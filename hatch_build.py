@@ -1,12 +1,12 @@
 """Build hook: record the shipped TOML catalogs' parse (`ncclpm/_toml_snapshot.json`, read by
 `ncclpm.resources.read_toml` while each file's hash still matches) and the report templates' compiled code
 (`ncclpm/_templates_snapshot.bin`, `ncclpm.render.template_code`), and compile the optional C modules: the opcode
-scanner (`ncclpm/ingest/_frscan.c`), the dump decoder (`ncclpm/ingest/_frdecode.c`) and the text path's line
-cutter (`ncclpm/ingest/_textcut.c`).
+scanner (`ncclpm/ingest/_frscan.c`), the dump decoder (`ncclpm/ingest/_frdecode.c`) and the text path's anchor
+matcher and line cutter (`ncclpm/ingest/_textcut.c`).
 
 No compiler, no Python headers, or any other failure: that module is left out and the Python code does the same
-work (slower: `fr_scan.scan_py`, the restricted unpickler in `fr_decode`, `rawscan.cut_rows`). Editable installs
-get the modules next to their sources.
+work (slower: `fr_scan.scan_py`, the restricted unpickler in `fr_decode`, the regex and `rawscan.cut_rows`).
+Editable installs get the modules next to their sources.
 """
 
 from __future__ import annotations

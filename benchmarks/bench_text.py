@@ -4,9 +4,11 @@ Usage: python benchmarks/bench_text.py [--ranks 512 --mb-per-rank 2 --dir /tmp/n
                                       [--baseline OTHER_CHECKOUT]
 Runs are interleaved (ncclpm, grep -E, grep -F, rg, ncclpm, ...) after a warm-up read of every file; the table
 shows median wall time, MB/s, median CPU time (user + system, less sensitive to a loaded machine), ncclpm's
-speed as a ratio of each tool's (by wall and by CPU), ncclpm's peak RSS (each run's, from `wait4`) against the
-input size, and the load average. ripgrep is Debian's `ripgrep` (skipped when absent). `--baseline` adds another
-checkout's ncclpm (its `src/` first on PYTHONPATH) to the interleaved runs, for A/B comparisons.
+speed as a ratio of each tool's (by wall and by CPU), then ncclpm's speed against grep -E's run by run (each pair
+of the same round), ncclpm's peak RSS (each run's, from `wait4`) against the input size, and the load average.
+The anchor lists are written beside the job (`DIR.anchors.fixed`, `DIR.anchors.ere`). ripgrep is Debian's
+`ripgrep` (skipped when absent). `--baseline` adds another checkout's ncclpm (its `src/` first on PYTHONPATH) to
+the interleaved runs, for A/B comparisons.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def main() -> None:
     from ncclpm.ingest.catalog import load_catalog
 
     anchors = load_catalog().anchors
-    fixed, ere = args.dir.parent / "anchors.fixed", args.dir.parent / "anchors.ere"
+    fixed, ere = (args.dir.parent / f"{args.dir.name}.anchors.{kind}" for kind in ("fixed", "ere"))
     fixed.write_text("\n".join(anchors) + "\n")
     ere.write_text("\n".join(re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\1", a) for a in anchors) + "\n")
     files = sorted(str(p) for p in args.dir.rglob("*") if p.is_file())
@@ -87,6 +89,9 @@ def main() -> None:
     for name, (w, c) in med.items():
         print(f"| {name} | {w:.2f} | {size_mb / w:.0f} | {c:.2f} | {w / nw:.2f} | {c / nc:.2f} |")
     print()
+    grep_e = [w for w, _ in times["grep -E"]]
+    per_run = [g / w for (w, _), g in zip(times["ncclpm"], grep_e, strict=True)]
+    print(f"ncclpm speed / grep -E speed by wall, run by run: {', '.join(f'{r:.2f}' for r in per_run)}")
     for name in ("ncclpm", "baseline") if args.baseline else ("ncclpm",):
         low, high = min(peaks[name]), max(peaks[name])
         print(f"{name} peak RSS over the {args.runs} runs: {low:.0f}-{high:.0f} MB = ", end="")

@@ -1,10 +1,11 @@
-"""The C line cutter (`_textcut`, via `rawscan.cut_group`) gives exactly the rows the Python reference
-(`rawscan.cut_rows`) gives, on every text the tests have and on texts made to hit its edges; and the whole reader
-keeps the same lines with either."""
+"""The C matcher and line cutter (`_textcut`, via `rawscan.scan_cut`) give exactly the rows and slow texts the
+Python reference gives (the regex's hit lines, `rawscan.cut_rows`), on every text the tests have, on texts made to
+hit its edges and on random ones; and the whole reader keeps the same lines with either."""
 
 from __future__ import annotations
 
 import functools
+import random
 from pathlib import Path
 
 import polars as pl
@@ -53,12 +54,11 @@ def _both(texts: list[bytes], whole: bool, following: bool, first: int, monkeypa
     items = [lines_mod._Text(f"t{i}", d, d, whole, first) for i, d in enumerate(texts)]
     series = lines_mod._as_strings(items, warnings)  # invalid UTF-8 replaced, as the reader does
     data = [t.data for t in items]
-    found = lines_mod._hit_lines(series, [whole] * len(data), list(catalog().anchors))
-    args = (data, found, [first] * len(data), [whole] * len(data))
-    native = rawscan.cut_group(*args, following=following)
-    monkeypatch.setenv("NCCLPM_TEXT_PYTHON", "1")
-    python = rawscan.cut_group(*args, following=following)
-    monkeypatch.delenv("NCCLPM_TEXT_PYTHON")
+    anchors = list(catalog().anchors)
+    firsts, wholes = [first] * len(data), [whole] * len(data)
+    native = rawscan.scan_cut(rawscan.matcher(tuple(anchors)), data, firsts, wholes, following=following)
+    found = lines_mod._hit_lines(series, wholes, anchors)
+    python = rawscan.cut_group(data, found, firsts, wholes, following=following)
     assert native[1] == python[1]
     assert native[0].schema == python[0].schema
     assert native[0].equals(python[0]), (whole, following, first)
@@ -80,6 +80,58 @@ def test_c_cutter_gives_the_python_rows_on_every_log_of_the_repo(monkeypatch) ->
     for whole in (True, False):
         _both(texts, whole, True, 1, monkeypatch)
     _both(texts, True, False, 1, monkeypatch)
+
+
+def _random_text(rnd: random.Random, anchors: list[str]) -> bytes:
+    """Anchors whole, cut by one or two newlines (or CRLF), cut short, between runs of the bytes around them."""
+    alphabet = "abcdeNCLIO :.%|\n\n\r[]0123é"
+    parts = []
+    for _ in range(rnd.randint(0, 40)):
+        if rnd.random() < 0.3:
+            a = rnd.choice(anchors)
+            if rnd.random() < 0.3:
+                k = rnd.randint(0, len(a))
+                a = a[:k] + rnd.choice(["\n", "\n\n", "\r\n", ""]) + a[k:]
+            if rnd.random() < 0.2:
+                a = a[rnd.randint(0, len(a)) :] if rnd.random() < 0.5 else a[: rnd.randint(0, len(a))]
+            parts.append(a)
+        else:
+            parts.append("".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 12))))
+    return "".join(parts).encode()
+
+
+def test_the_matcher_finds_the_regex_lines_in_random_texts(monkeypatch) -> None:
+    """An anchor cut by newlines sends a text read whole to the slow path exactly when the regex's match holds a
+    newline: not when an anchor lying wholly in the same line starts after it (the regex takes that one)."""
+    rnd = random.Random(15)
+    anchors = list(catalog().anchors)
+    texts = [_random_text(rnd, anchors) for _ in range(600)]
+    for whole in (True, False):
+        for i in range(0, len(texts), 6):
+            _both(texts[i : i + 6], whole, True, 1, monkeypatch)
+    _both(texts, True, False, 1, monkeypatch)
+
+
+def test_the_matcher_takes_any_anchor_set() -> None:
+    """Short and long anchors, one or many, sharing bytes, non-ASCII: the same lines as the regex."""
+    rnd = random.Random(7)
+    words = ["ab", "abc", "b", "é!", "xyzzy", "a" * 20, "bcd" * 5, "%|", "Done", "NCCL WARN", "c" * 9, "zz"]
+    for size in (1, 2, 5, 12):
+        anchors = rnd.sample(words, size)
+        texts = [
+            "".join(
+                rnd.choice([*anchors, "a", "b", "c", "\n", " ", "é", "z"]) for _ in range(rnd.randint(0, 300))
+            ).encode()
+            for _ in range(40)
+        ]
+        for whole in (True, False):
+            items = [lines_mod._Text(f"t{i}", d, d, whole) for i, d in enumerate(texts)]
+            series = lines_mod._as_strings(items, [])
+            firsts, wholes = [1] * len(texts), [whole] * len(texts)
+            native = rawscan.scan_cut(rawscan.matcher(tuple(anchors)), texts, firsts, wholes, following=True)
+            found = lines_mod._hit_lines(series, wholes, anchors)
+            python = rawscan.cut_group(texts, found, firsts, wholes, following=True)
+            assert native[1] == python[1] and native[0].equals(python[0]), (anchors, whole)
 
 
 def test_newlines_are_counted_exactly_in_long_runs(monkeypatch) -> None:

@@ -1,14 +1,16 @@
 /* The text path in C, optional (built by hatch_build.py when a C compiler is present; the Python code does the same
  * work without it):
  *
- * cut(texts, hits, first_lines, whole, following) -> (text, line, hit, raw, slow)
- *   Cuts the hit lines (and the lines around them) out of a group of texts: what
- *   ncclpm.ingest.rawscan.cut_rows does in Python (the reference; the rules are explained there), without the GIL,
- *   so that the scan threads run in parallel.
- *   texts: bytes-like (valid UTF-8); hits: for each text, its hit lines (str, the regex matches, in order);
- *   first_lines: line number of each text's first line; whole: read as Python splits lines (also: the line
- *   before each hit is cut out, and a hit holding a newline sends the text to the slow path);
- *   following: also the line after each hit.
+ * Matcher(anchors): the anchors (non-empty str without a newline) compiled for scan_cut (a shift-or filter over 8
+ *   buckets of literals: see the Matcher's comment).
+ * scan_cut(matcher, texts, first_lines, whole, following) -> (text, line, hit, raw, slow)
+ *   Finds the lines holding an anchor in a group of texts - the lines extract_all of
+ *   ncclpm.ingest.rawscan.hit_line_regex gives, the reference - and cuts them (and the lines around them) out: what
+ *   ncclpm.ingest.rawscan.cut_rows does in Python (the rules are explained there), without the GIL, so that the
+ *   scan threads run in parallel.
+ *   texts: bytes-like (valid UTF-8); first_lines: line number of each text's first line; whole: read as Python
+ *   splits lines (also: the line before each hit is cut out, and an anchor cut by a newline where the regex's
+ *   match would hold it sends the text to the slow path); following: also the line after each hit.
  *   Returns the rows as arrays (text: uint32, line: int64, hit: uint8, as bytes), their texts joined by "\n"
  *   (a row never holds one) and the indices of the texts sent to the slow path.
  *
@@ -21,6 +23,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -94,18 +98,17 @@ static Py_ssize_t polars_len(const char *p, Py_ssize_t n) { return n > 0 && p[n 
 
 typedef struct { const char *data; Py_ssize_t size; int64_t first; int whole; Py_ssize_t h0, nh; } Text;
 
-/* One text's rows (rawscan.cut_rows, line for line). -1: out of memory; -2: a hit line not in the text. */
-static int cut_text(Rows *r, uint32_t index, const Text *t, const char *const *hp, const Py_ssize_t *hn, int following) {
+/* One text's rows (rawscan.cut_rows, line for line), its hit lines at `at` (start offsets, in order, one per line)
+ * of `len` bytes. -1: out of memory. */
+static int cut_text(Rows *r, uint32_t index, const Text *t, const Py_ssize_t *at_, const Py_ssize_t *len_,
+                    Py_ssize_t nh, int following) {
     const char *data = t->data;
     Py_ssize_t size = t->size, pos = 0;
     int64_t number = t->first, last = t->first - 1;
     int py = t->whole;
-    for (Py_ssize_t k = 0; k < t->nh; k++) {
-        const char *line = hp[k];
-        Py_ssize_t len = hn[k];
-        const char *found = len ? memmem(data + pos, (size_t)(size - pos), line, (size_t)len) : data + pos;
-        if (!found) return -2;
-        Py_ssize_t at = found - data, end = at + len;
+    for (Py_ssize_t k = 0; k < nh; k++) {
+        Py_ssize_t at = at_[k], len = len_[k], end = at + len;
+        const char *found = data + at;
         number += count_nl(data + pos, found);
         if (t->whole && at > 0 && number - 1 > last) { /* the line before */
             const char *stop = data + at - 1, *s = stop;
@@ -128,72 +131,385 @@ static int cut_text(Rows *r, uint32_t index, const Text *t, const char *const *h
     return 0;
 }
 
-static PyObject *cut(PyObject *self, PyObject *args) {
-    PyObject *texts, *hits, *firsts, *wholes;
+/* ---- Matcher: every occurrence of many literals, found with a shift-or filter over 8 buckets ---- */
+
+/* The anchors are put in 8 buckets by length (the short ones apart: a bucket is only as selective as its shortest
+ * literal). For each bucket and each distance d (0..7) from a literal's last byte, mask[sc] has the bucket's bit
+ * cleared when some literal of the bucket has, d bytes before its end, the "super-character" sc: that byte and the
+ * high 4 bits of the byte before it (12 bits, a 32 kB table; a literal's first byte takes any byte before it, and
+ * a distance past a literal's length takes anything). Shifting the state one byte per input byte and or-ing in
+ * mask[sc] leaves, in the top byte, a clear bit for each bucket one of whose literals may end there (last 8 bytes):
+ * only those candidates are compared with the bucket's literals. One table load and a shift per byte: ~3x the
+ * rate of the regex engine's lazy DFA over the same ~340 anchors, which most of the text's CPU went to. */
+
+#define SC_BITS 12
+#define BUCKETS 8
+
+typedef struct {
+    PyObject_HEAD
+    uint64_t mask[1 << SC_BITS];
+    uint64_t reset;   /* the state after a byte no literal holds (a newline): only the distances past the bucket's
+                         shortest literal are open */
+    char *store;      /* the literals' bytes, bucket after bucket */
+    Py_ssize_t *off, *len;
+    Py_ssize_t start[BUCKETS + 1]; /* literals of bucket b: start[b] .. start[b + 1] */
+    Py_ssize_t n;
+    uint32_t *order;                     /* the literals by bucket, then by last byte ... */
+    uint32_t by_last[BUCKETS][257];      /* ... those of bucket b ending in byte c: by_last[b][c] .. [b][c + 1] */
+} Matcher;
+
+/* A byte and the high 4 bits of the byte before it: the 16 bits at data[p - 1] (little-endian) shifted by 4. */
+static unsigned sc_of(unsigned byte, unsigned before) { return (byte << 4) | (before >> 4); }
+/* sc_of(u[p], u[p - 1]): the 16 bits at u + p - 1, little-endian, shifted by 4 (one load where that is the order) */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+static inline unsigned sc_at(const unsigned char *u, Py_ssize_t p) {
+    uint16_t w;
+    memcpy(&w, u + p - 1, 2);
+    return (unsigned)w >> 4;
+}
+#else
+static inline unsigned sc_at(const unsigned char *u, Py_ssize_t p) { return sc_of(u[p], u[p - 1]); }
+#endif
+#define SC_AT(u, p) sc_at((u), (p))
+
+/* The expected cost of a bucket of `c` literals, the shortest `len` bytes long (see matcher_init). */
+static double group_cost(double c, Py_ssize_t len) {
+    double pass = c / 512.0 < 1.0 ? c / 512.0 : 1.0, cost = c;
+    for (Py_ssize_t d = 0; d < len && d < 8; d++) cost *= pass;
+    return cost;
+}
+
+static void matcher_dealloc(Matcher *m) {
+    PyMem_Free(m->store);
+    PyMem_Free(m->off);
+    PyMem_Free(m->len);
+    PyMem_Free(m->order);
+    Py_TYPE(m)->tp_free((PyObject *)m);
+}
+
+typedef struct { const char *p; Py_ssize_t n; } Lit;
+
+/* By length (8 bytes or more: alike), then by their last bytes, backwards: the literals of a bucket share their
+ * last bytes as much as they can, so that fewer super-characters are open at each distance. */
+static int by_length(const void *a, const void *b) {
+    const Lit *x = a, *y = b;
+    Py_ssize_t lx = x->n < 8 ? x->n : 8, ly = y->n < 8 ? y->n : 8;
+    if (lx != ly) return (lx > ly) - (lx < ly);
+    for (Py_ssize_t i = 1; i <= lx; i++) {
+        unsigned char cx = (unsigned char)x->p[x->n - i], cy = (unsigned char)y->p[y->n - i];
+        if (cx != cy) return (cx > cy) - (cx < cy);
+    }
+    return (x->n > y->n) - (x->n < y->n);
+}
+
+/* Matcher(anchors: list of non-empty str without a newline). */
+static int matcher_init(Matcher *m, PyObject *args, PyObject *kw) {
+    PyObject *list;
+    if (m->store) { PyErr_SetString(PyExc_TypeError, "Matcher: already initialised"); return -1; }
+    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &list)) return -1;
+    Py_ssize_t n = PyList_GET_SIZE(list), total = 0;
+    if (n == 0) { PyErr_SetString(PyExc_ValueError, "Matcher: no anchor"); return -1; }
+    Lit *lits = PyMem_Calloc((size_t)n, sizeof *lits);
+    if (!lits) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *s = PyList_GET_ITEM(list, i);
+        if (!PyUnicode_Check(s)) { PyErr_SetString(PyExc_TypeError, "Matcher: anchors are str"); goto fail; }
+        if (!(lits[i].p = PyUnicode_AsUTF8AndSize(s, &lits[i].n))) goto fail;
+        if (lits[i].n == 0 || memchr(lits[i].p, '\n', (size_t)lits[i].n)) {
+            PyErr_SetString(PyExc_ValueError, "Matcher: an anchor is empty or holds a newline");
+            goto fail;
+        }
+        total += lits[i].n;
+    }
+    qsort(lits, (size_t)n, sizeof *lits, by_length);
+    m->store = PyMem_Malloc((size_t)total);
+    m->off = PyMem_Calloc((size_t)n, sizeof *m->off);
+    m->len = PyMem_Calloc((size_t)n, sizeof *m->len);
+    if (!m->store || !m->off || !m->len) { PyErr_NoMemory(); goto fail; }
+    m->n = n;
+    /* Buckets: contiguous runs of the literals sorted by length, chosen to keep the expected candidates few: a bucket
+     * of c literals whose shortest has S bytes (8 at most) lets through about (c / 512)^S of the text's bytes
+     * (each distance's super-character among ~c of 4096, in text where a few hundred are common), and each
+     * candidate is compared with its c literals. The short ones by dynamic programming; the 8-byte-or-longer
+     * ones (all S = 8) evenly, in however many buckets are left. */
+    Py_ssize_t shortn = 0;
+    while (shortn < n && lits[shortn].n < 8) shortn++;
+    double *best = PyMem_Calloc((size_t)(BUCKETS + 1) * (size_t)(shortn + 1), sizeof *best);
+    Py_ssize_t *cut = PyMem_Calloc((size_t)(BUCKETS + 1) * (size_t)(shortn + 1), sizeof *cut);
+    if (!best || !cut) { PyMem_Free(best); PyMem_Free(cut); PyErr_NoMemory(); goto fail; }
+#define AT(k, j) ((size_t)(k) * (size_t)(shortn + 1) + (size_t)(j))
+    for (Py_ssize_t j = 1; j <= shortn; j++) best[AT(0, j)] = HUGE_VAL;
+    for (int k = 1; k <= BUCKETS; k++)
+        for (Py_ssize_t j = 0; j <= shortn; j++) {
+            best[AT(k, j)] = best[AT(k - 1, j)]; /* a bucket left empty */
+            cut[AT(k, j)] = j;
+            for (Py_ssize_t i = 0; i < j; i++) {
+                double c = (double)(j - i), cost = best[AT(k - 1, i)] + group_cost(c, lits[i].n);
+                if (cost < best[AT(k, j)]) { best[AT(k, j)] = cost; cut[AT(k, j)] = i; }
+            }
+        }
+    Py_ssize_t longn = n - shortn;
+    int kshort = BUCKETS;
+    double least = HUGE_VAL;
+    for (int k = 0; k <= BUCKETS; k++) { /* k buckets for the short ones, the rest for the long ones */
+        int kl = BUCKETS - k;
+        if ((longn && !kl) || (shortn && !k)) continue;
+        double cost = best[AT(k, shortn)];
+        for (int q = 0; q < kl; q++) {
+            Py_ssize_t lo = longn * q / kl, hi = longn * (q + 1) / kl;
+            if (hi > lo) cost += group_cost((double)(hi - lo), 8);
+        }
+        if (cost < least) { least = cost; kshort = k; }
+    }
+    Py_ssize_t bounds[BUCKETS + 1];
+    int nb = 0;
+    for (Py_ssize_t j = shortn, k = kshort; k > 0 && j > 0; k--) { /* the short buckets' bounds, backwards */
+        Py_ssize_t i = cut[AT(k, j)];
+        if (i < j) bounds[nb++] = i;
+        j = i;
+    }
+    PyMem_Free(best);
+    PyMem_Free(cut);
+#undef AT
+    int b = 0;
+    m->start[0] = 0;
+    while (nb > 1) m->start[++b] = bounds[--nb - 1]; /* bounds[nb - 1] is 0 */
+    if (shortn) m->start[++b] = shortn;
+    int kl = BUCKETS - b;
+    for (int q = 0; longn && q < kl; q++) m->start[++b] = shortn + longn * (q + 1) / kl;
+    for (; b < BUCKETS; b++) m->start[b + 1] = n;
+    Py_ssize_t pos = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        memcpy(m->store + pos, lits[i].p, (size_t)lits[i].n);
+        m->off[i] = pos;
+        m->len[i] = lits[i].n;
+        pos += lits[i].n;
+    }
+    /* The masks: all set, then each literal's bytes cleared, and every super-character at distances past a
+     * bucket's shortest literal. */
+    memset(m->mask, 0xff, sizeof m->mask);
+    m->reset = ~0ULL;
+    for (b = 0; b < BUCKETS; b++) {
+        if (m->start[b] == m->start[b + 1]) continue; /* an empty bucket never matches */
+        Py_ssize_t shortest = m->len[m->start[b]];
+        for (Py_ssize_t d = shortest; d < 8; d++) {
+            uint64_t bit = 1ULL << (8 * (7 - d) + b);
+            for (unsigned v = 0; v < (1u << SC_BITS); v++) m->mask[v] &= ~bit;
+        }
+        for (Py_ssize_t d = 1; d < 8; d++) /* d bytes after the newline: open where a literal fits after it */
+            if (d >= shortest) m->reset &= ~(1ULL << (8 * (7 - d) + b));
+        for (Py_ssize_t i = m->start[b]; i < m->start[b + 1]; i++) {
+            const unsigned char *lit = (const unsigned char *)m->store + m->off[i];
+            Py_ssize_t len = m->len[i];
+            for (Py_ssize_t d = 0; d < 8 && d < len; d++) {
+                uint64_t bit = 1ULL << (8 * (7 - d) + b);
+                Py_ssize_t at = len - 1 - d;
+                if (at == 0)
+                    for (unsigned high = 0; high < 16; high++) m->mask[sc_of(lit[0], high << 4)] &= ~bit;
+                else
+                    m->mask[sc_of(lit[at], lit[at - 1])] &= ~bit;
+            }
+        }
+    }
+    /* a candidate is compared with the literals of its bucket that end in its byte only */
+    if (!(m->order = PyMem_Calloc((size_t)n, sizeof *m->order))) { PyErr_NoMemory(); goto fail; }
+    Py_ssize_t k = 0;
+    for (b = 0; b < BUCKETS; b++)
+        for (unsigned c = 0; c < 256; c++) {
+            m->by_last[b][c] = (uint32_t)k;
+            for (Py_ssize_t i = m->start[b]; i < m->start[b + 1]; i++)
+                if ((unsigned char)m->store[m->off[i] + m->len[i] - 1] == c) m->order[k++] = (uint32_t)i;
+            m->by_last[b][256] = (uint32_t)k;
+        }
+    PyMem_Free(lits);
+    return 0;
+fail:
+    PyMem_Free(lits);
+    return -1;
+}
+
+static PyTypeObject MatcherType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ncclpm.ingest._textcut.Matcher",
+    .tp_basicsize = sizeof(Matcher),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Anchors compiled for scan_cut (see the module's comment).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)matcher_init,
+    .tp_dealloc = (destructor)matcher_dealloc,
+};
+
+/* Whether some literal lies wholly in u[lo, hi) (no newline in between: plain). */
+static int any_within(const Matcher *m, const unsigned char *u, Py_ssize_t lo, Py_ssize_t hi) {
+    uint64_t st = m->reset;
+    unsigned before = '\n';
+    for (Py_ssize_t p = lo; p < hi; p++) {
+        st = (st << 8) | m->mask[sc_of(u[p], before)];
+        before = u[p];
+        for (unsigned cand = (unsigned)(~st >> 56) & 0xff; cand; cand &= cand - 1) {
+            int b = __builtin_ctz(cand);
+            for (uint32_t k = m->by_last[b][u[p]]; k < m->by_last[b][u[p] + 1]; k++) {
+                Py_ssize_t i = m->order[k], len = m->len[i];
+                if (len <= p + 1 - lo && memcmp(u + p + 1 - len, m->store + m->off[i], (size_t)len) == 0) return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Whether a literal of bucket `b` ends at u[p]: 0 no, 1 yes. Tolerant (a text read whole: one newline may stand
+ * between any two of an anchor's bytes, as in hit_line_regex(across_newlines=True)): 2 when such an occurrence
+ * across a newline is the one the regex takes in its first line - there, the regex's match is the line from its
+ * start up to the occurrence that starts last (greedy `[^\n]*`; at the same start the longer anchor, i.e. the
+ * one across the newline), so an anchor lying wholly in that line after the occurrence's start hides it. */
+static int ends_at(const Matcher *m, int b, const unsigned char *u, Py_ssize_t p, Py_ssize_t size, int tolerant) {
+    const unsigned char *store = (const unsigned char *)m->store;
+    int found = 0;
+    for (uint32_t k = m->by_last[b][u[p]]; k < m->by_last[b][u[p] + 1]; k++) {
+        Py_ssize_t i = m->order[k], len = m->len[i];
+        const unsigned char *lit = store + m->off[i];
+        if (!tolerant) {
+            if (len <= p + 1 && memcmp(u + p + 1 - len, lit, (size_t)len) == 0) return 1;
+            continue;
+        }
+        Py_ssize_t q = p, j = len - 1;
+        int crossed = 0;
+        for (;;) {
+            if (u[q] != lit[j]) break;
+            if (j == 0) {
+                if (!crossed) found = 1;
+                else {
+                    const unsigned char *nl = memchr(u + q, '\n', (size_t)(size - q));
+                    if (!any_within(m, u, q + 1, nl ? nl - u : size)) return 2;
+                }
+                break;
+            }
+            j--;
+            if (--q < 0) break;
+            if (u[q] == '\n') {
+                crossed = 1;
+                if (--q < 0 || u[q] == '\n') break;
+            }
+        }
+    }
+    return found;
+}
+
+typedef struct { Py_ssize_t *at, *len, n, cap; } Hits;
+
+static int hit_add(Hits *h, Py_ssize_t at, Py_ssize_t len) {
+    if (h->n == h->cap) {
+        Py_ssize_t cap = h->cap ? 2 * h->cap : 256;
+        Py_ssize_t *a = PyMem_RawRealloc(h->at, (size_t)cap * sizeof *a);
+        if (a) h->at = a;
+        Py_ssize_t *b = a ? PyMem_RawRealloc(h->len, (size_t)cap * sizeof *b) : NULL;
+        if (!b) return -1;
+        h->len = b;
+        h->cap = cap;
+    }
+    h->at[h->n] = at;
+    h->len[h->n++] = len;
+    return 0;
+}
+
+/* The lines of a text holding an anchor (start, length: without the newline), in order, each once: what
+ * extract_all of hit_line_regex gives. Tolerant (a text read whole): 1 when an anchor is cut by a newline (the slow
+ * path reads it), the hits unfinished; without, the rest of a hit line is not searched. -1: out of memory.
+ * Line by line (memchr): a single newline in a tolerant text leaves the state as it is (an anchor may go on after
+ * it); any other resets it. Within a line, four bytes a step, each byte's super-character from one 16-bit load. */
+static int scan_text(const Matcher *m, const char *data, Py_ssize_t size, int tolerant, Hits *h) {
+    const unsigned char *u = (const unsigned char *)data;
+    const uint64_t *mask = m->mask, open = 0xff00000000000000ULL; /* below: some bucket's top bit clear */
+    uint64_t st = m->reset;
+    unsigned before = '\n';
+    Py_ssize_t last = -1; /* the last hit line's start */
+    h->n = 0;
+    for (Py_ssize_t line = 0; line <= size;) {
+        const unsigned char *nl = memchr(u + line, '\n', (size_t)(size - line));
+        Py_ssize_t end = nl ? nl - u : size, p = line;
+        if (p < end) {
+            st = (st << 8) | mask[sc_of(u[p], before)];
+            goto check;
+            for (;;) {
+                while (p + 4 < end) { /* (p + 4 < end: the bytes p + 1 .. p + 4 are in the line) */
+                    st = (st << 8) | mask[SC_AT(u, p + 1)];
+                    if (st < open) { p += 1; goto check; }
+                    st = (st << 8) | mask[SC_AT(u, p + 2)];
+                    if (st < open) { p += 2; goto check; }
+                    st = (st << 8) | mask[SC_AT(u, p + 3)];
+                    if (st < open) { p += 3; goto check; }
+                    st = (st << 8) | mask[SC_AT(u, p + 4)];
+                    if (st < open) { p += 4; goto check; }
+                    p += 4;
+                }
+                if (++p >= end) break;
+                st = (st << 8) | mask[SC_AT(u, p)];
+            check:
+                if (st >= open) continue;
+                unsigned cand = (unsigned)(~st >> 56) & 0xff;
+                int got = 0;
+                while (cand && got != 2) {
+                    int b = __builtin_ctz(cand);
+                    cand &= cand - 1;
+                    int r = ends_at(m, b, u, p, size, tolerant);
+                    if (r > got) got = r;
+                }
+                if (got == 2) return 1;
+                if (!got || line == last) continue;
+                if (hit_add(h, line, end - line) < 0) return -1;
+                last = line;
+                if (!tolerant) break; /* the rest of the line is not searched */
+            }
+            before = u[end - 1];
+        }
+        if (end >= size) break;
+        if (!(tolerant && end > line)) { /* (tolerant: an anchor may go on after a single newline) */
+            st = m->reset;
+            before = '\n';
+        }
+        line = end + 1;
+    }
+    return 0;
+}
+
+static PyObject *scan_cut(PyObject *self, PyObject *args) {
+    PyObject *matcher, *texts, *firsts, *wholes;
     int following;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!p", &PyList_Type, &texts, &PyList_Type, &hits, &PyList_Type, &firsts,
+    if (!PyArg_ParseTuple(args, "O!O!O!O!p", &MatcherType, &matcher, &PyList_Type, &texts, &PyList_Type, &firsts,
                           &PyList_Type, &wholes, &following))
         return NULL;
+    const Matcher *m = (const Matcher *)matcher;
+    if (!m->store) return PyErr_Format(PyExc_ValueError, "scan_cut: the matcher is not initialised");
     Py_ssize_t nt = PyList_GET_SIZE(texts);
-    if (PyList_GET_SIZE(hits) != nt || PyList_GET_SIZE(firsts) != nt || PyList_GET_SIZE(wholes) != nt || nt > UINT32_MAX)
-        return PyErr_Format(PyExc_ValueError, "cut: lists of different lengths");
-    PyObject *held = PyList_New(0); /* every object whose buffer is read without the GIL */
+    if (PyList_GET_SIZE(firsts) != nt || PyList_GET_SIZE(wholes) != nt || nt > UINT32_MAX)
+        return PyErr_Format(PyExc_ValueError, "scan_cut: lists of different lengths");
     Text *ts = PyMem_RawCalloc((size_t)nt + 1, sizeof *ts);
     Py_buffer *views = PyMem_RawCalloc((size_t)nt + 1, sizeof *views); /* the texts' bytes, read without the GIL */
     Py_ssize_t nviews = 0;
-    Py_ssize_t nh = 0, caph = 0;
-    const char **hp = NULL;
-    Py_ssize_t *hn = NULL;
     uint8_t *slow = PyMem_RawCalloc((size_t)nt + 1, 1);
     Rows r = {0};
+    Hits h = {0};
     PyObject *result = NULL;
-    if (!held || !ts || !views || !slow) { PyErr_NoMemory(); goto done; }
+    if (!ts || !views || !slow) { PyErr_NoMemory(); goto done; }
     for (Py_ssize_t i = 0; i < nt; i++) {
-        PyObject *data = PyList_GET_ITEM(texts, i), *lines = PyList_GET_ITEM(hits, i);
-        if (!PyList_Check(lines)) {
-            PyErr_SetString(PyExc_TypeError, "cut: hits are lists of str");
-            goto done;
-        }
-        if (PyObject_GetBuffer(data, &views[i], PyBUF_SIMPLE) < 0) goto done; /* held until the end */
+        if (PyObject_GetBuffer(PyList_GET_ITEM(texts, i), &views[i], PyBUF_SIMPLE) < 0) goto done;
         nviews = i + 1;
-        if (PyList_Append(held, lines) < 0) goto done;
         ts[i].data = views[i].buf;
         ts[i].size = views[i].len;
         ts[i].first = PyLong_AsLongLong(PyList_GET_ITEM(firsts, i));
         ts[i].whole = PyObject_IsTrue(PyList_GET_ITEM(wholes, i));
         if ((ts[i].first == -1 || ts[i].whole < 0) && PyErr_Occurred()) goto done;
-        ts[i].h0 = nh;
-        ts[i].nh = PyList_GET_SIZE(lines);
-        if (nh + ts[i].nh > caph) {
-            caph = 2 * (nh + ts[i].nh) + 64;
-            const char **a = PyMem_RawRealloc(hp, (size_t)caph * sizeof *hp);
-            if (a) hp = a;
-            Py_ssize_t *b = a ? PyMem_RawRealloc(hn, (size_t)caph * sizeof *hn) : NULL;
-            if (!b) { PyErr_NoMemory(); goto done; }
-            hn = b;
-        }
-        for (Py_ssize_t k = 0; k < ts[i].nh; k++) {
-            PyObject *s = PyList_GET_ITEM(lines, k);
-            if (!PyUnicode_Check(s)) { PyErr_SetString(PyExc_TypeError, "cut: hit lines are str"); goto done; }
-            if (!(hp[nh] = PyUnicode_AsUTF8AndSize(s, &hn[nh]))) goto done;
-            if (PyList_Append(held, s) < 0) goto done; /* the list may change; the str stays */
-            nh++;
-        }
     }
     int err = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < nt && !err; i++) {
         const Text *t = &ts[i];
-        if (t->whole) { /* an anchor cut by a newline: the slow path reads this text */
-            for (Py_ssize_t k = 0; k < t->nh && !slow[i]; k++)
-                slow[i] = memchr(hp[t->h0 + k], '\n', (size_t)hn[t->h0 + k]) != NULL;
-            if (slow[i]) continue;
-        }
-        err = cut_text(&r, (uint32_t)i, t, hp + t->h0, hn + t->h0, following);
+        int s = scan_text(m, t->data, t->size, t->whole, &h);
+        if (s < 0) err = -1;
+        else if (s > 0) slow[i] = 1; /* an anchor cut by a newline: the slow path reads this text */
+        else err = cut_text(&r, (uint32_t)i, t, h.at, h.len, h.n, following);
     }
     Py_END_ALLOW_THREADS
-    if (err == -1) { PyErr_NoMemory(); goto done; }
-    if (err == -2) { PyErr_SetString(PyExc_ValueError, "cut: a hit line is not in its text"); goto done; }
+    if (err) { PyErr_NoMemory(); goto done; }
     PyObject *raw = PyBytes_FromStringAndSize(NULL, r.bytes ? r.bytes - 1 : 0);
     if (!raw) goto done;
     char *out = PyBytes_AS_STRING(raw);
@@ -220,8 +536,7 @@ static PyObject *cut(PyObject *self, PyObject *args) {
 done:
     for (Py_ssize_t i = 0; i < nviews; i++) PyBuffer_Release(&views[i]);
     PyMem_RawFree(views);
-    Py_XDECREF(held);
-    PyMem_RawFree(ts); PyMem_RawFree(hp); PyMem_RawFree(hn); PyMem_RawFree(slow);
+    PyMem_RawFree(ts); PyMem_RawFree(slow); PyMem_RawFree(h.at); PyMem_RawFree(h.len);
     PyMem_RawFree(r.text); PyMem_RawFree(r.line); PyMem_RawFree(r.hit); PyMem_RawFree((void *)r.p); PyMem_RawFree(r.n);
     return result;
 }
@@ -529,7 +844,8 @@ static PyTypeObject BlockType = {
 };
 
 static PyMethodDef methods[] = {
-    {"cut", cut, METH_VARARGS, "Cut the hit lines and their neighbours out of a group of texts (see rawscan.cut_rows)."},
+    {"scan_cut", scan_cut, METH_VARARGS,
+     "Find the lines holding an anchor and cut them and their neighbours out of a group of texts."},
     {"trim", trim, METH_NOARGS, "Free the blocks kept for reuse, and the blocks in use once freed."},
     {NULL, NULL, 0, NULL},
 };
@@ -537,8 +853,10 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_textcut", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__textcut(void) {
-    if (PyType_Ready(&BlockType) < 0) return NULL;
+    if (PyType_Ready(&BlockType) < 0 || PyType_Ready(&MatcherType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
-    if (m && PyModule_AddObjectRef(m, "Block", (PyObject *)&BlockType) < 0) Py_CLEAR(m);
+    if (m && (PyModule_AddObjectRef(m, "Block", (PyObject *)&BlockType) < 0 ||
+              PyModule_AddObjectRef(m, "Matcher", (PyObject *)&MatcherType) < 0))
+        Py_CLEAR(m);
     return m;
 }

@@ -27,7 +27,9 @@ from ncclpm.ingest.rawscan import (
     anchor_regex,
     cut_group,
     hit_line_regex,
+    matcher,
     new_block,
+    scan_cut,
     trim_blocks,
     utf8_text,
 )
@@ -40,12 +42,12 @@ MAX_LINE_CHARS = 8192
 SMALL_TEXT = 2 * 1024**2  # a text this small is read whole and re-joined (hard wraps) before the prefilter
 MAX_KEPT_LINES = 200_000  # per source (~1.5 kB each through the pipeline): see `_capped`
 TQDM_END = r"(\[\d+:\d{2}(?::\d{2})?<[^\]\r]{0,80}\])"
-GROUP_FILES = 96  # texts scanned together (one regex pass, one query for the kept lines) ...
+GROUP_FILES = 96  # texts scanned together (one pass of the matcher, one query for the kept lines) ...
 GROUP_BYTES = 48 * 1024 * 1024  # ... holding at most about this many bytes
 CHUNK_BYTES = 8 * 1024 * 1024  # a bigger (or gzipped) file is read in blocks of this size, cut at line ends
 BLOCK_BYTES = GROUP_BYTES + CHUNK_BYTES  # a group's memory (`rawscan.new_block`): room for its last small text
 TAIL_GROUP_BYTES = 4 * 1024 * 1024  # the last groups shrink down to this: see `_group_bytes`
-SCAN_THREADS = 3  # groups scanned at once: the regex and the C cutter run without the GIL, and a third thread
+SCAN_THREADS = 3  # groups scanned at once: the C matcher and polars run without the GIL, and a third thread
 # keeps both cores of a small machine busy while another waits for the GIL (its Python between the queries)
 _SCHEMA = {"source": pl.String(), "line": pl.Int64(), "raw": pl.String()}
 _KEPT_SCHEMA = {**_SCHEMA, "cut": pl.Boolean()}
@@ -163,7 +165,7 @@ def _scan(
     texts: list[_Text], anchors: list[str], line_start: str, then: Then = None, block: list[Block] | None = None
 ) -> tuple[dict[str, pl.DataFrame | None], list[str]]:
     """The kept lines of each text (None: unreadable) and the warnings met. The anchors are searched in the raw
-    texts (`rawscan`) in one regex pass; only the hit lines (and the lines around each: `line_start` re-joins
+    texts (`rawscan`) in one pass; only the hit lines (and the lines around each: `line_start` re-joins
     wrapped lines) become rows, all the group's in one frame and one query. A small text where an anchor is cut
     by a newline, or where a hit line may be glued to its neighbour, is re-joined whole, the slow way. `then` is
     applied to the kept lines here, a group at a time (see `read_kept_lines`). `block`: the memory holding the
@@ -173,9 +175,14 @@ def _scan(
     if not texts:
         return {}, warnings
     whole = [t.whole for t in texts]
-    found = _hit_lines(_as_strings(texts, warnings, block[0] if block else None), whole, anchors)
+    strings = _as_strings(texts, warnings, block[0] if block else None)  # (invalid UTF-8 replaced)
     first_lines = [t.first_line for t in texts]
-    frame, slow = cut_group([t.data for t in texts], found, first_lines, whole, following=bool(line_start))
+    if (compiled := matcher(tuple(anchors))) is not None:
+        frame, slow = scan_cut(compiled, [t.data for t in texts], first_lines, whole, following=bool(line_start))
+    else:
+        found = _hit_lines(strings, whole, anchors)
+        frame, slow = cut_group([t.data for t in texts], found, first_lines, whole, following=bool(line_start))
+    del strings
     slow |= _may_join(frame, [i for i, t in enumerate(texts) if t.whole], line_start)
     for i, t in enumerate(texts):  # the rows are cut out: only the slow path reads a text again (less memory)
         if i not in slow:
