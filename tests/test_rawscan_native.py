@@ -134,6 +134,33 @@ def test_the_matcher_takes_any_anchor_set() -> None:
             assert native[1] == python[1] and native[0].equals(python[0]), (anchors, whole)
 
 
+def _strict_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def test_the_utf8_check_agrees_with_the_strict_decoders() -> None:
+    """`_textcut.utf8` (the matcher's texts are not decoded) accepts exactly what Python's strict decoder (and
+    Rust's, polars') accepts: overlong forms, surrogates, code points past U+10FFFF and cut sequences refused."""
+    rnd = random.Random(3)
+    pieces = [b"a", b"\n", b"abcdefgh" * 2, "é".encode(), "漢".encode(), "😀".encode(), b"\xed\xa0\x80"]
+    pieces += [b"\xed\x9f\xbf", b"\xe0\x80\x80", b"\xe0\xa0\x80", b"\xf0\x80\x80\x80", b"\xf0\x90\x80\x80"]
+    pieces += [b"\xf4\x8f\xbf\xbf", b"\xf4\x90\x80\x80", b"\xc0\x80", b"\xc1\xbf", b"\xc2\x80"]
+    pieces += [b"\xf5\x80\x80\x80", b"\xff", b"\x80"]
+    for i in range(20_000):
+        if i % 2:
+            data = bytes(rnd.randrange(256) for _ in range(rnd.randint(0, 12)))
+        else:
+            data = b"".join(rnd.choice(pieces) for _ in range(rnd.randint(0, 8)))
+            data = data[: rnd.randint(0, len(data))] if rnd.random() < 0.3 else data
+        assert rawscan._textcut.utf8([data]) == _strict_utf8(data), data
+    assert rawscan.all_utf8([b"ok", memoryview(b"x\xc3")[:1]]) and rawscan.all_utf8([])
+    assert not rawscan.all_utf8([b"ok", b"\xc3"])
+
+
 def test_newlines_are_counted_exactly_in_long_runs(monkeypatch) -> None:
     """The cutter counts newlines eight bytes at a time, with sums per byte lane: runs of every length around
     those sizes, and a lane full of newlines."""

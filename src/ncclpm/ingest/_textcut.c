@@ -14,6 +14,8 @@
  *   Returns the rows as arrays (text: uint32, line: int64, hit: uint8, as bytes), their texts joined by "\n"
  *   (a row never holds one) and the indices of the texts sent to the slow path.
  *
+ * utf8(texts) -> bool: whether every text (bytes-like) is valid UTF-8, checked without the GIL.
+ *
  * Block(capacity): a group's texts read (or copied) one after the other into one block of memory, which polars
  *   imports without a copy (`__arrow_c_array__`: a large_binary array, one value per text) and the cutter reads
  *   (buffer protocol). Blocks are kept for reuse when freed (at most POOL_MAX): fresh memory costs a page fault
@@ -542,6 +544,65 @@ done:
 }
 
 
+/* ---- utf8(texts): whether every text is valid UTF-8 (as Rust's str::from_utf8 and Python's strict decoder
+ * require: no overlong form, no surrogate, nothing past U+10FFFF), without the GIL; ASCII 8 bytes at a time ---- */
+
+static int utf8_ok(const unsigned char *s, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        while (i + 8 <= n) {
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            if (w & 0x8080808080808080ULL) break;
+            i += 8;
+        }
+        if (i >= n) break;
+        unsigned c = s[i];
+        if (c < 0x80) { i++; continue; }
+        if (c < 0xC2) return 0; /* a continuation byte, or an overlong 2-byte form */
+        if (c < 0xE0) {
+            if (i + 1 >= n || (s[i + 1] & 0xC0) != 0x80) return 0;
+            i += 2;
+            continue;
+        }
+        if (c < 0xF0) {
+            if (i + 2 >= n || (s[i + 1] & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80) return 0;
+            if ((c == 0xE0 && s[i + 1] < 0xA0) || (c == 0xED && s[i + 1] > 0x9F)) return 0; /* overlong, surrogate */
+            i += 3;
+            continue;
+        }
+        if (c < 0xF5) {
+            if (i + 3 >= n || (s[i + 1] & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80 || (s[i + 3] & 0xC0) != 0x80)
+                return 0;
+            if ((c == 0xF0 && s[i + 1] < 0x90) || (c == 0xF4 && s[i + 1] > 0x8F)) return 0; /* overlong, > U+10FFFF */
+            i += 4;
+            continue;
+        }
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *utf8(PyObject *self, PyObject *texts) {
+    if (!PyList_Check(texts)) return PyErr_Format(PyExc_TypeError, "utf8: a list of bytes-like objects");
+    Py_ssize_t nt = PyList_GET_SIZE(texts), nviews = 0;
+    Py_buffer *views = PyMem_RawCalloc((size_t)nt + 1, sizeof *views);
+    if (!views) return PyErr_NoMemory();
+    int ok = 1;
+    for (Py_ssize_t i = 0; i < nt; i++, nviews++)
+        if (PyObject_GetBuffer(PyList_GET_ITEM(texts, i), &views[i], PyBUF_SIMPLE) < 0) { ok = -1; break; }
+    if (ok > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < nt && ok; i++) ok = utf8_ok(views[i].buf, views[i].len);
+        Py_END_ALLOW_THREADS
+    }
+    for (Py_ssize_t i = 0; i < nviews; i++) PyBuffer_Release(&views[i]);
+    PyMem_RawFree(views);
+    if (ok < 0) return NULL;
+    return PyBool_FromLong(ok);
+}
+
+
 /* ---- Block: a group's texts in one reused block of memory, imported by polars without a copy ---- */
 
 #include <errno.h>
@@ -846,6 +907,7 @@ static PyTypeObject BlockType = {
 static PyMethodDef methods[] = {
     {"scan_cut", scan_cut, METH_VARARGS,
      "Find the lines holding an anchor and cut them and their neighbours out of a group of texts."},
+    {"utf8", utf8, METH_O, "Whether every text of a list (bytes-like) is valid UTF-8."},
     {"trim", trim, METH_NOARGS, "Free the blocks kept for reuse, and the blocks in use once freed."},
     {NULL, NULL, 0, NULL},
 };

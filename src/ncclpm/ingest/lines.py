@@ -24,6 +24,7 @@ import polars as pl
 from ncclpm.ingest.rawscan import (
     Block,
     Bytes,
+    all_utf8,
     anchor_regex,
     cut_group,
     hit_line_regex,
@@ -175,11 +176,14 @@ def _scan(
     if not texts:
         return {}, warnings
     whole = [t.whole for t in texts]
-    strings = _as_strings(texts, warnings, block[0] if block else None)  # (invalid UTF-8 replaced)
     first_lines = [t.first_line for t in texts]
-    if (compiled := matcher(tuple(anchors))) is not None:
+    compiled = matcher(tuple(anchors))
+    valid = compiled is not None and all_utf8([t.data for t in texts])  # (the matcher reads bytes: no str needed)
+    strings = None if valid else _as_strings(texts, warnings, block[0] if block else None)  # (invalid UTF-8 replaced)
+    if compiled is not None:
         frame, slow = scan_cut(compiled, [t.data for t in texts], first_lines, whole, following=bool(line_start))
     else:
+        assert strings is not None
         found = _hit_lines(strings, whole, anchors)
         frame, slow = cut_group([t.data for t in texts], found, first_lines, whole, following=bool(line_start))
     del strings
@@ -277,19 +281,18 @@ def _blocks(src: Source) -> Iterator[_Text]:
     with src.path.open("rb") as raw:
         fh = gzip.GzipFile(fileobj=raw, mode="rb") if raw.read(2) == b"\x1f\x8b" else raw
         raw.seek(0)
-        while True:
-            block = fh.read(CHUNK_BYTES)
-            data = rest + block
-            if block:
-                cut = data.rfind(b"\n") + 1
-                data, rest = data[:cut], data[cut:]
-                if not data:
-                    continue
-            if not data:
-                break
-            yield _Text(src.name, data, data, whole=False, first_line=line0)
-            line0 += data.count(b"\n") + (not data.endswith(b"\n"))
-            if not block:
+        while True:  # each block read once into fresh memory after the last one's partial line, and not copied
+            buf = bytearray(len(rest) + CHUNK_BYTES)
+            buf[: len(rest)] = rest
+            read = fh.readinto(memoryview(buf)[len(rest) :]) or 0
+            size = len(rest) + read
+            cut = buf.rfind(b"\n", 0, size) + 1 if read else size  # (at the end: the rest, a last line without newline)
+            rest = bytes(buf[cut:size])
+            if cut:
+                data = memoryview(buf)[:cut]
+                yield _Text(src.name, data, data, whole=False, first_line=line0)
+                line0 += buf.count(b"\n", 0, cut) + (buf[cut - 1] != ord("\n"))
+            if not read:
                 break
 
 
@@ -305,6 +308,7 @@ class _Chunked:
     name: str
     scans: list[Future]
     failure: BaseException | None = None  # while reading, after the blocks scanned
+    finished: Future[tuple[pl.DataFrame | None, list[str]]] | None = None  # `finish`, in the finishing thread
 
     def frame(self, warnings: list[str]) -> pl.DataFrame | None:
         parts, lossy = [], []
@@ -321,6 +325,13 @@ class _Chunked:
             return None
         warnings.extend(lossy[:1])
         return pl.concat(parts) if parts else pl.DataFrame(schema=_KEPT_SCHEMA)
+
+    def finish(self, then: Then) -> tuple[pl.DataFrame | None, list[str]]:
+        """The file's kept lines with `then` applied (a file to be capped: after its cap, by the caller) and the
+        warnings met, once its blocks are scanned: in a thread of its own, while the next files are read (it ran in
+        the reading thread after the whole read, one big file after the other)."""
+        met: list[str] = []
+        return _then(self.frame(met), then), met
 
 
 def _is_big(src: Source) -> bool:
@@ -404,7 +415,7 @@ def read_kept_lines(
     group: list[_Text] = []
     memory = new_block(BLOCK_BYTES)  # the group's texts' bytes (None: Python bytes)
     left = sum(src.size() for src in sources)  # not read yet
-    with ThreadPoolExecutor(max_workers=SCAN_THREADS) as pool:
+    with ThreadPoolExecutor(max_workers=SCAN_THREADS) as pool, ThreadPoolExecutor(max_workers=1) as finishing:
         running: set[Future] = set()
 
         def submit(texts: list[_Text], rejoin: str, then: Then, memory: Block | None = None) -> Future:
@@ -419,10 +430,11 @@ def read_kept_lines(
             if src.path is not None and not _needs_python_decode(src) and _is_big(src):
                 chunked = _Chunked(src.name, [])
                 try:
-                    for block in _blocks(src):  # `then` after the source's cap, in this thread
+                    for block in _blocks(src):  # `then` on the whole file (its ranks), by `finish`
                         chunked.scans.append(submit([block], "", None))
                 except _FAILURES as exc:
                     chunked.failure = exc
+                chunked.finished = finishing.submit(chunked.finish, then)
                 log.append(chunked)
                 continue
             try:
@@ -443,13 +455,15 @@ def read_kept_lines(
             if isinstance(entry, str):
                 warnings.append(entry)
             elif isinstance(entry, _Chunked):
-                frames[entry.name] = entry.frame(warnings)
+                assert entry.finished is not None
+                frames[entry.name], met = entry.finished.result()
+                warnings += met
             else:
                 kept, met = entry.result()
                 frames |= kept
                 warnings += met
     kept_lines = [_capped(f, s.name, warnings) for s in sources if (f := frames.get(s.name)) is not None]
-    if then is not None:  # big files' blocks and the sources capped: after their cap
+    if then is not None:  # the sources capped: after their cap
         kept_lines = [then(f) if f.columns == list(_KEPT_SCHEMA) else f for f in kept_lines]
     if not kept_lines:
         return pl.DataFrame(schema=_SCHEMA)  # (`then` not applied)

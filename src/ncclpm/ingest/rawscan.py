@@ -171,6 +171,12 @@ def scan_cut(
     return _frame(text, line, hit, raw), set(slow)
 
 
+def all_utf8(data: list[Bytes]) -> bool:
+    """Whether every text is valid UTF-8, checked in C without a copy (`_textcut.utf8`; the C module is there
+    whenever `matcher` gives a matcher)."""
+    return bool(_textcut.utf8(data))
+
+
 def cut_group(
     data: list[Bytes], hits: list[list[str]], first_lines: list[int], whole: list[bool], *, following: bool
 ) -> tuple[pl.DataFrame, set[int]]:
