@@ -89,6 +89,9 @@ class ProcessDiedRankUnknown(Rule):
         # The error itself beats the launcher's report of it; the last one is where the process ended.
         own = ev.filter(pl.col("kind") != K.worker_exit)
         last = (own if not own.is_empty() else ev).tail(1).row(0, named=True)
+        oom_killed = own.filter(pl.col("kind") == K.oom_killer)
+        if not oom_killed.is_empty():  # the processes ended after an OOM kill (srun's `Killed` tasks) are clean-up
+            last = oom_killed.tail(1).row(0, named=True)
         if last["kind"] == K.xid_app:  # a fault's first Xid is its cause: 43 and 45 follow a 13 or 31
             last = own.filter(pl.col("kind") == K.xid_app).row(0, named=True)
             last["text"] = last["text"][last["text"].find("NVRM:") :]  # the kernel's prefix says nothing here
