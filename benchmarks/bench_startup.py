@@ -70,7 +70,7 @@ def main() -> None:
         times: dict[tuple[str, str], list[tuple[float, float]]] = {}
         for checkout in checkouts.values():  # warm: bytecode written, files in the page cache
             for args in commands.values():
-                _one(checkout, args, env)
+                _check(checkout, args, env)
         for _ in range(a.runs):
             for label, args in commands.items():
                 for who, checkout in checkouts.items():
@@ -84,6 +84,14 @@ def main() -> None:
             f"| {label} | {who} | {statistics.median(wall):.3f} | {min(wall):.3f} | "
             f"{statistics.median(cpu):.3f} | {min(cpu):.3f} |"
         )
+
+
+def _check(checkout: Path, args: list[str], env: dict[str, str]) -> None:
+    """Run the command once, untimed; stop unless it worked (a failing command is fast, and would be measured so:
+    a stale or borrowed C module that no longer fits its Python code, for one)."""
+    got = subprocess.run([sys.executable, "-c", _ENTRY, str(checkout / "src"), *args], capture_output=True, env=env)
+    if got.returncode != 0 or not got.stdout:
+        raise SystemExit(f"{checkout}: ncclpm {' '.join(args)} failed ({got.returncode}): {got.stderr[-400:]!r}")
 
 
 def _borrow_c_modules(baseline: Path) -> None:

@@ -221,7 +221,6 @@ def test_srun_names_the_node_that_failed() -> None:
         ("srun: error: gpu-c01: tasks 0-3: Aborted (core dumped)", "0-3", "Aborted"),
         ("srun: error: gpu-b02: tasks 5-6: Exited with exit code 1", "5-6", "Exited with exit code 1"),
         ("srun: error: gpu-c02: tasks 4,6-7: Segmentation fault (core dumped)", "4,6-7", "Segmentation fault"),
-        ("srun: error: nid00123: task 5: Out Of Memory", "5", "Out Of Memory"),
     ],
 )
 def test_srun_task_failures(line: str, tasks: str, how: str) -> None:
@@ -236,3 +235,8 @@ def test_df_of_dev_shm_gives_its_size_and_use() -> None:
     row = _one("shm              64M   64M     0 100% /dev/shm", "shm_size")
     assert (row["detail"], row["value"]) == ("64M", "100%")
     assert _events("shm              64M   64M     0 100% /dev/shm").filter(pl.col("kind") == "shm_error").is_empty()
+
+
+def test_srun_task_out_of_memory_is_an_oom_kill() -> None:
+    row = _one("srun: error: nid00123: task 5: Out Of Memory", "oom_killer")
+    assert (row["value"], row["detail"]) == ("nid00123", "5")

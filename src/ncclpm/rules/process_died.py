@@ -26,7 +26,8 @@ class ProcessDiedRankUnknown(Rule):
     or `Bus error (core dumped)`, a launcher or srun reporting a fatal exit code: `task 5: Segmentation fault`),
     with no line of any rank waiting on another and no error of a named rank (a rank named only by a harmless
     line does not say which one died); or a host's kernel log saying it ended a process (the OOM killer) or that
-    a process's GPU work faulted (application Xids 13/31/43).
+    a process's GPU work faulted (application Xids 13/31/43). torch.multiprocessing.spawn's `-- Process N
+    terminated with the following error:` above the traceback names the process (its local rank).
 
     ## Why it matters
     Most pastes in issue threads are exactly this: the one traceback the reporter saw. Its error is what ended
@@ -89,6 +90,9 @@ class ProcessDiedRankUnknown(Rule):
         # The error itself beats the launcher's report of it; the last one is where the process ended.
         own = ev.filter(pl.col("kind") != K.worker_exit)
         last = (own if not own.is_empty() else ev).tail(1).row(0, named=True)
+        oom_killed = own.filter(pl.col("kind") == K.oom_killer)
+        if not oom_killed.is_empty():  # the processes ended after an OOM kill (srun's `Killed` tasks) are clean-up
+            last = oom_killed.tail(1).row(0, named=True)
         if last["kind"] == K.xid_app:  # a fault's first Xid is its cause: 43 and 45 follow a 13 or 31
             last = own.filter(pl.col("kind") == K.xid_app).row(0, named=True)
             last["text"] = last["text"][last["text"].find("NVRM:") :]  # the kernel's prefix says nothing here
@@ -118,10 +122,22 @@ class ProcessDiedRankUnknown(Rule):
             if signal in NATIVE_CRASHES
             else f"died of its own error{during} ({quoted})"
         )
+        # torch.multiprocessing.spawn re-raised it under `-- Process N terminated with the following error:`
+        spawned = (
+            t.kinds(K.spawn_reraise)
+            .filter((pl.col("source") == last["source"]) & (pl.col("line") < last["line"]))
+            .tail(1)["local_rank"]
+        )
+        who = (
+            f"Process {spawned[0]} of torch.multiprocessing.spawn (local rank {spawned[0]})"
+            if not spawned.is_empty() and spawned[0] is not None
+            else "A process"
+        )
+        rank = "its global rank" if who != "A process" else "which rank it was"
         return self.finding(
             confidence=self.base_confidence + (0.05 if not own.is_empty() else 0.0),
             culprit_ranks=(),
-            summary=f"A process {how}; the excerpt does not say which rank it was.",
+            summary=f"{who} {how}; the excerpt does not say {rank}.",
             explanation="No line shows a rank waiting on another, so this is where the process ended; in a "
             "distributed job the other ranks then wait for it until their timeout."
             + (

@@ -102,6 +102,13 @@ class ProcessGroupNeverFormed(Rule):
         joined = ev.filter((pl.col("kind") == K.store_timeout) & pl.col("expected").is_not_null())
         expected, arrived = joined["expected"].max(), joined["nranks"].min()
         if not joined.is_empty() and expected is not None:
+            more = joined.filter(pl.col("nranks") > pl.col("expected"))["nranks"].max()
+            if more is not None:  # the key counted more processes than the group has: others share the store
+                return (), (
+                    f"{int(more)} processes joined a group of {int(expected)} - more than its world size: another "
+                    "job (or a second launch of this one) uses the same MASTER_ADDR:MASTER_PORT, or more processes "
+                    "were started than WORLD_SIZE"
+                )
             seen = set(t.ranks["rank"].to_list())
             # a count from a log: the missing ranks are listed only when there are few enough to list
             missing = tuple(r for r in range(int(expected)) if r not in seen) if expected <= MAX_LISTED_RANKS else ()
