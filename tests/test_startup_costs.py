@@ -220,3 +220,22 @@ def test_a_job_without_dumps_does_not_load_the_dump_reader() -> None:
         [sys.executable, "-c", code, "diagnose", str(SAMPLE), "-f", "json"], capture_output=True, timeout=120
     )
     assert res.stderr.decode().strip().splitlines()[-1] == "[]"
+
+
+def test_a_c_module_built_from_older_sources_means_the_python_text_path(monkeypatch) -> None:
+    """An editable checkout updated without reinstalling keeps its old `_textcut`: read with Python, not crash."""
+    import importlib
+    import types
+
+    from ncclpm import ingest
+    from ncclpm.ingest import rawscan
+
+    stale = types.ModuleType("ncclpm.ingest._textcut")
+    stale.Block = object  # an older build: no Matcher, scan_cut, utf8
+    monkeypatch.setitem(sys.modules, "ncclpm.ingest._textcut", stale)
+    monkeypatch.setattr(ingest, "_textcut", stale, raising=False)
+    try:
+        assert importlib.reload(rawscan)._textcut is None and not rawscan.native()
+    finally:
+        monkeypatch.undo()
+        importlib.reload(rawscan)

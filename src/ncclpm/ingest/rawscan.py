@@ -29,6 +29,9 @@ try:  # built by hatch_build.py when a C compiler is there
     from ncclpm.ingest import _textcut  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - depends on the install
     _textcut = None
+_C_API = ("Block", "Matcher", "scan_cut", "utf8", "trim")
+if _textcut is not None and not all(hasattr(_textcut, name) for name in _C_API):
+    _textcut = None  # a module built from older sources (an editable checkout not reinstalled): the Python path
 
 Bytes = bytes | memoryview  # a text's bytes: Python's, or a view of a block
 Block = Any  # `_textcut.Block`: a group's texts in one block of memory (bytes-like, with `__arrow_c_array__`)
