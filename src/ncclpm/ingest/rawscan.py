@@ -17,7 +17,6 @@ Two ways of reading lines are reproduced exactly, so the kept lines do not depen
 from __future__ import annotations
 
 import os
-import re
 from array import array
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -36,25 +35,26 @@ if _textcut is not None and not all(hasattr(_textcut, name) for name in _C_API):
 Bytes = bytes | memoryview  # a text's bytes: Python's, or a view of a block
 Block = Any  # `_textcut.Block`: a group's texts in one block of memory (bytes-like, with `__arrow_c_array__`)
 
-_META = re.compile(r"([\\.+*?()|\[\]{}^$])")
-_ESCAPED = {c: "\\" + c for c in "\\.+*?()|[]{}^$"}  # _META's characters, escaped one by one (~10x faster)
+_ESCAPED = {c: "\\" + c for c in "\\.+*?()|[]{}^$"}  # regex metacharacters, one by one (~10x a re.sub)
 
 
 @lru_cache(maxsize=8)
 def anchor_regex(anchors: tuple[str, ...]) -> str:
     """The anchors as one alternation of escaped literals. Rust's regex engine runs it as a SIMD literal search:
     ~30 % less CPU than `contains_any` (Aho-Corasick) over the same 176 anchors, same lines kept."""
-    return "|".join(_META.sub(r"\\\1", a) for a in sorted(set(anchors), key=len, reverse=True))
+    return _alternation(anchors)
+
+
+def _alternation(anchors: tuple[str, ...], between: str = "") -> str:
+    """The anchors, longest first, as escaped literals with `between` between any two characters of each."""
+    return "|".join(between.join(_ESCAPED.get(c, c) for c in a) for a in sorted(set(anchors), key=len, reverse=True))
 
 
 @lru_cache(maxsize=8)
 def hit_line_regex(anchors: tuple[str, ...], across_newlines: bool = False) -> str:
     """A whole line holding an anchor. `across_newlines`: an anchor may also be cut by newlines anywhere (a text
     hard-wrapped inside an anchor); such a match spans lines, and the caller then reads the text the slow way."""
-    if across_newlines:
-        body = "|".join("\n?".join(_ESCAPED.get(c, c) for c in a) for a in sorted(set(anchors), key=len, reverse=True))
-    else:
-        body = anchor_regex(anchors)
+    body = _alternation(anchors, between="\n?") if across_newlines else anchor_regex(anchors)
     return f"[^\\n]*(?:{body})[^\\n]*"
 
 
