@@ -19,14 +19,20 @@ from ncclpm.sources.discover import Job, SourceKind
 FR_SETTINGS = {"_RJEM_MALLOC_CONF": "dirty_decay_ms:0", "POLARS_IDEAL_MORSEL_SIZE": "16384"}
 
 
-def mostly_dumps(job: Job) -> bool:
-    """Whether flight-recorder dumps are most of the job's bytes (on disk: a .gz counts compressed)."""
+def _bytes(job: Job) -> tuple[int, int]:
+    """The job's bytes in flight-recorder dumps and in everything else (on disk: a .gz counts compressed)."""
     dumps = rest = 0
     for s in job.sources:
         if s.kind == SourceKind.FR:
             dumps += s.size()
         else:
             rest += s.size()
+    return dumps, rest
+
+
+def mostly_dumps(job: Job) -> bool:
+    """Whether flight-recorder dumps are most of the job's bytes."""
+    dumps, rest = _bytes(job)
     return dumps > rest
 
 
@@ -41,11 +47,11 @@ def tune_for(job: Job | None, stdin_bytes: int = 0) -> bool:
     (or text pasted on stdin, `job` None) is small. Too late once polars is loaded: it does nothing then."""
     if "polars" in sys.modules:
         return False
-    size = stdin_bytes + (sum(s.size() for s in job.sources) if job is not None else 0)
-    if size < SMALL_JOB_BYTES:
+    dumps, rest = _bytes(job) if job is not None else (0, 0)  # (each source's size read once: a stat per file)
+    if stdin_bytes + dumps + rest < SMALL_JOB_BYTES:
         for key, value in SMALL_SETTINGS.items():
             os.environ.setdefault(key, value)
-    if job is None or not mostly_dumps(job):
+    if dumps <= rest:
         return False
     for key, value in FR_SETTINGS.items():
         os.environ.setdefault(key, value)

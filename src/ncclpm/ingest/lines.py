@@ -414,7 +414,8 @@ def read_kept_lines(
     log: list[str | _Chunked | Future[tuple[dict[str, pl.DataFrame | None], list[str]]]] = []  # in order
     group: list[_Text] = []
     memory = new_block(BLOCK_BYTES)  # the group's texts' bytes (None: Python bytes)
-    left = sum(src.size() for src in sources)  # not read yet
+    sizes = [src.size() for src in sources]  # (a stat per file: once)
+    left = sum(sizes)  # not read yet
     with ThreadPoolExecutor(max_workers=SCAN_THREADS) as pool, ThreadPoolExecutor(max_workers=1) as finishing:
         running: set[Future] = set()
 
@@ -425,8 +426,8 @@ def read_kept_lines(
             running.add(scan)
             return scan
 
-        for src in sources:
-            left -= src.size()
+        for src, size in zip(sources, sizes, strict=True):
+            left -= size
             if src.path is not None and not _needs_python_decode(src) and _is_big(src):
                 chunked = _Chunked(src.name, [])
                 try:
