@@ -75,6 +75,41 @@ def test_render_reads_only_the_model() -> None:
     assert GRAPH["render"] <= leaves | {"ncclpm"}, GRAPH["render"] - leaves
 
 
+# The stages, lowest first: a unit imports only units listed before it (and the package's own `__version__`).
+# sources -> ingest -> tables -> analysis -> rules -> engine -> report -> Diagnosis -> render; `tables` sits below
+# `ingest` in imports because it is the contract ingest builds and every later stage reads.
+ORDER = (
+    "util",
+    "model",
+    "diff_model",
+    "precedence",
+    "tables",
+    "sources",
+    "ingest",
+    "analysis",
+    "rules",
+    "report",
+    "engine",
+    "diff",
+    "render",
+    "ruledocs",
+    "api",
+    "triage",
+    "cli",
+    "__main__",
+)
+
+
+def test_every_unit_has_its_place_in_the_stages() -> None:
+    assert set(GRAPH) - {"ncclpm"} == set(ORDER), "a new package or root module: give it its place in ORDER"
+
+
+@pytest.mark.parametrize("unit", ORDER)
+def test_a_stage_imports_only_the_stages_below_it(unit: str) -> None:
+    below = set(ORDER[: ORDER.index(unit)]) | {"ncclpm"}
+    assert GRAPH.get(unit, set()) <= below, f"{unit} imports {sorted(GRAPH[unit] - below)}"
+
+
 @pytest.mark.parametrize(("lower", "upper"), [("ingest", "analysis"), ("sources", "ingest"), ("render", "triage")])
 def test_a_lower_layer_does_not_import_an_upper_one(lower: str, upper: str) -> None:
     assert upper not in GRAPH[lower], f"{lower} imports {upper}"
@@ -98,7 +133,8 @@ def test_importing_ncclpm_or_its_renderers_loads_no_parser_table_or_rule() -> No
     code = (
         "import sys, ncclpm, ncclpm.render, ncclpm.model\n"
         "heavy = [m for m in sys.modules if m.split('.')[:2] in (['ncclpm','sources'], ['ncclpm','ingest'], "
-        "['ncclpm','rules'], ['ncclpm','analysis'], ['ncclpm','triage']) or m == 'polars']\n"
+        "['ncclpm','tables'], ['ncclpm','rules'], ['ncclpm','analysis'], ['ncclpm','report'], ['ncclpm','triage']) "
+        "or m == 'polars']\n"
         "print(heavy)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

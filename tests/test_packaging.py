@@ -34,7 +34,7 @@ def test_wheel_installs_and_diagnoses_from_another_directory(tmp_path: Path) -> 
         [
             py,
             "-c",
-            "import ncclpm.resources as r, ncclpm.render.template_code as t; "
+            "import ncclpm.util.resources as r, ncclpm.render.template_code as t; "
             "print(r.data_dir('templates'), len(t.read_snapshot().codes), len(r._snapshot()))",
         ],
         cwd=work,
@@ -49,7 +49,7 @@ def test_wheel_installs_and_diagnoses_from_another_directory(tmp_path: Path) -> 
 
 
 def test_checkout_resolves_data_from_the_repository() -> None:
-    from ncclpm.resources import data_dir
+    from ncclpm.util.resources import data_dir
 
     assert data_dir("parsers") == ROOT / "parsers" or "_data" in str(data_dir("parsers"))
     assert (data_dir("templates") / "report.md").is_file()

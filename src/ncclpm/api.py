@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ncclpm.analysis import analysed
+from ncclpm.ingest.build import build_tables
 from ncclpm.ingest.catalog import Catalog, load_catalog
-from ncclpm.ingest.tables import Tables, build_tables
 from ncclpm.sources.discover import Job, collect
 from ncclpm.sources.paste import normalise_paste_bytes
+from ncclpm.tables import Tables
 
 if TYPE_CHECKING:  # the rules and the reports are imported when used: `build` alone needs neither
     from ncclpm.diff_model import DiffReport

@@ -12,14 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ncclpm import precedence
-from ncclpm.actions import action_for
 from ncclpm.analysis import analysed
-from ncclpm.connected import connected_facts
-from ncclpm.dismiss import rivals_dismissed, ruled_out
-from ncclpm.ingest.tables import Tables
 from ncclpm.model import Diagnosis, Rival
-from ncclpm.noticed import who_noticed
-from ncclpm.report_facts import (
+from ncclpm.report.actions import action_for
+from ncclpm.report.connected import connected_facts
+from ncclpm.report.dismiss import rivals_dismissed, ruled_out
+from ncclpm.report.facts import (
     caveats,
     cross_check,
     culprit_hosts,
@@ -29,11 +27,13 @@ from ncclpm.report_facts import (
     settings_rows,
     versions,
 )
+from ncclpm.report.noticed import who_noticed
+from ncclpm.report.stacks import stack_report
+from ncclpm.report.story import build_story
 from ncclpm.rules import ALL_RULES
 from ncclpm.rules.base import Finding, Rule
-from ncclpm.schema import Category
-from ncclpm.stack_facts import stack_report
-from ncclpm.story import build_story
+from ncclpm.tables import Tables
+from ncclpm.tables.schema import Category
 
 
 def select_rules(select: Iterable[str] = (), ignore: Iterable[str] = ()) -> list[type[Rule]]:

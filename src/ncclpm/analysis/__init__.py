@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ncclpm.ingest.tables import Tables
+from ncclpm.tables import Tables
 
 
 def analysed(t: Tables) -> Tables:

@@ -12,8 +12,8 @@ import polars as pl
 from ncclpm.diff.relevance import launcher_family
 from ncclpm.diff.units import duration_text
 from ncclpm.diff_model import Fact, Quote
-from ncclpm.ingest.code_settings import code_facts
-from ncclpm.ingest.tables import Tables
+from ncclpm.ingest.code.settings import code_facts
+from ncclpm.tables import Tables
 
 TORCHRUN = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "python -m torch.distributed.run")
 _OPTION = re.compile(r"^-+")

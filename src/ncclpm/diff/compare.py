@@ -16,10 +16,10 @@ from ncclpm.diff.progress import progress_differences
 from ncclpm.diff.relevance import BadContext, api_error, family_order, judge
 from ncclpm.diff_model import RELEVANCE, Difference, DiffReport, Fact, Quote, RunSummary
 from ncclpm.ingest.settings import env_knowledge
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
 from ncclpm.model import Category, Diagnosis
-from ncclpm.signals import NATIVE_CRASHES
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.util.signals import NATIVE_CRASHES
 
 NOT_SET = "not set"
 

@@ -13,8 +13,8 @@ import polars as pl
 from ncclpm.diff.relevance import launcher_family, setting_family
 from ncclpm.diff.units import duration_text, seconds_of
 from ncclpm.diff_model import Fact, Quote
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
 
 MAX_LIST = 12
 

@@ -13,8 +13,8 @@ import polars as pl
 
 from ncclpm.diff.facts import quote
 from ncclpm.diff_model import Difference, Quote
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
 
 SLOWER_RATIO = 1.5  # below this, step-time differences are noise on a shared machine
 SLOWER_SECONDS = 0.2

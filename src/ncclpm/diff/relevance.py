@@ -16,7 +16,7 @@ from typing import Any
 
 from ncclpm.diff.units import seconds_of
 from ncclpm.diff_model import RELEVANCE, Difference, Quote
-from ncclpm.resources import data_dir, read_toml
+from ncclpm.util.resources import data_dir, read_toml
 
 VERSION_FAMILIES = (
     "torch_version",

@@ -14,9 +14,9 @@ from functools import lru_cache
 
 import polars as pl
 
-from ncclpm.ingest.code_verdicts import code_setting_rows, env_rows
-from ncclpm.kinds import K
-from ncclpm.resources import data_dir, read_toml
+from ncclpm.ingest.code.verdicts import code_setting_rows, env_rows
+from ncclpm.tables.kinds import K
+from ncclpm.util.resources import data_dir, read_toml
 
 SETTINGS_SCHEMA = pl.Schema(
     {

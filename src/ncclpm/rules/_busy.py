@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from ncclpm.clamp import duration_text
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
 from ncclpm.rules._facts import BARRIER_SHAPED, timeouts, victim_lines
 from ncclpm.rules._memo import per_job
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.util.clamp import duration_text
 
 
 def _first_symptom(t: Tables):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
 from ncclpm.rules._facts import victim_ranks
 from ncclpm.rules._memo import per_job
 from ncclpm.rules.base import Fix
-from ncclpm.signals import EXIT_SIGNALS, NATIVE_CRASHES
+from ncclpm.tables import Tables
+from ncclpm.util.signals import EXIT_SIGNALS, NATIVE_CRASHES
 
 FATAL_SIGNALS = ["SIGKILL", *NATIVE_CRASHES]
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from ncclpm.clamp import MAX_LISTED_RANKS
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
 from ncclpm.rules._memo import per_job
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.util.clamp import MAX_LISTED_RANKS
 
 VICTIM_KINDS = list(K.victims)  # declared `victim = true` in parsers/kinds.toml
 # A collective shaped like a barrier: NCCL implements `barrier()` as a 1-element ALLREDUCE (also what scalar

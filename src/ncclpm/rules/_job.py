@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
 
 # `Fix.unless` names one of these; the text is what `ncclpm explain` says about it
 UNLESS = {

@@ -13,7 +13,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ncclpm.ingest.tables import Tables
+from ncclpm.tables import Tables
 
 R = TypeVar("R")
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from ncclpm.clamp import duration_text
-from ncclpm.ingest.tables import Tables
 from ncclpm.rules._facts import BARRIER_SHAPED, timeouts
 from ncclpm.rules.base import ranks_text
+from ncclpm.tables import Tables
+from ncclpm.util.clamp import duration_text
 
 EARLY_SEQ = 10  # the first collectives of a job: barriers, parameter broadcasts, lazy NCCL init
 

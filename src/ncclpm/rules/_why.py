@@ -7,9 +7,9 @@ from datetime import datetime
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
 from ncclpm.model import Category, rank_span, said
 from ncclpm.rules._facts import timeouts
+from ncclpm.tables import Tables
 
 # verdicts where a rank went quiet and the others waited: what a reader suspects first is a hang elsewhere
 QUIET_VERDICTS = frozenset({Category.SLOW_RANK_WORK, Category.TIMEOUT_TOO_SHORT, Category.MISMATCHED_COLLECTIVES})

@@ -17,9 +17,9 @@ from typing import Any, ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import TABLE_NAMES, Tables
 from ncclpm.model import MAX_QUOTE, Category, Evidence, Finding, ranks_text  # noqa: F401 - rules use them from here
 from ncclpm.rules._job import UNLESS, JobFacts
+from ncclpm.tables import TABLE_NAMES, Tables
 
 DOC_SECTIONS = ("## What it detects", "## Why it matters", "## Example", "## How to fix")
 LIVE_PREFIX = "Next time it hangs, "  # a `live` fix, given for a job that is over

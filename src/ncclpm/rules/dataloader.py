@@ -6,13 +6,13 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
 from ncclpm.model import said
 from ncclpm.rules._facts import victim_ranks
 from ncclpm.rules._why import QUIET_VERDICTS, last_words
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import Category
 
 
 class DataloaderFailure(Rule):

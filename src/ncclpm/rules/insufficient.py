@@ -6,12 +6,12 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
 from ncclpm.rules._exits import TORN_DOWN, WATCHDOG_ABORT
 from ncclpm.rules._facts import known_ranks, victim_lines
 from ncclpm.rules._victim_view import victims_view
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.schema import Category
 
 # The evidence to collect when it is missing from the job: (what, when) - the findings' fixes read "Collect <what>."
 MISSING = {

@@ -6,11 +6,11 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
 from ncclpm.rules._facts import victim_lines
 from ncclpm.rules.base import Finding, Fix, Rule, quotes
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import Category
 
 SIGNAL_NAMES = {"15": "SIGTERM (15)", "2": "SIGINT (2)", "9": "SIGKILL (9)", "1": "SIGHUP (1)"}
 # A rank's own failure before the kill would explain it (the agent is then torn down as a consequence).

@@ -6,13 +6,13 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
 from ncclpm.rules._facts import timeouts, victim_ranks
 from ncclpm.rules._votes import minority, odd_by_work
 from ncclpm.rules._why import collective
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import Category
 
 
 def _calls(votes: pl.DataFrame) -> str:

@@ -6,14 +6,14 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
 from ncclpm.model import said
 from ncclpm.rules._hosts import ranks_on, where
 from ncclpm.rules._links import failing_pairs, implicated_hosts, link_ends
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.rules.rank_crash import RankDiedFirst
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import Category
 
 # ibv_wc_status values NCCL prints after `status=` (verbs.h); the ones seen in failing jobs.
 IB_STATUS = {

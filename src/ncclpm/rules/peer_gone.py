@@ -6,13 +6,13 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
 from ncclpm.model import said
 from ncclpm.rules._facts import known_ranks
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.rules.rank_crash import EXPLAINED_KINDS, crashed_ranks
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import Category
 
 # A collective that timed out first makes a closed connection its consequence (the aborting ranks close theirs).
 WAITED_FIRST = [K.collective_timeout, K.watchdog_status, K.heartbeat_stuck, K.monitored_barrier]

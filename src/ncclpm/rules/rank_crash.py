@@ -6,15 +6,15 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
 from ncclpm.model import said
 from ncclpm.rules._exits import BUS_ERROR, unchosen_exits
 from ncclpm.rules._facts import exceptions_not_victim, victim_lines, victim_ranks
 from ncclpm.rules._memo import per_job
 from ncclpm.rules._why import QUIET_VERDICTS, first_timeout
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import Category
 
 # Kinds another rule explains better: their ranks are not "crashes" for this rule.
 EXPLAINED_KINDS = [

@@ -6,16 +6,16 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.clamp import duration_text
-from ncclpm.ingest.code_verdicts import timeout_origin
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
+from ncclpm.ingest.code.verdicts import timeout_origin
 from ncclpm.rules._busy import busy_text, rank_local_work, waiting_in_barrier
 from ncclpm.rules._facts import known_ranks, late_timeouts, timeouts, victim_lines, victim_ranks
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.rules.peer_gone import peer_left_first
 from ncclpm.rules.rank_crash import crashed_ranks
-from ncclpm.schema import Category, FRCulprit
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import Category, FRCulprit
+from ncclpm.util.clamp import duration_text
 
 BUSY_KINDS = [K.dataloader_error, K.fd_exhaustion, K.cuda_oom, K.nvml_error, K.crash_signal, K.cuda_error]
 

@@ -8,10 +8,10 @@ from typing import ClassVar
 import polars as pl
 
 from ncclpm.analysis.stack_tree import StackClass, StackTree, build_stack_tree, describe_dumps
-from ncclpm.ingest.tables import Tables
 from ncclpm.rules._facts import known_ranks, victim_ranks
 from ncclpm.rules.base import Evidence, Finding, Fix, Rule, ranks_text
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.schema import Category
 
 WAITING = {"collective", "backward"}  # a rank here is waiting for its peers
 BUSY = {

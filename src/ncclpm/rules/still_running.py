@@ -6,12 +6,12 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
 from ncclpm.rules._exits import OWN_ERROR, TORN_DOWN, WATCHDOG_ABORT
 from ncclpm.rules._facts import exceptions_not_victim, victim_ranks
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.rules.rank_crash import EXPLAINED_KINDS
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.schema import Category
 
 # How ranks that gave up waiting end: an uncaught timeout exception (1), or the NCCL watchdog's abort (-6)
 GAVE_UP = (pl.col("exit_code") == OWN_ERROR) & pl.col("signal").is_null() | (pl.col("exit_code") == WATCHDOG_ABORT)

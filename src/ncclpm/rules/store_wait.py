@@ -6,12 +6,12 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
 from ncclpm.rules._busy import busy_text, rank_local_work
 from ncclpm.rules._facts import in_context, progress_before
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import Category
 
 # The DataLoader's shared-seed exchange: rank 0 draws the seed and publishes it in the store; the others wait.
 SEED_PUBLISHER = 0

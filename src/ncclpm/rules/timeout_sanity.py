@@ -6,13 +6,13 @@ from typing import Any, ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.code_settings import configured_pg_timeout
-from ncclpm.ingest.code_verdicts import human_seconds, timeout_origin
-from ncclpm.ingest.tables import Tables
+from ncclpm.ingest.code.settings import configured_pg_timeout
+from ncclpm.ingest.code.verdicts import human_seconds, timeout_origin
 from ncclpm.rules._facts import timeouts
 from ncclpm.rules._why import never_joined
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.schema import Category
 
 # Below torch's own defaults (10 min for NCCL since 2.2, 30 min otherwise) by far: a value someone chose, and one
 # that normal step-to-step variance, a checkpoint or a slow first collective can exceed.

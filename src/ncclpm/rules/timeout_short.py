@@ -6,13 +6,13 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.clamp import duration_text
-from ncclpm.ingest.code_verdicts import timeout_origin
-from ncclpm.ingest.tables import Tables
+from ncclpm.ingest.code.verdicts import timeout_origin
 from ncclpm.rules._facts import known_ranks, late_timeouts, timeouts
 from ncclpm.rules._why import never_joined
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.schema import Category
+from ncclpm.util.clamp import duration_text
 
 DEFAULT_NCCL_TIMEOUT_MS = 600_000
 
