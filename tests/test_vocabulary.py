@@ -114,7 +114,7 @@ def test_a_rule_query_on_an_undeclared_kind_raises() -> None:
 
 
 def test_victim_kinds_are_the_declared_ones() -> None:
-    from ncclpm.rules._facts import VICTIM_KINDS
+    from ncclpm.analysis.victims import VICTIM_KINDS
 
     assert set(VICTIM_KINDS) == {d.name for d in K if d.victim} and K.collective_timeout in VICTIM_KINDS
 
@@ -130,11 +130,19 @@ def test_a_rule_needing_an_unknown_table_fails_when_defined() -> None:
 
 
 def test_every_table_name_is_one_tables_can_answer() -> None:
+    from ncclpm.analysis import analyse
     from ncclpm.api import build
 
     t = build([ROOT / "sample_logs" / "gloo_rank0_slow_work"])
     assert set(t.extra) == set(EXTRA_TABLES)
-    assert {name for name in TABLE_NAMES if t.has(name)} >= {"lines", "events", "ranks", "fr_entries", "fr_analysis"}
+    facts = analyse(t)
+    assert {name for name in TABLE_NAMES if facts.has(name)} >= {
+        "lines",
+        "events",
+        "ranks",
+        "fr_entries",
+        "fr_analysis",
+    }
 
 
 def test_a_rule_explaining_an_unknown_rule_fails_at_registration() -> None:

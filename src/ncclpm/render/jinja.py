@@ -22,7 +22,7 @@ from ncclpm.render.rankview import rank_groups, rank_table
 from ncclpm.render.template_code import new_environment, read_snapshot
 from ncclpm.render.words import facts_line, story_date, story_times
 from ncclpm.util import escape
-from ncclpm.util.clamp import duration_text
+from ncclpm.util.durations import duration_text
 from ncclpm.util.resources import data_dir
 
 

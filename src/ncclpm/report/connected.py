@@ -15,12 +15,14 @@ from typing import Any
 
 import polars as pl
 
-from ncclpm.ingest.code.verdicts import human_seconds, timeout_origin
+from ncclpm.analysis import Analysis
+from ncclpm.analysis.timeout import TORCH_NCCL_DEFAULT_MS
 from ncclpm.model import Category, Finding, rank_span
+from ncclpm.rules._timeout import timeout_origin
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
+from ncclpm.util.durations import human_seconds
 
-TORCH_NCCL_DEFAULT_MS = 600_000
 TIMEOUT_VERDICTS = {Category.SLOW_RANK_WORK, Category.TIMEOUT_TOO_SHORT, Category.DATALOADER_HANG}
 FR_HELPS = {Category.SLOW_RANK_WORK, Category.TIMEOUT_TOO_SHORT, Category.MISMATCHED_COLLECTIVES, Category.UNKNOWN}
 
@@ -30,12 +32,6 @@ def _settings(t: Tables, var: str) -> list[dict[str, Any]]:
     if table is None or table.is_empty():
         return []
     return list(table.filter(pl.col("var") == var).iter_rows(named=True))
-
-
-def _in_force_ms(t: Tables) -> int | None:
-    """The collective timeout the logs show in force (NCCL's Timeout(ms), gloo's `Timed out waiting Nms`)."""
-    ms = t.kinds(K.collective_timeout)["timeout_ms"].drop_nulls()
-    return int(ms.max()) if ms.len() else None  # type: ignore[arg-type]
 
 
 def _dataloader_timeout(t: Tables) -> tuple[float, str] | None:
@@ -56,8 +52,8 @@ def _dataloader_timeout(t: Tables) -> tuple[float, str] | None:
     return float(r["number"]), f"`{r['text'].strip()[:60]}` at {r['source']}:{r['line']}"
 
 
-def dataloader_vs_process_group(t: Tables, primary: Finding) -> str | None:
-    dl, pg = _dataloader_timeout(t), _in_force_ms(t)
+def dataloader_vs_process_group(facts: Analysis, primary: Finding) -> str | None:
+    dl, pg = _dataloader_timeout(facts.t), facts.timeout.ms
     if dl is None or primary.category not in TIMEOUT_VERDICTS:
         return None
     seconds, where = dl
@@ -75,14 +71,14 @@ def dataloader_vs_process_group(t: Tables, primary: Finding) -> str | None:
     return None
 
 
-def timeout_in_force(t: Tables, primary: Finding) -> str | None:
+def timeout_in_force(facts: Analysis, primary: Finding) -> str | None:
     """Where the timeout in force comes from - said when a variable read by nothing claims to set it, or when the
     verdict is to raise it."""
-    ms = _in_force_ms(t)
+    t, ms = facts.t, facts.timeout.ms
     if ms is None:
         return None
     dead = _settings(t, "NCCL_TIMEOUT") + _settings(t, "TORCH_NCCL_TIMEOUT")
-    origin = timeout_origin(t, ms)
+    origin = timeout_origin(facts.timeout, ms)
     if origin.startswith("set by"):
         origin = f"was {origin}"
     elif origin:
@@ -105,8 +101,9 @@ def timeout_in_force(t: Tables, primary: Finding) -> str | None:
     return None
 
 
-def transport(t: Tables, primary: Finding) -> str | None:
+def transport(facts: Analysis, primary: Finding) -> str | None:
     """NCCL_P2P_DISABLE / NCCL_IB_DISABLE tied to the transport the channels used, for a collective that was slow."""
+    t = facts.t
     if primary.category not in {Category.TIMEOUT_TOO_SHORT, Category.SLOW_RANK_WORK, Category.NETWORK_TRANSPORT}:
         return None
     off = [s for v in ("NCCL_P2P_DISABLE", "NCCL_IB_DISABLE") for s in _settings(t, v) if str(s["value"]) == "1"]
@@ -133,7 +130,8 @@ def transport(t: Tables, primary: Finding) -> str | None:
     return f"`{s['var']}=1` ({s['file']}:{s['line']}) was in effect{seen}{what}."
 
 
-def flight_recorder(t: Tables, primary: Finding) -> str | None:
+def flight_recorder(facts: Analysis, primary: Finding) -> str | None:
+    t = facts.t
     if primary.category not in FR_HELPS:
         return None
     if t.fr is not None and not t.fr.dumps.is_empty():
@@ -156,10 +154,10 @@ def flight_recorder(t: Tables, primary: Finding) -> str | None:
 LATE_FACTOR, LATE_MS = 1.5, 60_000  # `ran for` this far past the timeout: the watchdog noticed late
 
 
-def late_watchdog(t: Tables, primary: Finding) -> str | None:
+def late_watchdog(facts: Analysis, primary: Finding) -> str | None:
     """`ran for` far above `Timeout(ms)`: the watchdog that checks every few hundred ms noticed minutes late, so it
     was held up itself (a hung CUDA call or driver under it, the process stopped or its VM suspended)."""
-    to = t.kinds(K.collective_timeout).filter(
+    to = facts.t.kinds(K.collective_timeout).filter(
         pl.col("ran_ms").is_not_null()
         & pl.col("timeout_ms").is_not_null()
         & (pl.col("ran_ms") >= pl.col("timeout_ms") * LATE_FACTOR)
@@ -178,7 +176,7 @@ def late_watchdog(t: Tables, primary: Finding) -> str | None:
     )
 
 
-CHECKS: tuple[Callable[[Tables, Finding], str | None], ...] = (
+CHECKS: tuple[Callable[[Analysis, Finding], str | None], ...] = (
     timeout_in_force,
     dataloader_vs_process_group,
     transport,
@@ -187,11 +185,11 @@ CHECKS: tuple[Callable[[Tables, Finding], str | None], ...] = (
 )
 
 
-def connected_facts(t: Tables, primary: Finding, warnings: list[str]) -> tuple[str, ...]:
+def connected_facts(facts: Analysis, primary: Finding, warnings: list[str]) -> tuple[str, ...]:
     out = []
     for check in CHECKS:
         try:
-            fact = check(t, primary)
+            fact = check(facts, primary)
         except Exception as exc:  # a broken check must not take the report down
             warnings.append(f"connected fact {check.__name__} failed: {type(exc).__name__}: {exc}")
             continue

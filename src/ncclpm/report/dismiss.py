@@ -14,10 +14,11 @@ from datetime import datetime
 import polars as pl
 
 from ncclpm import precedence
+from ncclpm.analysis import Analysis
 from ncclpm.model import Evidence, Finding, Rival, RuledOut, rank_span, said
 from ncclpm.rules.base import Rule
 from ncclpm.tables import Tables
-from ncclpm.util.clamp import human_duration
+from ncclpm.util.durations import human_duration
 
 MAX_RULED_OUT = 4
 _REASON = dict(precedence.PRECEDENCE)
@@ -51,39 +52,40 @@ def compare(t: Tables, rival: Finding, winner: Finding) -> str:
     return f"{_quote(t, won)} is the stronger evidence: {_REASON.get(winner.rule, '')}"
 
 
-def _hook(cls: type[Rule], t: Tables, winner: Finding, mine: Finding | None, warnings: list[str]) -> str | None:
+def _hook(cls: type[Rule], facts: Analysis, winner: Finding, mine: Finding | None, warnings: list[str]) -> str | None:
     if cls.why_not is Rule.why_not:
         return None
     try:
-        return cls().why_not(t, winner, mine)
+        return cls(facts).why_not(facts.t, winner, mine)
     except Exception as exc:  # a broken hook must not take the diagnosis down with it
         warnings.append(f"rule {cls.id} ({cls.name}) why_not failed: {type(exc).__name__}: {exc}")
         return None
 
 
 def rivals_dismissed(
-    t: Tables, rivals: list[Rival], winner: Finding, rules: list[type[Rule]], warnings: list[str]
+    facts: Analysis, rivals: list[Rival], winner: Finding, rules: list[type[Rule]], warnings: list[str]
 ) -> tuple[Rival, ...]:
+    t = facts.t
     by_id = {r.id: r for r in rules}
     out = []
     for rival in rivals:
         f = rival.finding
         cls = by_id.get(f.rule)
-        text = (_hook(cls, t, winner, f, warnings) if cls is not None else None) or compare(t, f, winner)
+        text = (_hook(cls, facts, winner, f, warnings) if cls is not None else None) or compare(t, f, winner)
         out.append(Rival(f, text))
     return tuple(out)
 
 
 def ruled_out(
-    t: Tables, rules: list[type[Rule]], findings: list[Finding], winner: Finding, warnings: list[str]
+    facts: Analysis, rules: list[type[Rule]], findings: list[Finding], winner: Finding, warnings: list[str]
 ) -> tuple[RuledOut, ...]:
     """Suspects no rule found, in precedence order: each rule that did not fire says what the logs show instead."""
     fired = {f.rule for f in findings} | {winner.rule}
     out: list[RuledOut] = []
     for cls in sorted(rules, key=lambda r: precedence.RANK[r.id]):
-        if cls.id in fired or cls.fallback or any(not t.has(n) for n in cls.needs):
+        if cls.id in fired or cls.fallback or any(not facts.has(n) for n in cls.needs):
             continue
-        text = _hook(cls, t, winner, None, warnings)
+        text = _hook(cls, facts, winner, None, warnings)
         if text:
             out.append(RuledOut(cls.id, str(cls.category), text))
     return tuple(out[:MAX_RULED_OUT])

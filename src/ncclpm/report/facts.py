@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import polars as pl
 
+from ncclpm.analysis import Analysis
 from ncclpm.model import Evidence, strip_prefix
 from ncclpm.rules.base import Finding, ranks_text
 from ncclpm.tables import Tables
@@ -32,9 +33,9 @@ def _fr_op(t: Tables, group: str, seq: int) -> str | None:
     return " / ".join(o for o in top if o)
 
 
-def fr_stall(t: Tables) -> dict | None:
+def fr_stall(facts: Analysis) -> dict | None:
     """The collective the flight recorder says the job stopped in (when the logs name none)."""
-    fa = t.fr_analysis
+    t, fa = facts.t, facts.fr
     if fa is None:
         return None
     for frame in (fa.mismatches, fa.missing.filter(pl.col("group_key") == (fa.root_group or "")), fa.missing):
@@ -54,16 +55,16 @@ def fr_stall(t: Tables) -> dict | None:
     return None
 
 
-def failing_collective(t: Tables) -> dict | None:
-    to = t.events.filter((pl.col("kind") == K.collective_timeout) & pl.col("op").is_not_null())
+def failing_collective(facts: Analysis) -> dict | None:
+    to = facts.t.events.filter((pl.col("kind") == K.collective_timeout) & pl.col("op").is_not_null())
     if to.is_empty():
-        return fr_stall(t)
+        return fr_stall(facts)
     r = to.sort("ts", "source", "line", nulls_last=True).row(0, named=True)
     return {k: r[k] for k in ("op", "seq", "numel_in", "numel_out", "timeout_ms", "pg")}
 
 
-def _fr_rank_facts(t: Tables) -> pl.DataFrame | None:
-    fa = t.fr_analysis
+def _fr_rank_facts(facts: Analysis) -> pl.DataFrame | None:
+    fa = facts.fr
     if fa is None or fa.rank_facts.is_empty():
         return None
     return fa.rank_facts.select(
@@ -101,13 +102,14 @@ def _finer_first_errors(t: Tables, table: pl.DataFrame) -> pl.DataFrame:
     return joined.with_columns(pl.coalesce("_fine", "first_error_ts").alias("first_error_ts")).drop("_fine")
 
 
-def rank_rows(t: Tables, primary: Finding) -> tuple[dict, ...]:
+def rank_rows(facts: Analysis, primary: Finding) -> tuple[dict, ...]:
+    t = facts.t
     culprits = set(primary.culprit_ranks)
     victims = set(primary.facts.get("victim_ranks", [])) | set(
         t.events.filter(pl.col("kind") == K.collective_timeout)["rank"].drop_nulls().to_list()
     )
     table = _finer_first_errors(t, t.ranks)
-    fr = _fr_rank_facts(t)
+    fr = _fr_rank_facts(facts)
     if fr is not None:
         table = table.join(fr.cast({"rank": table.schema["rank"]}), on="rank", how="full", coalesce=True)
     else:
@@ -145,22 +147,14 @@ def versions(t: Tables) -> dict[str, str]:
     return out
 
 
-def settings_rows(t: Tables) -> tuple[dict, ...]:
-    """Settings found in the job that deserve a word (notes on harmless ones are kept too, last)."""
-    table = t.extra.get("settings")
-    if table is None or table.is_empty():
-        return ()
-    return tuple(table.filter(pl.col("verdict") != "").iter_rows(named=True))
-
-
-def caveats(t: Tables) -> tuple[str, ...]:
+def caveats(facts: Analysis) -> tuple[str, ...]:
     """What the evidence cannot show: ranks whose flight-recorder dumps are missing, P2P entries not aligned..."""
-    return () if t.fr_analysis is None else tuple(t.fr_analysis.notes)
+    return () if facts.fr is None else tuple(facts.fr.notes)
 
 
-def cross_check(t: Tables, primary: Finding) -> str | None:
+def cross_check(facts: Analysis, primary: Finding) -> str | None:
     """Do the logs and the flight-recorder dumps name the same culprit? Say so either way."""
-    fa = t.fr_analysis
+    fa = facts.fr
     if fa is None:
         return None
     fr, logs = set(fa.culprit_ranks), set(primary.culprit_ranks)

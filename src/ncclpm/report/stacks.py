@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ncclpm.analysis.stack_tree import StackTree, TreeNode, build_stack_tree
+from ncclpm.analysis import Analysis
+from ncclpm.analysis.stack_tree import StackTree, TreeNode
 from ncclpm.rules.base import Finding, ranks_text
-from ncclpm.tables import Tables
 
 STACK_RULE = "SK01"
 MAX_MEMBERS_SHOWN = 8
@@ -115,6 +115,8 @@ def stack_check(tree: StackTree | None, primary: Finding, findings: list[Finding
     )
 
 
-def stack_report(t: Tables, primary: Finding, findings: list[Finding]) -> tuple[dict[str, Any] | None, str | None]:
-    tree = build_stack_tree(t.extra.get("stacks"))
+def stack_report(
+    facts: Analysis, primary: Finding, findings: list[Finding]
+) -> tuple[dict[str, Any] | None, str | None]:
+    tree = facts.stack_tree
     return stack_tree_facts(tree), stack_check(tree, primary, findings)

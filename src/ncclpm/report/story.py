@@ -18,7 +18,8 @@ from ncclpm.model import Finding, Moment, rank_span
 from ncclpm.model import said as quote_line
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
-from ncclpm.util.clamp import human_duration, shift, timedelta_ms
+from ncclpm.util.clamp import shift, timedelta_ms
+from ncclpm.util.durations import human_duration
 
 QUOTE = 140
 MAX_MOMENTS = 10

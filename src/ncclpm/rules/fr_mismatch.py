@@ -48,8 +48,8 @@ class FlightRecorderCollectivesDisagree(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        assert t.fr_analysis is not None
-        return t.fr_analysis.mismatches
+        assert self.facts.fr is not None
+        return self.facts.fr.mismatches
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         first = ev.row(0, named=True)

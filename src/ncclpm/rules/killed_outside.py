@@ -6,7 +6,6 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.rules._facts import victim_lines
 from ncclpm.rules.base import Finding, Fix, Rule, quotes
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
@@ -102,7 +101,7 @@ class JobKilledFromOutside(Rule):
             explanation="The launcher tears its workers down when it is signalled itself; the workers' SIGTERM exits "
             "are collateral. No rank failed first, so the sender is outside the job: the host's OOM handling (CPU "
             "memory, often at a checkpoint save or evaluation), the scheduler, or a user.",
-            evidence=quotes(last, 1) + quotes(ev, 2) + quotes(oom, 2) + quotes(victim_lines(t), 2),
+            evidence=quotes(last, 1) + quotes(ev, 2) + quotes(oom, 2) + quotes(self.facts.victim_lines, 2),
             fixes=self.fixes(),
             dont=("Do not debug NCCL or the network: no collective failed.",),
             verify=("The node's kernel log or the scheduler names who sent the signal.",),

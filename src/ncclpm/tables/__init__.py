@@ -5,27 +5,27 @@ the report and `ncclpm diff` read them; nothing here reads a file or judges.
 Tables: `lines` (prefiltered, envelope resolved), `events` (typed catalog matches + torchelastic error files),
 `tracebacks`, `elastic` (torchrun failure summary entries), `ranks` (one row per rank: what it last did, whether
 and where it timed out, its first error, how it exited), and, when the job holds flight-recorder dumps, `fr`
-(loaded dumps; `fr_analysis`, their cross-rank matching, is computed by the analysis stage:
-`ncclpm.analysis.analysed`); in `extra`: `stacks` (every frame of every stack dump), NCCL communicators and
-warnings, settings, `code_settings`. Code and configuration files are not evidence: they only feed
-`code_settings` and the settings table, and are listed in `code_sources`, not in `sources`.
+(loaded dumps; their cross-rank matching is the analysis stage's: `ncclpm.analysis.analyse`); in `extra`:
+`stacks` (every frame of every stack dump), NCCL communicators and warnings, `settings` (the environment variables
+the job sets), `code_settings`. Code and configuration files are not evidence: they only feed `code_settings` and
+`settings`, and are listed in `code_sources`, not in `sources`.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from ncclpm.tables.kinds import K
 
 if TYPE_CHECKING:
-    from ncclpm.analysis.fr_match import FRAnalysis
     from ncclpm.tables.fr import FRLoad
 
-# Derived tables in `Tables.extra`, and every name a rule may list in `needs` (checked when a rule is defined).
+# Derived tables in `Tables.extra`, and every name a rule may list in `needs` (checked when a rule is defined;
+# `fr_analysis` is the analysis stage's matching of the dumps: `Analysis.has`).
 EXTRA_TABLES = ("nccl_comms", "nccl_warnings", "nccl_addresses", "settings", "stacks", "code_settings")
 TABLE_NAMES = frozenset(
     {"lines", "events", "tracebacks", "elastic", "ranks", "fr_entries", "fr_analysis", *EXTRA_TABLES}
@@ -45,20 +45,15 @@ class Tables:
     sources: tuple[str, ...]
     warnings: tuple[str, ...]
     fr: FRLoad | None = None
-    fr_analysis: FRAnalysis | None = None  # the cross-rank verdict on `fr`: filled by analysis.analysed()
     extra: dict[str, pl.DataFrame] = field(default_factory=dict)
     nccl_log: bool = False  # the job holds NCCL's own log (NCCL_DEBUG output)
     line_prefix: str = ""  # the catalog's envelopes as a Python regex (reports strip them from quoted lines)
     code_sources: tuple[str, ...] = ()  # code and configuration files, read for settings only
-    # Facts the rules derive from these tables, computed once (`rules._memo.per_job`); every Tables has its own.
-    memo: dict[tuple, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def has(self, name: str) -> bool:
         """True when the table exists and holds rows (rules declare what they need)."""
         if name == "fr_entries":
             return self.fr is not None and not self.fr.compact.is_empty()
-        if name == "fr_analysis":
-            return self.fr_analysis is not None
         frame = getattr(self, name, None)
         if frame is None:
             frame = self.extra.get(name)

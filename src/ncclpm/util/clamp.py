@@ -3,7 +3,8 @@
 A log line is free to say `Timeout(ms)=86400000000000000`, `WORLD_SIZE=999999999` or a timestamp in year 9999.
 Such a value is not a fact about the job: it is a typo, a corrupt line or an attack. The bounds below say what a
 value can mean; `ingest/bounds.py` turns values past them into nulls (with one warning) before any rule reads
-them, and the helpers below keep every renderer's time arithmetic inside what `datetime` can hold.
+them, and the helpers below keep every renderer's time arithmetic inside what `datetime` can hold (durations in words:
+`durations.py`).
 No import from the rest of ncclpm.
 """
 
@@ -39,42 +40,6 @@ def timedelta_ms(ms: Any) -> timedelta | None:
         return timedelta(milliseconds=int(ms))
     except (TypeError, ValueError, OverflowError):
         return None
-
-
-def duration_text(ms: Any) -> str:
-    """`0:10:00` for 600000; "?" for nothing; "over N days" past what a timedelta holds."""
-    if ms is None:
-        return "?"
-    delta = timedelta_ms(ms)
-    if delta is None:
-        return "over 999999999 days" if _is_big(ms) else "?"
-    return str(delta)
-
-
-def human_duration(seconds: float | None) -> str:
-    """A span as people say it: `0.4 s`, `12 s`, `10 min`, `10 min 5 s`, `2 h 30 min`, `3 days 4 h`; "?" for None."""
-    if seconds is None:
-        return "?"
-    if seconds < 10:
-        return f"{seconds:.1f} s".replace(".0 s", " s")
-    s = round(min(seconds, MAX_DURATION_MS / 1000))
-    days, rest = divmod(s, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days} day{'s' if days != 1 else ''}" + (f" {hours} h" if hours else "")
-    if hours:
-        return f"{hours} h" + (f" {minutes} min" if minutes else "")
-    if minutes:
-        return f"{minutes} min" + (f" {secs} s" if secs else "")
-    return f"{secs} s"
-
-
-def _is_big(value: Any) -> bool:
-    try:
-        return int(value) > 0
-    except (TypeError, ValueError, OverflowError):
-        return False
 
 
 def shift(ts: datetime, delta: timedelta) -> datetime:

@@ -9,7 +9,7 @@ bound to a literal in the same file (`PG_TIMEOUT = timedelta(minutes=45)`) gets 
 `cuda_set_device` = "absent" when the code calls `init_process_group` (with a backend other than gloo alone)
 but neither `torch.cuda.set_device` nor `device_id=` shows anywhere in the code read. Nothing here becomes an event.
 
-Rules read the facts with `code_facts(t, setting)` and `configured_pg_timeout(t)`.
+Stages read the facts with `code_facts(t, setting)` (the analysis: the timeout the code sets).
 """
 
 from __future__ import annotations
@@ -304,16 +304,6 @@ def code_facts(t: Tables, setting: str) -> pl.DataFrame:
     if table is None:
         return pl.DataFrame(schema=CODE_SETTINGS_SCHEMA)
     return table.filter(pl.col("setting") == setting)
-
-
-def configured_pg_timeout(t: Tables) -> dict[str, Any] | None:
-    """The process-group timeout the code sets, when the code read gives it as exactly one literal value:
-    {seconds, value, name, file, line}. None when no code sets it, or when it is set to different values."""
-    rows = code_facts(t, "pg_timeout").filter(pl.col("number").is_not_null())
-    if rows.is_empty() or rows["number"].n_unique() != 1:
-        return None
-    r = rows.row(0, named=True)
-    return {"seconds": r["number"], "value": r["value"], "name": r["name"], "file": r["source"], "line": r["line"]}
 
 
 def check_reading_example(r: Reading, example: dict[str, Any], counter: bool = False) -> list[str]:

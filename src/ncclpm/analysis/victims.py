@@ -1,4 +1,4 @@
-"""Cross-rank facts several rules share: who waited (victims), who failed first, what each rank did last.
+"""Who waited on whom: victim lines and ranks, the collective timeouts, ranks that entered late, the ranks known.
 
 A *victim* line is one a rank prints because someone else failed: a collective timeout, the watchdog's
 status/teardown, a peer that closed the connection, an aborted communicator, torchrun's SIGTERM. A rank whose
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import polars as pl
 
-from ncclpm.rules._memo import per_job
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
 from ncclpm.util.clamp import MAX_LISTED_RANKS
@@ -20,7 +19,6 @@ VICTIM_KINDS = list(K.victims)  # declared `victim = true` in parsers/kinds.toml
 BARRIER_SHAPED = ((pl.col("op") == "ALLREDUCE") & (pl.col("numel_in") == 1)) | (pl.col("op") == "BARRIER")
 
 
-@per_job
 def victim_lines(t: Tables) -> pl.DataFrame:
     """Events that show a rank waiting on, or torn down because of, another rank (the `victim` column: victim
     kinds, and exceptions whose message reads like one). Lines of a victim kind come first: they name the
@@ -29,39 +27,34 @@ def victim_lines(t: Tables) -> pl.DataFrame:
     return victims.sort(~pl.col("kind").is_in(VICTIM_KINDS), maintain_order=True)
 
 
-def victim_ranks(t: Tables) -> set[int]:
-    return set(victim_lines(t)["rank"].to_list())
-
-
-@per_job
 def timeouts(t: Tables) -> pl.DataFrame:
     return t.events.filter((pl.col("kind") == K.collective_timeout) & pl.col("rank").is_not_null())
 
 
-def late_timeouts(t: Tables) -> set[int]:
+def late_timeouts(timeouts: pl.DataFrame) -> frozenset[int]:
     """Ranks whose own timeout fired long after the first one: they entered the collective late.
 
     If every rank of a group enqueued the collective together, their watchdogs fire within seconds of
     each other; a rank whose timeout comes a large part of the timeout later started waiting that much
     later - it was busy elsewhere while the others were already waiting.
     """
-    to = timeouts(t).filter(pl.col("ts").is_not_null())
+    to = timeouts.filter(pl.col("ts").is_not_null())
     if to.height < 2:
-        return set()
+        return frozenset()
     first = to.group_by("rank").agg(pl.col("ts").min(), pl.col("timeout_ms").max())
     start = first["ts"].min()
     slack_ms = max(30_000, int((first["timeout_ms"].max() or 0) * 0.25))
     late = first.filter((pl.col("ts") - start) > pl.duration(milliseconds=slack_ms))
-    return set(late["rank"].to_list())
+    return frozenset(late["rank"].to_list())
 
 
-def known_ranks(t: Tables) -> set[int]:
+def known_ranks(t: Tables) -> frozenset[int]:
     """Ranks seen in the job, plus every rank below the world size when there are at most MAX_LISTED_RANKS:
     a world size is a number from a log, and `WORLD_SIZE=999999999` must not become a billion-element set."""
     ranks = set(t.ranks["rank"].drop_nulls().to_list())
     if t.world_size and t.world_size <= MAX_LISTED_RANKS:
         ranks |= set(range(t.world_size))
-    return ranks
+    return frozenset(ranks)
 
 
 def same_line(events: pl.DataFrame, kinds: list[str]) -> pl.DataFrame:
@@ -69,7 +62,6 @@ def same_line(events: pl.DataFrame, kinds: list[str]) -> pl.DataFrame:
     return events.filter(pl.col("kind").is_in(kinds)).select("source", "line").unique()
 
 
-@per_job
 def exceptions_not_victim(t: Tables, exclude_kinds: list[str]) -> pl.DataFrame:
     """Exception lines (logs and error files) that are neither a victim symptom nor another rule's kind."""
     exc = t.events.filter(pl.col("kind").is_in([K.exception, K.dataloader_reraise]) & pl.col("rank").is_not_null())

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from ncclpm.analysis.timeout import TimeoutInForce
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
 
@@ -32,12 +33,11 @@ class JobFacts:
     slow_switches: tuple[str, ...] = ()  # `NCCL_P2P_DISABLE=1 (run.sh:7)`: transports the job switched off
 
     @classmethod
-    def of(cls, t: Tables) -> JobFacts:
+    def of(cls, t: Tables, timeout: TimeoutInForce) -> JobFacts:
         code = t.extra.get("code_settings")
         dl = [] if code is None else code.filter(pl.col("setting") == "dataloader_timeout")["number"].to_list()
         dl += t.kinds(K.dataloader_error)["count"].to_list()
-        pg = t.kinds(K.collective_timeout)["timeout_ms"].drop_nulls()
-        below = [s for s in dl if s and (pg.is_empty() or s * 1000 < pg.max())]  # type: ignore[operator]
+        below = [s for s in dl if s and (timeout.ms is None or s * 1000 < timeout.ms)]
         stacks = t.extra.get("stacks")
         ended = not t.elastic.is_empty() or not t.events.filter(pl.col("severity") == "error").is_empty()
         return cls(
