@@ -1,6 +1,7 @@
-"""Layers: which package may import which. The model depends on nothing; rendering reads only the model; ingest
-reads sources, never the analysis; no two packages import each other (imports inside functions count, imports
-under `if TYPE_CHECKING:` do not)."""
+"""Layers: which package may import which. The stages are ordered (`ORDER`): each imports only those below it;
+the model depends on nothing; rendering reads only the model; no two packages import each other. Every import
+counts: inside functions, and under `if TYPE_CHECKING:` (a type is a dependency too: one pointing up is a layer
+the code leans on without saying so)."""
 
 from __future__ import annotations
 
@@ -25,16 +26,10 @@ def _is_module(name: str) -> bool:
     return (SRC / f"{name}.py").exists() or (SRC / name).is_dir()
 
 
-def _runtime_imports(path: Path) -> set[str]:
+def _imports(path: Path) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    skip: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
     found = set()
     for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             if node.module == "ncclpm":  # `from ncclpm import x`: a submodule, or a name of the package itself
                 names = [f"ncclpm.{a.name}" for a in node.names if _is_module(a.name)] or ["ncclpm"]
@@ -52,7 +47,7 @@ def _graph() -> dict[str, set[str]]:
         rel = path.relative_to(SRC.parent).with_suffix("")
         module = ".".join(p for p in rel.parts if p != "__init__")
         unit = _unit(module)
-        graph.setdefault(unit, set()).update(_unit(m) for m in _runtime_imports(path) if _unit(m) != unit)
+        graph.setdefault(unit, set()).update(_unit(m) for m in _imports(path) if _unit(m) != unit)
     return graph
 
 
