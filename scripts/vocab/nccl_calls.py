@@ -89,6 +89,7 @@ class Tree:
             for m in parse_defines(lx.directives, path):
                 self.macros.setdefault(m.name, []).append(m)
         self.templates = self._message_macros()
+        self.string_constants = {p: _string_constants(lx.code) for p, lx in self.lexed.items()}
 
     # -- macros that log -----------------------------------------------------------------------------------
     def _message_macros(self) -> dict[tuple[str, str], list[_Template]]:
@@ -265,6 +266,8 @@ class Tree:
                 unresolved.append(source_text(toks[i:end]))
                 i = end
                 continue
+            elif t.kind == "id" and t.text in self.string_constants.get(file, {}):
+                out += self.string_constants[file][t.text]
             elif t.kind == "id":
                 defs = [m for m in self.macros.get(t.text, []) if m.params is None and m.body]
                 own = [m for m in defs if m.file == file]
@@ -321,6 +324,30 @@ class Tree:
         out += fmt[pos:]
         new_args.extend(args[k:])
         return out, new_args, unresolved
+
+
+def _string_constants(toks: list[Tok]) -> dict[str, str]:
+    """`[static] [constexpr] [const] char [const]* NAME = "text";` (or `char NAME[] = ...`) of a file: a string a
+    log call may print through `%s`."""
+    out: dict[str, str] = {}
+    for i in range(2, len(toks) - 2):
+        if toks[i].text != "=" or toks[i - 1].kind != "id":
+            continue
+        j = i - 2
+        if toks[j].text == "]" and j >= 1 and toks[j - 1].text == "[":
+            j -= 2
+        while j >= 0 and toks[j].text in ("*", "const"):
+            j -= 1
+        if j < 0 or toks[j].text != "char":
+            continue
+        k = i + 1
+        value = ""
+        while k < len(toks) and toks[k].kind == "str":
+            value += toks[k].value
+            k += 1
+        if k > i + 1 and k < len(toks) and toks[k].text == ";":
+            out.setdefault(toks[i - 1].text, value)
+    return out
 
 
 def _fill_holes(fmt: str, args: list[list[Tok]], unresolved: list[str]) -> tuple[str, list[list[Tok]]]:
