@@ -45,7 +45,12 @@ AREAS: list[tuple[str, str, str]] = [  # (area, regex on the file, regex on the 
     ("proxy", r"^proxy\.cc", r"[Pp]roxy"),
     ("bootstrap", r"^bootstrap", r"Bootstrap|NCCL_COMM_ID|OOB"),
     ("nvml", r"nvmlwrap", r"^nvml|NVML"),
-    ("cuda", r"cudawrap|strongstream", r"Cuda failure|CUDA|cuda[A-Z]|\bcu[A-Z]\w+|graph"),
+    (
+        "cuda",
+        r"cudawrap|strongstream",
+        r"Cuda failure|CUDA (?:error|driver|library|runtime|context|missing)|"
+        r"cuda[A-Z]\w+(?:\(\))? failed|\bcu[A-Z]\w+ failed|captured",
+    ),
     ("topology", r"^graph/", r"TOPO|XML|[Tt]opo|NUMA|PCI|\bring\b|\btree\b"),
     ("alloc", r"alloc|mem_manager|register/", r"[Aa]lloc|malloc|calloc|MemManager|register"),
     ("plugin", r"^plugin/|tuner|^net\.cc", r"plugin|Plugin"),
@@ -60,13 +65,18 @@ AREAS: list[tuple[str, str, str]] = [  # (area, regex on the file, regex on the 
 
 
 def area_of(msg: dict) -> str:
-    files = [msg["file"], *(s["file"] for s in msg.get("other_sites", []))]
+    """The first area whose wording regex matches the format, else whose file regex matches the newest site
+    (file:function), else one of the other sites' files."""
     key = msg["file"] + ":" + (msg["function"] or "")
+    others = [s["file"] for s in msg.get("other_sites", [])]
     for area, _file_rx, fmt_rx in AREAS:
         if fmt_rx and re.search(fmt_rx, msg["format"]):
             return area
     for area, file_rx, _ in AREAS:
-        if re.search(file_rx, key) or any(re.search(file_rx, f) for f in files[1:]):
+        if re.search(file_rx, key):
+            return area
+    for area, file_rx, _ in AREAS:
+        if any(re.search(file_rx, f) for f in others):
             return area
     return "misc"
 
