@@ -1,5 +1,6 @@
-"""The real-issues corpus (../shared/corpus/real-issues): run ncclpm on each case, score it against the label,
-and render the tables published in docs/REAL_ISSUES.md.
+"""The real-issues corpus: run ncclpm on each case, score it against the label, and render the tables published in
+docs/REAL_ISSUES.md. Two batches, same layout and labels: d001-d060 in ../shared/corpus/real-issues/cases and
+d061-d132 in ../shared/corpus/real-issues-2/cases (BATCHES); a case is named by its folder (`d074`).
 
 Scoring (the corpus README's): 1 when the verdict's category is the labelled one, 0.5 when it is one of the
 labelled secondaries, else 0. Every file of a case except `label.json` is input, as a user would pass it.
@@ -24,17 +25,37 @@ DOC = ROOT / "docs" / "REAL_ISSUES.md"
 MISSES = ROOT / "tests" / "real_issues_misses.toml"
 BEGIN, END = "<!-- generated:begin -->", "<!-- generated:end -->"
 BANDS = ("conclusive", "likely", "possible")
+BATCHES = ("real-issues", "real-issues-2")  # corpus folders, in case order
 
 
-def corpus_dir() -> Path | None:
-    """../shared/corpus/real-issues/cases next to the checkout (or its worktree parent), or $NCCLPM_SHARED."""
-    cases = corpus("real-issues", "cases")
+def batch_dir(batch: str) -> Path | None:
+    """../shared/corpus/<batch>/cases next to the checkout (or its worktree parent), or under $NCCLPM_SHARED."""
+    cases = corpus(batch, "cases")
     return cases if cases.is_dir() else None
 
 
-def case_names() -> list[str]:
-    cases = corpus_dir()
+def corpus_dir() -> Path | None:
+    """The first batch's folder (d001-d060)."""
+    return batch_dir(BATCHES[0])
+
+
+def batch_names(batch: str) -> list[str]:
+    cases = batch_dir(batch)
     return sorted(p.name for p in cases.iterdir() if (p / "label.json").is_file()) if cases else []
+
+
+def case_names() -> list[str]:
+    """Every case of every batch present."""
+    return [n for b in BATCHES for n in batch_names(b)]
+
+
+@cache
+def case_dir(name: str) -> Path:
+    for b in BATCHES:
+        folder = batch_dir(b)
+        if folder is not None and (folder / name / "label.json").is_file():
+            return folder / name
+    raise KeyError(name)
 
 
 @dataclass(frozen=True)
@@ -59,7 +80,7 @@ class Result:
 def run_case(name: str) -> Result:
     from ncclpm.api import diagnose
 
-    folder = corpus_dir() / name  # type: ignore[operator]
+    folder = case_dir(name)
     label = json.loads((folder / "label.json").read_text(encoding="utf-8"))
     files = sorted(p for p in folder.iterdir() if p.is_file() and p.name != "label.json")
     d = diagnose(files, name=name)
@@ -78,6 +99,17 @@ def run_case(name: str) -> Result:
 
 def run_all() -> list[Result]:
     return [run_case(n) for n in case_names()]
+
+
+def by_batch(results: list[Result]) -> dict[str, list[Result]]:
+    names = {b: set(batch_names(b)) for b in BATCHES}
+    return {b: [r for r in results if r.case in names[b]] for b in BATCHES if names[b]}
+
+
+def conclusive_precision(results: list[Result]) -> float | None:
+    """Share of the conclusive answers that name the labelled category (None when there are none)."""
+    conclusive = [r for r in results if r.band == "conclusive"]
+    return sum(r.score == 1.0 for r in conclusive) / len(conclusive) if conclusive else None
 
 
 def known_misses() -> dict[str, str]:
@@ -101,17 +133,26 @@ def confusion_table(results: list[Result]) -> str:
     return "\n".join([head, rule, *rows])
 
 
+def _band_row(name: str, rs: list[Result]) -> str:
+    right = sum(r.score == 1.0 for r in rs)
+    half = sum(r.score == 0.5 for r in rs)
+    rate = f"{right / len(rs):.0%}" if rs else "-"
+    mean = f"{sum(r.confidence for r in rs) / len(rs):.2f}" if rs else "-"
+    return f"| {name} | {len(rs)} | {mean} | {right} | {half} | {len(rs) - right - half} | {rate} |"
+
+
 def calibration_table(results: list[Result]) -> str:
+    """Per confidence band, over all cases and then per batch: how often an answer of that band is right."""
     rows = [
-        "| band | answers | right (label) | half (secondary) | wrong | right rate |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| band | answers | mean confidence | right (label) | half (secondary) | wrong | right rate |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for band in BANDS:
-        rs = [r for r in results if r.band == band]
-        right = sum(r.score == 1.0 for r in rs)
-        half = sum(r.score == 0.5 for r in rs)
-        rate = f"{right / len(rs):.0%}" if rs else "-"
-        rows.append(f"| {band} | {len(rs)} | {right} | {half} | {len(rs) - right - half} | {rate} |")
+    rows += [_band_row(band, [r for r in results if r.band == band]) for band in BANDS]
+    batches = by_batch(results)
+    if len(batches) > 1:
+        for rs in batches.values():
+            span = f"{rs[0].case}-{rs[-1].case}"
+            rows += [_band_row(f"{band}, {span}", [r for r in rs if r.band == band]) for band in BANDS]
     return "\n".join(rows)
 
 
@@ -126,12 +167,27 @@ def misses_table(results: list[Result]) -> str:
     return "\n".join(rows)
 
 
+def scores_table(results: list[Result]) -> str:
+    rows = ["| cases | score | share | conclusive answers right |", "|---|---:|---:|---:|"]
+    parts = [*by_batch(results).items(), ("all", results)]
+    for batch, rs in parts:
+        if not rs:
+            continue
+        span = f"{rs[0].case}-{rs[-1].case}" if batch != "all" else f"all {len(rs)}"
+        cp = conclusive_precision(rs)
+        nconc = sum(r.band == "conclusive" for r in rs)
+        conc = f"{cp:.0%} of {nconc}" if cp is not None else "-"
+        rows.append(f"| {span} | {total(rs):g} / {len(rs)} | {total(rs) / len(rs):.1%} | {conc} |")
+    return "\n".join(rows)
+
+
 def generated(results: list[Result]) -> str:
     score = total(results)
     n = len(results)
     return "\n\n".join(
         [
             f"**Score: {score:g} / {n} ({score / n:.1%})** - 1 for the labelled category, 0.5 for a labelled secondary.",
+            scores_table(results),
             "### Confusion (rows: label, columns: ncclpm's answer)\n\n" + confusion_table(results),
             "### Calibration (per confidence band)\n\n" + calibration_table(results),
             "### Remaining misses\n\n" + misses_table(results),
@@ -146,7 +202,10 @@ def doc_with(results: list[Result], text: str) -> str:
 
 
 if __name__ == "__main__":
-    res = run_all()
+    import sys
+
+    wanted = set(sys.argv[1:])
+    res = [run_case(n) for n in case_names() if not wanted or n in wanted]
     for r in res:
         mark = {1.0: "ok  ", 0.5: "half", 0.0: "MISS"}[r.score]
         print(

@@ -1,8 +1,11 @@
-"""Real users' logs (../shared/corpus/real-issues): every case is a test; one summary test holds the floor.
+"""Real users' logs (../shared/corpus/real-issues and real-issues-2): every case of both batches is a test; one
+summary test holds the floors.
 
 A case listed in tests/real_issues_misses.toml is an expected miss (strict xfail: when it becomes right the
 test fails, so the list and the published table stay true). The summary test prints the confusion and
-calibration tables, fails below FLOOR or when the conclusive band is right less than 95% of the time, and
+calibration tables, fails below FLOOR over all cases or SECOND_FLOOR on the second batch, when the conclusive band
+is right less than 95% of the time, or when a real failure (any label but not_a_training_log) is answered
+not_a_training_log; and
 checks that docs/REAL_ISSUES.md shows the current tables (NCCLPM_UPDATE_DOCS=1 rewrites them).
 """
 
@@ -13,8 +16,11 @@ import os
 import pytest
 
 from tests.real_issues import (
+    BATCHES,
     DOC,
+    by_batch,
     case_names,
+    conclusive_precision,
     corpus_dir,
     doc_with,
     generated,
@@ -25,7 +31,8 @@ from tests.real_issues import (
 )
 from tests.shared import ABSENT
 
-FLOOR = 0.87  # share of the corpus score; raised as readings land
+FLOOR = 0.87  # share of the corpus score over both batches; raised as readings land
+SECOND_FLOOR = 0.44  # share on the second batch (d061-d132) alone
 CONCLUSIVE_PRECISION = 0.95  # a conclusive answer must be right (label) at least this often
 NAMES = case_names()
 needs_corpus = pytest.mark.skipif(corpus_dir() is None, reason=ABSENT)
@@ -52,10 +59,15 @@ def test_real_issues_summary(capsys: pytest.CaptureFixture[str]) -> None:
         print("\n" + generated(results))
     share = total(results) / len(results)
     assert share >= FLOOR, f"corpus score {share:.1%} below the floor {FLOOR:.0%}"
-    conclusive = [r for r in results if r.band == "conclusive"]
-    if conclusive:
-        right = sum(r.score == 1.0 for r in conclusive) / len(conclusive)
+    second = by_batch(results).get(BATCHES[1])
+    if second:
+        s2 = total(second) / len(second)
+        assert s2 >= SECOND_FLOOR, f"second batch score {s2:.1%} below its floor {SECOND_FLOOR:.0%}"
+    right = conclusive_precision(results)
+    if right is not None:
         assert right >= CONCLUSIVE_PRECISION, f"conclusive answers right {right:.0%} < {CONCLUSIVE_PRECISION:.0%}"
+    foreign = [r.case for r in results if r.category == "not_a_training_log" and r.label != "not_a_training_log"]
+    assert not foreign, f"real failures answered not_a_training_log: {foreign}"
     text = DOC.read_text(encoding="utf-8")
     fresh = doc_with(results, text)
     if os.environ.get("NCCLPM_UPDATE_DOCS"):
