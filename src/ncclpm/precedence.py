@@ -14,6 +14,7 @@ a silencer even when it was not selected); no rule checks another's conclusion.
 from __future__ import annotations
 
 PRECEDENCE: tuple[tuple[str, str], ...] = (
+    ("NA01", "the input is not a distributed job's log: no cause of a job's failure applies to it"),
     ("CV02", "a build that does not fit the node fails at its first GPU call: what NVML or a rank says next follows"),
     ("NV01", "a broken GPU driver makes everything on its node fail: NCCL errors, crashes, timeouts"),
     ("OM01", "an out-of-memory error is the exact reason its rank died"),
@@ -41,6 +42,7 @@ PRECEDENCE: tuple[tuple[str, str], ...] = (
     ("CR03", "a survivor saw a peer's connection close mid-collective: the peer's own reason is not in the files"),
     ("TO01", "every rank joined and waited together: what remains when no rank is to blame"),
     ("OK01", "the job finished and nothing failed: only when no rule found any failure at all"),
+    ("OK02", "the only warnings are notices the stack recovers from: only when nothing failed at all"),
     ("CT01", "the symptom itself: never a root cause"),
     ("IN01", "the fallback: runs only when nothing else found a cause"),
 )
@@ -52,6 +54,10 @@ EXPLAINS: tuple[tuple[str, str, str], ...] = (
     ("CR01", "ST01", "a rank that died explains why the others waited: one silent rank proves nothing then"),
     ("CR03", "ST01", "a peer seen going away explains why the others waited: one silent rank proves nothing then"),
     ("CR01", "CR03", "a rank's own error says why its peer went away: the survivors' view adds nothing"),
+    *(
+        ("NA01", rule, "the input is not a distributed job's log: its own errors are leads about the host, not a cause")
+        for rule in ("CR02", "NV01", "OM01", "CV02", "DL01", "OK01", "OK02")
+    ),
 )
 
 

@@ -12,6 +12,7 @@ import polars as pl
 from ncclpm.analysis import busy, peers, stores, victims
 from ncclpm.analysis import crashes as own_failures
 from ncclpm.analysis.job import JobFacts
+from ncclpm.analysis.scope import InputScope, input_scope
 from ncclpm.analysis.settings import EnvLint, env_lint
 from ncclpm.analysis.timeout import TimeoutInForce, timeout_in_force
 from ncclpm.tables import Tables
@@ -46,6 +47,11 @@ class Analysis:
     def timeouts(self) -> pl.DataFrame:
         """The collective timeouts that name their rank."""
         return victims.timeouts(self.t)
+
+    @cached_property
+    def cut_at_end(self) -> bool:
+        """The excerpt ends inside a rank's timeout line: ranks absent from it may be in the part not copied."""
+        return victims.cut_at_end(self.t, self.timeouts)
 
     @cached_property
     def late_timeouts(self) -> frozenset[int]:
@@ -107,6 +113,12 @@ class Analysis:
         unranked console line attributed to the one candidate when `attribute_unranked`). Worked out per call:
         a caller that needs it twice keeps it."""
         return busy.rank_local_work(self.t, ranks, self.victim_lines, self.first_symptom, attribute_unranked)
+
+    # what the input is (scope.py)
+    @cached_property
+    def scope(self) -> InputScope:
+        """Whether the input is a distributed job's log, and the positive evidence that it is something else."""
+        return input_scope(self.t)
 
     # the stacks, the timeout, the job, the settings
     @cached_property

@@ -31,6 +31,17 @@ def timeouts(t: Tables) -> pl.DataFrame:
     return t.events.filter((pl.col("kind") == K.collective_timeout) & pl.col("rank").is_not_null())
 
 
+def cut_at_end(t: Tables, timeouts: pl.DataFrame) -> bool:
+    """A paste that ends inside a rank's timeout line (`... Watchdog caught collective oper`, `OpType=ALLREDUC`): the
+    last line ncclpm kept of its file lost the end every timeout line has, so the excerpt goes on past what was
+    copied, and a rank absent from it may be in the part cut off."""
+    if timeouts.is_empty():
+        return False
+    last = t.lines.group_by("source").agg(pl.col("line").max())
+    cut = timeouts.filter(pl.col("ran_ms").is_null() & pl.col("timeout_ms").is_null())
+    return not cut.join(last, on=["source", "line"]).is_empty()
+
+
 def late_timeouts(timeouts: pl.DataFrame) -> frozenset[int]:
     """Ranks whose own timeout fired long after the first one: they entered the collective late.
 

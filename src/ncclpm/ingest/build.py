@@ -60,6 +60,16 @@ def _date_yearless(frames: tuple[pl.DataFrame, ...], elastic: pl.DataFrame) -> t
     return tuple(f.with_columns(redate.alias("ts")) for f in frames)
 
 
+def split_stack_words(parsed: pl.DataFrame, catalog: Catalog) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The lines kept only because they hold a word of the distributed stack (scope.toml), apart: they tell a job's
+    log from other text (analysis/scope.py) and are read for nothing else, so every other table is what it would be
+    without them. A line holding any other anchor stays a line."""
+    if parsed.is_empty() or not catalog.stack_anchors:
+        return parsed, pl.DataFrame(schema={"source": pl.String(), "line": pl.Int64(), "message": pl.String()})
+    read = parsed["raw"].str.contains_any(catalog.read_anchors)
+    return parsed.filter(read), parsed.filter(~read).select("source", "line", "message")
+
+
 def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") -> Tables:
     """Read every source of the job once and build all tables (`fr_columns`: see `load_fr_dumps`)."""
     warnings = list(job.warnings)
@@ -67,7 +77,7 @@ def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") ->
     kept = read_kept_lines(
         job.of_kind(SourceKind.TEXT), catalog.anchors, warnings, catalog.line_start_regex(), per_line
     )
-    parsed = parse_lines(kept, catalog)
+    parsed, stack_words = split_stack_words(parse_lines(kept, catalog), catalog)
     del kept  # the lines as read: parsed holds what is used of them (~50 MB less at the peak of a 1 GB job)
     parsed = bound(parsed, warnings)
     elastic = parse_elastic_summaries(parsed)
@@ -110,6 +120,7 @@ def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") ->
                     settings_table(events, code_settings),
                     stacks,
                     code_settings,
+                    stack_words,
                 ),
                 strict=True,
             )

@@ -66,12 +66,18 @@ class Catalog:
     envelopes: tuple[Envelope, ...]
     keep_anchors: tuple[str, ...] = field(default=())
     kinds: dict[str, KindDecl] = field(default_factory=dict)
+    stack_anchors: tuple[str, ...] = field(default=())  # scope.toml's stack words: kept apart from the lines
 
     @property
     def anchors(self) -> list[str]:
         """Every literal that makes a line worth parsing (prefilter input), deduplicated, sorted."""
-        found = {a for p in self.patterns for a in p.anchors} | set(self.keep_anchors)
-        return sorted(found)
+        return sorted(set(self.read_anchors) | set(self.stack_anchors))
+
+    @property
+    def read_anchors(self) -> list[str]:
+        """The literals of the lines that are read (patterns and `[prefilter] keep`): a line kept only for a word
+        of the stack (`stack_anchors`) goes to the scope's table, not to `lines`."""
+        return sorted({a for p in self.patterns for a in p.anchors} | set(self.keep_anchors))
 
     def envelope_regex(self) -> str:
         """One regex: every slot optional, in file order, then the rest of the line as `message`."""
@@ -210,6 +216,7 @@ def load_catalog(extra_dirs: tuple[Path, ...] = (), *, compile_shipped: bool = F
     patterns: list[Pattern] = []
     envelopes: list[Envelope] = []
     keep: list[str] = []
+    stack: list[str] = []
     for directory in dirs:
         compile_it = compile_shipped or directory != shipped
         for path in sorted(directory.glob("*.toml")):
@@ -223,6 +230,7 @@ def load_catalog(extra_dirs: tuple[Path, ...] = (), *, compile_shipped: bool = F
                 envelopes += [_envelope(e, path.name, compile_it) for e in doc.get("envelope", [])]
                 patterns += [_pattern(p, path.name, kinds, compile_it) for p in doc.get("pattern", [])]
                 keep += [str(k) for k in doc.get("prefilter", {}).get("keep", [])]
+                stack += [str(a) for w in doc.get("stack_word", []) for a in w["anchor"]]  # scope.toml's words
             except (KeyError, TypeError, AttributeError, ValueError) as exc:  # a table where a list was due...
                 if isinstance(exc, CatalogError):
                     raise
@@ -232,4 +240,4 @@ def load_catalog(extra_dirs: tuple[Path, ...] = (), *, compile_shipped: bool = F
     if dupes:
         raise CatalogError(f"duplicate pattern ids: {dupes}")
     env_mod.check_envelopes(tuple(envelopes), CatalogError)
-    return Catalog(tuple(patterns), tuple(envelopes), tuple(keep), kinds)
+    return Catalog(tuple(patterns), tuple(envelopes), tuple(keep), kinds, tuple(dict.fromkeys(stack)))

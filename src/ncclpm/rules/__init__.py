@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ncclpm import precedence
 from ncclpm.rules.base import Rule, RuleError
+from ncclpm.rules.benign_only import BenignNoticesOnly
 from ncclpm.rules.config_version import VersionsDifferAcrossRanks
 from ncclpm.rules.cuda_build import CudaBuildDoesNotFit
 from ncclpm.rules.cuda_oom import CudaOutOfMemory
@@ -18,6 +19,7 @@ from ncclpm.rules.main_first import MainProcessFirstOutlastedTimeout
 from ncclpm.rules.mismatch_logs import CollectivesDisagreeInLogs
 from ncclpm.rules.nccl_invalid_usage import NcclInvalidUsage
 from ncclpm.rules.network import NcclTransportError
+from ncclpm.rules.not_a_job import NotATrainingLog
 from ncclpm.rules.nvml import NvmlDriverFailure
 from ncclpm.rules.peer_gone import PeerProcessGone
 from ncclpm.rules.process_died import ProcessDiedRankUnknown
@@ -61,8 +63,10 @@ ALL_RULES: tuple[type[Rule], ...] = (
     MainProcessFirstOutlastedTimeout,
     TimeoutSetTooShort,
     JobFinishedCleanly,
+    BenignNoticesOnly,
     RankAwaitedThroughStore,
     StacksOddRankOut,
+    NotATrainingLog,
     InsufficientEvidence,
 )
 

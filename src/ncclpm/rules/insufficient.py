@@ -7,6 +7,7 @@ from typing import ClassVar
 import polars as pl
 
 from ncclpm.analysis.crashes import TORN_DOWN, WATCHDOG_ABORT
+from ncclpm.model import said
 from ncclpm.rules._victim_view import victims_view
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.tables import Tables
@@ -30,11 +31,6 @@ MISSING = {
     "nccl_log": (
         "NCCL's own log: `NCCL_DEBUG=INFO` (or `WARN`), `NCCL_DEBUG_FILE=/path/nccl.%h.%p`",
         "no NCCL_DEBUG output in the job",
-    ),
-    "logs_everything": (
-        "the logs of {ranks|each rank} from the failed job (stderr and stdout, `torchrun --log-dir DIR --tee 3`) "
-        "and the launcher's console",
-        "no file of the input is a distributed job's log",
     ),
     "stacks": (
         "stack dumps of the hung ranks while they hang: `py-spy dump --pid <pid>` on each rank (add "
@@ -71,8 +67,6 @@ class InsufficientEvidence(Rule):
         return pl.DataFrame({"job": [t.job_name]})
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
-        if _nothing_recognised(t):
-            return self._not_a_training_log(t)
         seen = set(t.ranks["rank"].to_list())
         absent = sorted(self.facts.known_ranks - seen)
         no_stacks = not t.has("stacks") or (t.extra["stacks"]["format"] == "fr").all()
@@ -102,6 +96,10 @@ class InsufficientEvidence(Rule):
             else f"the launcher reports {ranks_text(failed)} failed, but not why (their own errors are not in "
             "these files)"
             if failed
+            else "the text is a distributed job's (its words: "
+            + "; ".join(f"`{said(x, t.line_prefix)[:80]}`" for x in self.facts.scope.job["text"].head(2))
+            + "), but ncclpm reads no failure in it yet"
+            if not self.facts.scope.recognised and self.facts.scope.is_job
             else "no line of the logs names a failure ncclpm recognises"
         )
         return self.finding(
@@ -112,7 +110,7 @@ class InsufficientEvidence(Rule):
             + "No rule found a rank that died, stalled, mismatched or failed on its own. Collect: "
             + "; ".join(missing)
             + ".",
-            evidence=quotes(victims, 4),
+            evidence=quotes(victims, 4) or (quotes(self.facts.scope.job, 2) if not self.facts.scope.recognised else ()),
             fixes=tuple(f for k in wanted for f in self.fixes(k, ranks=", ".join(map(str, ranks_of[k][:16]))))
             if wanted
             else (),
@@ -123,40 +121,3 @@ class InsufficientEvidence(Rule):
             verify=("The next failure leaves per-rank logs and dumps; run `ncclpm diagnose` on them.",),
             facts={"missing_evidence": missing, "proves": proves, "likely_causes": causes},
         )
-
-    def _not_a_training_log(self, t: Tables) -> Finding:
-        n = len(t.sources)
-        return self.finding(
-            category=Category.NOT_A_TRAINING_LOG,
-            confidence=0.9,
-            culprit_ranks=(),
-            summary="Not a training log: "
-            + ("the file read holds" if n == 1 else f"none of the {n} files read holds" if n else "nothing read holds")
-            + (" no" if n == 1 else " a")
-            + " line ncclpm recognises from a distributed PyTorch job (torch, NCCL, gloo, torchrun, a traceback, a "
-            "launcher).",
-            explanation="Nothing to diagnose was found. If these are the right files, their format is one ncclpm "
-            "does not read yet: a catalog entry in `parsers/` (or `--patterns DIR`) teaches it.",
-            evidence=(),
-            fixes=self.fixes("logs_everything", ranks="each rank"),
-            dont=(),
-            verify=("`ncclpm tables PATH --table lines` lists the lines ncclpm kept from the files.",),
-        )
-
-
-def _nothing_recognised(t: Tables) -> bool:
-    """No line read as anything (not even a Python frame), no dump, no stack: the input is not a distributed job's
-    log. A line that merely holds an anchor word (a package list naming `torch`) is not recognised; a line a rank's
-    prefix marks (`[rank0]:[W1014 ...] ... using GPU 0 ...`) is a distributed job's, even when it says nothing
-    about the failure. With no source read at all (an empty or broken archive) nothing was looked at: that stays
-    `unknown`, with the warnings."""
-    stacks = t.extra.get("stacks")
-    return (
-        bool(t.sources or t.code_sources)
-        and t.events.is_empty()
-        and t.lines.filter(pl.col("rank").is_not_null()).is_empty()
-        and t.tracebacks.is_empty()
-        and t.elastic.is_empty()
-        and t.fr is None
-        and (stacks is None or stacks.is_empty())
-    )

@@ -87,7 +87,8 @@ class RankBusyOutsideCollectives(Rule):
         # A paste that shows only waiting ranks: whoever they waited for is not in it. Several absent ranks (or
         # one absent rank next to a single waiting one) are a cut excerpt, not silence - a lead only when the
         # others waited a full timeout at a barrier.
-        cut_excerpt = unseen == silent and (len(unseen) > 1 or len(victims) < 2 or not silent)
+        # A paste that ends inside a timeout line goes on past the copy: its absent ranks may be in the rest.
+        cut_excerpt = unseen == silent and (len(unseen) > 1 or len(victims) < 2 or not silent or self.facts.cut_at_end)
         # ...or when the one rank it can be shows rank-local work (an unranked tokenizer bar in a one-rank paste)
         self._work = self.facts.work_of(sorted(silent), attribute_unranked=True)  # assess reads it again
         worked = not self._work.is_empty()

@@ -7,8 +7,9 @@ Tables: `lines` (prefiltered, envelope resolved), `events` (typed catalog matche
 and where it timed out, its first error, how it exited), and, when the job holds flight-recorder dumps, `fr`
 (loaded dumps; their cross-rank matching is the analysis stage's: `ncclpm.analysis.analyse`); in `extra`:
 `stacks` (every frame of every stack dump), NCCL communicators and warnings, `settings` (the environment variables
-the job sets), `code_settings`. Code and configuration files are not evidence: they only feed `code_settings` and
-`settings`, and are listed in `code_sources`, not in `sources`.
+the job sets), `code_settings`, `stack_words` (lines kept only because they hold a word of the distributed stack,
+parsers/scope.toml: read to tell a job's log from other text, never as events). Code and configuration files are
+not evidence: they only feed `code_settings` and `settings`, and are listed in `code_sources`, not in `sources`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 # Derived tables in `Tables.extra`, and every name a rule may list in `needs` (checked when a rule is defined;
 # `fr_analysis` is the analysis stage's matching of the dumps: `Analysis.has`).
-EXTRA_TABLES = ("nccl_comms", "nccl_warnings", "nccl_addresses", "settings", "stacks", "code_settings")
+EXTRA_TABLES = ("nccl_comms", "nccl_warnings", "nccl_addresses", "settings", "stacks", "code_settings", "stack_words")
 TABLE_NAMES = frozenset(
     {"lines", "events", "tracebacks", "elastic", "ranks", "fr_entries", "fr_analysis", *EXTRA_TABLES}
 )

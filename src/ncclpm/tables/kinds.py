@@ -1,7 +1,9 @@
 """The declared event kinds (`parsers/kinds.toml`) and the checked accessor code uses to name them.
 
 A kind is one `[[kind]]` entry: `name`, `meaning`, `victim` (a line a rank prints because another rank failed),
-and `[[kind.reading]]`s: constant attributes its events get (`set = { net_class = "ib" }`), for all of them or
+`any_program` (any Python or CUDA program prints it, not only a distributed job: alone it does not make the input a
+distributed job's log), `benign` (a notice of something the stack works around by itself: never a cause), and
+`[[kind.reading]]`s: constant attributes its events get (`set = { net_class = "ib" }`), for all of them or
 only `when` their text matches a regex - so a rule reads a column instead of re-matching the text.
 The catalog loader refuses a pattern whose kind is not declared; code writes `K.collective_timeout` instead of
 the string, and a name that is not declared raises `UnknownKind` when the module that uses it is imported - so
@@ -20,7 +22,7 @@ from ncclpm.util.ascii_classes import ascii_classes
 from ncclpm.util.resources import data_dir, read_toml
 
 KINDS_FILE = "kinds.toml"
-_KEYS = frozenset({"name", "meaning", "victim", "reading"})
+_KEYS = frozenset({"name", "meaning", "victim", "any_program", "benign", "reading"})
 _READING_KEYS = frozenset({"when", "set"})
 
 
@@ -47,6 +49,8 @@ class KindDecl:
     victim: bool
     origin: str
     readings: tuple[Reading, ...] = ()
+    any_program: bool = False  # printed by any Python/CUDA program: no sign of a distributed job by itself
+    benign: bool = False  # something the stack works around by itself: never a cause
 
 
 def _readings(raw: list, where: str) -> tuple[Reading, ...]:
@@ -73,10 +77,22 @@ def parse_kinds(doc: dict, origin: str) -> list[KindDecl]:
             raise KindError(f"{where}: `name` must be a lower-case identifier")
         if not isinstance(meaning, str) or not meaning.strip():
             raise KindError(f"{where}: `meaning` (what an event of this kind says) is required")
-        victim = raw.get("victim", False)
-        if not isinstance(victim, bool):
-            raise KindError(f"{where}: `victim` must be true or false")
-        out.append(KindDecl(name, meaning.strip(), victim, origin, _readings(raw.get("reading", []), where)))
+        flags = {key: raw.get(key, False) for key in ("victim", "any_program", "benign")}
+        for key, value in flags.items():
+            if not isinstance(value, bool):
+                raise KindError(f"{where}: `{key}` must be true or false")
+        readings = _readings(raw.get("reading", []), where)
+        out.append(
+            KindDecl(
+                name,
+                meaning.strip(),
+                flags["victim"],
+                origin,
+                readings,
+                any_program=flags["any_program"],
+                benign=flags["benign"],
+            )
+        )
     return out
 
 
@@ -127,6 +143,16 @@ class Kinds:
     def victims(self) -> tuple[str, ...]:
         """Kinds a rank prints because another rank failed (declared `victim = true`)."""
         return tuple(n for n, d in self._decls.items() if d.victim)
+
+    @property
+    def any_program(self) -> tuple[str, ...]:
+        """Kinds any Python or CUDA program prints (declared `any_program = true`): no sign of a distributed job."""
+        return tuple(n for n, d in self._decls.items() if d.any_program)
+
+    @property
+    def benign(self) -> tuple[str, ...]:
+        """Kinds that are notices of something the stack works around by itself (declared `benign = true`)."""
+        return tuple(n for n, d in self._decls.items() if d.benign)
 
     def __contains__(self, name: object) -> bool:
         return name in self._decls

@@ -131,12 +131,22 @@ def _level(catalog: Catalog, env_groups: pl.DataFrame | None = None) -> pl.Expr:
     return pl.coalesce(levels) if levels else pl.lit(None, pl.String)
 
 
+# GitHub turns `#23` in a pasted issue body into a link to issue 23 of the repository, and a copy of the rendered page
+# keeps the link: `frame https://github.com/o/r/issues/23: + 0x196fe3 (...)`.
+_AUTOLINK = r"https://github\.com/[\w.-]+/[\w.-]+/(?:issues|pull)/(\d+)"
+
+
 def _without_ansi(kept: pl.DataFrame) -> pl.DataFrame:
     """Colour and cursor codes of a log captured from a terminal (loguru, rich, `script`) are presentation, not
-    content: they sit around the time and the level, where the envelope must match, and would be junk in quotes."""
+    content: they sit around the time and the level, where the envelope must match, and would be junk in quotes.
+    GitHub's autolinks of `#N` in a copied issue are undone the same way (`_AUTOLINK`)."""
     raw = pl.col("raw")
     plain = raw.str.replace_all(ANSI_CSI, "")
-    return kept.with_columns(pl.when(raw.str.contains("\x1b", literal=True)).then(plain).otherwise(raw).alias("raw"))
+    kept = kept.with_columns(pl.when(raw.str.contains("\x1b", literal=True)).then(plain).otherwise(raw).alias("raw"))
+    unlinked = raw.str.replace_all(_AUTOLINK, "#$1")
+    return kept.with_columns(
+        pl.when(raw.str.contains("github.com/", literal=True)).then(unlinked).otherwise(raw).alias("raw")
+    )
 
 
 def _envelope_groups(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
