@@ -38,7 +38,8 @@ _ENDS_IN_TOKEN = r"[\w()\[\]=,.:/-] ?$"
 _STARTS_IN_TOKEN = r"^ ?[\w()\[\]<>=,.:/'\"-]"
 # A line that starts with a timestamp (syslog `Nov 14 03:12:44 `, dmesg `[2419876.551211] `, ISO) begins a record:
 # host logs have no envelope, and two kernel lines of one length would otherwise read as a line and its tail.
-_STAMP = r"(?:[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} |\[\s*\d+\.\d+\] |\d{4}-\d{2}-\d{2}[T ]\d{2}:)"
+# A bare `kernel: ` head (journalctl -k -o cat, a dmesg copy whose time was cut off) starts a record too.
+_STAMP = r"(?:[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} |\[\s*\d+\.\d+\] |\d{4}-\d{2}-\d{2}[T ]\d{2}:|kernel: )"
 _RECORD_START = rf"^(?:Traceback \(most|\s+File \"|\s*$|{_STAMP})"
 _RECORD_START_PY = re.compile(rf"Traceback \(most|\s+File \"|{_STAMP}")
 _ENDS_IN_TOKEN_PY = re.compile(_ENDS_IN_TOKEN)
@@ -115,7 +116,15 @@ def joins(line: str, tail: str, start: re.Pattern[str]) -> bool:
         and _continues(tail, start)
         and bool(_ENDS_IN_TOKEN_PY.search(line) and _STARTS_IN_TOKEN_PY.match(tail))
         and not _RULE_PY.fullmatch(line)
+        and not _repeats_head(line, tail)
     )
+
+
+def _repeats_head(line: str, tail: str) -> bool:
+    """`tail` starts the way `line` does (`kernel: NVRM: Xid ...` twice, `Burning for` ...): the next record of the
+    same kind, whatever their lengths - a wrapped line's continuation does not begin with the line's own head."""
+    first, second = line.split(" ", 1)[0], tail.split(" ", 1)[0]
+    return first == second and (len(first) >= 5 or first.endswith(":"))
 
 
 def _continues(line: str, start: re.Pattern[str]) -> bool:
