@@ -22,6 +22,10 @@ PRECEDENCE: tuple[tuple[str, str], ...] = (
     ("CF01", "ranks set up wrong (two on one GPU, launcher and script disagree) fail the same way every time"),
     ("CF02", "nodes launched with different world sizes never form one communicator: what follows is a consequence"),
     ("CF03", "NCCL rejected the call itself (invalid usage): a setup mistake, whatever failed after it"),
+    (
+        "CF04",
+        "torch refused how the program uses it (DDP's reducer, tensors a backend cannot take): the code's setting",
+    ),
     ("MC01", "ranks issuing different collectives is a program bug no infrastructure fix touches"),
     ("SH01", "a /dev/shm or peer-to-peer failure breaks the communicator before any collective"),
     ("SK01", "the stacks show where the odd rank really was, down to the user's line"),

@@ -34,6 +34,7 @@ from ncclpm.rules.store_wait import RankAwaitedThroughStore
 from ncclpm.rules.timeout_sanity import TimeoutSetTooShort
 from ncclpm.rules.timeout_short import AllRanksTimedOutTogether
 from ncclpm.rules.timeout_symptom import CollectiveTimeoutSymptom
+from ncclpm.rules.torch_usage import TorchUsageError
 from ncclpm.rules.world_size import WorldSizeMismatch
 
 ALL_RULES: tuple[type[Rule], ...] = (
@@ -59,6 +60,7 @@ ALL_RULES: tuple[type[Rule], ...] = (
     LaunchMisconfigured,
     WorldSizeMismatch,
     NcclInvalidUsage,
+    TorchUsageError,
     JobKilledFromOutside,
     MainProcessFirstOutlastedTimeout,
     TimeoutSetTooShort,
