@@ -75,6 +75,13 @@ class CollectivesDisagreeInLogs(Rule):
         return pl.concat([detected, disagree]).sort("ts", "source", "line", nulls_last=True)
 
     def _culprits(self, t: Tables, ev: pl.DataFrame) -> tuple[tuple[int, ...], str]:
+        # A coordinator's stall report lists the ranks that did not submit what the others wait in (Horovod).
+        missing = t.kinds(K.stall_missing_rank)
+        if not missing.is_empty() and (ev["kind"] == K.mismatch_detected).any():
+            ranks = tuple(sorted(set(missing["subject_rank"].drop_nulls().to_list())))
+            what = missing["detail"].drop_nulls()
+            shown = f" (`{what[0][:80]}`)" if what.len() else ""
+            return ranks, f"the stall report lists them as not having submitted the tensors the others wait on{shown}"
         # DETAIL mode's line: "Rank <subject_rank> is running collective: CollectiveFingerPrint(<its own call>), but
         # Rank <peer> is running collective: CollectiveFingerPrint(<the peer's call>)": a vote for each of the two.
         fps = ev.filter((pl.col("kind") == K.mismatch_detected) & pl.col("subject_rank").is_not_null())
@@ -110,7 +117,8 @@ class CollectivesDisagreeInLogs(Rule):
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         culprits, how = self._culprits(t, ev)
         involved = sorted(set(ev["rank"].drop_nulls().to_list()) | set(culprits))
-        tie = set(culprits) == set(involved) and len(involved) > 1
+        stalled = not t.kinds(K.stall_missing_rank).is_empty()  # a stall report names the ranks that did not submit
+        tie = set(culprits) == set(involved) and len(involved) > 1 and not stalled
         detected = (ev["kind"] == K.mismatch_detected).any()
         # A tie names no culprit: evidence that can (the flight recorder's call sites) should win over it.
         conf = self.base_confidence + (0.0 if not detected else 0.05 if tie else 0.15)
@@ -120,6 +128,8 @@ class CollectivesDisagreeInLogs(Rule):
         who = (
             f"{ranks_text(involved)} disagree (a tie: the logs cannot say which side is wrong)"
             if tie
+            else f"{ranks_text(culprits)} did not submit the collective the others waited in"
+            if culprits and stalled
             else f"{ranks_text(culprits)} issued a different collective than the others"
             if culprits
             else "one collective's byte counts differ across ranks"

@@ -66,7 +66,7 @@ class ProcessDiedRankUnknown(Rule):
         waited = t.events.filter(pl.col("victim") & (pl.col("kind") != K.agent_signal))
         own_kinds = [  # srun's `task 5: Segmentation fault` / `Exited with exit code 1` is scheduler_task_exit
             *(K.exception, K.dataloader_reraise, K.crash_signal, K.cuda_error, K.oom_killer, K.xid_app),
-            K.scheduler_task_exit,
+            *(K.scheduler_task_exit, K.worker_lost),
         ]
         ranked = t.events.filter(pl.col("rank").is_not_null() & pl.col("kind").is_in([*own_kinds, K.worker_exit]))
         if not ranked.is_empty() or not waited.is_empty():
@@ -84,7 +84,12 @@ class ProcessDiedRankUnknown(Rule):
         )
         ended = fatal_exit().fill_null(False) | (pl.col("exit_code") == OWN_ERROR)  # exit 1: an uncaught error
         exits = ev.filter((pl.col("kind") == K.worker_exit) & ended)
-        return pl.concat([own, exits], how="diagonal_relaxed").sort("source", "line")
+        found = pl.concat([own, exits], how="diagonal_relaxed").sort("source", "line")
+        if found.is_empty():
+            # A launcher killing its other workers (DeepSpeed's `Killing subprocess N`, torchrun's closing signal)
+            # does so only after one of them exited with an error, and nobody here waited on anyone: a worker died.
+            return t.kinds(K.agent_signal).head(1)
+        return found
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         # The error itself beats the launcher's report of it; the last one is where the process ended.
@@ -99,14 +104,22 @@ class ProcessDiedRankUnknown(Rule):
         # the shell's `Killed`, a launcher's SIGKILL, exit -9 or 137 (a shell's or container's 128 + 9)
         oom = last["kind"] == K.oom_killer
         signal = last["signal"] or exit_signal(last["exit_code"])
-        killed = oom or last["detail"] == "Killed" or signal == "SIGKILL"
+        teardown = last["kind"] == K.agent_signal  # only the launcher ending the others: the death itself unseen
+        if teardown:
+            signal = None
+        # Ray's SYSTEM_ERROR exit: the worker was killed or crashed below Python (its memory monitor or the kernel's
+        # OOM killer first, `ray stop --force`, a segfault) - no error of its own
+        killed = oom or last["detail"] == "Killed" or signal == "SIGKILL" or last["error_type"] == "SYSTEM_ERROR"
         # What the process was doing when it died: the last progress or activity line above it in its file.
         doing = (
             t.kinds(K.progress, K.activity, K.progress_bar)
-            .filter((pl.col("source") == last["source"]) & (pl.col("line") < last["line"]))
+            .filter((pl.col("source") == last["source"]) & (pl.col("line") <= last["line"]))
             .tail(1)
         )
-        during = f" during `{doing['text'][0].strip()[:100]}`" if not doing.is_empty() else ""
+        # an activity's own words (`Loading checkpoint shards`), else the progress line as printed
+        said_doing = pl.when(pl.col("kind") == K.activity).then(pl.coalesce("detail", "text")).otherwise("text")
+        what = doing.select(said_doing).to_series() if not doing.is_empty() else None
+        during = f" during `{what[0].strip()[:100]}`" if what is not None else ""
         quoted = f"`{said(last['text'], t.line_prefix)}`"
         if last["kind"] == K.worker_exit:  # the launcher's line: what it says, not the command line it repeats
             quoted = _exit_said(last, signal)
@@ -114,8 +127,14 @@ class ProcessDiedRankUnknown(Rule):
         if last["kind"] != K.worker_exit and not exited.is_empty():
             quoted += f"; the launcher: {_exit_said(exited.row(0, named=True), None)}"
         how = (
-            f"was killed by the kernel's OOM killer{during} ({quoted}: host memory, not GPU memory)"
+            f"died{during}: the launcher then ended the others ({quoted}), which it does only after a worker exits "
+            "with an error"
+            if teardown
+            else f"was killed by the kernel's OOM killer{during} ({quoted}: host memory, not GPU memory)"
             if oom
+            else f"died with no error of its own{during} ({quoted}): Ray's SYSTEM_ERROR exit - killed from outside "
+            "(host memory first) or crashed below Python"
+            if last["error_type"] == "SYSTEM_ERROR"
             else f"was killed{during} ({quoted}; SIGKILL comes from outside it)"
             if killed
             else f"crashed with {signal}{during} ({quoted})"
@@ -134,8 +153,10 @@ class ProcessDiedRankUnknown(Rule):
             else "A process"
         )
         rank = "its global rank" if who != "A process" else "which rank it was"
+        who = "A worker process" if teardown else who
+        rank = "which one or why" if teardown else rank
         return self.finding(
-            confidence=self.base_confidence + (0.05 if not own.is_empty() else 0.0),
+            confidence=self.base_confidence + (0.05 if not own.is_empty() and not teardown else 0.0),
             culprit_ranks=(),
             summary=f"{who} {how}; the excerpt does not say {rank}.",
             explanation="No line shows a rank waiting on another, so this is where the process ended; in a "
@@ -143,11 +164,16 @@ class ProcessDiedRankUnknown(Rule):
             + (
                 " A SIGKILL nobody sent by hand is most often the kernel's OOM killer (host memory)."
                 if killed and not oom
+                else " With no error of its own in the excerpt, a kill from outside is the first lead: the host's "
+                "OOM killer when several processes load a model or data at once."
+                if teardown
                 else ""
             ),
             evidence=quotes(ev.tail(3)) + quotes(doing),  # the death first: the story tells it from there
             fixes=self.fixes(
-                "killed" if killed else "fix_error", *(["bus_error"] if signal == "SIGBUS" else []), "which_rank"
+                "killed" if killed or teardown else "fix_error",
+                *(["bus_error"] if signal == "SIGBUS" else []),
+                "which_rank",
             ),
             dont=("Do not raise the collective timeout or change NCCL settings: no collective failed.",),
             verify=("After the fix the job passes the step where this process died.",),
