@@ -38,6 +38,7 @@ PRECEDENCE: tuple[tuple[str, str], ...] = (
     ("ST02", "a rank still running when the others failed together: the launcher's exits are all it has"),
     ("WT01", "ranks waited in the store for a rank still busy elsewhere: the store wait is the only trace"),
     ("MP01", "ranks failed inside a main_process_first section: the main process's work is the only candidate"),
+    ("ST03", "a process's work had run as long as the timeout when another failed: the timing names the busy one"),
     ("TS01", "a timeout of seconds, or not the one the code sets: below every rule that names a rank's reason"),
     ("FR02", "the dumps name the rank that stopped, but not why"),
     ("SL01", "the scheduler ended the job: above only the all-ranks-timed-out reading"),
@@ -58,6 +59,8 @@ EXPLAINS: tuple[tuple[str, str, str], ...] = (
     ("CR01", "ST01", "a rank that died explains why the others waited: one silent rank proves nothing then"),
     ("CR03", "ST01", "a peer seen going away explains why the others waited: one silent rank proves nothing then"),
     ("CR01", "CR03", "a rank's own error says why its peer went away: the survivors' view adds nothing"),
+    ("ST03", "CR02", "another process's work outlasting the timeout is why this one's wait failed: its error is that"),
+    ("MP01", "CR02", "the main process's work outlasting the timeout is why a waiting rank failed: its error is that"),
     *(
         ("NA01", rule, "the input is not a distributed job's log: its own errors are leads about the host, not a cause")
         for rule in ("CR02", "NV01", "OM01", "CV02", "DL01", "OK01", "OK02")

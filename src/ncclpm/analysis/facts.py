@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from ncclpm.analysis import busy, peers, stores, victims
+from ncclpm.analysis import busy, cuts, peers, stores, victims
 from ncclpm.analysis import crashes as own_failures
 from ncclpm.analysis.job import JobFacts
 from ncclpm.analysis.scope import InputScope, input_scope
@@ -113,6 +113,22 @@ class Analysis:
         unranked console line attributed to the one candidate when `attribute_unranked`). Worked out per call:
         a caller that needs it twice keeps it."""
         return busy.rank_local_work(self.t, ranks, self.victim_lines, self.first_symptom, attribute_unranked)
+
+    # what a paste cut short still says (cuts.py)
+    @cached_property
+    def cut_tracebacks(self) -> pl.DataFrame:
+        """Tracebacks cut before their exception line: an exception of unknown type (`launcher`: torchrun's own)."""
+        return cuts.cut_tracebacks(self.t)
+
+    @cached_property
+    def agent_failed_early(self) -> pl.DataFrame:
+        """torchrun's agent failing in its start-up, with no worker's output anywhere in the job."""
+        return cuts.agent_failed_early(self.t, self.cut_tracebacks)
+
+    @cached_property
+    def outlasting_work(self) -> pl.DataFrame:
+        """Bars of rank-local work that had run about as long as a timeout that applies (`matched_ms`)."""
+        return cuts.outlasting_work(self.t, self.timeout)
 
     # what the input is (scope.py)
     @cached_property

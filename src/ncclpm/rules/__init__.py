@@ -35,6 +35,7 @@ from ncclpm.rules.timeout_sanity import TimeoutSetTooShort
 from ncclpm.rules.timeout_short import AllRanksTimedOutTogether
 from ncclpm.rules.timeout_symptom import CollectiveTimeoutSymptom
 from ncclpm.rules.torch_usage import TorchUsageError
+from ncclpm.rules.work_outlasted import WorkOutlastedTimeout
 from ncclpm.rules.world_size import WorldSizeMismatch
 
 ALL_RULES: tuple[type[Rule], ...] = (
@@ -63,6 +64,7 @@ ALL_RULES: tuple[type[Rule], ...] = (
     TorchUsageError,
     JobKilledFromOutside,
     MainProcessFirstOutlastedTimeout,
+    WorkOutlastedTimeout,
     TimeoutSetTooShort,
     JobFinishedCleanly,
     BenignNoticesOnly,

@@ -55,7 +55,9 @@ class MainProcessFirstOutlastedTimeout(Rule):
             return sections
         failed = t.kinds(*FAILURES).filter(pl.col("rank").fill_null(-1) != MAIN_PROCESS)
         exits = t.elastic.filter((pl.col("exit_code").fill_null(0) != 0) & (pl.col("rank") != MAIN_PROCESS))
-        return sections if not failed.is_empty() or not exits.is_empty() else sections.clear()
+        # a traceback a paste cut before its exception line is a failure too (of unknown type)
+        cut = self.facts.cut_tracebacks.filter(pl.col("rank").fill_null(-1) != MAIN_PROCESS)
+        return sections if not (failed.is_empty() and exits.is_empty() and cut.is_empty()) else sections.clear()
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         work = ev["detail"].drop_nulls()

@@ -85,6 +85,13 @@ class ProcessDiedRankUnknown(Rule):
         ended = fatal_exit().fill_null(False) | (pl.col("exit_code") == OWN_ERROR)  # exit 1: an uncaught error
         exits = ev.filter((pl.col("kind") == K.worker_exit) & ended)
         found = pl.concat([own, exits], how="diagonal_relaxed").sort("source", "line")
+        cut = self.facts.cut_tracebacks.filter(~pl.col("launcher") & pl.col("rank").is_null())
+        if found.is_empty() and not cut.is_empty():
+            # A traceback the paste cuts before its exception line: the process raised, the excerpt hides what.
+            # Its innermost frame kept stands for it.
+            return t.kinds(K.traceback_frame).join(
+                cut.select("source", pl.col("end_line").alias("line")), on=["source", "line"]
+            )
         if found.is_empty():
             # A launcher killing its other workers (DeepSpeed's `Killing subprocess N`, torchrun's closing signal)
             # does so only after one of them exited with an error, and nobody here waited on anyone: a worker died.
@@ -105,6 +112,7 @@ class ProcessDiedRankUnknown(Rule):
         oom = last["kind"] == K.oom_killer
         signal = last["signal"] or exit_signal(last["exit_code"])
         teardown = last["kind"] == K.agent_signal  # only the launcher ending the others: the death itself unseen
+        cut = last["kind"] == K.traceback_frame  # a traceback cut before its exception line
         if teardown:
             signal = None
         # Ray's SYSTEM_ERROR exit: the worker was killed or crashed below Python (its memory monitor or the kernel's
@@ -130,6 +138,9 @@ class ProcessDiedRankUnknown(Rule):
             f"died{during}: the launcher then ended the others ({quoted}), which it does only after a worker exits "
             "with an error"
             if teardown
+            else f"raised an exception{during} whose line the excerpt cuts off; its traceback's last frame kept: "
+            f"{quoted}"
+            if cut
             else f"was killed by the kernel's OOM killer{during} ({quoted}: host memory, not GPU memory)"
             if oom
             else f"died with no error of its own{during} ({quoted}): Ray's SYSTEM_ERROR exit - killed from outside "

@@ -17,6 +17,13 @@ from ncclpm.util.clamp import MAX_LISTED_RANKS
 INIT_KINDS = [K.store_timeout, K.store_connect, K.store_bind, K.rendezvous_timeout]
 # What a process raises when the store it is joining drops or refuses it (`DistNetworkError: Connection reset by
 # peer` out of `init_process_group`): read as the group never forming only inside those frames.
+# Why the store's server could not listen, by errno.
+_BIND_ERRNO = {
+    98: "already in use",
+    13: "permission denied: a port below 1024 needs privileges, or the address may not be bound",
+    99: "MASTER_ADDR is not an address of this host",
+}
+CONNECTION_WORDS = r"Connection reset by peer|Connection refused|Connection timed out|Broken pipe|Socket Timeout"
 CONNECTION_ERRORS = (
     "DistNetworkError",
     "DistStoreError",
@@ -79,18 +86,28 @@ class ProcessGroupNeverFormed(Rule):
         ran = progress_before(t, t.kinds(K.rendezvous_timeout, K.store_connect)).select("source", "line")
         ev = t.kinds(*INIT_KINDS).join(pl.concat([later, ran]), on=["source", "line"], how="anti")
         name = pl.col("error_type").str.split(".").list.last()  # `torch.distributed.DistNetworkError`
-        raised = t.kinds(K.exception).filter(name.is_in(CONNECTION_ERRORS))
+        # by its type, or - torch <= 1.12 raised a plain RuntimeError - by the errno's words in its message
+        said_errno = pl.col("detail").fill_null("").str.contains(CONNECTION_WORDS)
+        raised = t.kinds(K.exception).filter(name.is_in(CONNECTION_ERRORS) | said_errno)
         later = pl.concat([later, progress_before(t, raised).select("source", "line")])
         in_init = in_context(t, raised, [K.frame_init, K.frame_rendezvous]).join(
             pl.concat([ev.select("source", "line"), later]), on=["source", "line"], how="anti"
         )
-        return pl.concat([ev, in_init]).sort("ts", "source", "line", nulls_last=True)
+        found = pl.concat([ev, in_init]).sort("ts", "source", "line", nulls_last=True)
+        if found.is_empty():
+            # torchrun's agent failing in its start-up with no worker's output anywhere: the job never formed. Its
+            # innermost frame kept stands for it (the traceback is often cut before its exception line).
+            agent = self.facts.agent_failed_early.select("source", pl.col("end_line").alias("line"))
+            return t.kinds(K.traceback_frame).join(agent, on=["source", "line"])
+        return found
 
     def _culprits(self, t: Tables, ev: pl.DataFrame) -> tuple[tuple[int, ...], str]:
         # The server that cannot listen explains its clients' connect errors: check it first.
         bind = ev.filter(pl.col("kind") == K.store_bind)["rank"].drop_nulls().unique().to_list()
         if not ev.filter(pl.col("kind") == K.store_bind).is_empty():
-            return tuple(sorted(bind)), "the store could not listen on its port (already in use)"
+            errno = ev.filter(pl.col("kind") == K.store_bind)["count"].drop_nulls()
+            why = _BIND_ERRNO.get(int(errno[0]), "") if errno.len() else "already in use"
+            return tuple(sorted(bind)), f"the store could not listen on its port{f' ({why})' if why else ''}"
         connecting = ev.filter(pl.col("kind") == K.store_connect)
         if not connecting.is_empty():
             addr = pl.coalesce("peer", "detail", "value").drop_nulls()
@@ -115,6 +132,8 @@ class ProcessGroupNeverFormed(Rule):
                 missing = ()  # the logs do not show enough ranks to tell which ones stayed away
             got = "some" if arrived is None else str(int(arrived))
             return missing, f"only {got} of {int(expected)} processes joined"
+        if (ev["kind"] == K.traceback_frame).all():  # torchrun's agent alone failed, before any worker ran
+            return (), "torchrun's agent failed in its start-up (its own traceback, no worker's output)"
         raised = ev.filter(pl.col("kind") == K.exception)
         if raised.height == ev.height:  # only an error out of init_process_group's frames
             said_it = said(raised["text"][-1], t.line_prefix, 100)
@@ -123,8 +142,10 @@ class ProcessGroupNeverFormed(Rule):
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         culprits, how = self._culprits(t, ev)
-        # an error out of init_process_group says the group did not form, not why (no store message): a lead
-        conf = self.base_confidence if (ev["kind"] != K.exception).any() else 0.6
+        # an error out of init_process_group says the group did not form, not why (no store message): a lead; the
+        # agent's own traceback alone says less still (where it stopped, not why)
+        agent_only = (ev["kind"] == K.traceback_frame).all()
+        conf = 0.45 if agent_only else self.base_confidence if (ev["kind"] != K.exception).any() else 0.6
         who = f" ({ranks_text(culprits)})" if culprits else ""
         return self.finding(
             confidence=conf,

@@ -19,7 +19,8 @@ import polars as pl
 
 from ncclpm.tables.schema import ELASTIC_SCHEMA, TRACEBACKS_SCHEMA
 
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+# Also a thread dump's `File: "..."` and a prose paste that lost the function name (`..., line 14, in`).
+_FRAME = re.compile(r'^\s*File:? "(?P<file>[^"]+)", line (?P<line>\d+),? in(?: (?P<func>\S+))?')
 _EXC = re.compile(
     r"^\s*(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit))(?::\s?(?P<msg>.*))?$"
 )
@@ -39,7 +40,7 @@ def _walk(lines: pl.DataFrame, moves: pl.Expr, *columns: str) -> list[dict]:
 
 
 def _short_frame(m: re.Match[str]) -> str:
-    return f"{m['func']} ({m['file'].rsplit('/', 1)[-1]}:{m['line']})"
+    return f"{m['func'] or '?'} ({m['file'].rsplit('/', 1)[-1]}:{m['line']})"
 
 
 def stitch_tracebacks(lines: pl.DataFrame) -> pl.DataFrame:
@@ -47,7 +48,7 @@ def stitch_tracebacks(lines: pl.DataFrame) -> pl.DataFrame:
     rows: list[dict] = []
     open_tb: dict[tuple, dict] = {}
     # Only a traceback head, a frame or an exception line moves the loop; the others are skipped in polars.
-    moves = pl.col("message").str.contains_any(["Traceback (most recent call last)", 'File "', *_EXC_WORDS])
+    moves = pl.col("message").str.contains_any(["Traceback (most recent call last)", 'File "', 'File: "', *_EXC_WORDS])
     for r in _walk(lines, moves, "source", "rank", "line", "ts", "message"):
         key = (r["source"], r["rank"])
         msg = r["message"] or ""
@@ -60,6 +61,7 @@ def stitch_tracebacks(lines: pl.DataFrame) -> pl.DataFrame:
         frame = _FRAME.match(msg)
         if frame:
             tb["frames"].append(_short_frame(frame))
+            tb["last"] = r["line"]
             continue
         exc = _EXC.match(msg)
         if exc:
@@ -73,6 +75,14 @@ def stitch_tracebacks(lines: pl.DataFrame) -> pl.DataFrame:
                 }
             )
             del open_tb[key]
+    # A traceback the paste cuts before its exception line is still the record of an exception on that process: a
+    # row with no error_type, ending at its last frame.
+    rows += [
+        {**tb, "end_line": tb["last"], "error_type": None, "detail": None} for tb in open_tb.values() if tb["frames"]
+    ]
+    for row in rows:
+        row.pop("last", None)
+    rows.sort(key=lambda r: (r["source"], r["line"]))
     return pl.DataFrame(rows, schema=TRACEBACKS_SCHEMA) if rows else pl.DataFrame(schema=TRACEBACKS_SCHEMA)
 
 
