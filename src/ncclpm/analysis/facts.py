@@ -16,6 +16,7 @@ from ncclpm.analysis.scope import InputScope, input_scope
 from ncclpm.analysis.settings import EnvLint, env_lint
 from ncclpm.analysis.timeout import TimeoutInForce, timeout_in_force
 from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
 
 if TYPE_CHECKING:
     from ncclpm.analysis.fr_match import FRAnalysis
@@ -47,6 +48,16 @@ class Analysis:
     def timeouts(self) -> pl.DataFrame:
         """The collective timeouts that name their rank."""
         return victims.timeouts(self.t)
+
+    @cached_property
+    def desync_joined(self) -> frozenset[int]:
+        """Ranks torch's desync report says entered the timed-out collective and never finished it."""
+        return victims.desync_ranks(self.t, K.desync_joined)
+
+    @cached_property
+    def desync_lagging(self) -> frozenset[int]:
+        """Ranks torch's desync report says never entered the timed-out collective (they finished the one before)."""
+        return victims.desync_ranks(self.t, K.desync_not_joined)
 
     @cached_property
     def cut_at_end(self) -> bool:

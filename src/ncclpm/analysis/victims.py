@@ -31,6 +31,13 @@ def timeouts(t: Tables) -> pl.DataFrame:
     return t.events.filter((pl.col("kind") == K.collective_timeout) & pl.col("rank").is_not_null())
 
 
+def desync_ranks(t: Tables, kind: str) -> frozenset[int]:
+    """The ranks torch's desync report lists under `kind` (desync_joined / desync_not_joined), from every report."""
+    lists = t.kinds(kind)["detail"].drop_nulls()
+    found = lists.str.extract_all(r"\d+").explode().drop_nulls().cast(pl.Int64, strict=False).drop_nulls()
+    return frozenset(int(r) for r in found.to_list() if r <= 1_000_000)
+
+
 def cut_at_end(t: Tables, timeouts: pl.DataFrame) -> bool:
     """A paste that ends inside a rank's timeout line (`... Watchdog caught collective oper`, `OpType=ALLREDUC`): the
     last line ncclpm kept of its file lost the end every timeout line has, so the excerpt goes on past what was

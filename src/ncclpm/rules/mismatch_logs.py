@@ -65,7 +65,8 @@ class CollectivesDisagreeInLogs(Rule):
         # One timeout per rank and group, its last: a rank that reports two different collectives was restarted,
         # or the paste mixes runs - that is not two ranks disagreeing.
         to = (
-            self.facts.timeouts.filter(pl.col("seq").is_not_null())
+            # a line that lost its op (cut by the end of a paste) cannot disagree with anyone
+            self.facts.timeouts.filter(pl.col("seq").is_not_null() & pl.col("op").is_not_null())
             .with_columns(pl.col("pg").fill_null("?").alias("_pg"))
             .sort("ts", "source", "line", nulls_last=False)
             .group_by("rank", "_pg", maintain_order=True)

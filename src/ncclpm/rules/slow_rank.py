@@ -69,7 +69,7 @@ class RankBusyOutsideCollectives(Rule):
         fa = self.facts.fr
         if fa is not None and fa.culprit_kind == FRCulprit.NEVER_JOINED:
             named |= set(fa.culprit_ranks)
-        return named
+        return named | self.facts.desync_lagging  # torch's desync report: finished the one before, never joined
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         victims = self.facts.victim_ranks

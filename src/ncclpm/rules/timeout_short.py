@@ -10,10 +10,13 @@ from ncclpm.rules._timeout import timeout_origin
 from ncclpm.rules._why import never_joined
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
 from ncclpm.tables.schema import Category
 from ncclpm.util.durations import duration_text
 
 DEFAULT_NCCL_TIMEOUT_MS = 600_000
+DEFAULT_TIMEOUTS_MS = (DEFAULT_NCCL_TIMEOUT_MS, 1_800_000)  # NCCL's; gloo's, the store's and Trainer's ddp_timeout
+GPUS_PER_NODE = 8  # the most GPUs most nodes hold (HGX/DGX): more ranks than that span hosts
 
 
 class AllRanksTimedOutTogether(Rule):
@@ -23,10 +26,16 @@ class AllRanksTimedOutTogether(Rule):
     Watchdog timeouts from every known rank naming the same process group, `SeqNum`, `OpType` and size - nobody
     is missing, nobody is behind, and no rank failed on its own.
 
+    torch's desync report counts too: `[0, ..., 15] joined but didn't finish collective #730` says every rank
+    entered it even when only one rank's timeout line is shown.
+
     ## Why it matters
     If all ranks joined, the collective itself was too slow for the configured timeout: a first collective
     that includes lazy NCCL init / compilation, a huge tensor over a slow link, or a timeout set far below
-    the default. (A network fault can look the same: check NCCL WARN lines.)
+    the default. At torch's default timeout (10 min for NCCL, 30 min otherwise) that nobody set, no collective
+    legitimately runs that long: the transport stalled - between nodes when the ranks span hosts (the network),
+    within one host when they share it (P2P/SHM) - and the verdict says so instead of "raise the timeout"; with
+    no host known and no more ranks than one node's GPUs, it says nothing (IN01 lists both leads).
 
     ## Example
     Ranks 0-7: `WorkNCCL(SeqNum=1, OpType=BROADCAST, NumelIn=131072000, ..., Timeout(ms)=60000) ran for 60012
@@ -49,6 +58,18 @@ class AllRanksTimedOutTogether(Rule):
             "collective that fit the timeout no longer does.",
             when="the job switches peer-to-peer or InfiniBand off",
         ),
+        "stall_network": Fix(
+            "Check the network between {hosts|the nodes}: NCCL's own view (`NCCL_DEBUG=INFO`: `via NET/IB` or "
+            "`NET/Socket`, any `NCCL WARN`), the links' counters (`ibstat`, `perfquery`, NIC error counters), and run "
+            "nccl-tests' `all_reduce_perf` across the same nodes; a flight-recorder dump shows each rank inside it.",
+            when="every rank entered the collective and the ranks span hosts",
+        ),
+        "stall_intranode": Fix(
+            "Check the GPUs' peer-to-peer path on that host: `nvidia-smi topo -m`, ACS/IOMMU settings (P2P through "
+            "the PCIe switch hangs when ACS redirects it), and nccl-tests' `all_reduce_perf -g <n>` on the host; "
+            "`NCCL_P2P_LEVEL=NVL` or `NCCL_P2P_DISABLE=1` confirms it when the hang goes away.",
+            when="every rank entered the collective on one host",
+        ),
         "check_transport": Fix(
             "Run with `NCCL_DEBUG=INFO` and check the transport (`via NET/IB` vs `via NET/Socket`) and any "
             "`NCCL WARN` lines before assuming it is only the timeout.",
@@ -61,13 +82,18 @@ class AllRanksTimedOutTogether(Rule):
         if to.is_empty():
             return to
         calls = to.select(pl.col("pg").fill_null("?"), "seq", "op", "numel_in").unique()
-        everyone = set(to["rank"].to_list()) >= self.facts.known_ranks and len(self.facts.known_ranks) > 1
+        # who joined: the ranks whose own timeout is shown, and those torch's desync report says entered it
+        joined = set(to["rank"].to_list()) | self.facts.desync_joined
+        known = self.facts.known_ranks | self.facts.desync_joined | self.facts.desync_lagging
+        everyone = joined >= known and len(known) > 1 and not self.facts.desync_lagging
         together = not self.facts.late_timeouts  # a rank that started waiting much later was busy, not slow together
         return to if calls.height == 1 and everyone and together else to.clear()
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         timeout_ms = int(ev["timeout_ms"].max() or 0)
         row = ev.row(0, named=True)
+        if timeout_ms in DEFAULT_TIMEOUTS_MS and not self.facts.timeout.set_by_code(timeout_ms):
+            return self._stalled(t, ev, timeout_ms, row)
         conf = self.base_confidence + (0.15 if timeout_ms and timeout_ms < DEFAULT_NCCL_TIMEOUT_MS else 0.0)
         conf += 0.05 if (row["seq"] or 0) <= 2 else 0.0
         limit = duration_text(timeout_ms)
@@ -95,6 +121,45 @@ class AllRanksTimedOutTogether(Rule):
                 "finish well inside the new timeout.",
             ),
             facts={"timeout_ms": timeout_ms} | ({"timeout_origin": origin} if origin else {}),
+        )
+
+    def _stalled(self, t: Tables, ev: pl.DataFrame, timeout_ms: int, row: dict) -> Finding | None:
+        """Every rank inside one collective at a default timeout nobody set: the transport stalled."""
+        joined = sorted(set(ev["rank"].to_list()) | self.facts.desync_joined)
+        hosts = t.ranks.filter(pl.col("rank").is_in(joined) & pl.col("host").is_not_null())
+        n_hosts = hosts["host"].n_unique()
+        limit = duration_text(timeout_ms)
+        head = (
+            f"All {len(joined)} ranks entered {row['op']} #{row['seq']} and none finished it within torch's default "
+            f"{limit} - nobody set that timeout, and no collective legitimately runs that long: "
+        )
+        if n_hosts >= 2:
+            category, conf, key = Category.NETWORK_TRANSPORT, 0.45, "stall_network"
+            why = f"the transport between their {n_hosts} hosts stalled."
+        elif n_hosts == 1 and hosts.height == len(joined):
+            category, conf, key = Category.SHM_P2P_TOPOLOGY, 0.45, "stall_intranode"
+            why = f"the transport inside host {hosts['host'][0]} (P2P/SHM) stalled."
+        elif len(joined) > GPUS_PER_NODE:
+            category, conf, key = Category.NETWORK_TRANSPORT, 0.35, "stall_network"
+            why = (
+                f"{len(joined)} ranks are more than one node's GPUs on most machines, so they span hosts and the "
+                "transport between them (the network) most likely stalled - the logs name no host to confirm it."
+            )
+        else:
+            return None  # no host known, few enough ranks for one node: both leads stay open (IN01 lists them)
+        return self.finding(
+            category=category,
+            confidence=conf,
+            culprit_ranks=(),
+            summary=head + why,
+            explanation="When every rank is inside the same collective, no rank is missing or busy elsewhere; at "
+            "a timeout far longer than any one collective takes, the data stopped moving. Raising the timeout "
+            "would only make the hang longer.",
+            evidence=quotes(ev, 2) + quotes(t.kinds(K.desync_joined), 1),
+            fixes=self.fixes(key, hosts=", ".join(sorted(hosts["host"].unique().to_list())[:8]) or "the nodes"),
+            dont=("Do not raise the timeout: the collective did not progress at all.",),
+            verify=("nccl-tests across the same ranks completes at the expected bandwidth after the fix.",),
+            facts={"timeout_ms": timeout_ms},
         )
 
     def why_not(self, t: Tables, winner: Finding, mine: Finding | None) -> str | None:
