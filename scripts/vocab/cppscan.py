@@ -3,8 +3,8 @@
 How the strings are filtered (a library holds ~10^5 strings; a few thousand are messages of these components):
 1. Source neighbourhood. A translation unit's literals lie together, and among them is its `__FILE__` path
    (`.../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp`), used by TORCH_CHECK and LOG. Each string is given
-   the nearest path string (in bytes, before or after it, at most UNIT_SPAN away) as its probable file; strings whose file is one of
-   FILES_OF_INTEREST are kept. The file is a guess (a neighbour's path can be closer), written as such.
+   the nearest path string (in bytes, before or after it, at most UNIT_SPAN away) as its probable file; strings
+   whose file is one of FILES_OF_INTEREST are kept. The file is a guess (a neighbour's path can be closer).
    Only translation units' paths (.cpp/.cc/.cu) are anchors: a header's path sits in the block of every unit that
    includes it.
 2. Keywords. Strings anywhere in the library naming the distributed stack (KEYWORDS) are kept too.
@@ -66,10 +66,18 @@ KEYWORDS = re.compile(
 # Strings that are not messages.
 _MANGLED = re.compile(r"^\*?(?:_Z|N\d|St\d|NSt|P?F[A-Z]|PF|Z[A-Z]|[A-Z]?\d+[A-Z])|[a-z]\d+[A-Za-z]+\d|^\w{1,6}E$")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][\w:.<>~/$-]*$")
-_SIGNATURE = re.compile(r"^[\w.:]+\([^()]*\)(?: -> .*)?$|std::|\(\) \[with |^constexpr |^static |^(?:virtual |const )?[\w:]+<.*>$|operator\(\)")
-_DOCSTRING = re.compile(r"\(\{%|@collections|^\(.*\) -> |\n\s*(?:Returns?|Raises|Note|Warning):|This API is |>>> |Example::|\n\s+Args?:|Arguments:\n|\.\. \w+ ?::|``|^\n {4,}\S|\n {4,}\w+ \(\w+")
+_SIGNATURE = re.compile(
+    r"^[\w.:]+\([^()]*\)(?: -> .*)?$|std::|\(\) \[with |^constexpr |^static |"
+    r"^(?:virtual |const )?[\w:]+<.*>$|operator\(\)"
+)
+_DOCSTRING = re.compile(  # Python docstrings and pybind11 signatures held by libtorch_python
+    r"\(\{%|@collections|^\(.*\) -> |\n\s*(?:Returns?|Raises|Note|Warning):|This API is |>>> |Example::|"
+    r"\n\s+Args?:|Arguments:\n|\.\. \w+ ?::|``|^\n {4,}\S|\n {4,}\w+ \(\w+"
+)
 _LINE = re.compile(r'(":)\d+(, please report a bug)')
-_PATH_PREFIX = re.compile(r"(?:/__w/pytorch/pytorch/|/pytorch/|\.\./|/var/lib/jenkins/workspace/|/opt/pytorch/)(?=torch/|c10/|aten/|third_party/)")
+_PATH_PREFIX = re.compile(
+    r"(?:/__w/pytorch/pytorch/|/pytorch/|\.\./|/var/lib/jenkins/workspace/|/opt/pytorch/)(?=torch/|c10/|aten/|third_party/)"
+)
 MAX_LEN = 2000
 
 

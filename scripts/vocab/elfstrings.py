@@ -11,7 +11,7 @@ import re
 import struct
 from pathlib import Path
 
-MIN_LEN = 4  # as `strings`: shorter runs are mostly table bytes
+MIN_LEN = 4  # as `strings`: shorter runs are mostly table bytes (the pattern below says 4)
 
 
 def rodata(path: Path) -> bytes:
@@ -41,9 +41,8 @@ def rodata(path: Path) -> bytes:
 _LITERAL = re.compile(rb"(?<![\x20-\x7e\t\n])[\x20-\x7e\t\n]{4,}(?=\x00)")
 
 
-def strings(data: bytes, min_len: int = MIN_LEN) -> list[tuple[int, str]]:
+def strings(data: bytes) -> list[tuple[int, str]]:
     """(offset, text) of every run of printable ASCII (tab and newline included) ended by a NUL, at least
-    `min_len` long, in order. Unlike `strings`, a run must end at a NUL, as a C string literal does: runs cut by
+    MIN_LEN long, in order. Unlike `strings`, a run must end at a NUL, as a C string literal does: runs cut by
     other bytes are table data."""
-    pattern = _LITERAL if min_len == MIN_LEN else re.compile(rb"(?<![\x20-\x7e\t\n])[\x20-\x7e\t\n]{%d,}(?=\x00)" % min_len)
-    return [(m.start(), m.group().decode("ascii")) for m in pattern.finditer(data)]
+    return [(m.start(), m.group().decode("ascii")) for m in _LITERAL.finditer(data)]

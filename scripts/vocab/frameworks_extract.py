@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import pyscan  # noqa: E402
-from wheels import pip_download, sha256  # noqa: E402
+import pyscan
+from wheels import pip_download, sha256
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_CACHE = Path.home() / ".cache" / "ncclpm-vocab"
@@ -92,7 +92,10 @@ KEYWORDS = re.compile(
     r"MASTER_ADDR|MASTER_PORT|placement group|torch\.distributed|\bgloo\b|pynccl|custom_all_reduce|symm_mem"
 )
 # Code that is not about running distributed (model definitions, parsers, kernels): not read.
-SKIP_PATHS = re.compile(r"/(?:models|tool_parsers|reasoning|multimodal|benchmarks|tests?|kernels|jit_kernel)/|_pb2\.py$")
+SKIP_PATHS = re.compile(
+    r"/(?:models|tool_parsers|reasoning|multimodal|benchmarks|tests?|kernels|jit_kernel)/|_pb2\.py$"
+)
+_DATA_DIR = re.compile(r"^[^/]+\.data/(?:purelib|platlib)/")
 KEEP_CALLS = {"exception", "log", "warn", "print", "constant"}
 
 
@@ -123,14 +126,15 @@ def fetch(package: str, version: str, cache: Path, downloads: Path) -> Path:
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     with zipfile.ZipFile(wheel) as z:
-        for name in sorted(z.namelist()):
+        for member in sorted(z.namelist()):
+            name = _DATA_DIR.sub("", member)  # some wheels (OpenRLHF) put the package under NAME.data/purelib/
             if not name.endswith(".py") or not name.startswith(package + "/"):
                 continue
             if package in ONLY_DIST_PATHS and not name.startswith(DIST_PATHS[package]):
                 continue
             target = partial / "py" / name
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(z.read(name))
+            target.write_bytes(z.read(member))
     meta = {"package": package, "version": version, "wheel": wheel.name, "size": wheel.stat().st_size}
     meta["sha256"] = sha256(wheel)
     (partial / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")

@@ -261,13 +261,15 @@ class _Scanner(ast.NodeVisitor):
     def _constant(self, node: ast.Assign | ast.AnnAssign, targets: list[ast.expr]) -> None:
         value = node.value
         for target in targets:
-            if isinstance(target, ast.Name) and CONSTANT_NAME.search(target.id) and value is not None:
-                if _is_str(value) or isinstance(value, ast.JoinedStr | ast.BinOp):
-                    template = _Templater({})(value)
-                    if _letters(template) >= MIN_LETTERS and " " in template:
-                        self.found.append(
-                            Message(template, "constant", "constant", self.function or target.id, node.lineno)
-                        )
+            if (
+                isinstance(target, ast.Name)
+                and CONSTANT_NAME.search(target.id)
+                and value is not None
+                and (_is_str(value) or isinstance(value, ast.JoinedStr | ast.BinOp))
+            ):
+                template = _Templater({})(value)
+                if _letters(template) >= MIN_LETTERS and " " in template:
+                    self.found.append(Message(template, "constant", "constant", self.function, node.lineno))
         self.generic_visit(node)
 
     def visit_Assign(self, node: ast.Assign) -> None:

@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import cppscan  # noqa: E402
-import pyscan  # noqa: E402
-from torch_fetch import TORCH_VERSIONS, fetch  # noqa: E402
+import cppscan
+import pyscan
+from torch_fetch import TORCH_VERSIONS, fetch
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_CACHE = Path.home() / ".cache" / "ncclpm-vocab"
@@ -99,10 +99,7 @@ def python_messages(version_dir: Path, version: str, into: dict) -> int:
         info = py_component(rel)
         if info is None:
             continue
-        if rel == "torch/_utils.py":
-            keep_function = "ExceptionWrapper"
-        else:
-            keep_function = ""
+        keep_function = "ExceptionWrapper" if rel == "torch/_utils.py" else ""
         source = path.read_text(encoding="utf-8")
         digest = hashlib.sha1(source.encode()).hexdigest()
         if digest not in _SCANNED:  # most files are the same from one version to the next
