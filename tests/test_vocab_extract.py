@@ -175,8 +175,9 @@ def test_elfstrings_reads_nul_terminated_literals_only():
 
 def test_cppscan_joins_pieces_of_one_message_and_drops_symbols():
     strings = [
-        (0, "Socket Timeout"),
+        (0, "A sentence of some other unit"),
         (32, "/__w/pytorch/pytorch/torch/csrc/distributed/c10d/TCPStore.cpp"),
+        (90, "Socket Timeout"),
         (100, "Timed out waiting "),
         (120, "ms for recv operation"),
         (160, "N4c10d6detail8UvHandleE"),

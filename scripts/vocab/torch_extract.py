@@ -16,7 +16,7 @@ import hashlib
 import json
 import re
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -52,6 +52,7 @@ PY_COMPONENTS: tuple[tuple[str, str, str], ...] = (
     ("torch/distributed/_tools/fr_", "flight_recorder", "core"),
     ("torch/distributed/debug/", "debug_server", "core"),
     ("torch/distributed/elastic_", "torchelastic", "core"),
+    ("torch/distributed/_watchdog.py", "c10d.watchdog", "core"),  # torch 2.15's Python watchdog
     ("torch/distributed/nn/", "distributed.nn", "extended"),
     ("torch/distributed/", "distributed.", "extended"),  # + the sub-package: distributed.fsdp, .tensor, ...
     ("torch/utils/data/", "dataloader", "core"),
@@ -73,7 +74,7 @@ def py_component(path: str) -> tuple[str, str] | None:
 
 
 def _id(kind: str, component: str, text: str) -> str:
-    return f"{kind}:{component}:" + hashlib.sha1(text.encode()).hexdigest()[:10]
+    return ":".join(p for p in (kind, component) if p) + ":" + hashlib.sha1(text.encode()).hexdigest()[:10]
 
 
 def _range(seen: set[str]) -> dict:
@@ -129,9 +130,11 @@ def cpp_messages(version_dir: Path, version: str, into: dict) -> int:
             strings = [(o, t) for o, t in json.load(f)]
         for piece in cppscan.scan(strings):
             count += 1
-            key = ("cpp", piece.component, "", piece.text)
-            rec = into.setdefault(key, {"seen": {}, "scope": piece.scope})
-            rec["seen"].setdefault(version, set()).add((name, piece.file, piece.shape))
+            # Keyed by the text alone: the file (so the component) is a guess that a neighbour can sway from one
+            # release to the next; the newest release's guess is kept.
+            key = ("cpp", "", "", piece.text)
+            rec = into.setdefault(key, {"seen": {}})
+            rec["seen"].setdefault(version, set()).add((name, piece.file, piece.shape, piece.component, piece.scope))
     return count
 
 
@@ -140,8 +143,15 @@ def records(collected: dict) -> list[dict]:
     for (kind, component, call, text), rec in collected.items():
         seen = rec["seen"]
         newest = [v for v in TORCH_VERSIONS if v in seen][-1]
-        row: dict = {"id": _id(kind, component, f"{call}\0{text}"), "kind": kind, "component": component}
-        row["scope"] = rec["scope"]
+        if kind == "cpp":  # the attribution most sightings agree on (core first, then by name, on a tie)
+            votes = Counter((s[3], s[4]) for sites in seen.values() for s in sites)
+            component, scope = min(votes, key=lambda cs: (-votes[cs], cs[1] != "core", cs[0]))
+        else:
+            scope = rec["scope"]
+        # A C++ literal's id hangs on its text only: its component is a guess that may move.
+        ident = _id(kind, component, f"{call}\0{text}") if kind == "python" else _id(kind, "", text)
+        row: dict = {"id": ident, "kind": kind, "component": component}
+        row["scope"] = scope
         row |= _range(set(seen))
         if kind == "python":
             sites = sorted(seen[newest])
@@ -156,7 +166,7 @@ def records(collected: dict) -> list[dict]:
             sites = sorted(seen[newest], key=lambda s: (len(s[2]), s))
             row["text"] = text
             row["libraries"] = sorted({s[0] for s in seen[newest]})
-            row["file"] = sorted({s[1] for s in seen[newest]})
+            row["file"] = sorted({s[1] for s in seen[newest] if s[1]})
             shape = sites[-1][2]  # the longest reconstruction in the newest version
             if len(shape) > 1:
                 row["pieces"] = list(shape)
