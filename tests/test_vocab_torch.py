@@ -175,14 +175,16 @@ def test_elfstrings_reads_nul_terminated_literals_only():
 
 def test_cppscan_joins_pieces_of_one_message_and_drops_symbols():
     strings = [
-        (0, "A sentence of some other unit"),
+        (0, "Socket Timeout"),  # before its unit's path: a unit's literals lie on both sides of it
         (32, "/__w/pytorch/pytorch/torch/csrc/distributed/c10d/TCPStore.cpp"),
-        (90, "Socket Timeout"),
         (100, "Timed out waiting "),
         (120, "ms for recv operation"),
         (160, "N4c10d6detail8UvHandleE"),
         (200, "doWait"),
         (220, "Unrelated Sentence here."),
+        (300, "/__w/pytorch/pytorch/aten/src/ATen/native/Foo.cpp"),
+        (360, "Expected a dense tensor here"),  # between two units of no interest, naming nothing: dropped
+        (400, "/__w/pytorch/pytorch/aten/src/ATen/native/Bar.cpp"),
     ]
     pieces = {p.text: p for p in cppscan.scan(strings)}
     assert set(pieces) == {"Socket Timeout", "Timed out waiting ", "ms for recv operation", "Unrelated Sentence here."}
@@ -190,6 +192,11 @@ def test_cppscan_joins_pieces_of_one_message_and_drops_symbols():
     assert pieces["Socket Timeout"].component == "c10d.TCPStore"
     assert pieces["Socket Timeout"].file == "torch/csrc/distributed/c10d/TCPStore.cpp"
     assert pieces["Unrelated Sentence here."].shape == ("Unrelated Sentence here.",)
+
+
+def test_cppscan_keeps_stack_keywords_anywhere():
+    strings = [(0, "/x/aten/src/ATen/native/Foo.cpp"), (64, "NCCL communicator was aborted"), (90, "a plain note")]
+    assert [p.text for p in cppscan.scan(strings)] == ["NCCL communicator was aborted"]
 
 
 def test_cppscan_normalises_build_paths_and_assert_lines():

@@ -2,14 +2,14 @@
 
 How the strings are filtered (a library holds ~10^5 strings; a few thousand are messages of these components):
 1. Source neighbourhood. A translation unit's literals lie together, and among them is its `__FILE__` path
-   (`.../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp`), used by TORCH_CHECK and LOG. Each string is given
-   the last path string before it (at most UNIT_SPAN bytes before) as its probable file; strings whose file is one
-   of FILES_OF_INTEREST are kept. Checked on messages whose unit is known from their wording (`The server socket`:
-   socket.cpp, `Watchdog caught`: ProcessGroupNCCL.cpp...): the path before is right for about 3 in 4, the
-   nearest path (before or after) for 1 in 2; across releases the attribution most sightings agree on is
-   kept. The file stays a guess.
-   Only translation units' paths (.cpp/.cc/.cu) are anchors: a header's path sits in the block of every unit that
-   includes it.
+   (`.../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp`), used by TORCH_CHECK and LOG. A string is kept when
+   the unit path before it or the one after it (each at most UNIT_SPAN bytes away) is one of FILES_OF_INTEREST:
+   a unit's literals lie on both sides of its path. Its probable file is the path before it when that one is of
+   interest, else the one after. Checked on messages whose unit their wording tells (`The server socket`:
+   socket.cpp, `Watchdog caught`: ProcessGroupNCCL.cpp...), the path before is right for about 3 in 4, the
+   nearest path (before or after) for 1 in 2; across releases the attribution most sightings agree on is kept.
+   The file stays a guess. Only translation units' paths (.cpp/.cc/.cu) are anchors: a header's path sits in the
+   block of every unit that includes it.
 2. Keywords. Strings anywhere in the library naming the distributed stack (KEYWORDS) are kept too.
 3. Message-likeness. Kept strings must read as text: identifiers (function names, env var names, store keys),
    mangled symbols, type names, pretty-function signatures and Python docstrings are dropped.
@@ -144,17 +144,22 @@ def scan(strings: list[tuple[int, str]]) -> list[Piece]:
     anchors = [(off, normalise(text)) for off, text in strings if SOURCE_PATH.match(text) and UNIT_PATH.search(text)]
     offsets = [a[0] for a in anchors]
 
-    def unit_file(offset: int) -> str:
+    def unit_files(offset: int) -> tuple[str, str]:
+        """The unit paths before and after `offset` (each at most UNIT_SPAN away, "" when none)."""
         i = bisect.bisect_right(offsets, offset)
-        return anchors[i - 1][1] if i > 0 and offset - anchors[i - 1][0] <= UNIT_SPAN else ""
+        before = anchors[i - 1][1] if i > 0 and offset - anchors[i - 1][0] <= UNIT_SPAN else ""
+        after = anchors[i][1] if i < len(anchors) and anchors[i][0] - offset <= UNIT_SPAN else ""
+        return before, after
 
     kept: list[tuple[int, str, str, str, str]] = []  # (index, text, file, component, scope)
     for index, (offset, raw) in enumerate(strings):
         if not is_message(raw):
             continue
         text = normalise(raw)
-        file = unit_file(offset)
-        info = file_info(file)
+        before, after = unit_files(offset)
+        file, info = before, file_info(before)
+        if info is None and (after_info := file_info(after)) is not None:
+            file, info = after, after_info
         if info is None:
             if not KEYWORDS.search(text):
                 continue
