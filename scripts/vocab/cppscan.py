@@ -76,7 +76,8 @@ _SIGNATURE = re.compile(
 )
 _DOCSTRING = re.compile(  # Python docstrings and pybind11 signatures held by libtorch_python
     r"\(\{%|@collections|^\(.*\) -> |\n\s*(?:Returns?|Raises|Note|Warning):|This API is |>>> |Example::|"
-    r"\n\s+Args?:|Arguments:\n|\.\. \w+ ?::|``|^\n {4,}\S|\n {4,}\w+ \(\w+"
+    r"\n\s+Args?:|Arguments:\n|\.\. \w+ ?::|``|^\n {4,}\S|\n {4,}\w+ \(\w+|:(?:func|class|meth|attr):`|"
+    r"^[\w.]+\(.*\) -> "
 )
 _LINE = re.compile(r'(":)\d+(, please report a bug)')
 _PATH_PREFIX = re.compile(
@@ -136,7 +137,10 @@ def _continues(prev: str, cur: str) -> bool:
         return cur.startswith(_AFTER_VALUE)
     if cur.startswith(_CONTINUE_START):
         return True
-    return prev.endswith(" ") and (cur[0].islower() or cur[0].isdigit())
+    first_word = cur.split(" ", 1)[0]
+    if not prev.endswith(" ") or re.search(r"[A-Z_(]", first_word):  # `setSequenceNumber()...`: a new message
+        return False
+    return cur[0].islower() or cur[0].isdigit()
 
 
 def scan(strings: list[tuple[int, str]]) -> list[Piece]:
