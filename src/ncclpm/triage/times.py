@@ -1,0 +1,87 @@
+"""When a job started and when it failed, from facts the diagnosis already has (no log is read again).
+
+`failed_at` is the time of the first decisive event: the earliest error among the decisive lines (the lines the
+verdict quotes, looked up in the events table by file and line), else the earliest decisive line with a time,
+else the story's first dated error or timeout, else the culprit ranks' first error. `started_at` is the
+earliest time any kept line of the job shows. A time without a date (a glog stamp in a job where no line gives
+the year) is no date: `failed_at`/`started_at` stay null, but `duration_s` is still worked out when both ends
+are on the same clock.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import polars as pl
+
+UNDATED_YEAR = 1970  # glog stamps (`E1122 08:37:58`) are read in 1970 when no line of the job gives the year
+
+
+def dated(ts: Any) -> datetime | None:
+    """`ts` when it is a real date and time, else None."""
+    return ts if isinstance(ts, datetime) and ts.year > UNDATED_YEAR else None
+
+
+def _decisive_times(tables: Any, d: Any) -> tuple[datetime | None, datetime | None]:
+    """(earliest decisive error, earliest decisive line) among the decisive lines that are timed events."""
+    refs = [(e.file, e.line) for e in d.decisive if e.line is not None]
+    if not refs:
+        return None, None
+    wanted = pl.DataFrame(
+        {"source": [r[0] for r in refs], "line": [r[1] for r in refs]},
+        schema={"source": pl.String(), "line": pl.Int64()},
+    )
+    hits = (
+        tables.events.select("source", "line", "ts", "severity")
+        .filter(pl.col("ts").is_not_null())
+        .join(wanted, on=["source", "line"], how="semi")
+    )
+    if hits.is_empty():
+        return None, None
+    errors = hits.filter(pl.col("severity") == "error")["ts"]
+    return (errors.min() if errors.len() else None), hits["ts"].min()  # type: ignore[return-value]
+
+
+def _story_time(d: Any) -> datetime | None:
+    for kinds in (("error", "timeout"), ("end",)):
+        times = [m.ts for m in d.story if m.kind in kinds and not m.approx and isinstance(m.ts, datetime)]
+        if times:
+            return min(times)
+    return None
+
+
+def _culprit_error_time(d: Any) -> datetime | None:
+    culprits = set(d.culprit_ranks)
+    times = [r["first_error_ts"] for r in d.ranks if r.get("rank") in culprits]
+    times = [t for t in times if isinstance(t, datetime)]
+    return min(times) if times else None
+
+
+def failure_time(tables: Any, d: Any) -> datetime | None:
+    """The time of the first decisive event, on the logs' own clock (dated or not), or None."""
+    first_error, first_line = _decisive_times(tables, d)
+    for candidate in (first_error, first_line, _story_time(d), _culprit_error_time(d)):
+        if candidate is not None:
+            return candidate.replace(tzinfo=None)
+    return None
+
+
+def start_time(tables: Any) -> datetime | None:
+    """The earliest time any kept line or event of the job shows (the logs' own clock), or None."""
+    stamps = pl.concat([tables.lines["ts"], tables.events["ts"]]).drop_nulls()
+    real = stamps.filter(stamps.dt.year() > UNDATED_YEAR)
+    first = (real if real.len() else stamps).min()
+    return first.replace(tzinfo=None) if isinstance(first, datetime) else None
+
+
+def job_times(tables: Any, d: Any) -> dict[str, Any]:
+    """`started_at`, `failed_at` (dated only) and `duration_s` (when both ends are on the same clock)."""
+    failed, started = failure_time(tables, d), start_time(tables)
+    same_clock = failed is not None and started is not None and (dated(failed) is None) == (dated(started) is None)
+    duration = (failed - started).total_seconds() if same_clock and failed >= started else None  # type: ignore[operator]
+    return {
+        "started_at": dated(started),
+        "failed_at": dated(failed),
+        "duration_s": None if duration is None else round(duration, 3),
+    }
