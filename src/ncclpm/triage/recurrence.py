@@ -8,8 +8,8 @@ progress line reached. A job is a **restart storm** when its last two attempts o
 with the same signature and none got further than the one before (a first attempt that failed otherwise - a crash,
 then restarts that cannot even rendezvous - does not hide the storm after it). Its cost is those attempts' wall
 time (first to last timed line of each) times the nodes the job ran on, where the logs give times. A host is
-suspected in an attempt when the attempt's first error was printed on it, or a host-level line (Xid, lost GPU, IB port error)
-names it; `hosts_every_attempt` keeps the hosts suspected in every attempt.
+suspected in an attempt when the attempt's first error was printed on it, or a host-level line (Xid, lost GPU,
+IB port error) names it; `hosts_every_attempt` keeps the hosts suspected in every attempt.
 """
 
 from __future__ import annotations
