@@ -41,6 +41,8 @@ PALETTE = {
 EXTRA_COLOURS = ("#577590", "#f3722c", "#90be6d", "#f94144", "#277da1")
 
 SVG_W, SVG_H = 960, 250
+STEP_NAMES = {"10m": "10 minutes", "1h": "hour", "6h": "6 hours", "1d": "day", "1w": "week", "1mo": "month",
+              "3mo": "quarter", "1y": "year"}  # fmt: skip
 PLOT_X, PLOT_TOP, PLOT_BOTTOM = 44, 14, 200
 
 
@@ -64,7 +66,7 @@ def timeline_svg(t: dict[str, Any]) -> dict[str, Any] | None:
         return None
     top = max(sum(b["counts"].values()) for b in buckets)
     ymax = _nice_max(top)
-    plot_w = SVG_W - PLOT_X - 10
+    plot_w = SVG_W - PLOT_X - 34  # room for the last label
     slot = plot_w / len(buckets)
     bar_w = max(min(slot * 0.78, 40), 1.5)
     scale = (PLOT_BOTTOM - PLOT_TOP) / ymax
@@ -152,6 +154,7 @@ def render_fleet(context: dict[str, Any]) -> str:
             colour=colour,
             when=_when,
             version=__version__,
+            step_names=STEP_NAMES,
             duration=lambda s: "" if s is None else human_duration(s),
             script=Markup(SORT_SCRIPT),  # our own constant: printed as is, so that its hash matches
             script_hash=script_hash(SORT_SCRIPT),

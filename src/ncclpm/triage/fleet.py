@@ -16,7 +16,7 @@ import polars as pl
 from ncclpm.triage.hosts import hosts_context
 from ncclpm.triage.signature import MAX_LEN
 
-MAX_CLUSTERS = 40
+MAX_CLUSTERS = 25
 MAX_BUCKETS = 48
 # (bucket width, polars truncate step, label format), the narrowest that keeps the span within MAX_BUCKETS
 _STEPS = (
@@ -95,6 +95,22 @@ def clusters(readable: pl.DataFrame, limit: int = MAX_CLUSTERS) -> list[dict[str
     return [{**r, "signature": r["_key"]} for r in grouped.head(limit).iter_rows(named=True)]
 
 
+def common_folder(names: list[str]) -> str:
+    """The folder every job name lies under ("" when they share none): the page shows names below it."""
+    folders = [n.rsplit("/", 1)[0] for n in names if "/" in n]
+    if len(folders) != len(names) or not folders:
+        return ""
+    try:
+        root = os.path.commonpath(folders)
+    except ValueError:  # absolute and relative names mixed
+        return ""
+    return root if root not in ("", "/", ".") else ""
+
+
+def _short(name: str, root: str) -> str:
+    return name[len(root) + 1 :] if root and name.startswith(root + "/") else name
+
+
 def _link(report: str | None, reports: Path | None, output: Path | None) -> str | None:
     """The job's report as the page links to it: relative to the page's folder when both are known."""
     if report is None or reports is None:
@@ -115,10 +131,16 @@ def fleet_context(
     """Everything the fleet page shows."""
     readable = frame.filter(pl.col("error").is_null())
     failed = frame.filter(pl.col("error").is_not_null())
+    root = common_folder(frame["job"].to_list())
     jobs = []
     for r in frame.sort("failed_at", "job", descending=[True, False], nulls_last=True).iter_rows(named=True):
         own = set(r["own_hosts"] or [])
-        jobs.append({**r, "link": _link(r["report"], reports, output), "own": own})
+        jobs.append({**r, "name": _short(r["job"], root), "link": _link(r["report"], reports, output), "own": own})
+    hosts = hosts_context(frame)
+    for h in hosts["hosts"]:
+        h["names"] = [_short(j, root) for j in h["job_names"]]
+    all_clusters = clusters(readable, limit=readable.height or 1)
+    shown = [c for c in all_clusters if c["n"] >= 2][:MAX_CLUSTERS] or all_clusters[:MAX_CLUSTERS]
     storms = [j for j in jobs if j["restart_storm"]]
     dated = readable["failed_at"].drop_nulls()
     return {
@@ -129,7 +151,17 @@ def fleet_context(
         "by_category": _counts(readable, "category"),
         "by_action": _counts(readable, "action"),
         "timeline": timeline(readable),
-        "clusters": [{**c, "example_link": _link(c["example_report"], reports, output)} for c in clusters(readable)],
+        "clusters": [
+            {
+                **c,
+                "example_name": _short(c["example"], root),
+                "example_link": _link(c["example_report"], reports, output),
+            }
+            for c in shown
+        ],
+        "n_clusters": len(all_clusters),
+        "n_single": sum(1 for c in all_clusters if c["n"] == 1),
+        "root": root,
         "n_signatures": readable.select(pl.col("signature").fill_null("").n_unique()).item() if readable.height else 0,
         "storms": storms,
         "storm_node_hours": sum(j["storm_node_hours"] or 0.0 for j in storms),
@@ -138,5 +170,5 @@ def fleet_context(
         "last": dated.max() if dated.len() else None,
         "baseline": baseline,
         "generated": datetime.now().replace(microsecond=0),
-        **hosts_context(frame),
+        **hosts,
     }

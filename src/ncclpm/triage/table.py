@@ -42,6 +42,7 @@ TABLE_SCHEMA = pl.Schema(
         "seconds": pl.Float64(),
         "started_at": pl.Datetime("us"),
         "failed_at": pl.Datetime("us"),
+        "failed_clock": pl.String(),
         "duration_s": pl.Float64(),
         "own_hosts": pl.List(pl.String()),
         "attempts": pl.Int64(),

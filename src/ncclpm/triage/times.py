@@ -2,10 +2,11 @@
 
 `failed_at` is the time of the first decisive event: the earliest error among the decisive lines (the lines the
 verdict quotes, looked up in the events table by file and line), else the earliest decisive line with a time,
-else the story's first dated error or timeout, else the culprit ranks' first error. `started_at` is the
-earliest time any kept line of the job shows. A time without a date (a glog stamp in a job where no line gives
-the year) is no date: `failed_at`/`started_at` stay null, but `duration_s` is still worked out when both ends
-are on the same clock.
+else the story's first dated error or timeout, else the culprit ranks' first error; a decisive line with no stamp
+of its own takes the last stamped line before it in its file. `started_at` is the earliest time any kept line of
+the job shows. A time without a date (a glog stamp in a job where no line gives the year) is no date:
+`failed_at`/`started_at` stay null, `failed_clock` keeps the failure's time as written (`11-22 08:37:58`), and
+`duration_s` is still worked out when both ends are on the same clock.
 """
 
 from __future__ import annotations
@@ -24,19 +25,34 @@ def dated(ts: Any) -> datetime | None:
 
 
 def _decisive_times(tables: Any, d: Any) -> tuple[datetime | None, datetime | None]:
-    """(earliest decisive error, earliest decisive line) among the decisive lines that are timed events."""
+    """(earliest decisive error, earliest decisive line) among the decisive lines with a time. A line without a
+    stamp of its own (a traceback's last line, an error printed bare) is dated by the last stamped line before it
+    in its file, as a reader of the log dates it."""
     refs = [(e.file, e.line) for e in d.decisive if e.line is not None]
     if not refs:
         return None, None
     wanted = pl.DataFrame(
         {"source": [r[0] for r in refs], "line": [r[1] for r in refs]},
         schema={"source": pl.String(), "line": pl.Int64()},
+    ).unique()
+    events = tables.events.select("source", "line", "ts", "severity").join(wanted, on=["source", "line"], how="semi")
+    stamped = (
+        pl.concat([tables.lines.select("source", "line", "ts"), tables.events.select("source", "line", "ts")])
+        .filter(pl.col("ts").is_not_null() & pl.col("source").is_in(wanted["source"].unique().to_list()))
+        .unique(["source", "line"])
+        .sort("source", "line")
     )
-    hits = (
-        tables.events.select("source", "line", "ts", "severity")
-        .filter(pl.col("ts").is_not_null())
-        .join(wanted, on=["source", "line"], how="semi")
+    dated = wanted.sort("source", "line").join_asof(
+        stamped,
+        on="line",
+        by="source",
+        strategy="backward",
+        check_sortedness=False,  # sorted by (source, line)
     )
+    hits = dated.join(
+        events.select("source", "line", "severity").unique(["source", "line"]), on=["source", "line"], how="left"
+    )
+    hits = hits.filter(pl.col("ts").is_not_null())
     if hits.is_empty():
         return None, None
     errors = hits.filter(pl.col("severity") == "error")["ts"]
@@ -75,13 +91,24 @@ def start_time(tables: Any) -> datetime | None:
     return first.replace(tzinfo=None) if isinstance(first, datetime) else None
 
 
+def clock(ts: datetime | None) -> str | None:
+    """An undated failure time as the logs write it: `11-22 08:37:58` (a glog stamp: month and day, no year) or
+    `08:37:58` (a time of day alone); None for a dated time or none."""
+    if ts is None or dated(ts) is not None:
+        return None
+    text = ts.strftime("%H:%M:%S") + (f".{ts.microsecond // 1000:03d}" if ts.microsecond else "")
+    return text if (ts.month, ts.day) == (1, 1) else ts.strftime("%m-%d ") + text
+
+
 def job_times(tables: Any, d: Any) -> dict[str, Any]:
-    """`started_at`, `failed_at` (dated only) and `duration_s` (when both ends are on the same clock)."""
+    """`started_at`, `failed_at` (dated only), `failed_clock` (the time of an undated failure, as written) and
+    `duration_s` (when both ends are on the same clock)."""
     failed, started = failure_time(tables, d), start_time(tables)
     same_clock = failed is not None and started is not None and (dated(failed) is None) == (dated(started) is None)
     duration = (failed - started).total_seconds() if same_clock and failed >= started else None  # type: ignore[operator]
     return {
         "started_at": dated(started),
         "failed_at": dated(failed),
+        "failed_clock": clock(failed),
         "duration_s": None if duration is None else round(duration, 3),
     }

@@ -53,6 +53,7 @@ ROW_KEYS = (
     "seconds",
     "started_at",  # the earliest dated line of the job (`times.py`)
     "failed_at",  # the time of the first decisive event: the failure's time from the logs, null where they give none
+    "failed_clock",  # an undated failure's time as the logs write it (`11-22 08:37:58`: a glog stamp has no year)
     "duration_s",  # failed_at - started_at, on the logs' own clock
     "own_hosts",  # culprit hosts named by their own evidence (Xid, ECC, IB port errors), not only by a rank on them
     "attempts",  # launches of the job the logs show (torchrun restarts, `attempt_N` folders): 1 for none
@@ -116,27 +117,32 @@ def _top_error(tables: Any, d: Any, job: Any) -> str | None:
 
 
 def own_hosts(tables: Any, d: Any) -> list[str]:
-    """Hosts the root cause blames from the host's own evidence: the hosts a hardware or network finding names
-    (its `hosts` fact), and the hosts of its host-level lines (Xid, lost GPU, ECC, NVML, IB port errors: the
-    syslog host a kernel line names, else the host of the rank that printed it). A culprit host not in this list
-    is blamed only because a culprit rank ran on it."""
+    """Hosts the root cause blames from the host's own evidence: the hosts of its host-level lines (Xid, lost GPU,
+    ECC, NVML, fabric, a lost node, InfiniBand errors: the syslog host a kernel line names, else the host of the rank
+    that printed it, else a culprit host its file's path is filed under). A culprit host not in this list is blamed
+    only because a culprit rank ran on it (or because a finding names it from another host's words: a peer that
+    closed the connection)."""
     import polars as pl
 
     from ncclpm.triage.recurrence import host_level
 
-    named = {str(h) for h in (d.primary.facts.get("hosts") or []) if h}
-    refs = [(e.file, e.line) for e in d.primary.evidence if e.line is not None]
-    if refs:
-        wanted = pl.DataFrame(
-            {"source": [r[0] for r in refs], "line": [r[1] for r in refs]},
-            schema={"source": pl.String(), "line": pl.Int64()},
-        )
-        lines = tables.events.filter(host_level()).join(wanted, on=["source", "line"], how="semi")
-        host_of = {r["rank"]: r.get("host") for r in d.ranks}
-        for r in lines.select("node", "host", "rank").iter_rows(named=True):
-            host = r["node"] or r["host"] or host_of.get(r["rank"])
-            if host:
-                named.add(str(host))
+    refs = [(e.file, e.line) for e in (*d.primary.evidence, *d.decisive) if e.line is not None]
+    if not refs:
+        return []
+    wanted = pl.DataFrame(
+        {"source": [r[0] for r in refs], "line": [r[1] for r in refs]},
+        schema={"source": pl.String(), "line": pl.Int64()},
+    )
+    lines = tables.events.filter(host_level()).join(wanted.unique(), on=["source", "line"], how="semi")
+    host_of = {r["rank"]: r.get("host") for r in d.ranks}
+    named = set()
+    culprits = set(d.culprit_hosts)
+    for r in lines.select("source", "node", "host", "rank").iter_rows(named=True):
+        host = r["node"] or r["host"] or host_of.get(r["rank"])
+        if not host:  # a bare dmesg line: the host a folder of its path is named after (node-diag/gpu-a07/...)
+            host = next((p for p in re.split(r"[/!]", r["source"]) if p in culprits), None)
+        if host:
+            named.add(str(host))
     return sorted(named)
 
 
