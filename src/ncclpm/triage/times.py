@@ -2,16 +2,17 @@
 
 `failed_at` is the time of the first decisive event: the earliest error among the decisive lines (the lines the
 verdict quotes, looked up in the events table by file and line), else the earliest decisive line with a time,
-else the story's first dated error or timeout, else the culprit ranks' first error; a decisive line with no stamp
-of its own takes the last stamped line before it in its file. `started_at` is the earliest time any kept line of
-the job shows. A time without a date (a glog stamp in a job where no line gives the year) is no date:
-`failed_at`/`started_at` stay null, `failed_clock` keeps the failure's time as written (`11-22 08:37:58`), and
-`duration_s` is still worked out when both ends are on the same clock.
+else the story's first dated error or timeout, else the culprit ranks' first error, else when the failing
+collective was issued (its flight-recorder entries' wall clock, UTC), else the first error the logs date at all.
+A decisive line with no stamp of its own takes the last stamped line before it in its file. `started_at` is the
+earliest time any kept line of the job shows. A time without a date (a glog stamp in a job where no line gives
+the year) is no date: `failed_at`/`started_at` stay null, `failed_clock` keeps the failure's time as written
+(`11-22 08:37:58`), and `duration_s` is still worked out when both ends are on the same clock.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import polars as pl
@@ -74,10 +75,43 @@ def _culprit_error_time(d: Any) -> datetime | None:
     return min(times) if times else None
 
 
+def _fr_time(tables: Any, d: Any) -> datetime | None:
+    """When the failing collective was issued, from the flight-recorder entries of it (their wall-clock
+    `time_created_ns`), when the verdict comes from the dumps."""
+    fc = d.failing_collective or {}
+    if tables.fr is None or fc.get("seq") is None or "time_created_ns" not in tables.fr.compact.columns:
+        return None
+    entries = tables.fr.compact.filter(pl.col("collective_seq_id") == fc["seq"])
+    if fc.get("pg") is not None and "group_key" in entries.columns:
+        entries = entries.filter(pl.col("group_key") == fc["pg"])
+    first = entries["time_created_ns"].drop_nulls().min()
+    if not isinstance(first, int) or first <= 0:
+        return None
+    at = datetime.fromtimestamp(first / 1e9, tz=UTC).replace(tzinfo=None)
+    return at if at.year >= 2000 else None  # a steady clock, not a date
+
+
+def _first_error_time(tables: Any) -> datetime | None:
+    """The first error the logs date, whoever printed it (when the decisive evidence itself is undated: a
+    flight-recorder dump, an excerpt pasted without stamps beside a stamped log)."""
+    times = tables.events.filter((pl.col("severity") == "error") & pl.col("ts").is_not_null())["ts"]
+    real = times.filter(times.dt.year() > UNDATED_YEAR)
+    first = (real if real.len() else times).min()
+    return first if isinstance(first, datetime) else None
+
+
 def failure_time(tables: Any, d: Any) -> datetime | None:
     """The time of the first decisive event, on the logs' own clock (dated or not), or None."""
     first_error, first_line = _decisive_times(tables, d)
-    for candidate in (first_error, first_line, _story_time(d), _culprit_error_time(d)):
+    candidates = (
+        first_error,
+        first_line,
+        _story_time(d),
+        _culprit_error_time(d),
+        _fr_time(tables, d),
+        _first_error_time(tables),
+    )
+    for candidate in candidates:
         if candidate is not None:
             return candidate.replace(tzinfo=None)
     return None
