@@ -139,7 +139,9 @@ def job_times(tables: Any, d: Any) -> dict[str, Any]:
     `duration_s` (when both ends are on the same clock)."""
     failed, started = failure_time(tables, d), start_time(tables)
     same_clock = failed is not None and started is not None and (dated(failed) is None) == (dated(started) is None)
-    duration = (failed - started).total_seconds() if same_clock and failed >= started else None  # type: ignore[operator]
+    duration = (failed - started).total_seconds() if same_clock else None  # type: ignore[operator]
+    if duration is not None and duration < 0:  # a whole-second stamp (an error file) is "within that second"
+        duration = 0.0 if duration > -1 else None
     return {
         "started_at": dated(started),
         "failed_at": dated(failed),
