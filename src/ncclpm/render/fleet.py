@@ -151,6 +151,7 @@ def render_fleet(context: dict[str, Any]) -> str:
         .render(
             **context,
             svg=timeline_svg(context["timeline"]),
+            recent_svg=timeline_svg(context["recent"]) if context.get("recent") else None,
             colour=colour,
             when=_when,
             version=__version__,

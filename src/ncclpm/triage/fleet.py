@@ -36,6 +36,21 @@ def _counts(readable: pl.DataFrame, column: str) -> list[dict[str, Any]]:
     return [{"name": r[column] or "", "n": r["len"]} for r in counts.iter_rows(named=True)]
 
 
+RECENT = timedelta(days=14)
+
+
+def recent_timeline(readable: pl.DataFrame) -> dict[str, Any] | None:
+    """The last `RECENT` days before the latest failure, finer ("what failed overnight?"), when the whole span is
+    longer than that."""
+    dated = readable.filter(pl.col("failed_at").is_not_null())
+    if dated.is_empty():
+        return None
+    last = dated["failed_at"].max()
+    if last - dated["failed_at"].min() <= RECENT:  # type: ignore[operator]
+        return None
+    return timeline(dated.filter(pl.col("failed_at") > last - RECENT))  # type: ignore[operator]
+
+
 def timeline(readable: pl.DataFrame) -> dict[str, Any]:
     """Failures per time bucket and category: `buckets` (start, label, {category: n}), the step's name, and how many
     jobs have no dated failure time (they are not on the picture)."""
@@ -151,6 +166,7 @@ def fleet_context(
         "by_category": _counts(readable, "category"),
         "by_action": _counts(readable, "action"),
         "timeline": timeline(readable),
+        "recent": recent_timeline(readable),
         "clusters": [
             {
                 **c,
