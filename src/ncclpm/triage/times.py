@@ -37,25 +37,27 @@ def _decisive_times(tables: Any, d: Any) -> tuple[datetime | None, datetime | No
         schema={"source": pl.String(), "line": pl.Int64()},
     ).unique()
     events = tables.events.select("source", "line", "ts", "severity").join(wanted, on=["source", "line"], how="semi")
-    stamped = (
-        pl.concat([tables.lines.select("source", "line", "ts"), tables.events.select("source", "line", "ts")])
-        .filter(pl.col("ts").is_not_null() & pl.col("source").is_in(wanted["source"].unique().to_list()))
-        .unique(["source", "line"])
-        .sort("source", "line")
-    )
-    dated = wanted.sort("source", "line").join_asof(
-        stamped,
-        on="line",
-        by="source",
-        strategy="backward",
-        check_sortedness=False,  # sorted by (source, line)
-    )
-    hits = dated.join(
-        events.select("source", "line", "severity").unique(["source", "line"]), on=["source", "line"], how="left"
-    )
-    hits = hits.filter(pl.col("ts").is_not_null())
-    if hits.is_empty():
-        return None, None
+    hits = events.filter(pl.col("ts").is_not_null())
+    if hits.is_empty():  # no quoted line has a stamp of its own: the last stamped line before each
+        sources = wanted["source"].unique().to_list()
+        stamped = (
+            tables.lines.select("source", "line", "ts")
+            .filter(pl.col("ts").is_not_null() & pl.col("source").is_in(sources))
+            .sort("source", "line")
+        )
+        if stamped.is_empty():
+            return None, None
+        dated = wanted.sort("source", "line").join_asof(
+            stamped,
+            on="line",
+            by="source",
+            strategy="backward",
+            check_sortedness=False,  # sorted by (source, line)
+        )
+        severity = events.select("source", "line", "severity").unique(["source", "line"])
+        hits = dated.join(severity, on=["source", "line"], how="left").filter(pl.col("ts").is_not_null())
+        if hits.is_empty():
+            return None, None
     errors = hits.filter(pl.col("severity") == "error")["ts"]
     return (errors.min() if errors.len() else None), hits["ts"].min()  # type: ignore[return-value]
 
@@ -119,10 +121,15 @@ def failure_time(tables: Any, d: Any) -> datetime | None:
 
 def start_time(tables: Any) -> datetime | None:
     """The earliest time any kept line or event of the job shows (the logs' own clock), or None."""
-    stamps = pl.concat([tables.lines["ts"], tables.events["ts"]]).drop_nulls()
-    real = stamps.filter(stamps.dt.year() > UNDATED_YEAR)
-    first = (real if real.len() else stamps).min()
-    return first.replace(tzinfo=None) if isinstance(first, datetime) else None
+    firsts = [tables.lines["ts"].min(), tables.events["ts"].min()]  # glog stamps read in 1970 sort first
+    stamps = [f for f in firsts if isinstance(f, datetime)]
+    if not stamps:
+        return None
+    if min(stamps).year <= UNDATED_YEAR:  # the first stamp is undated: the first dated one, if any
+        dated_ = [s.filter(s.dt.year() > UNDATED_YEAR).min() for s in (tables.lines["ts"], tables.events["ts"])]
+        real = [f for f in dated_ if isinstance(f, datetime)]
+        stamps = real or stamps
+    return min(stamps).replace(tzinfo=None)
 
 
 def clock(ts: datetime | None) -> str | None:

@@ -124,16 +124,18 @@ def own_hosts(tables: Any, d: Any) -> list[str]:
     closed the connection)."""
     import polars as pl
 
-    from ncclpm.triage.recurrence import host_level
+    from ncclpm.kinds import K
+    from ncclpm.triage.recurrence import HOST_KINDS, host_level
 
+    lines = tables.kinds(*HOST_KINDS, K.network_error)  # the kinds' rows are indexed: most jobs have none
     refs = [(e.file, e.line) for e in (*d.primary.evidence, *d.decisive) if e.line is not None]
-    if not refs:
+    if lines.is_empty() or not refs:
         return []
     wanted = pl.DataFrame(
         {"source": [r[0] for r in refs], "line": [r[1] for r in refs]},
         schema={"source": pl.String(), "line": pl.Int64()},
     )
-    lines = tables.events.filter(host_level()).join(wanted.unique(), on=["source", "line"], how="semi")
+    lines = lines.filter(host_level()).join(wanted.unique(), on=["source", "line"], how="semi")
     host_of = {r["rank"]: r.get("host") for r in d.ranks}
     named = set()
     culprits = set(d.culprit_hosts)
