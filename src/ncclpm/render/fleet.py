@@ -18,25 +18,29 @@ from markupsafe import Markup
 
 from ncclpm import __version__
 from ncclpm.clamp import human_duration
+from ncclpm.model import Category
 from ncclpm.render.jinja import environment
 
 # One colour per category, stable from page to page (the unknown kinds last, grey).
 PALETTE = {
-    "rank_crash": "#d1495b",
-    "network_transport": "#1f6fb2",
-    "nvml_driver_failure": "#8e3b9e",
-    "cuda_oom": "#e07b00",
-    "slow_rank_work": "#2a9d8f",
-    "dataloader_hang": "#b08900",
-    "mismatched_collectives": "#6a4c93",
-    "timeout_too_short": "#4d908e",
-    "shm_p2p_topology": "#c05299",
-    "init_rendezvous": "#5c7cfa",
-    "config_version": "#7a5c3e",
-    "symptom": "#9aa5ae",
-    "unknown": "#6b7785",
-    "no_failure": "#43aa8b",
-    "not_a_training_log": "#b8c1c9",
+    str(c): colour
+    for c, colour in (
+        (Category.RANK_CRASH, "#d1495b"),
+        (Category.NETWORK_TRANSPORT, "#1f6fb2"),
+        (Category.NVML_DRIVER_FAILURE, "#8e3b9e"),
+        (Category.CUDA_OOM, "#e07b00"),
+        (Category.SLOW_RANK_WORK, "#2a9d8f"),
+        (Category.DATALOADER_HANG, "#b08900"),
+        (Category.MISMATCHED_COLLECTIVES, "#6a4c93"),
+        (Category.TIMEOUT_TOO_SHORT, "#4d908e"),
+        (Category.SHM_P2P_TOPOLOGY, "#c05299"),
+        (Category.INIT_RENDEZVOUS, "#5c7cfa"),
+        (Category.CONFIG_VERSION, "#7a5c3e"),
+        (Category.SYMPTOM, "#9aa5ae"),
+        (Category.UNKNOWN, "#6b7785"),
+        (Category.NO_FAILURE, "#43aa8b"),
+        (Category.NOT_A_TRAINING_LOG, "#b8c1c9"),
+    )
 }
 EXTRA_COLOURS = ("#577590", "#f3722c", "#90be6d", "#f94144", "#277da1")
 
