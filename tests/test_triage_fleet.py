@@ -302,3 +302,19 @@ def test_hostile_job_names_hosts_and_errors_never_become_markup() -> None:
     assert "default-src 'none'" in csp and f"script-src '{script_hash(page.scripts[0])}'" in csp
     assert "unsafe-inline'; img" in csp and "script-src 'unsafe" not in csp  # styles inline; scripts by hash only
     assert_safe_markdown(render_summary(to_frame(rows)))
+
+
+def test_clusters_say_whether_they_are_new_against_the_baseline() -> None:
+    from ncclpm.triage.baseline import baseline_context, mark_new
+
+    before = to_frame(ROWS[:2])
+    now = to_frame([*ROWS, _row("j6", "cuda_oom", "fix_code", [], [], datetime(2026, 2, 1))])
+    now = mark_new(now, before)
+    context = fleet_context(now, baseline=baseline_context(now, before, "last_week.parquet"))
+    flags = {c["signature"]: c["new"] for c in context["clusters"]}
+    assert flags["cuda_oom failure"] and flags["rank_crash failure"]  # new: shown, even the one of a single job
+    assert not flags["nvml_driver_failure failure"] and "network_transport failure" not in flags  # seen (1 job)
+    page = _Page()
+    page.feed(render_fleet(context))
+    shown = " ".join("".join(page.text).split())
+    assert "against the baseline last_week.parquet (2 jobs)" in shown and "new" in shown

@@ -155,7 +155,8 @@ def fleet_context(
     for h in hosts["hosts"]:
         h["names"] = [_short(j, root) for j in h["job_names"]]
     all_clusters = clusters(readable, limit=readable.height or 1)
-    shown = [c for c in all_clusters if c["n"] >= 2][:MAX_CLUSTERS] or all_clusters[:MAX_CLUSTERS]
+    worth = [c for c in all_clusters if c["n"] >= 2 or (c["new"] and c["compared"])]  # a new one even if alone
+    shown = worth[:MAX_CLUSTERS] or all_clusters[:MAX_CLUSTERS]
     storms = [j for j in jobs if j["restart_storm"]]
     dated = readable["failed_at"].drop_nulls()
     return {
