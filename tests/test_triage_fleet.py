@@ -239,6 +239,8 @@ def test_reports_are_written_in_the_folder_and_linked_from_the_page(
     for name in written:
         assert f'href="reports/{name}"' in html
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.html", "jobs", "reports"]
+    again = _run(monkeypatch, [str(jobs), "-o", str(tmp_path / "f2.html"), "--reports", str(reports), "-q"])
+    assert again.exit_code == 2 and "not empty" in again.output  # an earlier run's reports: only with --force
 
 
 def test_a_report_name_never_leaves_the_folder() -> None:

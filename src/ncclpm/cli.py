@@ -423,12 +423,15 @@ def _triage_format(output: Path | None, fmt: str | None) -> str | None:
         ) from None
 
 
-def _reports_dir(reports: Path | None) -> str | None:
-    """`--reports DIR`: made if missing (its parent must exist), never a file or a symlink."""
+def _reports_dir(reports: Path | None, force: bool) -> str | None:
+    """`--reports DIR`: made if missing (its parent must exist), never a file or a symlink; a folder that already
+    holds files is written into only with --force (reports of an earlier run would be overwritten)."""
     if reports is None:
         return None
     if reports.is_symlink() or (reports.exists() and not reports.is_dir()):
         raise click.UsageError(f"--reports {reports}: not a folder")
+    if reports.is_dir() and not force and any(reports.iterdir()):
+        raise click.UsageError(f"--reports {reports}: the folder is not empty (use --force to write into it)")
     if not reports.exists():
         if not reports.parent.is_dir():
             raise click.UsageError(f"--reports {reports}: {reports.parent} does not exist")
@@ -526,7 +529,7 @@ def triage(
         "select": _rule_ids(select, "--select"),
         "ignore": _rule_ids(ignore, "--ignore"),
         "patterns": tuple(str(p) for p in patterns),
-        "reports": _reports_dir(reports),
+        "reports": _reports_dir(reports, force),
     }
     _load_patterns(patterns)
     baseline = None
