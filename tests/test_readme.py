@@ -1,11 +1,11 @@
 """The README's rule table is generated from the registry; regenerate with
-`python -c "from pathlib import Path; from ncclpm.docs import update_readme as u; p=Path('README.md'); p.write_text(u(p.read_text()))"`."""
+`python -c "from pathlib import Path; from ncclpm.ruledocs.readme import update_readme as u; p=Path('README.md'); p.write_text(u(p.read_text()))"`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ncclpm.docs import BEGIN, END, update_readme
+from ncclpm.ruledocs.readme import BEGIN, END, update_readme
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

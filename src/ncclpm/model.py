@@ -65,7 +65,7 @@ class Band(StrEnum):
 
 
 class Action(StrEnum):
-    """What on-call does next, in one word (derived from the verdict in `ncclpm.actions`)."""
+    """What on-call does next, in one word (derived from the verdict in `ncclpm.report.actions`)."""
 
     RESTART = "restart"  # transient: resubmit as is
     EXCLUDE_NODE = "exclude_node"  # hardware on a named node: drain it, resubmit without it
@@ -286,10 +286,10 @@ class Diagnosis:
     noticed: tuple[str, ...] = ()  # who noticed first: dump signals, propagated errors, NCCL's diagnostics
     code_files: tuple[str, ...] = ()  # code and configuration files: read for settings only, never as evidence
     caveats: tuple[str, ...] = ()  # limits of the evidence (flight-recorder dumps missing from ranks, ...)
-    action: Action = Action.COLLECT_MORE  # what on-call does next (`ncclpm.actions`)
+    action: Action = Action.COLLECT_MORE  # what on-call does next (`ncclpm.report.actions`)
     action_reason: str = ""  # why that action, in a few words
     culprit_hosts: tuple[str, ...] = ()  # hosts of the culprit ranks, or the node a hardware rule names
-    story: tuple[Moment, ...] = ()  # what happened, in time order (`ncclpm.story`)
+    story: tuple[Moment, ...] = ()  # what happened, in time order (`ncclpm.report.story`)
     ruled_out: tuple[RuledOut, ...] = ()  # suspects no rule found, dismissed by evidence
     connected: tuple[str, ...] = ()  # settings, versions, transports that bear on the verdict
     line_prefix: str = field(default="", repr=False, compare=False)  # the catalog's envelopes (not serialised)

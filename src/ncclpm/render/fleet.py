@@ -17,9 +17,9 @@ from typing import Any
 from markupsafe import Markup
 
 from ncclpm import __version__
-from ncclpm.clamp import human_duration
 from ncclpm.model import Category
 from ncclpm.render.jinja import environment
+from ncclpm.util.durations import human_duration
 
 # One colour per category, stable from page to page (the unknown kinds last, grey).
 PALETTE = {

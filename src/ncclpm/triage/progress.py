@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from ncclpm.clamp import human_duration
+from ncclpm.util.durations import human_duration
 
 INTERVAL = 10.0  # s
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import polars as pl
 
-from ncclpm.kinds import K
+from ncclpm.tables.kinds import K
 from ncclpm.triage.signature import signature
 
 _ATTEMPT_DIR = re.compile(r"(?:^|[/!\\])attempt_(\d+)(?:[/\\]|$)")

@@ -10,7 +10,7 @@ from typing import Any
 import polars as pl
 
 from ncclpm.render.jinja import environment
-from ncclpm.schema import Category
+from ncclpm.tables.schema import Category
 from ncclpm.triage.hosts import hosts_context
 
 MAX_JOBS_LISTED = 50

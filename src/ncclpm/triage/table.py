@@ -80,8 +80,8 @@ def write_frame(
     """Write a table where asked (`fmt`, default: by extension), atomically and never through a symlink
     (`outfile.py`); in CSV the `lists` columns are joined with "," and cells are made formula-safe
     (`export.csv_safe`)."""
-    from ncclpm.export import csv_safe
-    from ncclpm.outfile import write_output
+    from ncclpm.tables.export import csv_safe
+    from ncclpm.util.outfile import write_output
 
     fmt = fmt or table_format(path)
     if fmt == "parquet":

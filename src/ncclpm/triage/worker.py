@@ -13,8 +13,8 @@ import time
 import zlib
 from typing import Any
 
-from ncclpm.schema import Category
 from ncclpm.sources.discover import SourceKind
+from ncclpm.tables.schema import Category
 from ncclpm.triage.recurrence import recurrence
 from ncclpm.triage.signature import signature, strip_prefix
 from ncclpm.triage.times import job_times
@@ -124,7 +124,7 @@ def own_hosts(tables: Any, d: Any) -> list[str]:
     closed the connection)."""
     import polars as pl
 
-    from ncclpm.kinds import K
+    from ncclpm.tables.kinds import K
     from ncclpm.triage.recurrence import HOST_KINDS, host_level
 
     lines = tables.kinds(*HOST_KINDS, K.network_error)  # the kinds' rows are indexed: most jobs have none
@@ -194,8 +194,8 @@ def _write_report(d: Any, reports: str, row: dict[str, Any]) -> None:
     """The job's own HTML report in `reports` (a folder the CLI checked); its file name goes in the row."""
     from pathlib import Path
 
-    from ncclpm.outfile import write_text
     from ncclpm.render import render
+    from ncclpm.util.outfile import write_text
 
     name = report_name(row["job"])
     write_text(Path(reports) / name, render(d, "html"), force=True)
@@ -220,7 +220,7 @@ def triage_job(
 
         from ncclpm.api import catalog
         from ncclpm.engine import diagnose_tables
-        from ncclpm.ingest.tables import build_tables
+        from ncclpm.ingest.build import build_tables
         from ncclpm.sources.discover import collect
 
         job = collect([path])
