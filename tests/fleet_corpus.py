@@ -9,7 +9,6 @@ Nothing is invented: times, hosts and ranks are whatever the logs say (a job who
 from __future__ import annotations
 
 import io
-import os
 import sys
 import tarfile
 from collections.abc import Iterator
@@ -20,7 +19,10 @@ SKIP = {"label.json"}  # the real-issues answer key: not part of what the job le
 
 
 def shared() -> Path:
-    return Path(os.environ.get("NCCLPM_SHARED", ROOT.parent.parent / "shared"))
+    """The shared corpus' folder (`tests/shared.py` finds it: $NCCLPM_SHARED, or beside the checkout)."""
+    from tests.shared import SHARED
+
+    return SHARED or ROOT.parent / "shared"
 
 
 def real_cases() -> Iterator[tuple[str, Path]]:
