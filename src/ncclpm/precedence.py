@@ -31,6 +31,7 @@ PRECEDENCE: tuple[tuple[str, str], ...] = (
     ("SK01", "the stacks show where the odd rank really was, down to the user's line"),
     ("DL01", "a DataLoader failure is why its rank stopped issuing collectives"),
     ("CV01", "mixed NCCL/torch versions break the wire protocol: what follows is a consequence"),
+    ("CV03", "a segfault inside NCCL's own threads follows the NCCL build: the crash rules below only see a crash"),
     ("RZ01", "the group never formed: nothing ran yet"),
     ("NW01", "a rank that raised a network error died of the network (NW01 demotes itself when a peer died first)"),
     ("CR01", "a rank that died first, for a reason no rule above names"),
@@ -59,6 +60,8 @@ EXPLAINS: tuple[tuple[str, str, str], ...] = (
     ("CR01", "ST01", "a rank that died explains why the others waited: one silent rank proves nothing then"),
     ("CR03", "ST01", "a peer seen going away explains why the others waited: one silent rank proves nothing then"),
     ("CR01", "CR03", "a rank's own error says why its peer went away: the survivors' view adds nothing"),
+    ("CV03", "CR01", "a crash inside NCCL's own code says why that rank died: the generic reading adds nothing"),
+    ("CV03", "CR02", "a crash inside NCCL's own code says why that process died: the generic reading adds nothing"),
     ("ST03", "CR02", "another process's work outlasting the timeout is why this one's wait failed: its error is that"),
     ("MP01", "CR02", "the main process's work outlasting the timeout is why a waiting rank failed: its error is that"),
     *(

@@ -1,15 +1,18 @@
 """What a paste cut short still says: a traceback cut before its exception line is an exception of unknown type on
 that process; a cut traceback whose every frame is torchrun's own agent is the launcher failing before its workers;
-a tqdm bar of rank-local work that had run about as long as a timeout is work that outlasted it. Read by CR02, MP01,
-RZ01 and ST03."""
+a tqdm bar of rank-local work that had run about as long as a timeout is work that outlasted it; a native backtrace
+whose first frame past the signal handler is NCCL's is a crash inside NCCL. Read by CR02, MP01, RZ01, ST03, CV03."""
 
 from __future__ import annotations
+
+from functools import cache
 
 import polars as pl
 
 from ncclpm.analysis.timeout import TORCH_NCCL_DEFAULT_MS, TimeoutInForce
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
+from ncclpm.util.resources import data_dir, read_toml
 
 # torchrun's own code: its entry point, the elastic agent and launcher, and Python's module runner under them.
 _LAUNCHER_PATH = r"(?:/torch/distributed/(?:run\.py|launch\.py|launcher/|elastic/)|/bin/torchrun$|/runpy\.py$)"
@@ -77,3 +80,50 @@ def outlasting_work(t: Tables, timeout: TimeoutInForce) -> pl.DataFrame:
     near = [((pl.col("ran_ms") - ms).abs() <= ms * NEAR, ms) for ms in candidates]
     matched = pl.coalesce([pl.when(cond).then(pl.lit(ms, pl.Int64)) for cond, ms in near])
     return bars.with_columns(matched.alias("matched_ms")).filter(pl.col("matched_ms").is_not_null())
+
+
+@cache
+def _native() -> dict:
+    return read_toml(data_dir("parsers") / "stack_frames.toml").get("native", {})
+
+
+FRAMES_AFTER = 60  # lines after a crash's signal line where its backtrace's frames are looked for
+
+
+def crash_in_nccl(t: Tables) -> pl.DataFrame:
+    """Native backtraces under a crash whose first frame past the signal handler is NCCL's own code: one row per
+    crash (its signal line), with `frame` that frame's text and `value` its symbol. Empty when no crash printed
+    a backtrace, or it crashed elsewhere."""
+    native = _native()
+    signals = t.kinds(K.crash_signal).select("source", pl.col("line").alias("sig_line"), "rank", "ts", "text")
+    frames = t.kinds(K.native_frame).select(
+        "source",
+        "line",
+        pl.col("detail").fill_null("").alias("lib"),
+        pl.col("value").fill_null("").alias("sym"),
+        pl.col("text").alias("frame"),
+    )
+    if signals.is_empty() or frames.is_empty():
+        return signals.clear().with_columns(
+            pl.lit(None, pl.String).alias("frame"), pl.lit(None, pl.String).alias("sym")
+        )
+    base = pl.col("lib").str.split("/").list.last()
+    handler = pl.any_horizontal(
+        [base.str.starts_with(x) for x in native.get("handler_libraries", [])]
+        + [pl.col("sym") == x for x in native.get("handler_symbols", [])]
+    )
+    under = (
+        signals.join(frames, on="source")
+        .filter((pl.col("line") > pl.col("sig_line")) & (pl.col("line") <= pl.col("sig_line") + FRAMES_AFTER))
+        .filter(~handler)
+        .sort("source", "sig_line", "line")
+        .group_by("source", "sig_line", maintain_order=True)
+        .first()
+    )
+    in_lib = pl.any_horizontal([base.str.starts_with(x) for x in native.get("nccl_libraries", [])])
+    no_lib_symbol = (pl.col("lib") == "") & pl.any_horizontal(
+        [pl.col("sym").str.starts_with(x) for x in native.get("nccl_symbol_prefixes", [])]
+    )
+    return under.filter(in_lib | no_lib_symbol).select(
+        "source", pl.col("sig_line").alias("line"), "rank", "ts", "text", "frame", "sym"
+    )

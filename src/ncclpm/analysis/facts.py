@@ -141,6 +141,11 @@ class Analysis:
         """Bars of rank-local work that had run about as long as a timeout that applies (`matched_ms`)."""
         return cuts.outlasting_work(self.t, self.timeout)
 
+    @cached_property
+    def crash_in_nccl(self) -> pl.DataFrame:
+        """Crashes whose native backtrace's first frame past the signal handler is NCCL's own code."""
+        return cuts.crash_in_nccl(self.t)
+
     # what the input is (scope.py)
     @cached_property
     def scope(self) -> InputScope:

@@ -120,11 +120,16 @@ def joins(line: str, tail: str, start: re.Pattern[str]) -> bool:
     )
 
 
+_DIGITS = re.compile(r"\d+")
+HEAD = 12  # characters of two lines' starts compared (numbers aside) to tell two records from a line and its tail
+
+
 def _repeats_head(line: str, tail: str) -> bool:
-    """`tail` starts the way `line` does (`kernel: NVRM: Xid ...` twice, `Burning for` ...): the next record of the
-    same kind, whatever their lengths - a wrapped line's continuation does not begin with the line's own head."""
-    first, second = line.split(" ", 1)[0], tail.split(" ", 1)[0]
-    return first == second and (len(first) >= 5 or first.endswith(":"))
+    """`tail` starts the way `line` does, numbers aside (`kernel: NVRM: Xid ...` twice, ` 3  /opt/nccl/lib/...` then
+    ` 4  /opt/nccl/lib/...`): the next record of the same kind, whatever their lengths - a wrapped line's
+    continuation does not begin with the line's own head."""
+    a, b = _DIGITS.sub("#", line[:HEAD]), _DIGITS.sub("#", tail[:HEAD])
+    return a == b and len(a.strip()) >= HEAD // 2
 
 
 def _continues(line: str, start: re.Pattern[str]) -> bool:

@@ -146,7 +146,7 @@ def _dedent(lines: list[str]) -> list[str]:
 
 def _continues(prev: str, line: str, width: int, hard: bool, start: re.Pattern[str]) -> str | None:
     """The separator to glue `line` onto `prev` with, or None when `line` is a line of its own."""
-    if start.match(line) or not prev.strip():
+    if start.match(line) or not prev.strip() or _repeats_head(prev, line):
         return None
     if hard:
         return "" if len(prev) == width else None
@@ -156,6 +156,17 @@ def _continues(prev: str, line: str, width: int, hard: bool, start: re.Pattern[s
     if len(prev.rstrip()) + 1 + len(word) > width:
         return "" if prev.endswith(" ") else " "
     return None
+
+
+_DIGITS = re.compile(r"\d+")
+HEAD = 12  # characters of two lines' starts compared (numbers aside)
+
+
+def _repeats_head(prev: str, line: str) -> bool:
+    """`line` starts the way `prev` does, numbers aside (`GPU 0: NVIDIA A100...` then `GPU 1: ...`, two kernel Xid
+    lines, two backtrace frames): the next record of a list, not the tail of a wrapped line."""
+    a, b = _DIGITS.sub("#", prev[:HEAD]), _DIGITS.sub("#", line[:HEAD])
+    return a == b and len(a.strip()) >= HEAD // 2
 
 
 def _ruler(line: str) -> bool:
