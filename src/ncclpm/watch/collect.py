@@ -10,11 +10,13 @@ log). Files are named so ncclpm's readers map them to ranks: `rank3.pyspy.txt` (
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -46,14 +48,46 @@ class Options:
     debug_server: bool = True
 
 
+_RUNNING: set[subprocess.Popen] = set()  # the helpers running now (py-spy, nvidia-smi...): ended if we stop
+_RUNNING_LOCK = threading.Lock()
+_STOPPING = threading.Event()
+
+
 def _run(cmd: list[str], timeout: float) -> tuple[int | None, bytes, str, float]:
     """(exit code or None on timeout, stdout, stderr text, seconds). A missing tool raises FileNotFoundError."""
     t0 = time.monotonic()
+    if _STOPPING.is_set():
+        return None, b"", "not run: the watcher is stopping", 0.0
+    p = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True
+    )
+    with _RUNNING_LOCK:
+        _RUNNING.add(p)
     try:
-        p = subprocess.run(cmd, capture_output=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as exc:
-        return None, exc.stdout or b"", f"no answer within {timeout:g} s", time.monotonic() - t0
-    return p.returncode, p.stdout, p.stderr.decode("utf-8", "replace"), time.monotonic() - t0
+        try:
+            stdout, stderr = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _end(p)
+            stdout, _ = p.communicate()
+            return None, stdout, f"no answer within {timeout:g} s", time.monotonic() - t0
+    finally:
+        with _RUNNING_LOCK:
+            _RUNNING.discard(p)
+    return p.returncode, stdout, stderr.decode("utf-8", "replace"), time.monotonic() - t0
+
+
+def stop_helpers() -> None:
+    """End the helper processes this watcher started (the watcher is being stopped)."""
+    _STOPPING.set()
+    with _RUNNING_LOCK:
+        for p in _RUNNING:
+            _end(p)
+
+
+def _end(p: subprocess.Popen) -> None:
+    """Kill a helper and whatever it started (its own session: the group is its pid)."""
+    with contextlib.suppress(OSError):
+        os.killpg(p.pid, signal.SIGKILL)
 
 
 def _short(text: str, n: int = 400) -> str:

@@ -15,6 +15,7 @@ Everything is read from /proc through psutil; a process that vanishes or cannot 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -26,6 +27,22 @@ RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PRO
 LOCAL_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
 IDLE_CPU = 0.05  # below this share of one core over the sampling window, a process uses no CPU
 _HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver", "compile_worker")
+# launchers: never a rank themselves, even before their workers exist (a module run with -m, or a script's name)
+LAUNCHERS = frozenset(
+    {
+        "torchrun",
+        "torch.distributed.run",
+        "torch.distributed.launch",
+        "accelerate",
+        "deepspeed",
+        "mpirun",
+        "mpiexec",
+        "srun",
+        "horovodrun",
+        "composer",
+        "lightning",
+    }
+)
 
 
 @dataclass
@@ -41,6 +58,10 @@ class Proc:
     def python(self) -> bool:
         first = Path(self.cmdline[0]).name if self.cmdline else ""
         return any(w in n.lower() for n in (self.name, first) for w in ("python", "pypy"))
+
+    @property
+    def launcher(self) -> bool:
+        return any(Path(a).name in LAUNCHERS for a in self.cmdline[:4])
 
     def rank_var(self, names: Iterable[str]) -> tuple[str, int] | None:
         for var in names:
@@ -87,20 +108,18 @@ def _read(ps: ModuleType, pid: int) -> Proc | None:
 
 
 def _own_family(ps: ModuleType) -> set[int]:
-    """This process, its ancestors (the shell or batch script that started it) and its children (py-spy...)."""
+    """This process and its ancestors (the shell or batch script that started it)."""
     mine = {os.getpid()}
-    try:
-        me = ps.Process()
-        mine |= {p.pid for p in me.parents()}
-        mine |= {p.pid for p in me.children(recursive=True)}
-    except (ps.NoSuchProcess, ps.AccessDenied, OSError):
-        pass
+    with contextlib.suppress(ps.NoSuchProcess, ps.AccessDenied, OSError):
+        mine |= {p.pid for p in ps.Process().parents()}
     return mine
 
 
 def _is_watcher(proc: Proc) -> bool:
+    """A `ncclpm watch` (this one's peers on the node) or one of its helpers (py-spy, the debug-server asker)."""
     args = [Path(a).name for a in proc.cmdline[:4]]
-    return ("ncclpm" in args or "ncclpm.cli" in proc.cmdline) and "watch" in proc.cmdline
+    watch = ("ncclpm" in args or "ncclpm.cli" in proc.cmdline) and "watch" in proc.cmdline
+    return watch or "ncclpm.watch.debug_server" in proc.cmdline or "py-spy" in (proc.name, *args[:1])
 
 
 def _inside(path: str, root: str) -> bool:
@@ -143,7 +162,7 @@ class JobProcesses:
                 continue
             if _uses_dir(self.ps, pid, self.jobdir):
                 proc = _read(self.ps, pid)
-                if proc is not None and not _is_watcher(proc) and "py-spy" not in proc.name:
+                if proc is not None and not _is_watcher(proc):
                     roots.append(pid)
         return roots
 
@@ -235,9 +254,19 @@ class JobProcesses:
         span = now - start[0]
         return (cpu - start[1]) / span if span > 0 else None
 
+    def _runnable(self, pid: int) -> bool:
+        """Running or waiting for a CPU: a process starved by a busy host uses little CPU but is not idle."""
+        try:
+            return self.ps.Process(pid).status() == self.ps.STATUS_RUNNING
+        except (self.ps.NoSuchProcess, self.ps.AccessDenied, OSError):
+            return False
+
     def idle_ranks(self, window_s: float) -> list[Rank]:
+        """The ranks that use no CPU: below IDLE_CPU of a core over the window, and asleep now."""
         shares = {r.pid: self.cpu_share(r.pid, window_s) for r in self.ranks}
-        return [r for r in self.ranks if (s := shares[r.pid]) is not None and s < IDLE_CPU]
+        return [
+            r for r in self.ranks if (s := shares[r.pid]) is not None and s < IDLE_CPU and not self._runnable(r.pid)
+        ]
 
     def snapshot(self, window_s: float) -> list[dict[str, Any]]:
         """The ranks as the manifest records them."""
@@ -271,7 +300,7 @@ def _ancestors(pid: int, procs: dict[int, Proc]) -> Iterable[Proc]:
 def _by_variable(procs: dict[int, Proc]) -> list[Rank]:
     """Ranks told by an environment variable: the topmost Python process of each rank value."""
     for var in RANK_VARS:
-        marked = {pid: p for pid, p in procs.items() if p.python and p.rank_var((var,)) is not None}
+        marked = {pid: p for pid, p in procs.items() if p.python and not p.launcher and p.rank_var((var,)) is not None}
         if not marked:
             continue
         # a process whose descendants carry other values launched them (`export RANK=$SLURM_PROCID; torchrun`)
@@ -306,7 +335,7 @@ def _by_tree(procs: dict[int, Proc]) -> list[Rank]:
         kids = [p for p in python.values() if p.ppid == top.pid]
         if kids:
             ranks += [Rank(k.pid, None, "launcher's child", None, k.cmdline, k.create_time) for k in kids]
-        else:
+        elif not top.launcher:  # a launcher whose workers do not exist yet is not a rank
             ranks.append(Rank(top.pid, None, "python process", None, top.cmdline, top.create_time))
     return ranks
 

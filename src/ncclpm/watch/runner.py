@@ -73,6 +73,7 @@ class Watcher:
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self.stop_signal = signum
+        collect.stop_helpers()
         if self.manifest is not None and self.manifest.data.get("state") == "collecting":
             self.manifest.finish("interrupted", interrupted_by=signal.Signals(signum).name)
         raise _Stop
