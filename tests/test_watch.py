@@ -386,3 +386,26 @@ def test_cli_says_how_to_install_the_extra(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setitem(sys.modules, "psutil", None)  # `import psutil` raises ImportError
     res = CliRunner().invoke(main, ["watch", str(tmp_path)])
     assert res.exit_code == 2 and "pip install 'nccl-postmortem[watch]'" in res.output
+
+
+def test_reports_and_manifests_ncclpm_wrote_are_not_read_again(tmp_path: Path) -> None:
+    from ncclpm.api import diagnose
+    from ncclpm.render import render
+
+    sample = Path(__file__).resolve().parents[1] / "sample_logs" / "nccl_rank0_sample_generation"
+    before = diagnose([sample])
+    out = tmp_path / "ncclpm-watch" / "20260101T000000Z"
+    out.mkdir(parents=True)
+    for fmt, name in (("md", "report.md"), ("json", "report.json"), ("html", "report.html"), ("text", "report.txt")):
+        (out / name).write_text(render(before, fmt), encoding="utf-8")
+    (out / "manifest.json").write_text(
+        json.dumps({"tool": "ncclpm 0.1.0 watch", "trigger": {"evidence": [TIMEOUT_LINE]}})
+    )
+    after = diagnose([sample, tmp_path])
+    assert after.n_sources == before.n_sources and after.code_files == before.code_files
+    assert sum("a report ncclpm wrote" in w for w in after.warnings) == 5
+    assert (after.category, after.culprit_ranks, after.confidence) == (
+        before.category,
+        before.culprit_ranks,
+        before.confidence,
+    )
