@@ -66,6 +66,21 @@ def test_follower_reads_new_lines_only_and_new_files_whole(tmp_path: Path) -> No
     assert [(c.first, c.lines) for c in f.poll()] == [(1, ["rotated"])]
 
 
+def test_follower_reads_the_settings_written_before_it_started(tmp_path: Path) -> None:
+    import re
+
+    log = tmp_path / "console.log"
+    log.write_text("a\n[rank0]: init_process_group(gloo, timeout=10.0s)\nb\n" + "noise\n" * 50000)
+    f = LogFollower(tmp_path, history=re.compile(rb"init_process_group\("))
+    f.scan()
+    assert [(c.name, c.first, c.lines) for c in f.history] == [
+        ("console.log", 2, ["[rank0]: init_process_group(gloo, timeout=10.0s)"])
+    ]
+    with log.open("a") as fh:
+        fh.write("new\n")
+    assert [(c.first, c.lines) for c in f.poll()] == [(50004, ["new"])]
+
+
 def test_follower_bounds_what_one_poll_reads(tmp_path: Path) -> None:
     log = tmp_path / "big.log"
     log.write_text("")

@@ -152,9 +152,11 @@ def test_a_rank_in_a_slow_checkpoint_save(tmp_path: Path, jobs: list[Job]) -> No
 def test_a_busy_rank_is_caught_by_its_peers_open_collective(tmp_path: Path, jobs: list[Job]) -> None:
     """TORCH_DISTRIBUTED_DEBUG=DETAIL + TORCH_CPP_LOG_LEVEL=INFO log every collective as it starts: the waiting
     ranks' newest line is their all_reduce, open past 5% of the 120 s timeout the job logs; silence alone could not
-    tell (--idle is out of reach) and the busy rank uses a whole core."""
+    tell (--idle is out of reach) and the busy rank uses a whole core. The watcher starts once the ranks run: the
+    timeout they logged at their start is read from the lines written before it."""
     job = start_job(tmp_path / "job", "busy", TORCH_DISTRIBUTED_DEBUG="DETAIL", TORCH_CPP_LOG_LEVEL="INFO")
     jobs.append(job)
+    running(job)  # the timeout is logged before the watcher starts: read from the files' history
     res = watch(job.jobdir, "--idle", "1000", "--open-share", "0.05", "--once")
     m = _caught(job, res, "open_collective", "spin_until_converged (hang_job.py:")
     assert "Running collective: CollectiveFingerPrint" in m["trigger"]["evidence"][0]
@@ -200,3 +202,26 @@ def test_a_job_killed_in_the_middle_of_a_collection(tmp_path: Path, jobs: list[J
     gone = [s for s in m["steps"] if s["name"] == "pyspy" and s["status"] == "gone"]
     assert gone and all("exited" in s["why"] for s in gone)
     assert "the job ended" in err
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tabulate") is None, reason="torch's debug-server frontend needs tabulate")
+def test_torchs_debug_server_is_asked_where_the_job_started_one(tmp_path: Path, jobs: list[Job]) -> None:
+    """The job calls torch.distributed.debug.start_debug_server(): every rank runs its worker server; the watcher
+    asks each for its stacks and flight recorder through the job's store, and the report reads both."""
+    import socket
+
+    with socket.socket() as s:  # a free port for the frontend on rank 0
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    job = start_job(tmp_path / "job", "lock", WATCH_DEBUG_PORT=str(port))
+    jobs.append(job)
+    running(job)
+    res = watch(job.jobdir, "--idle", "3", "--once")
+    m = _caught(job, res, "idle", "wait_for_state_lock (hang_job.py:")
+    folder = _collection(job.jobdir)
+    step = next(s for s in m["steps"] if s["name"] == "debug_server")
+    assert step["status"] == "ok" and "stacks of ranks 0, 1, 2" in step["why"], step
+    assert {p.name for p in folder.glob("fr_trace_rank*.json")} == {f"fr_trace_rank{r}.json" for r in range(3)}
+    assert "=== Rank 1: " in (folder / "debug_server.stacks.txt").read_text()
+    report = json.loads((folder / "report.json").read_text())
+    assert "rank 1 never joined" in (report["cross_check"] or ""), report["cross_check"]

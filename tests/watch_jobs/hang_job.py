@@ -6,7 +6,8 @@ WATCH_MODE picks what rank WATCH_RANK does at step WATCH_STEP while the others e
   save    : it saves a checkpoint to storage whose writes stall (a hung network mount)
   healthy : nothing - every rank runs WATCH_STEPS steps and the job ends
 The process-group timeout (WATCH_PG_TIMEOUT_S) is generous: the watcher must catch the hang long before it fires.
-WATCH_FAULTHANDLER=1 registers faulthandler on SIGUSR1 (the stacks go to the rank's stderr).
+WATCH_FAULTHANDLER=1 registers faulthandler on SIGUSR1 (the stacks go to the rank's stderr); WATCH_DEBUG_PORT starts
+torch's debug server (torch.distributed.debug, torch >= 2.10; its frontend on rank 0 needs `tabulate`).
 """
 
 import datetime
@@ -94,6 +95,10 @@ def main():
     timeout = datetime.timedelta(seconds=float(os.environ.get("WATCH_PG_TIMEOUT_S", "120")))
     dist.init_process_group("gloo", timeout=timeout)
     rank = dist.get_rank()
+    if os.environ.get("WATCH_DEBUG_PORT"):
+        from torch.distributed.debug import start_debug_server
+
+        start_debug_server(port=int(os.environ["WATCH_DEBUG_PORT"]))
     log(f"pid {os.getpid()} world {dist.get_world_size()} init_process_group(gloo, timeout={timeout.total_seconds()}s)")
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8))

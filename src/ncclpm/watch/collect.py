@@ -35,9 +35,9 @@ DMESG_LINES = 300
 NVSMI_SECTIONS = "ECC,PAGE_RETIREMENT,MEMORY,UTILIZATION,TEMPERATURE,PERFORMANCE,PIDS"
 NVSMI_MAX_LINES = 400
 _PTRACE_HINT = (
-    "py-spy could not read the process (ptrace refused): run the watcher as the job's user or as root; in a "
-    "container add the SYS_PTRACE capability (Kubernetes: securityContext.capabilities.add: [SYS_PTRACE], and "
-    "shareProcessNamespace: true for a sidecar); kernel.yama.ptrace_scope must be 0 or 1 (or run as root)"
+    "py-spy could not read the process (ptrace refused): run the watcher as root (or with CAP_SYS_PTRACE), or as "
+    "the job's user with kernel.yama.ptrace_scope = 0; in a container add the SYS_PTRACE capability (Kubernetes: "
+    "securityContext.capabilities.add: [SYS_PTRACE], and shareProcessNamespace: true for a sidecar)"
 )
 
 

@@ -11,6 +11,7 @@ per line), so a flood of output delays the reading but never grows the watcher's
 from __future__ import annotations
 
 import os
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,15 +45,26 @@ def _looks_binary(head: bytes) -> bool:
     return head.startswith(_BINARY_MAGIC) or b"\0" in head[:4096]
 
 
-def _count_lines(path: Path, size: int) -> int:
-    """Newlines in the first `size` bytes, read a chunk at a time."""
-    n = 0
+def _history(
+    path: Path, size: int, wanted: re.Pattern[bytes] | None, keep: int = 50
+) -> tuple[int, list[tuple[int, str]]]:
+    """The lines in the first `size` bytes, and the last `keep` of them that `wanted` finds (numbered from 1), read a
+    block at a time."""
+    n, found, carry = 0, [], b""
     with path.open("rb") as fh:
         left = size
         while left > 0 and (block := fh.read(min(_COUNT_CHUNK, left))):
-            n += block.count(b"\n")
             left -= len(block)
-    return n
+            data = carry + block
+            cut = data.rfind(b"\n") + 1
+            whole, carry = data[:cut], data[cut:][-(64 << 10) :]
+            if wanted is not None and wanted.search(whole):
+                for i, line in enumerate(whole.split(b"\n")[:-1]):
+                    if wanted.search(line):
+                        found.append((n + i + 1, line[: 64 << 10].rstrip(b"\r").decode("utf-8", "replace")))
+                found = found[-keep:]
+            n += whole.count(b"\n")
+    return n, found
 
 
 class LogFollower:
@@ -66,13 +78,18 @@ class LogFollower:
         max_depth: int = 8,
         max_read: int = 4 << 20,
         max_line: int = 64 << 10,
+        history: re.Pattern[bytes] | None = None,
     ) -> None:
+        """`history`: lines worth reading in the files found at start (the settings they state), though the files
+        are followed from their end."""
         self.jobdir = jobdir
         self.skip = skip.resolve() if skip is not None else None
         self.max_files, self.max_entries, self.max_depth = max_files, max_entries, max_depth
         self.max_read, self.max_line = max_read, max_line
         self.files: dict[str, _Followed] = {}
         self.warnings: list[str] = []
+        self.history_re = history
+        self.history: list[Chunk] = []  # what `history` found at start; taken by the caller
         self._started = False
 
     def _walk(self) -> list[tuple[Path, os.stat_result]]:
@@ -120,10 +137,11 @@ class LogFollower:
                 continue
             if first:
                 try:
-                    lines = _count_lines(path, st.st_size)
+                    lines, found = _history(path, st.st_size, self.history_re)
                 except OSError:
                     continue
                 self.files[name] = _Followed(path, name, st.st_ino, st.st_size, lines)
+                self.history += [Chunk(name, number, [text]) for number, text in found]
             else:
                 self.files[name] = _Followed(path, name, st.st_ino, 0, 0)
 

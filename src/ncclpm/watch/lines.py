@@ -60,6 +60,9 @@ class LineReader:
         cat = catalog(patterns)
         anchors = sorted({a for p in cat.patterns if p.kind in WATCHED for a in p.anchors})
         self._anchor = re.compile("|".join(re.escape(a) for a in anchors))
+        settings = sorted({a for p in cat.patterns if p.kind == TIMEOUT_SETTING for a in p.anchors})
+        # what is worth reading in the lines written before the watch started: the timeout the job set
+        self.history = re.compile("|".join(re.escape(a) for a in settings).encode())
         self.patterns = patterns
         self.tail = tail
 

@@ -48,7 +48,7 @@ class Manifest:
             "state": "collecting",
             "job_folder": str(jobdir),
             "host": socket.gethostname(),
-            "started_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+            "started_utc": datetime.now(UTC).isoformat(timespec="milliseconds"),
             "trigger": trigger,
             "ranks": ranks,
             "steps": [],
@@ -70,7 +70,7 @@ class Manifest:
     def finish(self, state: str = "complete", **extra: Any) -> None:
         with self._lock:
             self.data["state"] = state
-            self.data["finished_utc"] = datetime.now(UTC).isoformat(timespec="seconds")
+            self.data["finished_utc"] = datetime.now(UTC).isoformat(timespec="milliseconds")
             self.data.update(extra)
             self.write()
 

@@ -20,10 +20,11 @@ POST_TIMEOUT_S = 15.0
 
 
 def job_paths(jobdir: Path, out_root: Path, folder: Path) -> list[Path]:
-    """JOBDIR's entries without the watcher's output folder, then this collection's folder."""
+    """JOBDIR's entries without the watcher's output folder, then this collection's files (not its manifest)."""
     root = out_root.resolve()
+    collected = [p for p in sorted(folder.iterdir()) if p.name != "manifest.json" and not p.name.startswith(".")]
     if not root.is_relative_to(jobdir.resolve()):
-        return [jobdir, folder]
+        return [jobdir, *collected]
     keep = []
     for entry in sorted(jobdir.iterdir()):
         resolved = entry.resolve()
@@ -32,7 +33,7 @@ def job_paths(jobdir: Path, out_root: Path, folder: Path) -> list[Path]:
                 keep += [e for e in sorted(entry.iterdir()) if not root.is_relative_to(e.resolve())]
             continue
         keep.append(entry)
-    return [*keep, folder]
+    return [*keep, *collected]
 
 
 def diagnose(jobdir: Path, out_root: Path, folder: Path) -> Diagnosis:

@@ -65,8 +65,8 @@ class Watcher:
         self.say = say  # status lines (stderr)
         self.show = show  # the text report (stdout)
         self.procs = JobProcesses(tools.psutil, settings.jobdir, settings.pids)
-        self.follower = LogFollower(settings.jobdir, skip=settings.out_root)
         self.reader = LineReader()
+        self.follower = LogFollower(settings.jobdir, skip=settings.out_root, history=self.reader.history)
         self.detector = HangDetector(settings.idle_s, settings.open_share)
         self.stop_signal: int | None = None
         self.manifest: Manifest | None = None
@@ -114,6 +114,9 @@ class Watcher:
             if self.procs.ranks:
                 self.detector.start_clock(now)
             self.procs.sample_cpu(now)
+            if self.follower.history:  # the settings stated before the watch started (the timeout in force)
+                self.detector.feed(self.reader.read(self.follower.history), now)
+                self.follower.history = []
             self.detector.feed(self.reader.read(self.follower.poll()), now)
             if self.procs.seen_any and not self.procs.ranks:
                 self.procs.refresh()  # a restart's new workers, or the end
