@@ -132,14 +132,6 @@ def _caught(job: Job, res: subprocess.CompletedProcess, reason: str, where: str)
     return m
 
 
-def test_a_rank_waiting_on_a_lock_held_by_a_stalled_thread(tmp_path: Path, jobs: list[Job]) -> None:
-    job = start_job(tmp_path / "job", "lock")
-    jobs.append(job)
-    running(job)
-    res = watch(job.jobdir, "--idle", "3", "--once")
-    _caught(job, res, "idle", "wait_for_state_lock (hang_job.py:")
-
-
 def test_a_rank_in_a_slow_checkpoint_save(tmp_path: Path, jobs: list[Job]) -> None:
     job = start_job(tmp_path / "job", "save")
     jobs.append(job)
@@ -205,9 +197,12 @@ def test_a_job_killed_in_the_middle_of_a_collection(tmp_path: Path, jobs: list[J
 
 
 @pytest.mark.skipif(importlib.util.find_spec("tabulate") is None, reason="torch's debug-server frontend needs tabulate")
-def test_torchs_debug_server_is_asked_where_the_job_started_one(tmp_path: Path, jobs: list[Job]) -> None:
-    """The job calls torch.distributed.debug.start_debug_server(): every rank runs its worker server; the watcher
-    asks each for its stacks and flight recorder through the job's store, and the report reads both."""
+def test_a_rank_waiting_on_a_lock_held_by_a_stalled_thread_with_torchs_debug_server(
+    tmp_path: Path, jobs: list[Job]
+) -> None:
+    """Rank 1 waits on a lock a stalled thread of its own holds. The job also started torch's debug server
+    (torch.distributed.debug.start_debug_server()): every rank runs its worker server; the watcher asks each for
+    its stacks and flight recorder through the job's store, and the report reads both."""
     import socket
 
     with socket.socket() as s:  # a free port for the frontend on rank 0
