@@ -8,9 +8,11 @@ Scenarios (each `--runs` times, interleaved):
   open      rank 1 spins in a loop; DETAIL logging shows its peers' all_reduce open past 10% of the 120 s timeout
   timeout   rank 1 sleeps in a slow checkpoint save; caught by the gloo timeout line (10 s timeout, `--idle 1000`)
   debug     as idle, with torch's debug server started by the job (the watcher asks it too; needs `tabulate`)
+  steady    no hang: a healthy job logging for ~40 s; the watcher follows it to its end and collects nothing
 For each: the hang's start (rank 1's last line before it blocks, as the job timed it), the watcher's detection
 (`started_utc` of the manifest), the collection (`seconds`), the diagnosis, and hang -> report in total; the share
-of ranks whose stacks were taken; the load average. Needs torch and the watch extra.
+of ranks whose stacks were taken; the watcher's own CPU (share of one core over its run) and peak RSS; the load
+average. Needs torch and the watch extra.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ SCENARIOS = {
     ),
     "timeout": ({"WATCH_MODE": "save", "WATCH_PG_TIMEOUT_S": "10"}, ["--idle", "1000"], "saving checkpoint"),
     "debug": ({"WATCH_MODE": "lock", "WATCH_DEBUG_PORT": "0"}, ["--idle", "10"], "updating shared state"),
+    # no hang: a healthy job logging 3 lines per step for ~40 s; the watcher's own CPU and memory while it follows
+    "steady": ({"WATCH_MODE": "healthy", "WATCH_STEPS": "800"}, ["--idle", "60"], ""),
 }
 _STAMP = re.compile(r"\[(\d{4}-\d\d-\d\dT[\d:.]+)\] rank1: (.*)")
 
@@ -63,6 +67,26 @@ def _kill_tree(pid: int) -> None:
         with contextlib.suppress(psutil.NoSuchProcess):
             p.send_signal(signal.SIGKILL)
     psutil.wait_procs(family, timeout=30)
+
+
+def _watch(jobdir: Path, args: list[str], once: bool) -> tuple[subprocess.CompletedProcess, float, float, float]:
+    """Run the watcher to its end, sampling its own CPU time and memory (its helpers - py-spy, nvidia-smi, the
+    debug-server asker - are other processes): (result, CPU seconds, peak RSS in MB, seconds it ran)."""
+    import psutil
+
+    cmd = [sys.executable, "-m", "ncclpm", "watch", str(jobdir), "--poll", "0.5", *args, *(["--once"] if once else [])]
+    t0 = time.monotonic()
+    w = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    me = psutil.Process(w.pid)
+    cpu = rss = 0.0
+    while w.poll() is None:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            t = me.cpu_times()
+            cpu = t.user + t.system
+            rss = max(rss, me.memory_info().rss / 2**20)
+        time.sleep(0.2)
+    out, err = w.communicate()
+    return subprocess.CompletedProcess(cmd, w.returncode, out, err), cpu, rss, time.monotonic() - t0
 
 
 def run_one(name: str, work: Path) -> dict:
@@ -100,12 +124,21 @@ def run_one(name: str, work: Path) -> dict:
             if time.monotonic() > deadline or job.poll() is not None:
                 return {"scenario": name, "error": "the job did not start"}
             time.sleep(0.1)
-        w = subprocess.run(
-            [sys.executable, "-m", "ncclpm", "watch", str(jobdir), "--once", "--poll", "0.5", *args],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        w, cpu_s, rss_mb, watched_s = _watch(jobdir, args, once=name != "steady")
+        usage = {
+            "watcher_cpu_s": round(cpu_s, 2),
+            "watcher_cpu_share": round(cpu_s / watched_s, 3) if watched_s else None,
+            "watcher_peak_rss_mb": round(rss_mb, 1),
+        }
+        if name == "steady":
+            collected = (jobdir / "ncclpm-watch").exists()
+            return {
+                "scenario": name,
+                "reason": "collected!" if collected else "nothing",
+                "watched_s": round(watched_s, 1),
+                **usage,
+                "load": os.getloadavg()[0],
+            }
         folders = list((jobdir / "ncclpm-watch").glob("*/manifest.json"))
         if w.returncode != 0 or not folders:
             return {"scenario": name, "error": f"watch exit {w.returncode}: {w.stderr[-400:]}"}
@@ -133,6 +166,7 @@ def run_one(name: str, work: Path) -> dict:
             if detect_s is not None and "hang_to_report_s" in m
             else None,
             "stacks": f"{sum(s['status'] == 'ok' for s in spy)}/{len(spy)}",
+            **usage,
             "load": os.getloadavg()[0],
         }
     finally:
@@ -154,7 +188,7 @@ def main() -> None:
                 rows.append(row)
                 print(f"run {i + 1} {json.dumps(row)}", flush=True)
     head = f"{'scenario':<9} {'reading':<16} {'detect':>8} {'collect':>8} {'diagnose':>9} {'hang->report':>13}"
-    print(f"\n{head} stacks  load")
+    print(f"\n{head} stacks  cpu(watcher)  rss MB  load")
     for name in names:
         ok = [r for r in rows if r["scenario"] == name and "error" not in r]
         if not ok:
@@ -167,7 +201,8 @@ def main() -> None:
 
         print(
             f"{name:<9} {ok[0]['reason']:<16} {med('detect_s'):>8} {med('collect_s'):>8} {med('diagnose_s'):>9} "
-            f"{med('hang_to_report_s'):>13} {ok[0]['stacks']:>6}  {med('load')}"
+            f"{med('hang_to_report_s'):>13} {ok[0].get('stacks', '-'):>6}  {med('watcher_cpu_share'):>12}  "
+            f"{med('watcher_peak_rss_mb'):>6}  {med('load')}"
         )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))

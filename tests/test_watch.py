@@ -81,6 +81,20 @@ def test_follower_reads_the_settings_written_before_it_started(tmp_path: Path) -
     assert [(c.first, c.lines) for c in f.poll()] == [(50004, ["new"])]
 
 
+def test_follower_never_reads_a_binary_file_and_does_not_count_a_huge_one(tmp_path: Path) -> None:
+    (tmp_path / "model.pt").write_bytes(b"PK\x03\x04" + b"\n" * 5000)
+    (tmp_path / "huge.log").write_text("x\n" * 3000)
+    f = LogFollower(tmp_path, max_count=1000)
+    f.scan()
+    assert f.files["model.pt"].binary and f.files["huge.log"].line_no == 0
+    assert f.warnings == ["huge.log: over 0 MB when the watch started: its lines are numbered from there"]
+    with (tmp_path / "model.pt").open("ab") as fh:
+        fh.write(b"more\n")
+    with (tmp_path / "huge.log").open("a") as fh:
+        fh.write("y\n")
+    assert [(c.name, c.first, c.lines) for c in f.poll()] == [("huge.log", 1, ["y"])]
+
+
 def test_follower_bounds_what_one_poll_reads(tmp_path: Path) -> None:
     log = tmp_path / "big.log"
     log.write_text("")
@@ -118,7 +132,7 @@ def test_reader_finds_timeouts_collectives_and_the_ranks_that_logged() -> None:
 
 def test_detector_timeout_line_is_a_hang_once() -> None:
     det = HangDetector(idle_s=1000)
-    det.start_clock(0.0)
+    det.start_clock(0.0, running_for=0.0)
     det.feed(LineReader().read([_chunk("console.log", 1, [TIMEOUT_LINE])]), 1.0)
     hang = det.check(1.0, ranks_alive=2, idle_ranks=[])
     assert hang is not None and hang.reason == "timeout_line" and hang.ranks == (1,)
@@ -134,7 +148,7 @@ def test_detector_timeout_line_is_a_hang_once() -> None:
 def test_detector_open_collective_uses_the_logged_timeout() -> None:
     reader = LineReader()
     det = HangDetector(idle_s=1000, open_share=0.5)
-    det.start_clock(0.0)
+    det.start_clock(0.0, running_for=0.0)
     init = "[default0]:[2026-11-22T08:24:04.105] rank0 pid1: init_process_group(gloo, timeout=10.0s)"
     det.feed(
         reader.read([_chunk("console.log", 1, [init, RUNNING.format(r=0, seq=4), RUNNING.format(r=1, seq=4)])]), 0.0
@@ -151,7 +165,8 @@ def test_detector_open_collective_uses_the_logged_timeout() -> None:
 
 def test_detector_idle_needs_silence_and_an_idle_rank() -> None:
     det = HangDetector(idle_s=3)
-    det.start_clock(0.0)
+    det.start_clock(0.0, running_for=1.0)
+    assert det.check(3.5, 2, ["rank 0, pid 1"]) is None  # ranks still starting: nothing logged yet
     det.feed(LineReader().read([_chunk("rank0.log", 1, ["step 1"])]), 1.0)
     assert det.check(3.9, 2, ["rank 0, pid 1"]) is None
     assert det.check(4.1, 2, []) is None  # every rank computes: not a hang
@@ -162,7 +177,7 @@ def test_detector_idle_needs_silence_and_an_idle_rank() -> None:
 
 def test_launcher_lines_in_a_ranked_console_are_not_a_rank_logging() -> None:
     det = HangDetector(idle_s=3)
-    det.start_clock(0.0)
+    det.start_clock(0.0, running_for=1.0)
     det.feed(LineReader().read([_chunk("console.log", 1, ["[default0]:step 1"])]), 0.0)
     det.feed(
         LineReader().read(
@@ -208,9 +223,11 @@ def test_ranks_of_mp_spawn_have_no_number() -> None:
 
 
 def _sleeper(jobdir: Path, rank: int, seconds: float = 60, line: str = "step 1 loss 0.5") -> subprocess.Popen:
+    """A stand-in rank: logs a line a moment after it starts (the watcher, started beside it, sees the job
+    alive), then sleeps."""
     env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2"}
     log = (jobdir / f"rank{rank}.log").open("ab")
-    code = f"import time; print({line!r}, flush=True); time.sleep({seconds})"
+    code = f"import time; time.sleep(1.5); print({line!r}, flush=True); time.sleep({seconds})"
     return subprocess.Popen([sys.executable, "-c", code], cwd=jobdir, env=env, stdout=log, stderr=log)
 
 
@@ -307,7 +324,7 @@ def test_signal_is_sent_only_where_the_job_handles_it(tmp_path: Path) -> None:
     handled = tmp_path / "rank0.log"
     code = (
         "import faulthandler, signal, sys, time; faulthandler.register(signal.SIGUSR1, file=sys.stderr); "
-        "print('step 1', flush=True); time.sleep(60)"
+        "time.sleep(1.5); print('step 1', flush=True); time.sleep(60)"
     )
     env = {**os.environ, "RANK": "0", "WORLD_SIZE": "2"}
     with handled.open("ab") as log:

@@ -45,7 +45,6 @@ _PTRACE_HINT = (
 class Options:
     native: bool = False  # py-spy --native: C/C++ frames too (slower)
     signal: int | None = None  # a signal the job handles (faulthandler.register), sent to every rank
-    debug_server: bool = True
 
 
 _RUNNING: set[subprocess.Popen] = set()  # the helpers running now (py-spy, nvidia-smi...): ended if we stop

@@ -7,7 +7,9 @@
   process-group timeout, else torch's NCCL default of 10 minutes);
 - silence: no rank has logged a line for `idle_s` seconds while the rank processes are alive and at least one
   of them uses no CPU (a rank waiting in a collective or on a lock sits idle; one rank spinning in a loop does
-  not hide the others' wait, and ranks that all compute are not hung).
+  not hide the others' wait, and ranks that all compute are not hung). Silence counts once the job has shown
+  life: a rank logged a line while watched, or its ranks were already running for `idle_s` when the watch found
+  them - ranks that are still starting (importing, one waiting for a slower one in the rendezvous) are not hung.
 
 A hang is collected once: after a collection the detector stays quiet until the job makes progress again (a rank
 logs a line that is not a timeout), so the timeouts that follow the hang it caught are not a second hang.
@@ -56,12 +58,14 @@ class HangDetector:
     timeout_s: float | None = None  # the process-group timeout the logs show
     timeout_from: str = ""
     last_activity: float | None = None
+    armed: bool = False  # silence counts: the job has shown life (see the module's docstring)
     in_hang: bool = False
     streams: dict[tuple[str, int | None], _Stream] = field(default_factory=dict)
     ranked_files: set[str] = field(default_factory=set)
     pending: list[Event] = field(default_factory=list)
 
-    def feed(self, reading: Reading, now: float) -> None:
+    def feed(self, reading: Reading, now: float, history: bool = False) -> None:
+        """`history`: lines written before the watch started (the settings they state; not the job's life)."""
         hang_lines = {(e.source, e.line) for e in reading.events if e.kind in HANG_KINDS}
         self.ranked_files |= {f for f, r in reading.active if r is not None}
         progress = False
@@ -74,6 +78,7 @@ class HangDetector:
                 stream.last_line = newest
                 stream.open = None
                 self.last_activity = now
+                self.armed = self.armed or not history
                 if (source, newest) not in hang_lines:
                     progress = True
         for e in reading.events:
@@ -91,10 +96,13 @@ class HangDetector:
         if not self.in_hang:
             self.pending += [e for e in reading.events if e.kind in HANG_KINDS]
 
-    def start_clock(self, now: float) -> None:
-        """The ranks were seen: silence counts from now if nothing was logged yet."""
+    def start_clock(self, now: float, running_for: float) -> None:
+        """The ranks were seen, the youngest started `running_for` seconds ago: silence counts from now if nothing
+        was logged yet, and at once if they were running for `idle_s` already (the watch came late)."""
         if self.last_activity is None:
             self.last_activity = now
+        if running_for >= self.idle_s:
+            self.armed = True
 
     def collected(self) -> None:
         self.in_hang = True
@@ -121,7 +129,7 @@ class HangDetector:
         hang = self._open_collective(now)
         if hang is not None:
             return hang
-        if self.last_activity is not None and now - self.last_activity >= self.idle_s and idle_ranks:
+        if self.armed and self.last_activity is not None and now - self.last_activity >= self.idle_s and idle_ranks:
             silent = now - self.last_activity
             return Hang(
                 "idle",

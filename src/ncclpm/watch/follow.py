@@ -79,13 +79,14 @@ class LogFollower:
         max_read: int = 4 << 20,
         max_line: int = 64 << 10,
         history: re.Pattern[bytes] | None = None,
+        max_count: int = 2 << 30,
     ) -> None:
         """`history`: lines worth reading in the files found at start (the settings they state), though the files
         are followed from their end."""
         self.jobdir = jobdir
         self.skip = skip.resolve() if skip is not None else None
         self.max_files, self.max_entries, self.max_depth = max_files, max_entries, max_depth
-        self.max_read, self.max_line = max_read, max_line
+        self.max_read, self.max_line, self.max_count = max_read, max_line, max_count
         self.files: dict[str, _Followed] = {}
         self.warnings: list[str] = []
         self.history_re = history
@@ -136,14 +137,29 @@ class LogFollower:
                     )
                 continue
             if first:
-                try:
-                    lines, found = _history(path, st.st_size, self.history_re)
-                except OSError:
-                    continue
-                self.files[name] = _Followed(path, name, st.st_ino, st.st_size, lines)
-                self.history += [Chunk(name, number, [text]) for number, text in found]
+                self._take_as_is(path, name, st)
             else:
                 self.files[name] = _Followed(path, name, st.st_ino, 0, 0)
+
+    def _take_as_is(self, path: Path, name: str, st: os.stat_result) -> None:
+        """A file found at start: followed from its end, its lines counted (for true line numbers) and the ones
+        `history` wants kept - except a binary file (a checkpoint: never read), and one too big to count."""
+        try:
+            with path.open("rb") as fh:
+                binary = _looks_binary(fh.read(4096))
+            if binary or st.st_size > self.max_count:
+                lines, found = 0, []
+                if not binary:
+                    self.warnings.append(
+                        f"{name}: over {self.max_count >> 20} MB when the watch started: its lines "
+                        "are numbered from there"
+                    )
+            else:
+                lines, found = _history(path, st.st_size, self.history_re)
+        except OSError:
+            return
+        self.files[name] = _Followed(path, name, st.st_ino, st.st_size, lines, binary=binary or None)
+        self.history += [Chunk(name, number, [text]) for number, text in found]
 
     def poll(self) -> list[Chunk]:
         chunks = []

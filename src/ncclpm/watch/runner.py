@@ -94,6 +94,7 @@ class Watcher:
     def _loop(self, out: Outcome) -> None:
         start = time.monotonic()
         last_scan = -1e9
+        said_warnings = 0
         if self.tools.pyspy is None:
             self.say(f"warning: {self.tools.pyspy_missing()}; stacks will not be collected")
         self.say(
@@ -107,15 +108,18 @@ class Watcher:
                 was_seen = self.procs.seen_any
                 self.procs.refresh()
                 self.follower.scan()
+                for w in self.follower.warnings[said_warnings:]:
+                    self.say(f"warning: {w}")
+                said_warnings = len(self.follower.warnings)
                 if self.procs.ranks and not was_seen:
                     self.say("found the job: " + "; ".join(r.describe() for r in self.procs.ranks))
             else:
                 self.procs.drop_dead()
-            if self.procs.ranks:
-                self.detector.start_clock(now)
+            if self.procs.ranks and not self.detector.armed:
+                self.detector.start_clock(now, time.time() - max(r.create_time for r in self.procs.ranks))
             self.procs.sample_cpu(now)
             if self.follower.history:  # the settings stated before the watch started (the timeout in force)
-                self.detector.feed(self.reader.read(self.follower.history), now)
+                self.detector.feed(self.reader.read(self.follower.history), now, history=True)
                 self.follower.history = []
             self.detector.feed(self.reader.read(self.follower.poll()), now)
             if self.procs.seen_any and not self.procs.ranks:
