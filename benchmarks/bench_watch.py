@@ -120,7 +120,7 @@ def run_one(name: str, work: Path) -> dict:
         job = subprocess.Popen(cmd, cwd=jobdir, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 180
-        while console.read_text(errors="replace").count(" world ") < 3:
+        while console.read_text(errors="replace").count(": step 1 loss") < 3:
             if time.monotonic() > deadline or job.poll() is not None:
                 return {"scenario": name, "error": "the job did not start"}
             time.sleep(0.1)

@@ -73,9 +73,13 @@ def test_follower_reads_the_settings_written_before_it_started(tmp_path: Path) -
     log.write_text("a\n[rank0]: init_process_group(gloo, timeout=10.0s)\nb\n" + "noise\n" * 50000)
     f = LogFollower(tmp_path, history=re.compile(rb"init_process_group\("))
     f.scan()
-    assert [(c.name, c.first, c.lines) for c in f.history] == [
-        ("console.log", 2, ["[rank0]: init_process_group(gloo, timeout=10.0s)"])
-    ]
+    setting, tail = f.history
+    assert (setting.name, setting.first, setting.lines) == (
+        "console.log",
+        2,
+        ["[rank0]: init_process_group(gloo, timeout=10.0s)"],
+    )
+    assert (tail.first, len(tail.lines), tail.first + len(tail.lines) - 1) == (49804, 200, 50003)  # the last lines
     with log.open("a") as fh:
         fh.write("new\n")
     assert [(c.first, c.lines) for c in f.poll()] == [(50004, ["new"])]
@@ -161,6 +165,24 @@ def test_detector_open_collective_uses_the_logged_timeout() -> None:
     det2 = HangDetector(idle_s=1000, open_share=0.5)
     det2.feed(reader.read([_chunk("console.log", 2, [RUNNING.format(r=0, seq=4), "[rank0]: step 5 loss 1"])]), 0.0)
     assert det2.check(1000.0, 1, []) is None  # the rank logged after it: the collective is no longer its newest line
+
+
+def test_detector_open_collective_already_open_when_the_watch_started() -> None:
+    """The watch starts while ranks 0 and 2 already wait: their newest lines, read from the files' tails, are the
+    collective they started; it counts as open from the watch's start."""
+    reader = LineReader()
+    det = HangDetector(idle_s=1000, open_share=0.5)
+    history = [
+        "[default0]:[2026-11-22T08:24:04.105] rank0 pid1: init_process_group(gloo, timeout=10.0s)",
+        "[default1]:[2026-11-22T08:24:09.000] rank1: step 2 loss 1.0",
+        RUNNING.format(r=0, seq=8),
+        RUNNING.format(r=2, seq=8),
+    ]
+    det.feed(reader.read([_chunk("console.log", 40, history)]), 100.0, history=True)
+    det.start_clock(100.0, running_for=3.0)
+    assert not det.armed and det.check(104.0, 3, []) is None
+    hang = det.check(105.5, 3, [])
+    assert hang is not None and hang.reason == "open_collective" and hang.ranks == (0, 2)
 
 
 def test_detector_idle_needs_silence_and_an_idle_rank() -> None:

@@ -86,11 +86,11 @@ def start_job(jobdir: Path, mode: str, nproc: int = 3, **env: str) -> Job:
 
 
 def running(job: Job, nproc: int = 3, timeout: float = 120) -> Job:
-    """Wait until every rank has logged (its process group formed): a sidecar started beside a running job. On a
-    busy host one rank can start many seconds after another; a short --idle would rightly call that wait a hang."""
+    """Wait until every rank has run its first step (a sidecar started beside a running job). On a busy host one
+    rank can start many seconds after another; a short --idle would rightly call that wait a hang."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if job.console().count(" world ") >= nproc:
+        if job.console().count(": step 1 loss") >= nproc:
             return job
         assert job.proc.poll() is None, job.console()
         time.sleep(0.1)

@@ -82,7 +82,7 @@ class LogFollower:
         max_count: int = 2 << 30,
     ) -> None:
         """`history`: lines worth reading in the files found at start (the settings they state), though the files
-        are followed from their end."""
+        are followed from their end; their last lines are read too (where each rank was when the watch started)."""
         self.jobdir = jobdir
         self.skip = skip.resolve() if skip is not None else None
         self.max_files, self.max_entries, self.max_depth = max_files, max_entries, max_depth
@@ -160,6 +160,20 @@ class LogFollower:
             return
         self.files[name] = _Followed(path, name, st.st_ino, st.st_size, lines, binary=binary or None)
         self.history += [Chunk(name, number, [text]) for number, text in found]
+        if not binary and lines:
+            tail = self._tail(path, st.st_size)
+            self.history.append(Chunk(name, lines - len(tail) + 1, tail))
+
+    def _tail(self, path: Path, size: int, n: int = 200) -> list[str]:
+        """The last `n` complete lines of the first `size` bytes: where each rank was when the watch started."""
+        with path.open("rb") as fh:
+            fh.seek(max(0, size - (64 << 10)))
+            data = fh.read(min(size, 64 << 10))
+        cut = data.rfind(b"\n")
+        lines = data[: cut + 1].split(b"\n")[:-1] if cut >= 0 else []
+        if size > len(data) and lines:
+            lines = lines[1:]  # the first one is probably cut
+        return [raw[: self.max_line].rstrip(b"\r").decode("utf-8", "replace") for raw in lines[-n:]]
 
     def poll(self) -> list[Chunk]:
         chunks = []
