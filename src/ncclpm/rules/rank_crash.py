@@ -6,35 +6,13 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
 from ncclpm.model import said
-from ncclpm.rules._exits import BUS_ERROR, unchosen_exits
-from ncclpm.rules._facts import exceptions_not_victim, victim_lines, victim_ranks
-from ncclpm.rules._memo import per_job
+from ncclpm.rules._exits import BUS_ERROR
 from ncclpm.rules._why import QUIET_VERDICTS, first_timeout
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
-from ncclpm.schema import Category
-
-# Kinds another rule explains better: their ranks are not "crashes" for this rule.
-EXPLAINED_KINDS = [
-    K.dataloader_error,
-    K.fd_exhaustion,
-    K.cuda_oom,
-    K.nvml_error,
-    K.mismatch_detected,
-    K.store_timeout,
-    K.store_connect,
-    K.store_bind,
-    K.rendezvous_timeout,
-    K.store_error,
-]
-
-
-@per_job
-def crashed_ranks(t: Tables) -> frozenset[int]:
-    """Ranks that failed on their own before waiting on anyone (what this rule calls a crash)."""
-    return frozenset(RankDiedFirst().evidence(t)["rank"].to_list())
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import Category
 
 
 class RankDiedFirst(Rule):
@@ -86,33 +64,14 @@ class RankDiedFirst(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        explained = set(t.kinds(*EXPLAINED_KINDS)["rank"].drop_nulls().to_list())
-        victims_at = victim_lines(t).group_by("rank").agg(pl.col("ts").min().alias("victim_ts"))
-        exc = exceptions_not_victim(t, EXPLAINED_KINDS).with_columns(pl.lit("exception").alias("how"))
-        sig = (
-            t.kinds(K.crash_signal, K.cuda_error)
-            .filter(pl.col("rank").is_not_null() & ~pl.col("error_type").fill_null("").str.contains("DistBackendError"))
-            .with_columns(pl.lit("signal").alias("how"))
-        )
-        exits = unchosen_exits(t).with_columns(pl.lit("exit").alias("how"))
-        cols = ["source", "line", "rank", "ts", "text", "how", "strength", "signal", "detail"]
-        exits = exits.with_columns(pl.lit(None, pl.Float64).alias("strength"))
-        ev = pl.concat([exc.select(cols), sig.select(cols), exits.select(cols)])
-        # An error printed without a time (a traceback in torchrun's summary) happened by its process's exit,
-        # which the launcher dates: order it by that, not after every dated line.
-        ended = t.elastic.filter(pl.col("rank").is_not_null()).group_by("rank").agg(pl.col("ts").min().alias("_end"))
-        ev = ev.join(ended, on="rank", how="left").with_columns(pl.coalesce("ts", "_end").alias("ts")).drop("_end")
-        ev = ev.filter(~pl.col("rank").is_in(list(explained))).join(victims_at, on="rank", how="left")
-        # A rank that was already waiting on someone else when it failed is a victim, not the cause.
-        ev = ev.filter(pl.col("victim_ts").is_null() | (pl.col("ts") < pl.col("victim_ts")))
-        return ev.sort("ts", "rank", "line", nulls_last=True)
+        return self.facts.crashes  # the analysis works out who died of their own error before waiting
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         first_rank = ev["rank"][0]
         first_ts = ev["ts"][0]
         same_time = ev.filter(pl.col("ts") == first_ts) if first_ts is not None else ev.head(1)
         culprits = tuple(sorted(set(same_time["rank"].to_list()) | {first_rank}))
-        others = victim_ranks(t) - set(culprits)
+        others = self.facts.victim_ranks - set(culprits)
         conf = self.base_confidence + (0.1 if others else 0.0) + (0.05 if (ev["how"] != "exit").any() else -0.05)
         shown = ev.filter(pl.col("rank").is_in(list(culprits)))
         oom = t.kinds(K.oom_killer)
@@ -134,7 +93,7 @@ class RankDiedFirst(Rule):
             evidence=(
                 *quotes(shown),
                 *quotes(oom, 2),
-                *quotes(victim_lines(t).filter(pl.col("rank").is_in(list(others))), 2),
+                *quotes(self.facts.victim_lines.filter(pl.col("rank").is_in(list(others))), 2),
             ),
             fixes=self.fixes(
                 *([] if oom.is_empty() else ["host_memory"]),
@@ -158,7 +117,7 @@ class RankDiedFirst(Rule):
     def why_not(self, t: Tables, winner: Finding, mine: Finding | None) -> str | None:
         if mine is not None or winner.category not in QUIET_VERDICTS:
             return None
-        fired, ends = first_timeout(t), t.elastic["ts"].drop_nulls()
+        fired, ends = first_timeout(self.facts), t.elastic["ts"].drop_nulls()
         if fired is not None and ends.len() and ends.min() >= fired:  # type: ignore[operator]
             return f"every rank ended after the first timeout fired ({fired:%H:%M:%S}): the exits are its consequence"
         return "no rank died of its own error (an exception, a segfault, a kill) before the others waited"

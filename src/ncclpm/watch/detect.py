@@ -42,7 +42,7 @@ class _Stream:
 def _seconds(value: str | None) -> float | None:
     if not value:
         return None
-    from ncclpm.diff.units import seconds_of
+    from ncclpm.util.durations import seconds_of
 
     return seconds_of(value)
 
