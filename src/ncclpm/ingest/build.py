@@ -63,11 +63,13 @@ def _date_yearless(frames: tuple[pl.DataFrame, ...], elastic: pl.DataFrame) -> t
 def split_stack_words(parsed: pl.DataFrame, catalog: Catalog) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The lines kept only because they hold a word of the distributed stack (scope.toml), apart: they tell a job's
     log from other text (analysis/scope.py) and are read for nothing else, so every other table is what it would be
-    without them. A line holding any other anchor stays a line."""
+    without them. A line holding any other anchor, or kept for another reason (the line after a bare `Last error:`),
+    stays a line."""
     if parsed.is_empty() or not catalog.stack_anchors:
         return parsed, pl.DataFrame(schema={"source": pl.String(), "line": pl.Int64(), "message": pl.String()})
-    read = parsed["raw"].str.contains_any(catalog.read_anchors)
-    return parsed.filter(read), parsed.filter(~read).select("source", "line", "message")
+    raw = parsed["raw"]
+    only_words = raw.str.contains_any(catalog.stack_anchors) & ~raw.str.contains_any(catalog.read_anchors)
+    return parsed.filter(~only_words), parsed.filter(only_words).select("source", "line", "message")
 
 
 def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") -> Tables:
