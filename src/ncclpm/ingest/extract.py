@@ -20,6 +20,7 @@ import polars as pl
 
 from ncclpm.ingest.catalog import MESSAGE_RANK, Catalog, Pattern
 from ncclpm.ingest.envelopes import Envelope
+from ncclpm.ingest.nccl_messages import read_messages
 from ncclpm.ingest.readings import apply_readings
 from ncclpm.schema import DTYPE_NAMES, EVENT_FIELDS, EVENTS_SCHEMA, LINES_SCHEMA
 from ncclpm.sources.discover import ANSI_CSI
@@ -389,13 +390,14 @@ def extract_events(parsed: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
     plans = [_pattern_events(parsed[rows].lazy(), p) for p, rows in _pattern_rows(parsed, catalog.patterns)]
     frames = pl.collect_all(plans) if plans else []
     if not frames:  # (a select of literals on a frame without columns would make one row of nulls)
-        return apply_readings(pl.DataFrame(schema=EVENTS_SCHEMA), catalog.kinds)
+        events = apply_readings(pl.DataFrame(schema=EVENTS_SCHEMA), catalog.kinds)
+        return read_messages(parsed, events, catalog.vocabulary, catalog.kinds)
     # Sorted before the fields no pattern declared are added: the sort copies every column it is given.
     got = _drop_superseded(pl.concat(frames, how="diagonal_relaxed"), catalog).sort("source", "line", "event")
     events = got.select(
         [pl.col(c) if c in got.columns else pl.lit(None, dtype).alias(c) for c, dtype in EVENTS_SCHEMA.items()]
     ).cast(EVENTS_SCHEMA)  # type: ignore[arg-type]
-    return apply_readings(events, catalog.kinds)
+    return read_messages(parsed, apply_readings(events, catalog.kinds), catalog.vocabulary, catalog.kinds)
 
 
 def lines_table(parsed: pl.DataFrame) -> pl.DataFrame:

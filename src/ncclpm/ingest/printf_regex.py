@@ -184,12 +184,20 @@ def field_names(fmt: str, args: Sequence[str] | None) -> list[str | None]:
     return names
 
 
-def printf_regex(fmt: str, args: Sequence[str] | None = None, *, named: bool = True) -> str:
+def printf_regex(
+    fmt: str, args: Sequence[str] | None = None, *, named: bool = True, names: Sequence[str | None] | None = None
+) -> str:
     """The regex matching what `printf(fmt, ...)` prints (unanchored; a trailing newline is the line's end and is
-    left out). Named groups where `args` tell what a conversion holds."""
+    left out). Named groups where `args` tell what a conversion holds, or as `names` says (one per conversion,
+    None or "" for none: a catalog entry's declared fields)."""
     fmt = fmt.rstrip("\n")
     convs = conversions(fmt)
-    names = field_names(fmt, args) if named else [None] * len(convs)
+    if names is not None:
+        if len(names) != len(convs):
+            raise ValueError(f"{len(names)} names for the {len(convs)} conversions of {fmt!r}")
+        names = [n or None for n in names]
+    else:
+        names = field_names(fmt, args) if named else [None] * len(convs)
     out, pos = [], 0
     for c, name in zip(convs, names, strict=True):
         out.append(escape(fmt[pos : c.start]))

@@ -29,6 +29,30 @@ EXPLAINED_KINDS = [
     K.rendezvous_timeout,
     K.store_error,
 ]
+# NCCL messages (parsers/nccl/) that name a cause other rules read: the rank that printed one and then raised did not
+# die "of its own error" - torch's exception wraps the message (the message wins over its wrapper). Lines too weak to
+# name a cause alone (a closed socket a dead peer leaves) do not count.
+MESSAGE_CAUSES = [
+    K.network_error,
+    K.shm_error,
+    K.p2p_error,
+    K.topology_error,
+    K.nccl_config,
+    K.gpu_not_visible,
+    K.gpu_fabric_error,
+    K.gpu_hw_error,
+    K.world_size_mismatch,
+    K.version_mismatch,
+    K.cuda_build_mismatch,
+    K.duplicate_gpu,
+]
+NAMES_A_CAUSE = 0.5  # the message's strength alone (parsers/nccl/: `alone`) from which it explains its rank's death
+
+
+def explained_ranks(t: Tables) -> set[int]:
+    """Ranks whose failure another rule explains (their own OOM, store error, NCCL message...)."""
+    named = t.kinds(*MESSAGE_CAUSES).filter(pl.col("strength").fill_null(1.0) >= NAMES_A_CAUSE)
+    return set(t.kinds(*EXPLAINED_KINDS)["rank"].drop_nulls().to_list()) | set(named["rank"].drop_nulls().to_list())
 
 
 @per_job
@@ -86,11 +110,11 @@ class RankDiedFirst(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        explained = set(t.kinds(*EXPLAINED_KINDS)["rank"].drop_nulls().to_list())
+        explained = explained_ranks(t)
         victims_at = victim_lines(t).group_by("rank").agg(pl.col("ts").min().alias("victim_ts"))
         exc = exceptions_not_victim(t, EXPLAINED_KINDS).with_columns(pl.lit("exception").alias("how"))
         sig = (
-            t.kinds(K.crash_signal, K.cuda_error)
+            t.kinds(K.crash_signal, K.cuda_error, K.nccl_fatal)
             .filter(pl.col("rank").is_not_null() & ~pl.col("error_type").fill_null("").str.contains("DistBackendError"))
             .with_columns(pl.lit("signal").alias("how"))
         )
