@@ -117,8 +117,24 @@ def versions(msg: dict) -> str:
 
 
 def field_list(msg: dict) -> list[str]:
-    """One entry per conversion: the printf name where it has one, else "" (matched, not kept)."""
-    return [n or "" for n in pr.field_names(msg["format"], msg["args"])]
+    """One entry per conversion: the printf name where it has one, else "" (matched, not kept); the review's
+    FIELDS correct the names at the conversions they match (the last ones for a pattern ending in `$`, else the
+    conversions of the matched text, in order)."""
+    names = [n or "" for n in pr.field_names(msg["format"], msg["args"])]
+    convs = pr.conversions(msg["format"])
+    for rx, fixed in review.FIELDS:
+        m = re.search(rx, msg["format"])
+        if not m:
+            continue
+        inside = [i for i, c in enumerate(convs) if m.start() <= c.start < m.end() and c.conv != "%"]
+        for i, name in zip(inside[-len(fixed):] if rx.endswith("$") else inside, fixed, strict=False):
+            names[i] = name
+        # a name given here is the only one of its kind in the format
+        for i, n in enumerate(names):
+            if n and n in fixed and i not in inside:
+                names[i] = ""
+        break
+    return names
 
 
 def _from_draft(msg: dict, area: str) -> dict:

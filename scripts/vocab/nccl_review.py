@@ -1017,11 +1017,12 @@ REVIEW: list[tuple[str, dict]] = [
         {
             "category": UNKNOWN,
             "strength": "supporting",
-            "alone": 0.5,
-            "kind": "cuda_error",
+            "kind": "nccl_internal",
             "incriminates": "this_rank",
-            "meaning": "A CUDA call inside NCCL failed; what it means is the quoted CUDA error and where NCCL was.",
-            "fix": "Read the quoted CUDA error.",
+            "meaning": "A CUDA call inside NCCL failed; what it means is the quoted CUDA error and where NCCL was "
+            "(this one names no cause by itself).",
+            "fix": "Read the quoted CUDA error and the errors before it; rerun with CUDA_LAUNCH_BLOCKING=1 and "
+            "NCCL_DEBUG=INFO to see the call.",
             "cuda_cases": True,
             "cases": [
                 {
@@ -1486,4 +1487,21 @@ HAND: list[dict] = [
             strength="supporting",
         ),
     },
+]
+
+# Field names the converter could not tell from the arguments, or told wrongly (one per conversion; "" for none).
+FIELDS: list[tuple[str, list[str]]] = [
+    (r"^Proxy Call to rank %d failed \(%s\)$", ["peer_rank", ""]),
+    (r"^\[Proxy Service %d\] Failed to execute operation %s from rank %d, retcode %d$", ["", "", "peer_rank", ""]),
+    (r"^Duplicate GPU detected : rank %d and rank %d both on CUDA device %l?x$", ["rank", "peer_rank", "bus_id"]),
+    (r"^Bootstrap Root : mismatch in info from procs, nranks %d vs %d", ["expected", "count"]),
+    (r"^Bootstrap Root : mismatch in rank count from procs %d : %d$", ["expected", "count"]),
+    (r"^Mismatched collective detected", [""]),  # `at and around rank N`: NCCL's hint, not a culprit
+    (r"Got async event : %s$", ["ib_event"]),
+    (r"async (?:fatal|error) event.*: %s$", ["ib_event"]),
+    (r"message truncated : receiving %d bytes instead of %d", ["numel_in", "numel_out"]),
+    (r"collective mismatch error,? local size %l?d remote(?: size)? %l?d", ["numel_out", "numel_in"]),
+    (r"shared memory segment %s \(size %l?d\)", ["path", "size"]),
+    (r"^Net : No interface found in the same subnet as remote address %s$", ["peer"]),
+    (r"^\[Service thread\] Could not receive type from localRank %d", ["local_rank"]),
 ]

@@ -53,6 +53,8 @@ COLUMNS = {
     "nranks": "nranks",
     "expected": "expected",
     "count": "count",
+    "numel_in": "numel_in",
+    "numel_out": "numel_out",
     "rank": "subject_rank",
     "local_rank": "local_rank",
     "cuda_dev": "cuda_dev",
@@ -114,6 +116,7 @@ class Message:
     nccl: str
     cases: tuple[Case, ...] = ()
     examples: tuple[str, ...] = ()
+    fields: tuple[str, ...] = ()  # a format's declared field per conversion of its first line ("" for none)
 
     def reading(self, groups: dict[str, str | None], where: str | None) -> tuple[int | None, dict[str, Any]]:
         """What a line it read means: the index of the first case that applies (None: the entry's own reading),
@@ -157,13 +160,14 @@ class Vocabulary:
         best: dict[str, tuple[Message, dict[str, str | None]] | None] = {}
         for text, hits in zip(uniq, found, strict=True):
             chosen: tuple[Message, dict[str, str | None]] | None = None
+            rank = (False, -1)  # a whole-text match beats a prefix one (a line cut short); then the most literal
             for i in sorted({i for k in set(hits or ()) for i in self._by_key[k]}):
                 m = self.messages[i]
-                if chosen is not None and m.weight <= chosen[0].weight:
+                if (True, m.weight) <= rank:
                     continue
                 hit = _compiled(m.regex).match(text)
-                if hit:
-                    chosen = (m, hit.groupdict())
+                if hit and (hit.end() == len(text), m.weight) > rank:
+                    chosen, rank = (m, hit.groupdict()), (hit.end() == len(text), m.weight)
             best[text] = chosen
         return [best[t] for t in texts]
 
@@ -177,8 +181,9 @@ def _compiled(rx: str) -> re.Pattern[str]:
 
 
 def _first_line(fmt: str) -> str:
-    """What one log line of the format holds: NCCL's multi-line messages print their first line on the WARN line."""
-    return fmt.rstrip("\n").split("\n", 1)[0]
+    """What one log line of the format holds: NCCL's multi-line messages print their first line on the WARN line
+    (trailing blanks are invisible in a log, and stripped from the text read)."""
+    return fmt.rstrip("\n").split("\n", 1)[0].rstrip()
 
 
 def _regex_of(raw: dict, where: str) -> tuple[str, str, int, tuple[str, ...]]:
@@ -280,6 +285,8 @@ def _message(raw: dict, area: str, origin: str, kinds: dict[str, KindDecl]) -> M
         nccl=raw["nccl"],
         cases=tuple(cases),
         examples=tuple(e["line"] for e in raw.get("example", [])),
+        fields=tuple(raw.get("fields", []))[: len(pr.conversions(_first_line(raw["format"])))] if "format" in raw
+        else (),
     )
 
 

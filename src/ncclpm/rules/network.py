@@ -112,6 +112,12 @@ class NcclTransportError(Rule):
                 "link-local or docker-bridge address no other host can reach: the wrong network interface was "
                 f"picked (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME unset or wrong). {detail}"
             )
+        if set(ev["net_class"].to_list()) <= {"system"}:
+            return (
+                f"NCCL failed with a system error{f' on {where(t, reporters)}' if reporters else ''} (ncclSystemError: "
+                "a socket, InfiniBand verbs, /dev/shm or memory call) and no NCCL message says which: most often "
+                "the network. Rerun with NCCL_DEBUG=WARN to see NCCL's own line."
+            )
         if set(ev["net_class"].to_list()) <= {"interface"}:
             ifname = (
                 t.kinds(K.setting)
