@@ -1,8 +1,9 @@
 """Build hook: record the shipped TOML catalogs' parse (`ncclpm/_toml_snapshot.json`, read by
-`ncclpm.resources.read_toml` while each file's hash still matches) and the report templates' compiled code
+`ncclpm.util.resources.read_toml` while each file's hash still matches) and the report templates' compiled code
 (`ncclpm/_templates_snapshot.bin`, `ncclpm.render.template_code`), and compile the optional C modules: the opcode
-scanner (`ncclpm/ingest/_frscan.c`), the dump decoder (`ncclpm/ingest/_frdecode.c`) and the text path's anchor
-matcher and line cutter (`ncclpm/ingest/_textcut.c`).
+scanner (`ncclpm/ingest/flight_recorder/_frscan.c`), the dump decoder (`ncclpm/ingest/flight_recorder/_frdecode.c`)
+and the text path's anchor matcher and line cutter (`ncclpm/ingest/text/_textcut.c`), each beside the Python
+reference it speeds up.
 
 No compiler, no Python headers, or any other failure: that module is left out and the Python code does the same
 work (slower: `fr_scan.scan_py`, the restricted unpickler in `fr_decode`, the regex and `rawscan.cut_rows`).
@@ -23,9 +24,9 @@ from typing import Any
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 SOURCES = (
-    Path("src/ncclpm/ingest/_frscan.c"),
-    Path("src/ncclpm/ingest/_frdecode.c"),
-    Path("src/ncclpm/ingest/_textcut.c"),
+    Path("src/ncclpm/ingest/flight_recorder/_frscan.c"),
+    Path("src/ncclpm/ingest/flight_recorder/_frdecode.c"),
+    Path("src/ncclpm/ingest/text/_textcut.c"),
 )
 
 
@@ -57,12 +58,12 @@ def _module(root: Path, name: str, path: str) -> Any:
 
 
 def _write_snapshots(root: Path, folder: Path) -> list[str]:
-    """`ncclpm.resources.write_toml_snapshot` and `ncclpm.render.template_code.write_template_snapshot` into
+    """`ncclpm.util.resources.write_toml_snapshot` and `ncclpm.render.template_code.write_template_snapshot` into
     `folder`; returns the files written. A failure leaves that snapshot out: the catalogs are then parsed, the
     templates compiled, at each run."""
     written = []
     for name, path, function, source in (
-        ("_toml_snapshot.json", "src/ncclpm/resources.py", "write_toml_snapshot", "parsers"),
+        ("_toml_snapshot.json", "src/ncclpm/util/resources.py", "write_toml_snapshot", "parsers"),
         ("_templates_snapshot.bin", "src/ncclpm/render/template_code.py", "write_template_snapshot", "templates"),
     ):
         try:
@@ -93,4 +94,4 @@ class CustomBuildHook(BuildHookInterface):
             if _compile(root, src, tmp / name):
                 build_data["pure_python"] = False
                 build_data["infer_tag"] = True
-                build_data["force_include"][str(tmp / name)] = f"ncclpm/ingest/{name}"
+                build_data["force_include"][str(tmp / name)] = str(src.parent / name).removeprefix("src/")

@@ -4,7 +4,7 @@ Usage: python benchmarks/bench_fr.py [--ranks 256 1024 4096] [--entries 2000] [-
        [--baseline OTHER_CHECKOUT [--baseline-eager]] [--python-path] [--torch-python /work/torchvenv/bin/python]
        [--no-fr-trace] [--keep DIR] [--jemalloc dirty_decay_ms:0,muzzy_decay_ms:0] [--polars-defaults]
 
-The child first collects the folder's sources and lets `ncclpm.polars_setup.tune_for` choose polars' settings
+The child first collects the folder's sources and lets `ncclpm.ingest.polars_setup.tune_for` choose polars' settings
 before polars loads, as `ncclpm diagnose` does (a job of dumps gets `FR_SETTINGS`); ``--polars-defaults`` also
 runs this checkout without them.
 
@@ -45,15 +45,15 @@ from pathlib import Path
 tuned = False
 if sys.argv[4] == "tuned":  # polars' settings chosen from the sources before polars loads, as `ncclpm diagnose` does
     try:
-        from ncclpm.polars_setup import tune_for
+        from ncclpm.ingest.polars_setup import tune_for
         from ncclpm.sources.discover import collect
         tuned = tune_for(collect([sys.argv[2]]))
     except ImportError:  # a checkout before polars_setup
         pass
 from ncclpm.analysis.fr_match import analyze_fr
-from ncclpm.ingest.flight_recorder import load_fr_dumps
+from ncclpm.ingest.flight_recorder.load import load_fr_dumps
 try:  # a checkout with the old worker pool: measured in one process (the pool was the same CPU, see README)
-    from ncclpm.ingest import fr_decode
+    from ncclpm.ingest.flight_recorder import decode as fr_decode
     fr_decode._POOL_MIN_BYTES = 1 << 62
 except (ImportError, AttributeError):
     pass

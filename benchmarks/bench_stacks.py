@@ -59,9 +59,9 @@ def main() -> None:
     args = ap.parse_args()
     from ncclpm.analysis.stack_tree import build_stack_tree
     from ncclpm.engine import diagnose_tables
+    from ncclpm.ingest.build import build_tables
     from ncclpm.ingest.catalog import load_catalog
-    from ncclpm.ingest.stacks import build_stacks
-    from ncclpm.ingest.tables import build_tables
+    from ncclpm.ingest.stacks.build import build_stacks
     from ncclpm.sources.discover import collect
 
     catalog = load_catalog()

@@ -97,11 +97,13 @@ def _check(checkout: Path, args: list[str], env: dict[str, str]) -> None:
 def _borrow_c_modules(baseline: Path) -> None:
     """A baseline checkout without its C modules built gets this checkout's (the same sources, or the baseline
     would measure the pure-Python path)."""
-    here, there = ROOT / "src" / "ncclpm" / "ingest", baseline / "src" / "ncclpm" / "ingest"
-    for built in here.glob("_*.so"):
-        target = there / built.name
-        if not target.exists() and (there / f"{built.name.split('.')[0]}.c").exists():
-            shutil.copy2(built, target)
+    here, there = ROOT / "src" / "ncclpm", baseline / "src" / "ncclpm"
+    for built in here.rglob("_*.so"):
+        name = built.name.split(".")[0]
+        for source in there.rglob(f"{name}.c"):  # wherever the baseline keeps that module's source
+            target = source.with_name(built.name)
+            if not target.exists():
+                shutil.copy2(built, target)
 
 
 if __name__ == "__main__":

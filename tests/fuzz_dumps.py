@@ -13,7 +13,7 @@ scripts/fuzz_long.py (long budget). Each takes a real dump and puts one hostile 
 
 The property, besides "no exception, same output twice": the real dump loaded beside it is still used (its rank
 is in the entries), the hostile dump is either used or named in a warning, and what the load built is bounded by
-the file size (`ncclpm.ingest.fr_scan`: 32 values per byte, at least 2**20 values).
+the file size (`ncclpm.ingest.flight_recorder.scan`: 32 values per byte, at least 2**20 values).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
-from ncclpm.ingest.flight_recorder import load_fr_dumps
+from ncclpm.ingest.flight_recorder.load import load_fr_dumps
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "tests" / "cases" / "rank0_slow_work__torchrun_3ranks" / "input" / "fr" / "raw"

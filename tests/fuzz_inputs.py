@@ -30,15 +30,15 @@ from click.testing import CliRunner
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
-from ncclpm import escape
 from ncclpm.api import catalog
 from ncclpm.cli import main
 from ncclpm.engine import diagnose_tables
-from ncclpm.ingest.tables import build_tables
+from ncclpm.ingest.build import build_tables
 from ncclpm.render import render
 from ncclpm.sources import paste
 from ncclpm.sources.discover import collect
 from ncclpm.triage import find_jobs
+from ncclpm.util import escape
 
 NAME_PIECES = [
     b"rank3.log",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ncclpm.ingest import printf_regex as pr
 from ncclpm.ingest.catalog import load_catalog
-from ncclpm.ingest.nccl_messages import Message
+from ncclpm.ingest.text.nccl_messages import Message
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = ROOT / "scripts" / "vocab"

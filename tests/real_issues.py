@@ -11,12 +11,13 @@ tests/test_real_issues.py` rewrites the generated part of docs/REAL_ISSUES.md.
 from __future__ import annotations
 
 import json
-import os
 import tomllib
 from collections import Counter
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+
+from tests.shared import corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "REAL_ISSUES.md"
@@ -27,12 +28,8 @@ BANDS = ("conclusive", "likely", "possible")
 
 def corpus_dir() -> Path | None:
     """../shared/corpus/real-issues/cases next to the checkout (or its worktree parent), or $NCCLPM_SHARED."""
-    env = os.environ.get("NCCLPM_SHARED")
-    for base in ([Path(env)] if env else []) + [ROOT.parent / "shared", ROOT.parent.parent / "shared"]:
-        cases = base / "corpus" / "real-issues" / "cases"
-        if cases.is_dir():
-            return cases
-    return None
+    cases = corpus("real-issues", "cases")
+    return cases if cases.is_dir() else None
 
 
 def case_names() -> list[str]:

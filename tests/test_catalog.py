@@ -86,7 +86,7 @@ def test_a_superseded_reading_is_dropped_from_the_same_line() -> None:
 def test_durations_are_read_into_milliseconds(text: str, ms: int | None) -> None:
     import polars as pl
 
-    from ncclpm.ingest.extract import typed
+    from ncclpm.ingest.text.extract import typed
 
     assert pl.select(typed(pl.lit(text), "ms")).item() == ms
 

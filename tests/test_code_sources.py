@@ -9,17 +9,21 @@ from pathlib import Path
 
 import pytest
 
+from ncclpm.analysis import analyse
+from ncclpm.analysis.timeout import configured_pg_timeout
 from ncclpm.api import build, diagnose
-from ncclpm.ingest.code_settings import configured_pg_timeout, load_readings, run_reading_examples
+from ncclpm.ingest.code.settings import load_readings, run_reading_examples
 from ncclpm.render import render
-from ncclpm.schema import Category
+from ncclpm.report.settings import settings_rows
 from ncclpm.sources.code import code_language
+from ncclpm.tables.schema import Category
+from tests.shared import ABSENT, corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 HEALTHY = ROOT / "tests" / "cases" / "code_snapshot__healthy_job" / "input"
 CODE = [HEALTHY / "code_snapshot.log", HEALTHY / "code" / "retry.py", HEALTHY / "launch.sh"]
 SAMPLES = sorted(p for p in (ROOT / "sample_logs").iterdir() if p.is_dir())
-REAL = Path("/work/shared/corpus/real-issues/cases")
+REAL = corpus("real-issues", "cases")
 FAILURES = {str(c) for c in Category} - {"unknown", "symptom", "no_failure", "not_a_training_log"}
 
 # Every kind of line a rule could take as evidence, as code and configs quote them.
@@ -199,7 +203,7 @@ def test_settings_from_a_multi_line_call_carry_the_line_of_the_value(tmp_path: P
         "        timeout=datetime.timedelta(seconds=60),\n    )\n    torch.cuda.set_device(opt.local_rank)\n"
     )
     t = build([tmp_path])
-    assert configured_pg_timeout(t) == {
+    assert configured_pg_timeout(t).as_dict() == {
         "seconds": 60.0,
         "value": "datetime.timedelta(seconds=60)",
         "name": "init_process_group(timeout=)",
@@ -214,7 +218,7 @@ def test_a_snippet_copied_from_a_terminal_is_read_re_joined(tmp_path: Path) -> N
     line = "accelerator = Accelerator(kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=6 * 1800))])"
     (tmp_path / "train.py").write_text("import os\n" + line[:80] + "\n" + line[80:] + "\n")
     got = configured_pg_timeout(build([tmp_path]))
-    assert got is not None and got["seconds"] == 10800.0 and got["line"] == 2
+    assert got is not None and got.seconds == 10800.0 and got.line == 2
 
 
 def test_a_timeout_that_differs_from_the_one_in_force_is_flagged(tmp_path: Path) -> None:
@@ -256,7 +260,7 @@ REAL_SNIPPETS = [
 ]
 
 
-@pytest.mark.skipif(not REAL.is_dir(), reason="real-issues corpus not available")
+@pytest.mark.skipif(not REAL.is_dir(), reason=f"{ABSENT} (real-issues)")
 @pytest.mark.parametrize(("case", "name", "lang"), REAL_SNIPPETS, ids=[c for c, _, _ in REAL_SNIPPETS])
 def test_real_code_snippets_are_code_and_only_improve_the_verdict(case: str, name: str, lang: str) -> None:
     """Code is never evidence, but its settings may decide: d052's code raises a timeout the logs show was never
@@ -278,30 +282,30 @@ def test_real_code_snippets_are_code_and_only_improve_the_verdict(case: str, nam
     assert both.code_files == (name,) and not [e for e in both.decisive if e.file == name]
 
 
-@pytest.mark.skipif(not REAL.is_dir(), reason="real-issues corpus not available")
+@pytest.mark.skipif(not REAL.is_dir(), reason=f"{ABSENT} (real-issues)")
 def test_the_real_60_s_timeout_is_read_with_its_line_and_matches_the_logs() -> None:
     folder = REAL / "d027"
     t = build([folder / "train.log", folder / "distributed_py_snippet.txt"])
-    assert configured_pg_timeout(t) == {
+    assert configured_pg_timeout(t).as_dict() == {
         "seconds": 60.0,
         "value": "timedelta(seconds=60)",
         "name": "init_process_group(timeout=)",
         "file": "distributed_py_snippet.txt",
         "line": 6,
     }
-    row = next(r for r in t.extra["settings"].iter_rows(named=True) if r["var"] == "init_process_group(timeout=)")
+    row = next(r for r in settings_rows(analyse(t)) if r["var"] == "init_process_group(timeout=)")
     assert "60 s" in row["verdict"] and "Timeout(ms)=60000 is this setting" in row["verdict"]
 
 
-@pytest.mark.skipif(not REAL.is_dir(), reason="real-issues corpus not available")
+@pytest.mark.skipif(not REAL.is_dir(), reason=f"{ABSENT} (real-issues)")
 def test_the_real_3_h_timeout_is_not_the_one_in_force() -> None:
     folder = REAL / "d052"
-    settings = build([folder / "train.log", folder / "code_snippet.txt"]).extra["settings"]
-    row = settings.filter(settings["var"] == "InitProcessGroupKwargs(timeout=)").row(0, named=True)
+    settings = settings_rows(analyse(build([folder / "train.log", folder / "code_snippet.txt"])))
+    row = next(r for r in settings if r["var"] == "InitProcessGroupKwargs(timeout=)")
     assert row["severity"] == "warn" and "3 h" in row["verdict"] and "Timeout(ms)=1800000" in row["verdict"]
 
 
-@pytest.mark.skipif(not REAL.is_dir(), reason="real-issues corpus not available")
+@pytest.mark.skipif(not REAL.is_dir(), reason=f"{ABSENT} (real-issues)")
 def test_the_real_launch_command_gives_its_launcher_arguments() -> None:
     code = build([REAL / "d047" / "launch_cmd.txt"]).extra["code_settings"]
     args = dict(zip(code["name"].to_list(), code["value"].to_list(), strict=True))
@@ -369,7 +373,7 @@ def test_a_notebook_is_read_cell_by_cell_with_file_lines(tmp_path: Path) -> None
 
 
 def test_comment_stripping_is_linear_and_respects_quotes() -> None:
-    from ncclpm.ingest.code_statements import strip_comment
+    from ncclpm.ingest.code.statements import strip_comment
 
     assert strip_comment("export NCCL_DEBUG=INFO  # was WARN") == "export NCCL_DEBUG=INFO  "
     assert strip_comment("echo '# not a comment' # a comment") == "echo '# not a comment' "

@@ -17,9 +17,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from ncclpm.ingest.build import build_tables
 from ncclpm.ingest.catalog import load_catalog
-from ncclpm.ingest.tables import Tables, build_tables
 from ncclpm.sources.discover import collect
+from ncclpm.tables import Tables
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ROOT / "tests" / "cases"

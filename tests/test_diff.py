@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from ncclpm.api import diff
 from ncclpm.cli import main
-from ncclpm.diff.units import duration_text, seconds_of
 from ncclpm.render.diff import render_diff
+from ncclpm.util.durations import coarse_duration, seconds_of
 
 PAIRS = Path(__file__).resolve().parent / "diff_cases"
 IFNAME = PAIRS / "ifname"
@@ -211,7 +211,7 @@ def test_one_sided_facts_claim_nothing(tmp_path: Path) -> None:
 )
 def test_durations(text: str, seconds: float) -> None:
     assert seconds_of(text) == seconds
-    assert seconds_of(duration_text(seconds)) == seconds
+    assert seconds_of(coarse_duration(seconds)) == seconds
 
 
 def test_dataloader_settings_where_logged() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ncclpm.api import diagnose
-from ncclpm.signals import exit_signal
+from ncclpm.util.signals import exit_signal
 
 SUMMARY = """\
 torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
@@ -55,7 +55,7 @@ def test_a_segfault_exit_does_not_point_at_shared_memory(tmp_path: Path) -> None
 
 
 def test_the_lookup_table_is_exit_signal() -> None:
-    from ncclpm.signals import EXIT_SIGNALS, exit_signal
+    from ncclpm.util.signals import EXIT_SIGNALS, exit_signal
 
     for code in range(-70, 260):
         assert EXIT_SIGNALS.get(code) == exit_signal(code), code

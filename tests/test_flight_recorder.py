@@ -11,7 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from ncclpm.ingest.flight_recorder import (
+from ncclpm.ingest.flight_recorder.load import (
     FR_ANALYSIS_SCHEMA,
     FR_ENTRIES_SCHEMA,
     FR_GROUPS_SCHEMA,
@@ -20,12 +20,11 @@ from ncclpm.ingest.flight_recorder import (
     version_tuple,
 )
 from ncclpm.sources.fr_sniff import looks_like_fr_dump
+from tests.shared import ABSENT, corpus
 from tests.synth.fr_dumps import generate
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-CORPUS = SHARED / "corpus"
-NVRX = CORPUS / "nvrx-fr"
-GLOO = CORPUS / "real-gloo"
+NVRX = corpus("nvrx-fr")
+GLOO = corpus("real-gloo")
 
 
 def _items(folder: Path) -> list[tuple[str, bytes]]:
@@ -84,7 +83,7 @@ def test_version_compare() -> None:
     assert version_tuple("2.10") > version_tuple("2.9")
 
 
-@pytest.mark.skipif(not NVRX.is_dir(), reason="shared corpus absent")
+@pytest.mark.skipif(not NVRX.is_dir(), reason=ABSENT)
 def test_nvrx_load() -> None:
     items = _items(NVRX / "lock_gil_1st")
     assert all(looks_like_fr_dump(n, b[:64]) for n, b in items)
@@ -96,7 +95,7 @@ def test_nvrx_load() -> None:
     assert g["ranks"] == list(range(8, 16)) and g["membership_source"] == "pg_config"
 
 
-@pytest.mark.skipif(not GLOO.is_dir(), reason="shared corpus absent")
+@pytest.mark.skipif(not GLOO.is_dir(), reason=ABSENT)
 def test_gloo_raw_groups_derived_and_dedup() -> None:
     load = load_fr_dumps(_items(GLOO / "mismatched_collectives" / "size" / "fr"))
     assert sorted(load.dumps.filter("used")["rank"].to_list()) == [0, 1]
@@ -105,7 +104,7 @@ def test_gloo_raw_groups_derived_and_dedup() -> None:
     assert load.groups["group_key"].to_list() == ["0"]
 
 
-@pytest.mark.skipif(not GLOO.is_dir(), reason="shared corpus absent")
+@pytest.mark.skipif(not GLOO.is_dir(), reason=ABSENT)
 def test_gloo_json_and_detail_keys() -> None:
     items = _items(GLOO / "mismatched_collectives" / "skip_debug_detail" / "fr" / "json")
     assert all(looks_like_fr_dump(n, b[:64]) for n, b in items)

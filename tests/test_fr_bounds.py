@@ -23,8 +23,8 @@ from click.testing import CliRunner
 
 from ncclpm.analysis.fr_match import analyze_fr
 from ncclpm.cli import main
-from ncclpm.ingest import fr_scan
-from ncclpm.ingest.flight_recorder import load_fr_dumps
+from ncclpm.ingest.flight_recorder import scan as fr_scan
+from ncclpm.ingest.flight_recorder.load import load_fr_dumps
 
 ROOT = Path(__file__).resolve().parents[1]
 CASE = ROOT / "tests" / "cases" / "rank0_slow_work__torchrun_3ranks" / "input"
@@ -91,7 +91,7 @@ def hostile_dumps() -> dict[str, bytes]:
 _CHILD = """
 import json, pickle, re, resource, sys
 from ncclpm.analysis.fr_match import analyze_fr
-from ncclpm.ingest.flight_recorder import load_fr_dumps
+from ncclpm.ingest.flight_recorder.load import load_fr_dumps
 payloads, real = pickle.load(open(sys.argv[1], "rb")), open(sys.argv[2], "rb").read()
 analyze_fr(load_fr_dumps([("fr_trace_rank_1", real)]))  # warm up: polars threads and allocator arenas exist
 vm = int(re.search(r"VmSize:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) << 10

@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 
 from ncclpm.api import diagnose
+from tests.shared import ABSENT, corpus
 
-NVRX = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "nvrx-fr"
+NVRX = corpus("nvrx-fr")
 SETS = {"gpu_error_1st": (12, 14), "lock_gil_1st": (9, 14)}
 
 
-@pytest.mark.skipif(not NVRX.is_dir(), reason="../shared/corpus/nvrx-fr not present")
+@pytest.mark.skipif(not NVRX.is_dir(), reason=ABSENT)
 @pytest.mark.parametrize(("name", "injected"), SETS.items())
 def test_nvrx_dumps_name_exactly_the_injected_ranks(name: str, injected: tuple[int, ...]) -> None:
     d = diagnose(sorted((NVRX / name).glob("_dump_*")))
@@ -26,7 +27,7 @@ def test_nvrx_dumps_name_exactly_the_injected_ranks(name: str, injected: tuple[i
     assert all(e.file.startswith("_dump_") for e in d.primary.evidence)
 
 
-@pytest.mark.skipif(not NVRX.is_dir(), reason="../shared/corpus/nvrx-fr not present")
+@pytest.mark.skipif(not NVRX.is_dir(), reason=ABSENT)
 def test_dump_order_does_not_change_the_verdict() -> None:
     files = sorted((NVRX / "lock_gil_1st").glob("_dump_*"))
     assert diagnose(files).culprit_ranks == diagnose(files[::-1]).culprit_ranks == SETS["lock_gil_1st"]

@@ -9,13 +9,13 @@ import polars as pl
 import pytest
 
 from ncclpm.analysis.fr_match import analyze_fr
-from ncclpm.ingest.flight_recorder import load_fr_dumps
+from ncclpm.ingest.flight_recorder.load import load_fr_dumps
+from tests.shared import ABSENT, corpus
 from tests.synth.fr_dumps import FAULTS, culprit_rank, generate
 
-CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
-NVRX = CORPUS / "nvrx-fr"
-GLOO = CORPUS / "real-gloo"
-needs_corpus = pytest.mark.skipif(not GLOO.is_dir() or not NVRX.is_dir(), reason="shared corpus absent")
+NVRX = corpus("nvrx-fr")
+GLOO = corpus("real-gloo")
+needs_corpus = pytest.mark.skipif(not GLOO.is_dir() or not NVRX.is_dir(), reason=ABSENT)
 
 
 def _items(folder: Path, suffix: str | None = None) -> list[tuple[str, bytes]]:

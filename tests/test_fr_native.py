@@ -11,14 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from ncclpm.ingest import fr_decode, fr_native
-from ncclpm.ingest.flight_recorder import FRLoad, load_fr_dumps
+from ncclpm.ingest.flight_recorder import decode as fr_decode
+from ncclpm.ingest.flight_recorder import native as fr_native
+from ncclpm.ingest.flight_recorder.load import load_fr_dumps
+from ncclpm.tables.fr import FRLoad
+from tests.shared import corpus
 from tests.synth.fr_dumps import FAULTS, generate
 from tests.test_fr_bounds import REAL_DUMP, _mutations, hostile_dumps, wrong_metadata
 
 pytestmark = pytest.mark.skipif(fr_native._frdecode is None, reason="the C decoder is not built in this install")
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS = Path("/work/shared/corpus")  # reference material on the dev machine; absent elsewhere
+CORPUS = corpus()  # reference material beside the checkout; absent elsewhere
 
 
 def _load(items: list, native: bool, monkeypatch: pytest.MonkeyPatch, **kw: str) -> tuple[FRLoad, int]:

@@ -9,8 +9,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from ncclpm.ingest import fr_decode
-from ncclpm.ingest.flight_recorder import FRLoad, load_fr_dumps
+from ncclpm.ingest.flight_recorder import decode as fr_decode
+from ncclpm.ingest.flight_recorder.load import load_fr_dumps
+from ncclpm.tables.fr import FRLoad
 from tests.synth.fr_dumps import generate
 
 

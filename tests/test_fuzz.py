@@ -1,7 +1,7 @@
 """Property tests (hypothesis) over the line parsers, the ingest pipeline and the dump loader: on random and mutated
 input no exception escapes and the output is deterministic (the same input twice gives identical frames and warnings).
 
-Seeds are real: lines and logs of tests/cases, dumps of tests/cases/*/input/fr and /work/shared/corpus/nvrx-fr (when
+Seeds are real: lines and logs of tests/cases, dumps of tests/cases/*/input/fr and ../shared/corpus/nvrx-fr (when
 present). Strategies build the right shape first and confuse types at the leaves (a random dict almost never looks
 like a dump). CI runs each target with a small fixed budget (derandomized, no example database); the long run is
 `python scripts/fuzz_long.py`, which uses the same `TARGETS` with a big budget.
@@ -27,20 +27,21 @@ from hypothesis import strategies as st
 
 from ncclpm.api import catalog
 from ncclpm.engine import diagnose_tables
-from ncclpm.ingest.errorfiles import read_error_files
-from ncclpm.ingest.extract import extract_events, parse_lines
-from ncclpm.ingest.flight_recorder import load_fr_dumps
-from ncclpm.ingest.lines import read_kept_lines
-from ncclpm.ingest.multiline import parse_elastic_summaries, stitch_tracebacks
+from ncclpm.ingest.build import build_tables
+from ncclpm.ingest.flight_recorder.load import load_fr_dumps
 from ncclpm.ingest.selftest import parse_one
-from ncclpm.ingest.tables import build_tables
+from ncclpm.ingest.text.errorfiles import read_error_files
+from ncclpm.ingest.text.extract import extract_events, parse_lines
+from ncclpm.ingest.text.lines import read_kept_lines
+from ncclpm.ingest.text.multiline import parse_elastic_summaries, stitch_tracebacks
 from ncclpm.sources.discover import Source, collect
 from tests.fuzz_dumps import TARGET_SPECS as DUMP_TARGETS
 from tests.fuzz_inputs import TARGET_SPECS as INPUT_TARGETS
+from tests.shared import corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ROOT / "tests" / "cases"
-NVRX = Path("/work/shared/corpus/nvrx-fr")
+NVRX = corpus("nvrx-fr")
 
 
 # ------------------------------------------------------------------------------------------------------ seeds

@@ -41,7 +41,7 @@ from click.testing import CliRunner
 from ncclpm.api import build, catalog, diagnose
 from ncclpm.cli import main
 from ncclpm.engine import diagnose_tables
-from ncclpm.ingest.tables import build_tables
+from ncclpm.ingest.build import build_tables
 from ncclpm.sources.discover import collect
 from tests.test_hostile_pickles import payloads
 
@@ -581,8 +581,8 @@ def test_a_dump_whose_rank_does_not_fit_int32_is_skipped_not_fatal(tmp_path: Pat
 
 def test_a_dump_with_oddly_typed_values_does_not_take_the_others_down() -> None:
     """Found by scripts/fuzz_long.py: one dump's malformed nested value made the whole chunk fail to convert."""
-    from ncclpm.ingest.flight_recorder import load_fr_dumps
-    from ncclpm.ingest.fr_decode import _NoGlobalsUnpickler
+    from ncclpm.ingest.flight_recorder.decode import _NoGlobalsUnpickler
+    from ncclpm.ingest.flight_recorder.load import load_fr_dumps
 
     good = (CASE / "fr" / "raw" / "fr_trace_rank_1").read_bytes()
     odd = _NoGlobalsUnpickler(io.BytesIO(good)).load()

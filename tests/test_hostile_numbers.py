@@ -21,8 +21,8 @@ import pytest
 
 from ncclpm.api import catalog
 from ncclpm.engine import diagnose_tables
-from ncclpm.ingest.extract import extract_events, parse_lines
-from ncclpm.ingest.tables import build_tables
+from ncclpm.ingest.build import build_tables
+from ncclpm.ingest.text.extract import extract_events, parse_lines
 from ncclpm.render import RENDERERS, render
 from ncclpm.sources.discover import Job, Source
 from tests.test_hostile_files import _capped_python

@@ -28,7 +28,7 @@ from click.testing import CliRunner
 
 from ncclpm.api import build, diagnose
 from ncclpm.cli import main
-from ncclpm.ingest.flight_recorder import load_fr_dumps
+from ncclpm.ingest.flight_recorder.load import load_fr_dumps
 
 ROOT = Path(__file__).resolve().parents[1]
 CASE = ROOT / "tests" / "cases" / "rank0_slow_work__torchrun_3ranks" / "input"
@@ -208,7 +208,7 @@ def test_a_restricted_load_of_a_real_dump_still_works() -> None:
 
 _BOMB_CHILD = """
 import json, re, resource, sys
-from ncclpm.ingest.flight_recorder import load_fr_dumps
+from ncclpm.ingest.flight_recorder.load import load_fr_dumps
 bomb, real = open(sys.argv[1], "rb").read(), open(sys.argv[2], "rb").read()
 load_fr_dumps([("fr_trace_rank_1", real)])  # warm up: polars threads and allocator arenas exist
 vm = int(re.search(r"VmSize:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) << 10

@@ -7,8 +7,8 @@ from datetime import datetime
 import polars as pl
 
 from ncclpm.api import catalog
-from ncclpm.ingest.extract import extract_events, parse_lines
-from ncclpm.ingest.multiline import parse_elastic_summaries, rank_summary_blocks, stitch_tracebacks
+from ncclpm.ingest.text.extract import extract_events, parse_lines
+from ncclpm.ingest.text.multiline import parse_elastic_summaries, rank_summary_blocks, stitch_tracebacks
 
 
 def _parse(lines: list[str], source: str = "job.log") -> pl.DataFrame:

@@ -15,7 +15,7 @@ from jsonschema import Draft202012Validator
 
 from ncclpm.api import diagnose
 from ncclpm.render import render
-from ncclpm.schema import Category
+from ncclpm.tables.schema import Category
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "docs" / "report.schema.json").read_text(encoding="utf-8"))

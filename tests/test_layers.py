@@ -1,6 +1,7 @@
-"""Layers: which package may import which. The model depends on nothing; rendering reads only the model; ingest
-reads sources, never the analysis; no two packages import each other (imports inside functions count, imports
-under `if TYPE_CHECKING:` do not)."""
+"""Layers: which package may import which. The stages are ordered (`ORDER`): each imports only those below it;
+the model depends on nothing; rendering reads only the model; no two packages import each other. Every import
+counts: inside functions, and under `if TYPE_CHECKING:` (a type is a dependency too: one pointing up is a layer
+the code leans on without saying so)."""
 
 from __future__ import annotations
 
@@ -25,16 +26,10 @@ def _is_module(name: str) -> bool:
     return (SRC / f"{name}.py").exists() or (SRC / name).is_dir()
 
 
-def _runtime_imports(path: Path) -> set[str]:
+def _imports(path: Path) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    skip: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
     found = set()
     for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             if node.module == "ncclpm":  # `from ncclpm import x`: a submodule, or a name of the package itself
                 names = [f"ncclpm.{a.name}" for a in node.names if _is_module(a.name)] or ["ncclpm"]
@@ -52,7 +47,7 @@ def _graph() -> dict[str, set[str]]:
         rel = path.relative_to(SRC.parent).with_suffix("")
         module = ".".join(p for p in rel.parts if p != "__init__")
         unit = _unit(module)
-        graph.setdefault(unit, set()).update(_unit(m) for m in _runtime_imports(path) if _unit(m) != unit)
+        graph.setdefault(unit, set()).update(_unit(m) for m in _imports(path) if _unit(m) != unit)
     return graph
 
 
@@ -73,6 +68,41 @@ def test_render_reads_only_the_model() -> None:
     leaves = {unit for unit, deps in GRAPH.items() if not deps}
     assert "model" in GRAPH["render"]
     assert GRAPH["render"] <= leaves | {"ncclpm"}, GRAPH["render"] - leaves
+
+
+# The stages, lowest first: a unit imports only units listed before it (and the package's own `__version__`).
+# sources -> ingest -> tables -> analysis -> rules -> engine -> report -> Diagnosis -> render; `tables` sits below
+# `ingest` in imports because it is the contract ingest builds and every later stage reads.
+ORDER = (
+    "util",
+    "model",
+    "diff_model",
+    "precedence",
+    "tables",
+    "sources",
+    "ingest",
+    "analysis",
+    "rules",
+    "report",
+    "engine",
+    "diff",
+    "render",
+    "ruledocs",
+    "api",
+    "triage",
+    "cli",
+    "__main__",
+)
+
+
+def test_every_unit_has_its_place_in_the_stages() -> None:
+    assert set(GRAPH) - {"ncclpm"} == set(ORDER), "a new package or root module: give it its place in ORDER"
+
+
+@pytest.mark.parametrize("unit", ORDER)
+def test_a_stage_imports_only_the_stages_below_it(unit: str) -> None:
+    below = set(ORDER[: ORDER.index(unit)]) | {"ncclpm"}
+    assert GRAPH.get(unit, set()) <= below, f"{unit} imports {sorted(GRAPH[unit] - below)}"
 
 
 @pytest.mark.parametrize(("lower", "upper"), [("ingest", "analysis"), ("sources", "ingest"), ("render", "triage")])
@@ -98,7 +128,8 @@ def test_importing_ncclpm_or_its_renderers_loads_no_parser_table_or_rule() -> No
     code = (
         "import sys, ncclpm, ncclpm.render, ncclpm.model\n"
         "heavy = [m for m in sys.modules if m.split('.')[:2] in (['ncclpm','sources'], ['ncclpm','ingest'], "
-        "['ncclpm','rules'], ['ncclpm','analysis'], ['ncclpm','triage']) or m == 'polars']\n"
+        "['ncclpm','tables'], ['ncclpm','rules'], ['ncclpm','analysis'], ['ncclpm','report'], ['ncclpm','triage']) "
+        "or m == 'polars']\n"
         "print(heavy)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -16,7 +16,7 @@ import pytest
 
 from ncclpm.api import build, diagnose
 from ncclpm.ingest.catalog import CatalogError, load_catalog
-from ncclpm.ingest.nccl_messages import BENIGN, CASE_MARK, Message, reading
+from ncclpm.ingest.text.nccl_messages import BENIGN, CASE_MARK, Message, reading
 from ncclpm.model import Category
 from tests import nccl_vocab_instances as nvi
 
@@ -189,7 +189,7 @@ def test_the_message_wins_over_its_wrapper() -> None:
     for sig, group in verdict_groups().items():
         i = group[-1]
         d = diagnose(stdin_bytes=nvi.wrapped(i.message).encode())
-        kind, category, strength, alone = sig[:4]
+        kind, category, _strength, alone = sig[:4]
         # a local process gone (peer_closed) names a crash however weak the line
         names_cause = category not in (BENIGN, Category.UNKNOWN) and ((alone or 0) >= 0.5 or kind == "peer_closed")
         want = category if names_cause else FALLBACK
@@ -208,47 +208,109 @@ def test_the_message_wins_over_its_wrapper() -> None:
     [
         # the quoted CUDA error decides `Cuda failure`
         ("node1:1:1 [0] include/alloc.h:228 NCCL WARN Cuda failure 2 'out of memory'", "cuda_oom", "cuda_oom"),
-        ("node1:1:1 [0] transport/p2p.cc:275 NCCL WARN Cuda failure 'operation not supported'", "shm_p2p_topology",
-         "p2p_error"),
+        (
+            "node1:1:1 [0] transport/p2p.cc:275 NCCL WARN Cuda failure 'operation not supported'",
+            "shm_p2p_topology",
+            "p2p_error",
+        ),
         ("node1:1:1 [0] transport/p2p.cc:275 NCCL WARN Cuda failure 2 'out of memory'", "cuda_oom", "cuda_oom"),
-        ("node1:1:1 [0] transport/nvls.cc:165 NCCL WARN Cuda failure 'invalid argument'", "nvml_driver_failure",
-         "gpu_fabric_error"),
-        ("node1:1:1 [0] init.cc:1 NCCL WARN Cuda failure 802 'system not yet initialized'", "nvml_driver_failure",
-         "gpu_fabric_error"),
-        ("node1:1:1 [0] init.cc:1 NCCL WARN Cuda failure 'CUDA driver version is insufficient for CUDA runtime "
-         "version'", "config_version", "cuda_build_mismatch"),
-        ("node1:1:1 [0] enqueue.cc:1 NCCL WARN Cuda failure 'an illegal memory access was encountered'",
-         "rank_crash", "cuda_error"),
+        (
+            "node1:1:1 [0] transport/nvls.cc:165 NCCL WARN Cuda failure 'invalid argument'",
+            "nvml_driver_failure",
+            "gpu_fabric_error",
+        ),
+        (
+            "node1:1:1 [0] init.cc:1 NCCL WARN Cuda failure 802 'system not yet initialized'",
+            "nvml_driver_failure",
+            "gpu_fabric_error",
+        ),
+        (
+            "node1:1:1 [0] init.cc:1 NCCL WARN Cuda failure 'CUDA driver version is insufficient for CUDA runtime "
+            "version'",
+            "config_version",
+            "cuda_build_mismatch",
+        ),
+        (
+            "node1:1:1 [0] enqueue.cc:1 NCCL WARN Cuda failure 'an illegal memory access was encountered'",
+            "rank_crash",
+            "cuda_error",
+        ),
         ("node1:1:1 [0] enqueue.cc:1 NCCL WARN Cuda failure 'invalid argument'", "unknown", "nccl_internal"),
         # the errno decides a socket or verbs call
-        ("node1:1:1 [0] misc/socket.cc:1 NCCL WARN Call to bind failed : Cannot assign requested address",
-         "network_transport", "network_error"),
-        ("[2025-08-22 17:44:36] node02:6801:6839 [1] ras/client_support.cc:159 NCCL WARN Call to bind failed: Address "
-         "already in use", "benign", "nccl_fallback"),
-        ("node1:1:1 [0] misc/socket.cc:1 NCCL WARN Call to socket failed: Too many open files", "config_version",
-         "fd_exhaustion"),
-        ("node1:1:1 [0] misc/ibvwrap.cc:278 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Cannot allocate "
-         "memory", "config_version", "nccl_config"),
-        ("node1:1:1 [0] misc/ibvwrap.cc:1 NCCL WARN Call to ibv_modify_qp failed with error Connection timed out "
-         "errno 110", "network_transport", "network_error"),
-        ("node1:1:1 [0] transport/net_ib.cc:1 NCCL WARN NET/IB : mlx5_0:1 Got async event : GID table change",
-         "benign", "nccl_fallback"),
-        ("node1:1:1 [0] transport/net_ib.cc:1 NCCL WARN NET/IB : mlx5_0:1 Got async event : local work queue "
-         "catastrophic error", "network_transport", "network_error"),
-        ("node1:1:1 [0] misc/nvmlwrap.cc:187 NCCL WARN nvmlDeviceGetHandleByPciBusId() failed: Not Found",
-         "shm_p2p_topology", "gpu_not_visible"),
-        ("node1:1:1 [0] misc/nvmlwrap.cc:187 NCCL WARN nvmlDeviceGetHandleByPciBusId() failed: Unknown Error",
-         "nvml_driver_failure", "nvml_error"),
+        (
+            "node1:1:1 [0] misc/socket.cc:1 NCCL WARN Call to bind failed : Cannot assign requested address",
+            "network_transport",
+            "network_error",
+        ),
+        (
+            "[2025-08-22 17:44:36] node02:6801:6839 [1] ras/client_support.cc:159 NCCL WARN Call to bind failed: Address "
+            "already in use",
+            "benign",
+            "nccl_fallback",
+        ),
+        (
+            "node1:1:1 [0] misc/socket.cc:1 NCCL WARN Call to socket failed: Too many open files",
+            "config_version",
+            "fd_exhaustion",
+        ),
+        (
+            "node1:1:1 [0] misc/ibvwrap.cc:278 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Cannot allocate "
+            "memory",
+            "config_version",
+            "nccl_config",
+        ),
+        (
+            "node1:1:1 [0] misc/ibvwrap.cc:1 NCCL WARN Call to ibv_modify_qp failed with error Connection timed out "
+            "errno 110",
+            "network_transport",
+            "network_error",
+        ),
+        (
+            "node1:1:1 [0] transport/net_ib.cc:1 NCCL WARN NET/IB : mlx5_0:1 Got async event : GID table change",
+            "benign",
+            "nccl_fallback",
+        ),
+        (
+            "node1:1:1 [0] transport/net_ib.cc:1 NCCL WARN NET/IB : mlx5_0:1 Got async event : local work queue "
+            "catastrophic error",
+            "network_transport",
+            "network_error",
+        ),
+        (
+            "node1:1:1 [0] misc/nvmlwrap.cc:187 NCCL WARN nvmlDeviceGetHandleByPciBusId() failed: Not Found",
+            "shm_p2p_topology",
+            "gpu_not_visible",
+        ),
+        (
+            "node1:1:1 [0] misc/nvmlwrap.cc:187 NCCL WARN nvmlDeviceGetHandleByPciBusId() failed: Unknown Error",
+            "nvml_driver_failure",
+            "nvml_error",
+        ),
         # wordings of other releases and plugins
-        ("node00:3171:3171 [0] include/socket.h:311 WARN Socket creation failed : Address family not supported by "
-         "protocol", "network_transport", "network_error"),
-        ("node1:1:1 [0] transport/net.cc:1 NCCL WARN NET/IBext_v8 : Got completion from peer 10.0.0.2<41524> with "
-         "status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_SEND(0)", "network_transport", "network_error"),
-        ("node1:1:1 [0] init.cc:1247 NCCL WARN Mismatched collective detected, please check your collective calls "
-         "at and around rank 11. You can use NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=COLL to see the collective logs",
-         "mismatched_collectives", "mismatch_detected"),
-        ("[2026-10-07 04:16:41] node5:71:90 [0] misc/socket.cc:1 (ncclSocketConnect) NCCL WARN ncclSocketConnect: "
-         "socket is invalid", "unknown", "nccl_internal"),
+        (
+            "node00:3171:3171 [0] include/socket.h:311 WARN Socket creation failed : Address family not supported by "
+            "protocol",
+            "network_transport",
+            "network_error",
+        ),
+        (
+            "node1:1:1 [0] transport/net.cc:1 NCCL WARN NET/IBext_v8 : Got completion from peer 10.0.0.2<41524> with "
+            "status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_SEND(0)",
+            "network_transport",
+            "network_error",
+        ),
+        (
+            "node1:1:1 [0] init.cc:1247 NCCL WARN Mismatched collective detected, please check your collective calls "
+            "at and around rank 11. You can use NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=COLL to see the collective logs",
+            "mismatched_collectives",
+            "mismatch_detected",
+        ),
+        (
+            "[2026-10-07 04:16:41] node5:71:90 [0] misc/socket.cc:1 (ncclSocketConnect) NCCL WARN ncclSocketConnect: "
+            "socket is invalid",
+            "unknown",
+            "nccl_internal",
+        ),
     ],
 )
 def test_readings_decided_by_a_field_or_the_file(line: str, category: str, kind: str) -> None:

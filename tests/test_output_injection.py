@@ -160,7 +160,7 @@ def test_every_string_of_a_diagnosis_is_escaped_in_every_format(poisoned, fmt: s
 
 
 def _dump_with(profiling_name: str, version: str) -> bytes:
-    from ncclpm.ingest.fr_decode import _NoGlobalsUnpickler
+    from ncclpm.ingest.flight_recorder.decode import _NoGlobalsUnpickler
 
     dump = _NoGlobalsUnpickler(io.BytesIO((CASE / "fr" / "raw" / "fr_trace_rank_1").read_bytes())).load()
     dump["comm_lib_version"] = version
@@ -204,7 +204,7 @@ def test_a_job_carrying_markup_in_every_input_field(hostile_job: Path, tmp_path:
 
 
 def test_the_stack_tree_fence_cannot_be_closed_by_a_frame(poisoned) -> None:
-    from ncclpm.escape import md_fenced
+    from ncclpm.util.escape import md_fenced
 
     block = md_fenced(["a ``` b", "````", "ok"])
     fence = block.splitlines()[0]

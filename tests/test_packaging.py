@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -34,7 +36,7 @@ def test_wheel_installs_and_diagnoses_from_another_directory(tmp_path: Path) -> 
         [
             py,
             "-c",
-            "import ncclpm.resources as r, ncclpm.render.template_code as t; "
+            "import ncclpm.util.resources as r, ncclpm.render.template_code as t; "
             "print(r.data_dir('templates'), len(t.read_snapshot().codes), len(r._snapshot()))",
         ],
         cwd=work,
@@ -46,10 +48,25 @@ def test_wheel_installs_and_diagnoses_from_another_directory(tmp_path: Path) -> 
     assert int(where.split()[-1]) >= 15, "the wheel records the catalogs' parse (hatch_build.py)"
     assert int(where.split()[-2]) >= 9, "and the templates' compiled code"
     assert list(work.iterdir()) == [], "nothing is written to the working directory"
+    if shutil.which("cc") and not os.environ.get("NCCLPM_PURE_PYTHON"):  # the C helpers, each beside its reference
+        native = subprocess.run(
+            [
+                py,
+                "-c",
+                "import ncclpm.ingest.text.rawscan as t, ncclpm.ingest.flight_recorder.native as d, "
+                "ncclpm.ingest.flight_recorder.scan as s; print(t.native(), d._frdecode is not None, "
+                "s._frscan is not None, d._frdecode.__file__)",
+            ],
+            cwd=work,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        assert native[:3] == ["True", "True", "True"] and "site-packages" in native[3], native
 
 
 def test_checkout_resolves_data_from_the_repository() -> None:
-    from ncclpm.resources import data_dir
+    from ncclpm.util.resources import data_dir
 
     assert data_dir("parsers") == ROOT / "parsers" or "_data" in str(data_dir("parsers"))
     assert (data_dir("templates") / "report.md").is_file()

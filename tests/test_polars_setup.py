@@ -1,4 +1,4 @@
-"""Polars' settings per job (`ncclpm.polars_setup`): a job of flight-recorder dumps gets them before polars loads,
+"""Polars' settings per job (`ncclpm.ingest.polars_setup`): a job of flight-recorder dumps gets them before polars loads,
 a text job keeps polars' defaults, and a user's own setting wins."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ncclpm.polars_setup import FR_SETTINGS, mostly_dumps
+from ncclpm.ingest.polars_setup import FR_SETTINGS, mostly_dumps
 from ncclpm.sources.discover import collect
 from tests.synth.fr_dumps import generate
 

@@ -12,9 +12,9 @@ import polars as pl
 import pytest
 
 from ncclpm.api import catalog
-from ncclpm.ingest import lines as lines_mod
-from ncclpm.ingest import rawscan
-from ncclpm.ingest.extract import row_columns
+from ncclpm.ingest.text import lines as lines_mod
+from ncclpm.ingest.text import rawscan
+from ncclpm.ingest.text.extract import row_columns
 from ncclpm.sources.discover import collect
 
 ROOT = Path(__file__).resolve().parents[1]

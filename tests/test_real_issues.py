@@ -23,11 +23,12 @@ from tests.real_issues import (
     run_case,
     total,
 )
+from tests.shared import ABSENT
 
 FLOOR = 0.87  # share of the corpus score; raised as readings land
 CONCLUSIVE_PRECISION = 0.95  # a conclusive answer must be right (label) at least this often
 NAMES = case_names()
-needs_corpus = pytest.mark.skipif(corpus_dir() is None, reason="../shared/corpus/real-issues not present")
+needs_corpus = pytest.mark.skipif(corpus_dir() is None, reason=ABSENT)
 
 
 @needs_corpus
@@ -59,7 +60,7 @@ def test_real_issues_summary(capsys: pytest.CaptureFixture[str]) -> None:
     fresh = doc_with(results, text)
     if os.environ.get("NCCLPM_UPDATE_DOCS"):
         DOC.write_text(fresh, encoding="utf-8")
-    assert fresh == text, "docs/REAL_ISSUES.md is stale: rerun with NCCLPM_UPDATE_DOCS=1"
+    assert fresh == text, "docs/REAL_ISSUES.md is stale: run `python scripts/regenerate.py` (or NCCLPM_UPDATE_DOCS=1)"
 
 
 @needs_corpus

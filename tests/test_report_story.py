@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ncclpm.actions import BY_CATEGORY, BY_RULE, action_for, check
 from ncclpm.model import Action, Category, Finding, Moment, rank_span, said
-from ncclpm.story import _order
+from ncclpm.report.actions import BY_CATEGORY, BY_RULE, action_for, check
+from ncclpm.report.story import _order
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden"

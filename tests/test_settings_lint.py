@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from ncclpm.api import build, diagnose
-from ncclpm.ingest.settings import verdict
 from ncclpm.render import render
+from ncclpm.report.settings import verdict
 
 CASE = Path(__file__).resolve().parent / "cases" / "issue4_settings_do_nothing" / "input"
 

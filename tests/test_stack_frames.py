@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ncclpm.ingest.stack_frames import frame_rules, short_file
+from ncclpm.ingest.stacks.frames import frame_rules, short_file
 
 RULES = frame_rules()
 ENTRIES = [(a, ex, True) for a in RULES.activities for ex in a.examples] + [

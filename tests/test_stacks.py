@@ -12,18 +12,16 @@ import pytest
 
 from ncclpm.analysis.stack_tree import build_stack_tree
 from ncclpm.api import diagnose
+from ncclpm.ingest.build import build_tables
 from ncclpm.ingest.catalog import load_catalog
-from ncclpm.ingest.tables import build_tables
 from ncclpm.render import render
 from ncclpm.sources.discover import collect
 from ncclpm.sources.stack_sniff import stack_format
+from tests.shared import ABSENT, corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ROOT / "tests" / "cases"
-SHARED = ROOT.parent / "shared" / "corpus"
-if not SHARED.exists():
-    SHARED = Path("/work/shared/corpus")
-ISSUES = SHARED / "real-issues" / "cases"
+ISSUES = corpus("real-issues", "cases")
 
 
 def _stacks(path: Path) -> pl.DataFrame:
@@ -217,7 +215,7 @@ def test_hostile_dump_text_is_read_safely(tmp_path: Path) -> None:
 def test_real_users_pyspy_dump_of_a_dataloader_hang() -> None:
     case = ISSUES / "d018"
     if not case.exists():
-        pytest.skip(f"real-issues corpus not found at {ISSUES} (shared/ is not part of the repository)")
+        pytest.skip(f"{ABSENT} (real-issues)")
     d = diagnose([case])
     assert str(d.category) == "dataloader_hang" and list(d.culprit_ranks) == [0]
     assert "__next__ (fairseq/data/iterators.py:648)" in d.summary
@@ -227,7 +225,7 @@ def test_real_users_pyspy_dump_of_a_dataloader_hang() -> None:
 def test_real_users_gdb_backtrace_of_a_stuck_watchdog() -> None:
     case = ISSUES / "d050"
     if not case.exists():
-        pytest.skip(f"real-issues corpus not found at {ISSUES} (shared/ is not part of the repository)")
+        pytest.skip(f"{ABSENT} (real-issues)")
     stacks = _stacks(case)
     assert stacks["format"].unique().to_list() == ["gdb"]
     assert stacks["thread"].unique().to_list() == ["9"] or stacks["main_thread"].sum() == 0

@@ -56,23 +56,23 @@ def test_import_ncclpm_is_lazy_but_complete() -> None:
 
 def test_the_band_list_is_the_bands() -> None:
     from ncclpm.cli import BANDS
-    from ncclpm.schema import Band
+    from ncclpm.tables.schema import Band
 
     assert tuple(str(b) for b in Band) == BANDS
 
 
 def test_the_rules_index_is_the_registry() -> None:
-    """`rules` and `explain` answer from rules_index.json: regenerate it (`python -m ncclpm.rules_index`) when a
+    """`rules` and `explain` answer from rules_index.json: regenerate it (`python scripts/regenerate.py`) when a
     rule's id, name, category or documentation changes."""
     from ncclpm.precedence import PRECEDENCE
-    from ncclpm.rules_index import INDEX, generate, load
+    from ncclpm.ruledocs.index import INDEX, generate, load
 
-    assert INDEX.read_text(encoding="utf-8") == generate(), "stale: run `python -m ncclpm.rules_index`"
+    assert INDEX.read_text(encoding="utf-8") == generate(), "stale: run `python scripts/regenerate.py`"
     assert sorted(load()) == sorted(rule_id for rule_id, _ in PRECEDENCE)
 
 
 def test_a_rule_missing_from_the_index_is_read_from_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ncclpm import rules_index
+    from ncclpm.ruledocs import index as rules_index
     from ncclpm.rules import by_id
 
     full = rules_index.load()

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ncclpm import resources
 from ncclpm.cli import main
+from ncclpm.util import resources
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_logs" / "nccl_rank0_sample_generation"
@@ -114,7 +114,7 @@ def test_the_command_writes_its_output_file_whole(tmp_path: Path) -> None:
 def test_an_anchor_cut_by_newlines_is_found_with_its_metacharacters_literal() -> None:
     import re
 
-    from ncclpm.ingest.rawscan import hit_line_regex
+    from ncclpm.ingest.text.rawscan import hit_line_regex
 
     anchor = "a.b(c)|d[e]{f}^$*+?\\g"
     rx = re.compile(hit_line_regex((anchor, "zz"), across_newlines=True))
@@ -130,7 +130,7 @@ def test_parse_lines_of_no_text_has_the_schema_of_parse_lines_of_text() -> None:
     import polars as pl
 
     from ncclpm.api import catalog
-    from ncclpm.ingest.extract import PARSED_SCHEMA, parse_lines
+    from ncclpm.ingest.text.extract import PARSED_SCHEMA, parse_lines
 
     kept = pl.DataFrame({"source": ["a.log"], "line": [1], "raw": ["[rank0]: hello"]})
     assert parse_lines(kept, catalog()).schema == PARSED_SCHEMA
@@ -213,7 +213,7 @@ def test_a_job_without_dumps_does_not_load_the_dump_reader() -> None:
     code = (
         "import sys\nfrom ncclpm.cli import main\n"
         "try:\n    main(sys.argv[1:], prog_name='ncclpm')\nexcept SystemExit:\n    pass\n"
-        "dump = ('ncclpm.ingest.flight_recorder', 'ncclpm.ingest.fr_decode', 'pickle')\n"
+        "dump = ('ncclpm.ingest.flight_recorder.load', 'ncclpm.ingest.flight_recorder.decode', 'pickle')\n"
         "print(sorted(m for m in dump if m in sys.modules), file=sys.stderr)"
     )
     res = subprocess.run(
@@ -227,13 +227,13 @@ def test_a_c_module_built_from_older_sources_means_the_python_text_path(monkeypa
     import importlib
     import types
 
-    from ncclpm import ingest
-    from ncclpm.ingest import rawscan
+    from ncclpm.ingest import text
+    from ncclpm.ingest.text import rawscan
 
-    stale = types.ModuleType("ncclpm.ingest._textcut")
+    stale = types.ModuleType("ncclpm.ingest.text._textcut")
     stale.Block = object  # an older build: no Matcher, scan_cut, utf8
-    monkeypatch.setitem(sys.modules, "ncclpm.ingest._textcut", stale)
-    monkeypatch.setattr(ingest, "_textcut", stale, raising=False)
+    monkeypatch.setitem(sys.modules, "ncclpm.ingest.text._textcut", stale)
+    monkeypatch.setattr(text, "_textcut", stale, raising=False)
     try:
         assert importlib.reload(rawscan)._textcut is None and not rawscan.native()
     finally:

@@ -9,9 +9,9 @@ from pathlib import Path
 import polars as pl
 
 from ncclpm.api import catalog
-from ncclpm.ingest import extract
-from ncclpm.ingest import lines as lines_mod
-from ncclpm.ingest.extract import parse_lines, row_columns, source_columns
+from ncclpm.ingest.text import extract
+from ncclpm.ingest.text import lines as lines_mod
+from ncclpm.ingest.text.extract import parse_lines, row_columns, source_columns
 from ncclpm.sources.discover import collect
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,7 +110,7 @@ def test_readings_computed_on_their_kinds_rows_only_give_the_same_events(tmp_pat
     """`apply_readings` evaluates the readings on the events of kinds that have some (a large table) or on every
     event (a small one): the same columns either way, on the events of every case log."""
     from ncclpm.ingest import readings
-    from ncclpm.ingest.tables import build_tables
+    from ncclpm.ingest.build import build_tables
 
     cat = catalog()
     events = build_tables(collect([_case_job(tmp_path)]), cat).events
@@ -127,7 +127,7 @@ def test_readings_computed_on_their_kinds_rows_only_give_the_same_events(tmp_pat
 
 def test_events_of_kinds_by_row_numbers_are_the_filter_s_rows(tmp_path: Path) -> None:
     """`Tables.kinds` gathers the rows of each kind (numbered once): the rows, order and schema a filter gives."""
-    from ncclpm.ingest.tables import build_tables
+    from ncclpm.ingest.build import build_tables
 
     t = build_tables(collect([_case_job(tmp_path)]), catalog())
     kinds = t.events["kind"].unique().sort().to_list()

@@ -7,7 +7,7 @@ from pathlib import Path
 import polars as pl
 
 from ncclpm.api import catalog
-from ncclpm.ingest.lines import anchor_regex
+from ncclpm.ingest.text.lines import anchor_regex
 from ncclpm.sources.discover import _mostly_control
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +43,7 @@ def test_control_byte_count_is_the_plain_definition() -> None:
 def test_big_and_gzipped_files_read_in_blocks_give_the_same_lines(tmp_path: Path, monkeypatch) -> None:
     import gzip
 
-    from ncclpm.ingest import lines as lines_mod
+    from ncclpm.ingest.text import lines as lines_mod
     from ncclpm.sources.discover import collect
 
     logs = sorted((ROOT / "tests" / "cases").rglob("*.log"))[:40]
@@ -72,7 +72,7 @@ def test_blocks_scanned_in_the_pool_keep_their_order_warnings_and_failures(tmp_p
     blocks already scanned), while the files around it are read."""
     import gzip
 
-    from ncclpm.ingest import lines as lines_mod
+    from ncclpm.ingest.text import lines as lines_mod
     from ncclpm.sources.discover import collect
 
     lines = [f"[rank{i % 8}]: NCCL WARN step {i} timeout\n".encode() for i in range(3000)]

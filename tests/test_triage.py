@@ -105,7 +105,7 @@ def test_a_crash_inside_the_analysis_is_an_error_row(monkeypatch: pytest.MonkeyP
     def boom(*_a, **_k):
         raise RuntimeError("analysis exploded on 0xdeadbeef")
 
-    monkeypatch.setattr("ncclpm.ingest.tables.build_tables", boom)
+    monkeypatch.setattr("ncclpm.ingest.build.build_tables", boom)
     row = triage_job(str(SLOW))
     assert row["error"] == "RuntimeError: analysis exploded on 0xdeadbeef"
     assert row["signature"] == "RuntimeError: analysis exploded on <hex>"

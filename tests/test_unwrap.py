@@ -8,6 +8,7 @@ import pytest
 
 from ncclpm.api import build, diagnose
 from tests.real_issues import corpus_dir
+from tests.shared import ABSENT
 
 WATCHDOG = (
     "[rank{r}]:[E ProcessGroupNCCL.cpp:563] [Rank {r}] Watchdog caught collective operation timeout: "
@@ -86,7 +87,7 @@ def test_kernel_log_lines_of_one_length_stay_apart(tmp_path: Path) -> None:
     assert lines[0] in texts and not [t for t in texts if "bus.Nov" in t]
 
 
-@pytest.mark.skipif(corpus_dir() is None, reason="../shared/corpus/real-issues not present")
+@pytest.mark.skipif(corpus_dir() is None, reason=ABSENT)
 def test_the_real_hard_wrapped_torchtune_log_is_read() -> None:
     """torchtune#1165 (corpus d058): `...NumelOut=524290048, Timeo` / `ut(ms)=600000) ran for ...`."""
     log = corpus_dir() / "d058" / "train.log"  # type: ignore[operator]

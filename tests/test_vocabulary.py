@@ -12,11 +12,11 @@ import pytest
 
 from ncclpm.ingest.catalog import CatalogError, load_catalog
 from ncclpm.ingest.selftest import parse_one
-from ncclpm.ingest.tables import EXTRA_TABLES, TABLE_NAMES
-from ncclpm.kinds import K, UnknownKind
 from ncclpm.rules import ALL_RULES, check_registry
 from ncclpm.rules.base import Rule, RuleError
 from ncclpm.sources.paste import normalise_paste
+from ncclpm.tables import EXTRA_TABLES, TABLE_NAMES
+from ncclpm.tables.kinds import K, UnknownKind
 from ncclpm.triage.signature import signature, strip_prefix
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,7 +104,7 @@ def test_a_malformed_kind_is_refused(tmp_path: Path, entry: str, message: str) -
 def test_code_naming_an_undeclared_kind_fails_at_import() -> None:
     assert K.collective_timeout == "collective_timeout"
     with pytest.raises(UnknownKind, match=r"'colective_timeout' is not declared in kinds.toml.*'collective_timeout'"):
-        exec(compile("from ncclpm.kinds import K\nKINDS = [K.colective_timeout]\n", "rules/mine.py", "exec"), {})
+        exec(compile("from ncclpm.tables.kinds import K\nKINDS = [K.colective_timeout]\n", "rules/mine.py", "exec"), {})
 
 
 def test_a_rule_query_on_an_undeclared_kind_raises() -> None:
@@ -117,7 +117,7 @@ def test_a_rule_query_on_an_undeclared_kind_raises() -> None:
 
 
 def test_victim_kinds_are_the_declared_ones() -> None:
-    from ncclpm.rules._facts import VICTIM_KINDS
+    from ncclpm.analysis.victims import VICTIM_KINDS
 
     assert set(VICTIM_KINDS) == {d.name for d in K if d.victim} and K.collective_timeout in VICTIM_KINDS
 
@@ -133,11 +133,19 @@ def test_a_rule_needing_an_unknown_table_fails_when_defined() -> None:
 
 
 def test_every_table_name_is_one_tables_can_answer() -> None:
+    from ncclpm.analysis import analyse
     from ncclpm.api import build
 
     t = build([ROOT / "sample_logs" / "gloo_rank0_slow_work"])
     assert set(t.extra) == set(EXTRA_TABLES)
-    assert {name for name in TABLE_NAMES if t.has(name)} >= {"lines", "events", "ranks", "fr_entries", "fr_analysis"}
+    facts = analyse(t)
+    assert {name for name in TABLE_NAMES if facts.has(name)} >= {
+        "lines",
+        "events",
+        "ranks",
+        "fr_entries",
+        "fr_analysis",
+    }
 
 
 def test_a_rule_explaining_an_unknown_rule_fails_at_registration() -> None:
@@ -299,7 +307,7 @@ def test_precedence_lists_every_rule_once_and_the_engine_follows_it() -> None:
     from ncclpm import precedence
     from ncclpm.engine import _rank_key
     from ncclpm.rules.base import Finding
-    from ncclpm.schema import Category
+    from ncclpm.tables.schema import Category
 
     assert precedence.check({r.id for r in ALL_RULES}) == []
     assert precedence.check({r.id for r in ALL_RULES} | {"ZZ01"}) == ["ZZ01 is missing (every rule must have a place)"]
@@ -352,7 +360,7 @@ def test_fix_slots_are_filled_in_findings_and_explained_in_docs() -> None:
 
 def test_closed_vocabularies_are_enums() -> None:
     from ncclpm.api import diagnose
-    from ncclpm.schema import Band, Category
+    from ncclpm.tables.schema import Band, Category
 
     assert [Band.of(c) for c in (0.2, 0.6, 0.85)] == [Band.POSSIBLE, Band.LIKELY, Band.CONCLUSIVE]
     assert Band.POSSIBLE.rank < Band.LIKELY.rank < Band.CONCLUSIVE.rank

@@ -33,32 +33,51 @@ import nccl_review as review  # noqa: E402
 import printf_regex as pr  # noqa: E402
 
 AREAS: dict[str, tuple[str, str]] = {
-    "net_ib": ("InfiniBand / RoCE transport", "NCCL's IB verbs transport (transport/net_ib*, misc/ibvwrap.cc, "
-               "mlx5dv): completion errors, async events, verbs calls, NIC selection."),
-    "net_socket": ("TCP sockets", "NCCL's socket layer (misc/socket.cc, os/linux.cc), its TCP transport "
-                   "(NET/Socket) and the Unix-domain sockets local processes exchange GPU memory handles over."),
-    "bootstrap": ("Bootstrap", "How ranks find each other at communicator creation (bootstrap.cc): the root, "
-                  "the unique id, NCCL_COMM_ID, the out-of-band interface."),
-    "proxy": ("Proxy threads", "The per-process proxy threads that drive network and shared-memory transfers "
-              "and serve local peers (proxy.cc)."),
+    "net_ib": (
+        "InfiniBand / RoCE transport",
+        "NCCL's IB verbs transport (transport/net_ib*, misc/ibvwrap.cc, "
+        "mlx5dv): completion errors, async events, verbs calls, NIC selection.",
+    ),
+    "net_socket": (
+        "TCP sockets",
+        "NCCL's socket layer (misc/socket.cc, os/linux.cc), its TCP transport "
+        "(NET/Socket) and the Unix-domain sockets local processes exchange GPU memory handles over.",
+    ),
+    "bootstrap": (
+        "Bootstrap",
+        "How ranks find each other at communicator creation (bootstrap.cc): the root, "
+        "the unique id, NCCL_COMM_ID, the out-of-band interface.",
+    ),
+    "proxy": (
+        "Proxy threads",
+        "The per-process proxy threads that drive network and shared-memory transfers "
+        "and serve local peers (proxy.cc).",
+    ),
     "shm": ("Shared memory", "The SHM transport and /dev/shm segments (transport/shm.cc, misc/shmutils.cc)."),
     "p2p": ("GPU peer-to-peer", "CUDA IPC and peer access between GPUs of one node (transport/p2p.cc)."),
     "nvls": ("NVLink SHARP, multi-node NVLink", "NVLS multicast buffers through the NVSwitch fabric, MNNVL/IMEX."),
     "collnet": ("CollNet (SHARP)", "In-network reductions through a CollNet plugin."),
     "gdr": ("GDRCopy", "The optional GDRCopy library NCCL may use for small copies."),
     "nvml": ("NVML", "NCCL's queries of the GPU driver's management library."),
-    "cuda": ("CUDA", "CUDA calls inside NCCL: `Cuda failure` (what it means is the quoted CUDA error), the driver "
-             "library, streams and graphs."),
+    "cuda": (
+        "CUDA",
+        "CUDA calls inside NCCL: `Cuda failure` (what it means is the quoted CUDA error), the driver "
+        "library, streams and graphs.",
+    ),
     "alloc": ("Memory", "NCCL's own GPU and host allocations, buffer registration, the 2.30 memory manager."),
     "topology": ("Topology", "Topology detection, XML topology files, path and ring search (graph/)."),
     "init": ("Communicator set-up", "Creating, configuring and destroying communicators (init.cc, transport.cc)."),
-    "api_usage": ("Calls NCCL rejects", "Argument and usage checks of NCCL's API (misc/argcheck.cc, enqueue.cc, "
-                  "group.cc)."),
+    "api_usage": (
+        "Calls NCCL rejects",
+        "Argument and usage checks of NCCL's API (misc/argcheck.cc, enqueue.cc, group.cc).",
+    ),
     "plugin": ("Plugins", "Net, tuner and profiler plugins (plugin/)."),
     "ras": ("RAS", "NCCL's RAS monitoring thread (ras/): only the `ncclras` status client depends on it."),
     "os": ("Operating system", "Threads, limits, affinity (os/, misc/)."),
-    "gin_rma": ("Device API, GIN, RMA", "NCCL 2.28+'s device-initiated communication (GIN), one-sided RMA and "
-                "symmetric-memory windows."),
+    "gin_rma": (
+        "Device API, GIN, RMA",
+        "NCCL 2.28+'s device-initiated communication (GIN), one-sided RMA and symmetric-memory windows.",
+    ),
     "misc": ("Other", "Internal utilities."),
 }
 
@@ -127,7 +146,7 @@ def field_list(msg: dict) -> list[str]:
         if not m:
             continue
         inside = [i for i, c in enumerate(convs) if m.start() <= c.start < m.end() and c.conv != "%"]
-        for i, name in zip(inside[-len(fixed):] if rx.endswith("$") else inside, fixed, strict=False):
+        for i, name in zip(inside[-len(fixed) :] if rx.endswith("$") else inside, fixed, strict=False):
             names[i] = name
         # a name given here is the only one of its kind in the format
         for i, n in enumerate(names):
@@ -146,33 +165,50 @@ def _from_draft(msg: dict, area: str) -> dict:
     guess = c["basis"] == "area default"
     if r.category == "benign":
         return review.benign(meaning, r.fix)
-    if r.category == "rank_crash" and r.strength == "supporting" or (guess and r.category in (
-        "rank_crash", "network_transport"
-    )):
+    if (r.category == "rank_crash" and r.strength == "supporting") or (
+        guess and r.category in ("rank_crash", "network_transport")
+    ):
         return review.internal(meaning if not guess else draft._INTERNAL.format(function=msg["function"] or "?"))
     if r.category == "unknown":
-        if re.search(r"symmetric registration check failed.*mismatch|segments but another rank|differs from rank",
-                     fmt):
-            return {"category": "mismatched_collectives", "strength": "supporting", "alone": 0.6,
-                    "kind": "mismatch_detected", "incriminates": "nobody",
-                    "meaning": "Ranks registered different symmetric buffers or windows for the same collective "
-                    "(offsets, sizes or segments differ from rank 0's): the ranks' calls do not match.",
-                    "fix": "Register the same (symmetric) buffers on every rank, in the same order and sizes."}
+        if re.search(r"symmetric registration check failed.*mismatch|segments but another rank|differs from rank", fmt):
+            return {
+                "category": "mismatched_collectives",
+                "strength": "supporting",
+                "alone": 0.6,
+                "kind": "mismatch_detected",
+                "incriminates": "nobody",
+                "meaning": "Ranks registered different symmetric buffers or windows for the same collective "
+                "(offsets, sizes or segments differ from rank 0's): the ranks' calls do not match.",
+                "fix": "Register the same (symmetric) buffers on every rank, in the same order and sizes.",
+            }
         if re.search(r"GIN Error|DOCA (?:Error|failure)|Error on GFD test", fmt):
-            return review.net("NCCL's GPU-initiated networking (GIN) reported an error from the network "
-                              "device.", "Check the NICs and links of this host; read the error before it.",
-                              "ib", 0.5, strength="supporting")
-        if re.search(r"not supported|[Rr]equire|requested|invalid value|is disabled|No \w+-capable|not found|"
-                     r"does not support|[Ii]nvalid|must be|needs to be|not initialized|not connected|NULL|"
-                     r"not a member|not within|not in the valid|aligned|exceeds", fmt):
-            return review.cfg(meaning if not guess else "The device API / GIN / RMA / symmetric memory was asked "
-                              "for something this communicator, system or plugin does not provide, or called "
-                              "with invalid arguments.",
-                              "Fix the calling code or the NCCL_GIN_* / NCCL_RMA_* settings the message names; "
-                              "check that every rank's NICs support GIN (DMA-BUF or nvidia-peermem).",
-                              alone=0.55, strength="supporting")
-        return review.internal(meaning if not guess else "An internal check of NCCL's device API, GIN or RMA "
-                               "path failed.")
+            return review.net(
+                "NCCL's GPU-initiated networking (GIN) reported an error from the network device.",
+                "Check the NICs and links of this host; read the error before it.",
+                "ib",
+                0.5,
+                strength="supporting",
+            )
+        if re.search(
+            r"not supported|[Rr]equire|requested|invalid value|is disabled|No \w+-capable|not found|"
+            r"does not support|[Ii]nvalid|must be|needs to be|not initialized|not connected|NULL|"
+            r"not a member|not within|not in the valid|aligned|exceeds",
+            fmt,
+        ):
+            return review.cfg(
+                meaning
+                if not guess
+                else "The device API / GIN / RMA / symmetric memory was asked "
+                "for something this communicator, system or plugin does not provide, or called "
+                "with invalid arguments.",
+                "Fix the calling code or the NCCL_GIN_* / NCCL_RMA_* settings the message names; "
+                "check that every rank's NICs support GIN (DMA-BUF or nvidia-peermem).",
+                alone=0.55,
+                strength="supporting",
+            )
+        return review.internal(
+            meaning if not guess else "An internal check of NCCL's device API, GIN or RMA path failed."
+        )
     out = {
         "category": r.category,
         "strength": r.strength,
@@ -255,8 +291,9 @@ def hand_entry(h: dict) -> dict:
     e = {k: v for k, v in h.items() if k not in ("area", "cases", "example")}
     e["alone"] = h.get("alone", DEFAULT_ALONE.get(h["strength"]))
     e.setdefault("incriminates", "this_rank")
-    e["case"] = [c for c in h.get("cases", []) if not set(c.get("when", {})) - set(re.findall(r"\(\?P<(\w+)>",
-                                                                                              h["regex"]))]
+    e["case"] = [
+        c for c in h.get("cases", []) if not set(c.get("when", {})) - set(re.findall(r"\(\?P<(\w+)>", h["regex"]))
+    ]
     if not e["case"]:
         e.pop("case")
     e["example"] = h["example"]
@@ -282,8 +319,23 @@ def _q(v: object) -> str:
     raise TypeError(v)
 
 
-ORDER = ("id", "format", "regex", "key", "fields", "nccl", "meaning", "category", "strength", "alone", "incriminates",
-         "kind", "set", "fix", "note")
+ORDER = (
+    "id",
+    "format",
+    "regex",
+    "key",
+    "fields",
+    "nccl",
+    "meaning",
+    "category",
+    "strength",
+    "alone",
+    "incriminates",
+    "kind",
+    "set",
+    "fix",
+    "note",
+)
 
 
 def render_entry(e: dict) -> list[str]:
@@ -293,8 +345,18 @@ def render_entry(e: dict) -> list[str]:
         out += ["  [[message.example]]", f"  line = {_q(line)}"]
     for case in e.get("case", []):
         out.append("  [[message.case]]")
-        for k in ("when", "when_file", "category", "strength", "alone", "kind", "set", "incriminates", "meaning",
-                  "fix"):
+        for k in (
+            "when",
+            "when_file",
+            "category",
+            "strength",
+            "alone",
+            "kind",
+            "set",
+            "incriminates",
+            "meaning",
+            "fix",
+        ):
             if k in case:
                 out.append(f"  {k} = {_q(case[k])}")
     return out

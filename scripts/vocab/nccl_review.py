@@ -149,7 +149,9 @@ REVIEW: list[tuple[str, dict]] = [
     ),
     (
         r"GID table changed|Got non-fatal async event",
-        benign("The HCA reported a non-fatal asynchronous event (GID table change, port state change); NCCL continues."),
+        benign(
+            "The HCA reported a non-fatal asynchronous event (GID table change, port state change); NCCL continues."
+        ),
     ),
     (
         r"Got async event",
@@ -161,10 +163,14 @@ REVIEW: list[tuple[str, dict]] = [
             0.88,
             cases=[
                 {
-                    "when": {"ib_event": r"GID|[Pp]ort active|LID change|[Cc]lient reregister|SM change|PKey|"
-                    r"[Pp]ath migrated|[Cc]omm(?:unication)? established|[Ll]ast WQE"},
-                    **benign("The HCA reported a harmless asynchronous event (GID table change, port active, LID "
-                    "or SM change); NCCL continues."),
+                    "when": {
+                        "ib_event": r"GID|[Pp]ort active|LID change|[Cc]lient reregister|SM change|PKey|"
+                        r"[Pp]ath migrated|[Cc]omm(?:unication)? established|[Ll]ast WQE"
+                    },
+                    **benign(
+                        "The HCA reported a harmless asynchronous event (GID table change, port active, LID "
+                        "or SM change); NCCL continues."
+                    ),
                 },
             ],
         ),
@@ -218,8 +224,7 @@ REVIEW: list[tuple[str, dict]] = [
     (
         r"Device %d marked as failed|The error is fatal|Fatal error\. Detected %d failed devices",
         net(
-            "NCCL's IB resiliency (2.29+) found an IB device of this host failed and could not continue on the "
-            "others.",
+            "NCCL's IB resiliency (2.29+) found an IB device of this host failed and could not continue on the others.",
             "Check the failed HCA and its port on this host (`ibstat`, `dmesg`); drain the node if it repeats.",
             "ib",
             0.85,
@@ -228,8 +233,10 @@ REVIEW: list[tuple[str, dict]] = [
     (
         r"Resiliency is enabled on a %s communicator .* single device|Resiliency context is NULL|"
         r"Resiliency requires pre-posted receive",
-        benign("NCCL's IB resiliency notes a harmless configuration (a single device, nothing to tear down, "
-        "pre-posting enabled by itself)."),
+        benign(
+            "NCCL's IB resiliency notes a harmless configuration (a single device, nothing to tear down, "
+            "pre-posting enabled by itself)."
+        ),
     ),
     (
         r"resiliency|[Rr]eplay|probe|failed request|stale CQE|Unrecognized request|wr_id|Invalid request index|"
@@ -273,8 +280,7 @@ REVIEW: list[tuple[str, dict]] = [
     (
         r"Call to ibv_(?:destroy|dealloc|dereg|close)",
         net(
-            "Tearing down an IB resource failed on this host: after an earlier IB failure, or an HCA in a bad "
-            "state.",
+            "Tearing down an IB resource failed on this host: after an earlier IB failure, or an HCA in a bad state.",
             "Read the IB error before it.",
             "ib",
             0.4,
@@ -283,8 +289,10 @@ REVIEW: list[tuple[str, dict]] = [
     ),
     (
         r"Call to ibv_fork_init failed",
-        benign("libibverbs' fork support could not be enabled; NCCL continues (a child process touching "
-        "registered memory would misbehave, which torch jobs do not do)."),
+        benign(
+            "libibverbs' fork support could not be enabled; NCCL continues (a child process touching "
+            "registered memory would misbehave, which torch jobs do not do)."
+        ),
     ),
     (
         r"Call to (?:ibv_\w+|mlx5dv_\w+) failed|NET/MLX5: Call to mlx5dv_query_device",
@@ -342,8 +350,7 @@ REVIEW: list[tuple[str, dict]] = [
     ),
     (
         r"Ip address '%s' is invalid|Ip address mask '%d' is invalid",
-        benign("A value of NCCL_IB_ADDR_RANGE is invalid; NCCL ignores it.",
-               "Fix or unset NCCL_IB_ADDR_RANGE."),
+        benign("A value of NCCL_IB_ADDR_RANGE is invalid; NCCL ignores it.", "Fix or unset NCCL_IB_ADDR_RANGE."),
     ),
     (
         r"NCCL_IB_\w+=%d is out of range|OOO RQ",
@@ -369,14 +376,18 @@ REVIEW: list[tuple[str, dict]] = [
     ),
     (
         r"Error in mlx5dv_get_data_direct_sysfs_path|Could not find real path of",
-        benign("NCCL could not read a device's sysfs path (data-direct / PCI path); it continues without that "
-        "topology detail."),
+        benign(
+            "NCCL could not read a device's sysfs path (data-direct / PCI path); it continues without that "
+            "topology detail."
+        ),
     ),
     (
         r"NET/IB ?: ?unable to allocate requests|Cannot store sizes of %d requests|Listencomm in unknown state|"
         r"could not find mr %p|No format specified for opcode|sendReq\(%p\)->events|IBV_WC_RECV_RDMA_WITH_IMM and",
-        internal("An internal consistency check of NCCL's IB transport failed (request pool, memory-registration "
-        "cache, completion bookkeeping): most often after another failure."),
+        internal(
+            "An internal consistency check of NCCL's IB transport failed (request pool, memory-registration "
+            "cache, completion bookkeeping): most often after another failure."
+        ),
     ),
     # -- sockets --------------------------------------------------------------------------------------------------
     (
@@ -454,8 +465,7 @@ REVIEW: list[tuple[str, dict]] = [
         r"exceeded (?:error )?retr|exceeded timeouts|exceeded error retry",
         net(
             "NCCL gave up connecting or accepting after its retries: the other side never answered.",
-            "Check that the peer is alive and reachable on the address it advertised (NCCL_SOCKET_IFNAME, "
-            "firewalls).",
+            "Check that the peer is alive and reachable on the address it advertised (NCCL_SOCKET_IFNAME, firewalls).",
             "connect",
             0.7,
             incriminates="peer",
@@ -463,8 +473,10 @@ REVIEW: list[tuple[str, dict]] = [
     ),
     (
         r"no device found matching NCCL_OOB_NET_IFNAME=%s, ignoring",
-        benign("No interface matches NCCL_OOB_NET_IFNAME; NCCL ignores the setting and picks one itself.",
-               "Fix or unset NCCL_OOB_NET_IFNAME."),
+        benign(
+            "No interface matches NCCL_OOB_NET_IFNAME; NCCL ignores the setting and picks one itself.",
+            "Fix or unset NCCL_OOB_NET_IFNAME.",
+        ),
     ),
     (
         r"[Nn]o (?:socket )?interface found|No usable listening interface|No interface found in the same subnet|"
@@ -472,8 +484,7 @@ REVIEW: list[tuple[str, dict]] = [
         net(
             "NCCL found no usable network interface (none matching NCCL_SOCKET_IFNAME / NCCL_OOB_NET_IFNAME, or "
             "none in the remote address's subnet).",
-            "Set NCCL_SOCKET_IFNAME to an interface that exists on every host and routes between them "
-            "(`ip -br addr`).",
+            "Set NCCL_SOCKET_IFNAME to an interface that exists on every host and routes between them (`ip -br addr`).",
             "interface",
             0.87,
         ),
@@ -501,9 +512,11 @@ REVIEW: list[tuple[str, dict]] = [
             cases=[
                 {
                     "when_file": r"^ras/",
-                    **benign("NCCL's RAS client port (NCCL_RAS_ADDR, 28028) is taken - another job on this host; "
-                    "only the `ncclras` status client is unavailable, the job is not affected.",
-                    "Nothing for the job; set NCCL_RAS_ADDR to a free port per job if `ncclras` is wanted."),
+                    **benign(
+                        "NCCL's RAS client port (NCCL_RAS_ADDR, 28028) is taken - another job on this host; "
+                        "only the `ncclras` status client is unavailable, the job is not affected.",
+                        "Nothing for the job; set NCCL_RAS_ADDR to a free port per job if `ncclras` is wanted.",
+                    ),
                 },
                 {
                     "when": {"errno_text": "Address already in use"},
@@ -566,8 +579,7 @@ REVIEW: list[tuple[str, dict]] = [
         cfg(
             "An address NCCL was given (NCCL_COMM_ID, NCCL_SOCKET_IFNAME's address, a peer's address) is malformed "
             "or of an address family it cannot use.",
-            "Fix NCCL_COMM_ID (`<ipv4>:<port>`, `[<ipv6>]:<port>` or `<hostname>:<port>`) or the interface "
-            "settings.",
+            "Fix NCCL_COMM_ID (`<ipv4>:<port>`, `[<ipv6>]:<port>` or `<hostname>:<port>`) or the interface settings.",
         ),
     ),
     (
@@ -589,15 +601,19 @@ REVIEW: list[tuple[str, dict]] = [
     (
         r"^ncclSocket\w+: |^ncclOsSocket\w+: (?:invalid|pass)|^ncclIpcSocketGetFd: pass|socket state|"
         r"file descriptor is -1|socket is invalid|invalid socket|invalid arguments ops",
-        internal("NCCL's socket layer was handed a socket in the wrong state (internal check): most often after "
-        "another failure closed it."),
+        internal(
+            "NCCL's socket layer was handed a socket in the wrong state (internal check): most often after "
+            "another failure closed it."
+        ),
     ),
     (
         r"NET/Socket ?: ?(?:unable to allocate|test called with NULL|ncclNetSocketListen dev)|Socket : unable to "
         r"allocate|Unexpected connections are not empty|Call to (?:pipe|close) failed|close failed: %s|"
         r"Call to (?:read|write) failed: %s",
-        internal("An internal check of NCCL's socket transport or bootstrap failed (request pool exhausted, a pipe "
-        "call): most often after another failure."),
+        internal(
+            "An internal check of NCCL's socket transport or bootstrap failed (request pool exhausted, a pipe "
+            "call): most often after another failure."
+        ),
     ),
     (
         r"^UDS: ",
@@ -704,8 +720,7 @@ REVIEW: list[tuple[str, dict]] = [
             "strength": "supporting",
             "kind": "peer_closed",
             "incriminates": "peer",
-            "meaning": "A process of this node closed its connection to this proxy: it exited (crashed or was "
-            "killed).",
+            "meaning": "A process of this node closed its connection to this proxy: it exited (crashed or was killed).",
             "fix": "Find why that local rank exited (its own log).",
         },
     ),
@@ -753,8 +768,10 @@ REVIEW: list[tuple[str, dict]] = [
     (
         r"\[Proxy Service(?: UDS)?\] Poll failed|Too many connections|listenSock fd fails|peers\[%d\]\.sock|"
         r"proxyDestroy failed",
-        internal("NCCL's proxy service thread failed on its own sockets or state (poll, listen socket, too many "
-        "local connections): most often after another failure."),
+        internal(
+            "NCCL's proxy service thread failed on its own sockets or state (poll, listen socket, too many "
+            "local connections): most often after another failure."
+        ),
     ),
     (
         r"Failed to set CUDA (?:device|context)|Failed to create CUDA context",
@@ -853,8 +870,7 @@ REVIEW: list[tuple[str, dict]] = [
             "kind": "shm_error",
             "incriminates": "this_host",
             "meaning": "NCCL could not open a shared-memory file under /dev/shm.",
-            "fix": "Check that /dev/shm is mounted, writable and large enough in the container (`df -h "
-            "/dev/shm`).",
+            "fix": "Check that /dev/shm is mounted, writable and large enough in the container (`df -h /dev/shm`).",
             "cases": [EMFILE],
         },
     ),
@@ -950,8 +966,11 @@ REVIEW: list[tuple[str, dict]] = [
     ),
     (
         r"deregister NVLS buffer|failed to NVLS register|deregister (?:NET|COLLNET) buffer",
-        internal("De-registering or registering a user buffer for NVLS/NET failed at tear-down or registration: "
-        "after another failure.", alone=None),
+        internal(
+            "De-registering or registering a user buffer for NVLS/NET failed at tear-down or registration: "
+            "after another failure.",
+            alone=None,
+        ),
     ),
     (
         r"Could not find NIC for rank %d in NVLS graph",
@@ -969,8 +988,10 @@ REVIEW: list[tuple[str, dict]] = [
     # -- NVML -----------------------------------------------------------------------------------------------------
     (
         r"No NVML device handle\. Skipping|nvmlDeviceGetCount\(\) reported more devices",
-        benign("NCCL could not use NVML for one detail (NVLink detection, device count); it continues with less "
-        "topology information."),
+        benign(
+            "NCCL could not use NVML for one detail (NVLink detection, device count); it continues with less "
+            "topology information."
+        ),
     ),
     (
         r"nvmlDeviceGetHandleByPciBusId\(\) failed",
@@ -1061,8 +1082,7 @@ REVIEW: list[tuple[str, dict]] = [
             "alone": 0.85,
             "kind": "cuda_build_mismatch",
             "incriminates": "this_host",
-            "meaning": "The CUDA driver library is missing, too old for this NCCL build, or lacks a symbol it "
-            "needs.",
+            "meaning": "The CUDA driver library is missing, too old for this NCCL build, or lacks a symbol it needs.",
             "fix": "Install a driver at least as new as the CUDA the NCCL/torch build needs (`nvidia-smi`'s "
             "CUDA Version); in containers check LD_LIBRARY_PATH and NCCL_CUDA_PATH.",
         },
@@ -1223,16 +1243,17 @@ REVIEW: list[tuple[str, dict]] = [
         r"Invali[dg] config \w+ attribute|Invalid config min/max|not initialized via NCCL_(?:CONFIG|SIM_INFO)_"
         r"INITIALIZER",
         cfg(
-            "A communicator configuration value (ncclConfig_t / torch's pg_options / an NCCL_* override) is "
-            "invalid.",
-            "Fix the communicator option the message names (torch `ProcessGroupNCCL.Options`, NCCL_* "
-            "variables).",
+            "A communicator configuration value (ncclConfig_t / torch's pg_options / an NCCL_* override) is invalid.",
+            "Fix the communicator option the message names (torch `ProcessGroupNCCL.Options`, NCCL_* variables).",
         ),
     ),
     (
         r"Attempt to use communicator before the previous operation",
-        internal("The communicator was used while its previous (non-blocking) operation had not succeeded: "
-        "usually its initialisation failed or is still in progress (the error before it).", alone=None),
+        internal(
+            "The communicator was used while its previous (non-blocking) operation had not succeeded: "
+            "usually its initialisation failed or is still in progress (the error before it).",
+            alone=None,
+        ),
     ),
     (
         r"corrupted comm object|operator is garbage|has already been destroyed",
@@ -1316,8 +1337,10 @@ REVIEW: list[tuple[str, dict]] = [
     (
         r"Could not find a path for pattern|NCCL_NET_MERGE_POLICY: unknown|User asked for a (?:maximum|minimum)|"
         r"Unable to open %s, not dumping",
-        benign("NCCL adjusts a setting or a search by itself (a default used, a value capped, the topology not "
-        "dumped); it continues."),
+        benign(
+            "NCCL adjusts a setting or a search by itself (a default used, a value capped, the topology not "
+            "dumped); it continues."
+        ),
     ),
     (
         r"TOPO/NET : Could not force merge|Tried merging multiple devices|Specified fused NIC|Only matched %d "
@@ -1374,8 +1397,10 @@ CUDA_ERRORS: list[dict] = [
         "first": True,
     },
     {
-        "when": {"cuda_error": r"driver version is insufficient|forward compatibility was attempted|"
-        r"no kernel image is available|PTX was compiled with an unsupported toolchain|unsupported PTX version"},
+        "when": {
+            "cuda_error": r"driver version is insufficient|forward compatibility was attempted|"
+            r"no kernel image is available|PTX was compiled with an unsupported toolchain|unsupported PTX version"
+        },
         "category": CFG,
         "strength": "decisive",
         "alone": 0.85,
@@ -1387,8 +1412,10 @@ CUDA_ERRORS: list[dict] = [
         "first": True,
     },
     {
-        "when": {"cuda_error": r"unknown error|GPU is lost|fallen off the bus|device not ready|"
-        r"CUDA-capable device\(s\) is/are busy or unavailable|initialization error"},
+        "when": {
+            "cuda_error": r"unknown error|GPU is lost|fallen off the bus|device not ready|"
+            r"CUDA-capable device\(s\) is/are busy or unavailable|initialization error"
+        },
         "category": NVML,
         "strength": "decisive",
         "alone": 0.65,
@@ -1409,8 +1436,10 @@ CUDA_ERRORS: list[dict] = [
         "fix": "Match --nproc_per_node to the GPUs the process sees, and check CUDA_VISIBLE_DEVICES.",
     },
     {
-        "when": {"cuda_error": r"illegal memory access|unspecified launch failure|misaligned address|"
-        r"device-side assert|illegal instruction|an illegal address"},
+        "when": {
+            "cuda_error": r"illegal memory access|unspecified launch failure|misaligned address|"
+            r"device-side assert|illegal instruction|an illegal address"
+        },
         "category": CRASH,
         "strength": "decisive",
         "alone": 0.8,
@@ -1421,8 +1450,10 @@ CUDA_ERRORS: list[dict] = [
         "GPU raises these too).",
     },
     {
-        "when": {"cuda_error": r"peer access is not supported|peer access has not been enabled|peer mapping "
-        r"resources exhausted"},
+        "when": {
+            "cuda_error": r"peer access is not supported|peer access has not been enabled|peer mapping "
+            r"resources exhausted"
+        },
         "category": SHMT,
         "strength": "decisive",
         "alone": 0.8,

@@ -7,11 +7,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ncclpm.analysis import analysed
+from ncclpm.ingest.build import build_tables
 from ncclpm.ingest.catalog import Catalog, load_catalog
-from ncclpm.ingest.tables import Tables, build_tables
 from ncclpm.sources.discover import Job, collect
 from ncclpm.sources.paste import normalise_paste_bytes
+from ncclpm.tables import Tables
 
 if TYPE_CHECKING:  # the rules and the reports are imported when used: `build` alone needs neither
     from ncclpm.diff_model import DiffReport
@@ -32,7 +32,8 @@ def build(
     fr_columns: str = "analysis",
     job: Job | None = None,
 ) -> Tables:
-    """Collect the job's sources and build every table, flight-recorder verdicts included. Text on stdin is taken
+    """Collect the job's sources and build every table (the analysis stage runs on them when they are diagnosed:
+    `ncclpm.analysis.analyse`, once). Text on stdin is taken
     as pasted: chat and ticket damage (code fences, `&gt;`, smart quotes, lines re-wrapped at 80 columns) is
     undone first. ``fr_columns="all"`` keeps every flight-recorder column (the default keeps what the analysis
     reads). `job`: the sources already collected (`collect`), in place of `paths`, `stdin_bytes` and `name`."""
@@ -41,7 +42,7 @@ def build(
         if stdin_bytes is not None:
             stdin_bytes = normalise_paste_bytes(stdin_bytes, cat.head_regex())
         job = collect(paths, stdin_bytes=stdin_bytes, name=name)
-    return analysed(build_tables(job, cat, fr_columns=fr_columns))
+    return build_tables(job, cat, fr_columns=fr_columns)
 
 
 def diagnose(
@@ -69,13 +70,14 @@ def diff(
 ) -> DiffReport:
     """Compare a run that worked (GOOD) with one that failed (BAD); each side is a folder, files or an archive
     (`stdin_side` = "good" or "bad" reads that side's pasted text from `stdin_bytes`)."""
+    from ncclpm.analysis import analyse
     from ncclpm.diff import compare
-    from ncclpm.engine import diagnose_tables
+    from ncclpm.engine import diagnose_facts
 
     runs = []
     for side, paths in (("good", good), ("bad", bad)):
         data = stdin_bytes if stdin_side == side else None
-        t = build(paths, stdin_bytes=data, patterns=patterns, name=None if paths else f"{side} (pasted)")
-        runs.append((t, diagnose_tables(t)))
-    (good_t, good_d), (bad_t, bad_d) = runs
-    return compare(good_t, good_d, bad_t, bad_d)
+        facts = analyse(build(paths, stdin_bytes=data, patterns=patterns, name=None if paths else f"{side} (pasted)"))
+        runs.append((facts, diagnose_facts(facts)))
+    (good_a, good_d), (bad_a, bad_d) = runs
+    return compare(good_a, good_d, bad_a, bad_d)

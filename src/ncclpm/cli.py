@@ -22,16 +22,16 @@ from typing import TYPE_CHECKING
 import click
 
 from ncclpm import __version__
-from ncclpm.escape import terminal, terminal_json
-from ncclpm.outfile import OutputError, check_output, write_text
+from ncclpm.util.escape import terminal, terminal_json
+from ncclpm.util.outfile import OutputError, check_output, write_text
 
 if TYPE_CHECKING:  # (no polars at start-up)
-    from ncclpm.ingest.tables import Tables
+    from ncclpm.tables import Tables
     from ncclpm.triage.several_jobs import SeveralJobs
 
 EXIT_OK, EXIT_FAIL_ON, EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_NO_FAILURE, EXIT_NOT_A_LOG = 4, 5  # diagnose: the logs show no failure / are not a distributed job's logs
-# = the values of ncclpm.schema.Band and sorted(ncclpm.render.RENDERERS), spelt out so that --help and usage errors
+# = the values of ncclpm.model.Band and sorted(ncclpm.render.RENDERERS), spelt out so that --help and usage errors
 # import no polars (tests check both lists and sys.modules)
 BANDS = ("possible", "likely", "conclusive")
 FORMATS = ("html", "json", "md", "slack", "slack-json", "text")
@@ -97,7 +97,7 @@ def _read_stdin() -> bytes:
 
 def _rule_ids(values: tuple[str, ...], option: str) -> tuple[str, ...]:
     """`--select ST01,DL01 --select rank-died-first`: comma lists, ids or names; an unknown one is a usage error."""
-    from ncclpm.rules_index import by_id  # the index (a test keeps it equal to the registry): no polars yet
+    from ncclpm.ruledocs.index import by_id  # the index (a test keeps it equal to the registry): no polars yet
 
     out = []
     for item in (part.strip() for v in values for part in v.split(",")):
@@ -208,7 +208,7 @@ def diagnose(
     files = [p for p in paths if p != "-"]
     stdin = _read_stdin() if "-" in paths else None
     # The sources first, without polars: polars' settings depend on the job (a job of dumps, a small job).
-    from ncclpm.polars_setup import tune_for
+    from ncclpm.ingest.polars_setup import tune_for
     from ncclpm.sources.discover import collect
 
     job = collect(files, name=name) if stdin is None else None
@@ -223,7 +223,7 @@ def diagnose(
     tables = _one_job_only(tables, files, one_job)
     from ncclpm.engine import diagnose_tables
     from ncclpm.render import render
-    from ncclpm.schema import Band, Category
+    from ncclpm.tables.schema import Band, Category
 
     d = diagnose_tables(tables, select, ignore)
     del tables  # the report needs only the diagnosis: the tables' memory (a job's dumps) goes back before it
@@ -343,7 +343,7 @@ def diff_runs(
 def list_rules() -> None:
     """List the rules in precedence order: within a confidence band, an earlier rule wins over a later one."""
     from ncclpm.precedence import PRECEDENCE
-    from ncclpm.rules_index import by_id  # the rules' documentation without importing them (and polars)
+    from ncclpm.ruledocs.index import by_id  # the rules' documentation without importing them (and polars)
 
     for place, (rule_id, why) in enumerate(PRECEDENCE, 1):
         r = by_id(rule_id, registered=True)
@@ -355,7 +355,7 @@ def list_rules() -> None:
 @click.argument("rule")
 def explain(rule: str) -> None:
     """Explain a rule: what it detects, why it matters, an example, the fix."""
-    from ncclpm.rules_index import by_id
+    from ncclpm.ruledocs.index import by_id
 
     try:
         r = by_id(rule)
@@ -379,7 +379,7 @@ def explain(rule: str) -> None:
 def tables(paths: tuple[str, ...], name: str, fmt: str | None, output: Path | None, force: bool) -> None:
     """Export one parsed table (events, lines, ranks, tracebacks, elastic, fr_entries, ...)."""
     from ncclpm.api import build
-    from ncclpm.export import export_table
+    from ncclpm.tables.export import export_table
 
     if fmt is None:
         suffix = output.suffix.lower() if output is not None else ""
@@ -504,7 +504,7 @@ def catalog() -> None:
 def catalog_check(dirs: tuple[Path, ...]) -> None:
     """Validate the shipped catalogs (and DIRS) and the code readings: ids, regexes, fields, examples."""
     from ncclpm.ingest.catalog import CatalogError, load_catalog
-    from ncclpm.ingest.code_settings import ReadingError, load_readings, run_reading_examples
+    from ncclpm.ingest.code.settings import ReadingError, load_readings, run_reading_examples
     from ncclpm.ingest.selftest import run_examples
 
     try:

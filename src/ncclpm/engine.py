@@ -1,10 +1,11 @@
 """Run the rules on a job's tables and turn their findings into one `Diagnosis`.
 
-Each rule runs in isolation: a rule whose tables are absent is recorded as "not evaluated", a rule that
-raises becomes a tool warning and the others still run. The primary finding is the most confident root
-cause (confidence band first, then the rule's place in `precedence.PRECEDENCE`, then confidence); findings
-the primary explains (its `explains` ids, or whose culprits are the primary's victims) are folded under it as
-symptoms; the rest are rivals with the reason they lose.
+The analysis stage runs once (`analysis.analyse`); each rule then runs in isolation on the tables and those facts:
+a rule whose tables are absent is recorded as "not evaluated", a rule that raises becomes a tool warning and the
+others still run. A finding another fired rule explains (`precedence.EXPLAINS`) is dropped as if it had not
+fired. The primary finding is the most confident root cause (confidence band first, then the rule's place in
+`precedence.PRECEDENCE`, then confidence); findings the primary explains (its `explains` ids, or whose culprits
+are the primary's victims) are folded under it as symptoms; the rest are rivals with the reason they lose.
 """
 
 from __future__ import annotations
@@ -12,28 +13,28 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ncclpm import precedence
-from ncclpm.actions import action_for
-from ncclpm.analysis import analysed
-from ncclpm.connected import connected_facts
-from ncclpm.dismiss import rivals_dismissed, ruled_out
-from ncclpm.ingest.tables import Tables
+from ncclpm.analysis import Analysis, analyse
 from ncclpm.model import Diagnosis, Rival
-from ncclpm.noticed import who_noticed
-from ncclpm.report_facts import (
+from ncclpm.report.actions import action_for
+from ncclpm.report.connected import connected_facts
+from ncclpm.report.dismiss import rivals_dismissed, ruled_out
+from ncclpm.report.facts import (
     caveats,
     cross_check,
     culprit_hosts,
     failing_collective,
     fold_evidence,
     rank_rows,
-    settings_rows,
     versions,
 )
-from ncclpm.rules import ALL_RULES
+from ncclpm.report.noticed import who_noticed
+from ncclpm.report.settings import settings_rows
+from ncclpm.report.stacks import stack_report
+from ncclpm.report.story import build_story
+from ncclpm.rules import ALL_RULES, by_id
 from ncclpm.rules.base import Finding, Rule
-from ncclpm.schema import Category
-from ncclpm.stack_facts import stack_report
-from ncclpm.story import build_story
+from ncclpm.tables import Tables
+from ncclpm.tables.schema import Category
 
 
 def select_rules(select: Iterable[str] = (), ignore: Iterable[str] = ()) -> list[type[Rule]]:
@@ -48,25 +49,49 @@ def select_rules(select: Iterable[str] = (), ignore: Iterable[str] = ()) -> list
     return chosen
 
 
-def evaluate(t: Tables, rules: list[type[Rule]]) -> tuple[list[Finding], list[str], list[str]]:
+def evaluate(facts: Analysis, rules: list[type[Rule]]) -> tuple[list[Finding], list[str], list[str]]:
     findings: list[Finding] = []
     warnings: list[str] = []
     skipped: list[str] = []
     for cls in rules:
         if cls.fallback:
             continue
-        missing = [n for n in sorted(cls.needs) if not t.has(n)]
+        missing = [n for n in sorted(cls.needs) if not facts.has(n)]
         if missing:
             skipped.append(f"{cls.id} {cls.name}: no {', '.join(missing)}")
             continue
         try:
-            found = cls().run(t)
+            found = cls(facts).run(facts.t)
         except Exception as exc:  # a broken rule must not take the diagnosis down with it
             warnings.append(f"rule {cls.id} ({cls.name}) failed: {type(exc).__name__}: {exc}")
             continue
         if found is not None:
             findings.append(found)
-    return findings, warnings, skipped
+    return unexplained(facts, findings, rules), warnings, skipped
+
+
+def _fires(rule_id: str, facts: Analysis) -> bool:
+    """Whether a rule that was not selected would fire (it still silences what it explains)."""
+    cls = by_id(rule_id)
+    if any(not facts.has(n) for n in cls.needs):
+        return False
+    try:
+        return cls(facts).run(facts.t) is not None
+    except Exception:  # a broken silencer silences nothing; it is not this run's rule to report
+        return False
+
+
+def unexplained(facts: Analysis, findings: list[Finding], rules: list[type[Rule]]) -> list[Finding]:
+    """`findings` without those another rule explains (`precedence.EXPLAINS`): as if they had not fired."""
+    fired = {f.rule for f in findings}
+    selected = {r.id for r in rules}
+    silenced = {
+        f.rule
+        for f in findings
+        for first in precedence.silencers(f.rule)
+        if first in fired or (first not in selected and _fires(first, facts))
+    }
+    return [f for f in findings if f.rule not in silenced]
 
 
 def _rank_key(f: Finding) -> tuple:
@@ -79,10 +104,10 @@ def _why_not(rival: Finding, primary: Finding) -> str:
     return f"{primary.rule} ({primary.band}) is preferred"
 
 
-def _run_fallback(fallback: type[Rule], t: Tables, warnings: list[str]) -> Finding:
+def _run_fallback(fallback: type[Rule], facts: Analysis, warnings: list[str]) -> Finding:
     """The fallback rule is isolated like every other: if it fails, say so and still return a verdict."""
     try:
-        found = fallback().run(t)
+        found = fallback(facts).run(facts.t)
         if found is not None:
             return found
     except Exception as exc:  # a broken rule must not take the diagnosis down with it
@@ -100,7 +125,7 @@ def _run_fallback(fallback: type[Rule], t: Tables, warnings: list[str]) -> Findi
 
 
 def choose(
-    findings: list[Finding], rules: list[type[Rule]], t: Tables, warnings: list[str] | None = None
+    findings: list[Finding], rules: list[type[Rule]], facts: Analysis, warnings: list[str] | None = None
 ) -> tuple[Finding, list[Rival], list[Finding], list[Finding]]:
     """Primary root cause; rivals (with why they lose); symptoms it explains; findings that support it."""
     roots = sorted((f for f in findings if f.category != Category.SYMPTOM), key=_rank_key, reverse=True)
@@ -109,10 +134,10 @@ def choose(
     if roots:
         primary = roots[0]
     elif fallback is not None:
-        primary = _run_fallback(fallback, t, warnings)
+        primary = _run_fallback(fallback, facts, warnings)
     else:
         raise ValueError("no rule found anything and the fallback rule was not selected")
-    victims = set(primary.facts.get("victim_ranks", []))
+    victims = set(primary.victim_ranks)
     symptoms, rivals, supporting = [], [], []
     for f in findings:
         if f is primary:
@@ -131,25 +156,30 @@ def choose(
 
 
 def diagnose_tables(t: Tables, select: Iterable[str] = (), ignore: Iterable[str] = ()) -> Diagnosis:
-    t = analysed(t)  # the analysis stage: flight-recorder verdicts, before the rules read them
+    return diagnose_facts(analyse(t), select, ignore)
+
+
+def diagnose_facts(facts: Analysis, select: Iterable[str] = (), ignore: Iterable[str] = ()) -> Diagnosis:
+    """The diagnosis of a job already analysed (`analysis.analyse`: done once, whoever asks)."""
+    t = facts.t
     rules = select_rules(select, ignore)
-    findings, warnings, skipped = evaluate(t, rules)
-    primary, rivals, symptoms, supporting = choose(findings, rules, t, warnings)
-    stack_tree, stack_check = stack_report(t, primary, findings)
+    findings, warnings, skipped = evaluate(facts, rules)
+    primary, rivals, symptoms, supporting = choose(findings, rules, facts, warnings)
+    stack_tree, stack_check = stack_report(facts, primary, findings)
     support_first = [e for s in supporting for e in s.evidence[:1]]
     victims_all = list({e.rank: e for s in symptoms for e in reversed(s.evidence[:8])}.values())[::-1][:4]
     candidates = list(dict.fromkeys([*primary.evidence[:8], *support_first[:2], *victims_all]))
     decisive = fold_evidence(candidates, t.line_prefix, primary.culprit_ranks, limit=6)
-    rows = rank_rows(t, primary)
-    failing = failing_collective(t)
+    rows = rank_rows(facts, primary)
+    failing = failing_collective(facts)
     action, action_reason = action_for(primary)
     if primary.category == Category.NOT_A_TRAINING_LOG:  # said on stderr too: the input may be the wrong files
         warnings.append("no line of a distributed PyTorch job in the input: are these the job's own logs?")
     return Diagnosis(
         job=t.job_name,
         primary=primary,
-        rivals=rivals_dismissed(t, rivals, primary, rules, warnings),
-        ruled_out=ruled_out(t, rules, findings, primary, warnings),
+        rivals=rivals_dismissed(facts, rivals, primary, rules, warnings),
+        ruled_out=ruled_out(facts, rules, findings, primary, warnings),
         symptoms=tuple(symptoms),
         supporting=tuple(supporting),
         failing_collective=failing,
@@ -161,17 +191,17 @@ def diagnose_tables(t: Tables, select: Iterable[str] = (), ignore: Iterable[str]
         not_evaluated=tuple(skipped),
         versions=versions(t),
         n_sources=len(t.sources),
-        cross_check=cross_check(t, primary),
+        cross_check=cross_check(facts, primary),
         stack_tree=stack_tree,
         stack_check=stack_check,
         noticed=who_noticed(t),
-        settings=settings_rows(t),
+        settings=settings_rows(facts),
         code_files=t.code_sources,
-        caveats=caveats(t),
+        caveats=caveats(facts),
         line_prefix=t.line_prefix,
         action=action,
         action_reason=action_reason,
         culprit_hosts=culprit_hosts(primary, rows),
         story=build_story(t, primary, rows, failing),
-        connected=connected_facts(t, primary, warnings),
+        connected=connected_facts(facts, primary, warnings),
     )

@@ -65,7 +65,7 @@ class Band(StrEnum):
 
 
 class Action(StrEnum):
-    """What on-call does next, in one word (derived from the verdict in `ncclpm.actions`)."""
+    """What on-call does next, in one word (derived from the verdict in `ncclpm.report.actions`)."""
 
     RESTART = "restart"  # transient: resubmit as is
     EXCLUDE_NODE = "exclude_node"  # hardware on a named node: drain it, resubmit without it
@@ -125,6 +125,27 @@ class Finding:
     @property
     def band(self) -> Band:
         return Band.of(self.confidence)
+
+    # The facts the engine and the report read, typed (`facts` is what the JSON report carries, by these keys).
+    @property
+    def victim_ranks(self) -> tuple[int, ...]:
+        """The ranks that waited on the culprit (folded under it as symptoms; `waiting` in the rank table)."""
+        return tuple(self.facts.get("victim_ranks", ()))
+
+    @property
+    def named_hosts(self) -> tuple[str, ...]:
+        """Hosts the finding blames itself (a network or hardware fault's node), besides its culprits' hosts."""
+        return tuple(str(h) for h in self.facts.get("hosts") or () if h)
+
+    @property
+    def net_classes(self) -> frozenset[str]:
+        """The kinds of network failure a transport finding read (`ib`, `connect`, `interface`...)."""
+        return frozenset(self.facts.get("classes", ()))
+
+    @property
+    def killed(self) -> bool:
+        """The culprit was killed from outside (SIGKILL, the OOM killer), not ended by its own error."""
+        return bool(self.facts.get("killed"))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -286,10 +307,10 @@ class Diagnosis:
     noticed: tuple[str, ...] = ()  # who noticed first: dump signals, propagated errors, NCCL's diagnostics
     code_files: tuple[str, ...] = ()  # code and configuration files: read for settings only, never as evidence
     caveats: tuple[str, ...] = ()  # limits of the evidence (flight-recorder dumps missing from ranks, ...)
-    action: Action = Action.COLLECT_MORE  # what on-call does next (`ncclpm.actions`)
+    action: Action = Action.COLLECT_MORE  # what on-call does next (`ncclpm.report.actions`)
     action_reason: str = ""  # why that action, in a few words
     culprit_hosts: tuple[str, ...] = ()  # hosts of the culprit ranks, or the node a hardware rule names
-    story: tuple[Moment, ...] = ()  # what happened, in time order (`ncclpm.story`)
+    story: tuple[Moment, ...] = ()  # what happened, in time order (`ncclpm.report.story`)
     ruled_out: tuple[RuledOut, ...] = ()  # suspects no rule found, dismissed by evidence
     connected: tuple[str, ...] = ()  # settings, versions, transports that bear on the verdict
     line_prefix: str = field(default="", repr=False, compare=False)  # the catalog's envelopes (not serialised)

@@ -5,6 +5,10 @@ of their rule in `PRECEDENCE` (earlier wins), then by confidence. A rule that ex
 comes before them; a reading inferred from absence (a silent rank) or from the whole job timing out comes after
 every rule that quotes a failure. Every registered rule is listed exactly once (checked at import); `ncclpm
 rules` prints this order with the reasons.
+
+Who silences whom is declared here too (`EXPLAINS`): when the first rule fires, the second's finding is dropped as
+if it had not fired, because the first already explains what the second infers. The engine applies it (evaluating
+a silencer even when it was not selected); no rule checks another's conclusion.
 """
 
 from __future__ import annotations
@@ -43,6 +47,18 @@ PRECEDENCE: tuple[tuple[str, str], ...] = (
 
 RANK: dict[str, int] = {rule: i for i, (rule, _) in enumerate(PRECEDENCE)}
 
+# (explains, silenced, why): when the first fires, the second is not a finding of this job.
+EXPLAINS: tuple[tuple[str, str, str], ...] = (
+    ("CR01", "ST01", "a rank that died explains why the others waited: one silent rank proves nothing then"),
+    ("CR03", "ST01", "a peer seen going away explains why the others waited: one silent rank proves nothing then"),
+    ("CR01", "CR03", "a rank's own error says why its peer went away: the survivors' view adds nothing"),
+)
+
+
+def silencers(rule_id: str) -> tuple[str, ...]:
+    """The rules whose finding silences `rule_id`'s."""
+    return tuple(first for first, second, _ in EXPLAINS if second == rule_id)
+
 
 def check(rule_ids: set[str]) -> list[str]:
     """Problems with the table against the registered rule ids (empty when it lists each exactly once)."""
@@ -50,4 +66,10 @@ def check(rule_ids: set[str]) -> list[str]:
     problems = [f"{r} is listed twice" for r in sorted({r for r in listed if listed.count(r) > 1})]
     problems += [f"{r} is not a registered rule" for r in sorted(set(listed) - rule_ids)]
     problems += [f"{r} is missing (every rule must have a place)" for r in sorted(rule_ids - set(listed))]
+    problems += [
+        f"EXPLAINS names {r}, not a registered rule" for r in sorted({r for e in EXPLAINS for r in e[:2]} - rule_ids)
+    ]
+    problems += [
+        f"{a} explains {b} and {b} explains {a}" for a, b, _ in EXPLAINS if (b, a) in {e[:2] for e in EXPLAINS}
+    ]
     return problems

@@ -41,10 +41,10 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from ncclpm.schema import FRCulprit
+from ncclpm.tables.schema import FRCulprit
 
 if TYPE_CHECKING:  # (the dump reader's modules load only for a job with dumps)
-    from ncclpm.ingest.flight_recorder import FRLoad
+    from ncclpm.tables.fr import FRLoad
 
 SIZE_CHECKED_OPS = frozenset(
     {

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from ncclpm.ingest.stack_frames import frame_rules, short_file
+from ncclpm.ingest.stacks.frames import frame_rules, short_file
 
 FORMAT_PREFERENCE = {"py-spy": 0, "py-spy-json": 1, "faulthandler": 2, "traceback": 2, "gdb-py": 3, "gdb": 4, "fr": 5}
 

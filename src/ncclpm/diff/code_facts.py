@@ -10,10 +10,10 @@ import re
 import polars as pl
 
 from ncclpm.diff.relevance import launcher_family
-from ncclpm.diff.units import duration_text
 from ncclpm.diff_model import Fact, Quote
-from ncclpm.ingest.code_settings import code_facts
-from ncclpm.ingest.tables import Tables
+from ncclpm.ingest.code.settings import code_facts
+from ncclpm.tables import Tables
+from ncclpm.util.durations import coarse_duration
 
 TORCHRUN = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "python -m torch.distributed.run")
 _OPTION = re.compile(r"^-+")
@@ -33,7 +33,9 @@ def code_config_facts(t: Tables) -> list[Fact]:
     if not timeout.is_empty() and timeout["number"].n_unique() == 1:
         r = _last(timeout)
         facts.append(
-            Fact("pg_timeout", "process-group timeout", "pg_timeout", "settings", duration_text(r["number"]), _quote(r))
+            Fact(
+                "pg_timeout", "process-group timeout", "pg_timeout", "settings", coarse_duration(r["number"]), _quote(r)
+            )
         )
     backend = code_facts(t, "pg_init").filter(pl.col("value").is_not_null())
     if not backend.is_empty():

@@ -10,22 +10,23 @@ from __future__ import annotations
 
 import polars as pl
 
+from ncclpm.analysis import Analysis
+from ncclpm.analysis.settings import env_knowledge
 from ncclpm.diff.facts import config_facts, quote
 from ncclpm.diff.nccl_facts import nccl_facts
 from ncclpm.diff.progress import progress_differences
 from ncclpm.diff.relevance import BadContext, api_error, family_order, judge
 from ncclpm.diff_model import RELEVANCE, Difference, DiffReport, Fact, Quote, RunSummary
-from ncclpm.ingest.settings import env_knowledge
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
 from ncclpm.model import Category, Diagnosis
-from ncclpm.signals import NATIVE_CRASHES
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.util.signals import NATIVE_CRASHES
 
 NOT_SET = "not set"
 
 
-def run_facts(t: Tables) -> dict[str, Fact]:
-    return {f.key: f for f in (*config_facts(t), *nccl_facts(t))}
+def run_facts(facts: Analysis) -> dict[str, Fact]:
+    return {f.key: f for f in (*config_facts(facts), *nccl_facts(facts.t))}
 
 
 def summarize(t: Tables, d: Diagnosis) -> RunSummary:
@@ -214,10 +215,12 @@ def same_work_note(good_t: Tables, good: RunSummary, bad_t: Tables, bad_d: Diagn
     return None
 
 
-def compare(good_t: Tables, good_d: Diagnosis, bad_t: Tables, bad_d: Diagnosis) -> DiffReport:
-    good_facts, bad_facts = run_facts(good_t), run_facts(bad_t)
+def compare(good_a: Analysis, good_d: Diagnosis, bad_a: Analysis, bad_d: Diagnosis) -> DiffReport:
+    """GOOD and BAD (each analysed once, `analysis.analyse`) and their diagnoses -> the ranked differences."""
+    good_t, bad_t = good_a.t, bad_a.t
+    good_facts, bad_facts = run_facts(good_a), run_facts(bad_a)
     diffs, same, compared, notes = _pair(good_facts, bad_facts, good_t, bad_t)
-    diffs += progress_differences(good_t, bad_t)
+    diffs += progress_differences(good_a, bad_a)
     ctx = bad_context(good_t, good_facts, bad_t, bad_d)
     judged = sorted(_fold([_one_sided(judge(d, ctx)) for d in diffs]), key=_rank_key)
     good, bad = summarize(good_t, good_d), summarize(bad_t, bad_d)

@@ -6,17 +6,22 @@ matched by the catalogs in `parsers/` (job_meta.toml, launch.toml, settings.toml
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 import polars as pl
 
+from ncclpm.analysis import Analysis
 from ncclpm.diff.relevance import launcher_family, setting_family
-from ncclpm.diff.units import duration_text, seconds_of
 from ncclpm.diff_model import Fact, Quote
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.util.durations import coarse_duration, seconds_of
 
 MAX_LIST = 12
+
+
+ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]*")  # an environment variable (code settings are named as they read)
 
 
 def quote(row: dict) -> Quote:
@@ -108,21 +113,23 @@ def _with_evidence(fact: Fact, rows: pl.DataFrame) -> Fact:
     return Fact(fact.key, fact.what, fact.family, fact.section, fact.value, quote(_first(rows)), fact.paired_only)
 
 
-def setting_facts(t: Tables) -> list[Fact]:
-    """One fact per variable: the settings table already keeps where it is set over NCCL's echo of it."""
-    table = t.extra.get("settings")
-    if table is None or table.is_empty():
+def setting_facts(facts: Analysis) -> list[Fact]:
+    """One fact per variable (the settings table already keeps where it is set over NCCL's echo of it), in the
+    lint's order: the most severe first."""
+    if not facts.settings:
         return []
+    t = facts.t
     texts = {
         (r["source"], r["line"]): r["text"]
         for r in t.events.filter(pl.col("kind") == K.setting).select("source", "line", "text").iter_rows(named=True)
     }
-    facts = []
-    for r in table.filter(pl.col("var").str.contains(r"^[A-Z][A-Z0-9_]*$")).iter_rows(named=True):
-        var = str(r["var"])  # environment variables; the code's other settings come from code_facts.py
-        ev = Quote(str(r["file"]), r["line"], texts.get((r["file"], r["line"]), ""))
-        facts.append(Fact(f"setting:{var}", var, setting_family(var), "settings", str(r["value"] or ""), ev))
-    return facts
+    out = []
+    for s in facts.settings:
+        if not ENV_NAME.fullmatch(s.var):  # environment variables; the code's other settings come from code_facts.py
+            continue
+        ev = Quote(str(s.file), s.line, texts.get((s.file, s.line), ""))
+        out.append(Fact(f"setting:{s.var}", s.var, setting_family(s.var), "settings", str(s.value or ""), ev))
+    return out
 
 
 def dataloader_facts(t: Tables) -> list[Fact]:
@@ -174,7 +181,7 @@ def timeout_fact(t: Tables) -> Fact | None:
 
 
 def _timeout(seconds: float, ev: Quote) -> Fact:
-    return Fact("pg_timeout", "process-group timeout", "pg_timeout", "settings", duration_text(seconds), ev)
+    return Fact("pg_timeout", "process-group timeout", "pg_timeout", "settings", coarse_duration(seconds), ev)
 
 
 def shape_facts(t: Tables) -> list[Fact]:
@@ -202,14 +209,15 @@ def shape_facts(t: Tables) -> list[Fact]:
     return facts
 
 
-def config_facts(t: Tables) -> list[Fact]:
+def config_facts(facts: Analysis) -> list[Fact]:
     """Every configuration fact of the run; a fact the logs state wins over the same one read from code."""
     from ncclpm.diff.code_facts import code_config_facts
 
+    t = facts.t
     timeout = timeout_fact(t)
     logged = [
         *version_facts(t),
-        *setting_facts(t),
+        *setting_facts(facts),
         *launcher_facts(t),
         *dataloader_facts(t),
         *([timeout] if timeout else []),

@@ -8,8 +8,8 @@ import polars as pl
 
 from ncclpm.diff.facts import listed, quote
 from ncclpm.diff_model import Fact
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
 
 
 def transport_class(via: str) -> str:

@@ -11,10 +11,11 @@ from statistics import median
 
 import polars as pl
 
+from ncclpm.analysis import Analysis
 from ncclpm.diff.facts import quote
 from ncclpm.diff_model import Difference, Quote
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
 
 SLOWER_RATIO = 1.5  # below this, step-time differences are noise on a shared machine
 SLOWER_SECONDS = 0.2
@@ -50,8 +51,8 @@ def _intervals(steps: pl.DataFrame, upto: int) -> list[float]:
     return gaps["gap"].to_list()
 
 
-def _collectives(t: Tables) -> dict[int, tuple[str, Quote | None]]:
-    fa = t.fr_analysis
+def _collectives(facts: Analysis) -> dict[int, tuple[str, Quote | None]]:
+    t, fa = facts.t, facts.fr
     out: dict[int, tuple[str, Quote | None]] = {}
     if fa is not None and not fa.rank_facts.is_empty():
         for r in fa.rank_facts.iter_rows(named=True):
@@ -63,9 +64,10 @@ def _collectives(t: Tables) -> dict[int, tuple[str, Quote | None]]:
     return out
 
 
-def progress_differences(good: Tables, bad: Tables) -> list[Difference]:
+def progress_differences(good_a: Analysis, bad_a: Analysis) -> list[Difference]:
     """Differences of progress; a clearly slower BAD is left for the judge (relevance.py) to weigh."""
     out: list[Difference] = []
+    good, bad = good_a.t, bad_a.t
     g_steps, b_steps = _steps(good), _steps(bad)
     g_reached, b_reached = _reached(g_steps), _reached(b_steps)
     if g_reached and b_reached and g_reached[0] != b_reached[0]:
@@ -85,7 +87,7 @@ def progress_differences(good: Tables, bad: Tables) -> list[Difference]:
     if not g_steps.is_empty() and not b_steps.is_empty():
         upto = int(b_steps.group_by("rank").agg(pl.col("seq").max())["seq"].min())  # type: ignore[arg-type]
         out += _step_time(_intervals(g_steps, upto), _intervals(b_steps, upto), upto)
-    g_coll, b_coll = _collectives(good), _collectives(bad)
+    g_coll, b_coll = _collectives(good_a), _collectives(bad_a)
     changes: dict[tuple[str, str], list[int]] = {}
     for rank in sorted(set(g_coll) & set(b_coll)):
         if g_coll[rank][0] != b_coll[rank][0]:

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
-from ncclpm.diff.units import seconds_of
 from ncclpm.diff_model import RELEVANCE, Difference, Quote
-from ncclpm.resources import data_dir, read_toml
+from ncclpm.util.durations import seconds_of
+from ncclpm.util.resources import data_dir, read_toml
 
 VERSION_FAMILIES = (
     "torch_version",

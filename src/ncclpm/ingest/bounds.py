@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ncclpm.clamp import EARLIEST, FIELD_BOUNDS, LATEST, MAX_RANK
+from ncclpm.util.clamp import EARLIEST, FIELD_BOUNDS, LATEST, MAX_RANK
 
 
 def _checks(frame: pl.DataFrame) -> dict[str, pl.Expr]:

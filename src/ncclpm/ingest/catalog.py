@@ -20,13 +20,13 @@ from pathlib import Path
 
 import polars as pl
 
-from ncclpm.ascii_classes import ascii_classes
 from ncclpm.ingest import envelopes as env_mod
 from ncclpm.ingest.envelopes import Envelope
-from ncclpm.ingest.nccl_messages import MessageError, Vocabulary, load_messages
-from ncclpm.kinds import KINDS_FILE, KindDecl, KindError, load_kinds, merge_kinds, unknown_kind_message
-from ncclpm.resources import data_dir, read_toml
-from ncclpm.schema import DTYPE_NAMES, EVENT_FIELDS
+from ncclpm.ingest.text.nccl_messages import MessageError, Vocabulary, load_messages
+from ncclpm.tables.kinds import KINDS_FILE, KindDecl, KindError, load_kinds, merge_kinds, unknown_kind_message
+from ncclpm.tables.schema import DTYPE_NAMES, EVENT_FIELDS
+from ncclpm.util.ascii_classes import ascii_classes
+from ncclpm.util.resources import data_dir, read_toml
 
 _UNSUPPORTED = re.compile(r"\(\?<?[=!]|\\[1-9]")
 # A pattern field named `rank` is the rank the message names itself (`[7] is setting up NCCL communicator`):

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ncclpm.ascii_classes import ascii_classes
+from ncclpm.util.ascii_classes import ascii_classes
 
 COLUMNS = ("rank", "local_rank", "role", "host", "pid", "ts", "level")
 # a full date; a US one (month/day/year); glog's month-day without a year (the year comes from the job)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from ncclpm.kinds import KindDecl
-from ncclpm.schema import EVENT_FIELDS
+from ncclpm.tables.kinds import KindDecl
+from ncclpm.tables.schema import EVENT_FIELDS
 
 
 def apply_readings(events: pl.DataFrame, kinds: dict[str, KindDecl]) -> pl.DataFrame:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from ncclpm.ingest.catalog import Catalog, Envelope, Example, Pattern
-from ncclpm.ingest.extract import extract_events, parse_lines
+from ncclpm.ingest.text.extract import extract_events, parse_lines
 
 ENVELOPE_KEYS = frozenset({"rank", "level", "host", "pid", "message"})
 

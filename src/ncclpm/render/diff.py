@@ -9,8 +9,8 @@ from typing import Any
 
 from ncclpm import __version__
 from ncclpm.diff_model import DiffReport
-from ncclpm.escape import controls_shown
 from ncclpm.render.jinja import environment
+from ncclpm.util.escape import controls_shown
 
 SLACK_MAX = 3000
 SLACK_DIFFS = 5

@@ -9,10 +9,10 @@ import re
 from markupsafe import Markup, escape
 
 from ncclpm import __version__
-from ncclpm.escape import plain
 from ncclpm.model import SCHEMA_VERSION, Diagnosis
 from ncclpm.render.jinja import render_template
 from ncclpm.render.timeline import build_timeline
+from ncclpm.util.escape import plain
 
 _CODE = re.compile(r"`([^`\n]+)`")
 

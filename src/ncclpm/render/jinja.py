@@ -17,13 +17,13 @@ from jinja2 import Environment, pass_context
 from jinja2.runtime import Context
 from markupsafe import Markup
 
-from ncclpm import escape
-from ncclpm.clamp import duration_text
 from ncclpm.model import Diagnosis
 from ncclpm.render.rankview import rank_groups, rank_table
 from ncclpm.render.template_code import new_environment, read_snapshot
 from ncclpm.render.words import facts_line, story_date, story_times
-from ncclpm.resources import data_dir
+from ncclpm.util import escape
+from ncclpm.util.durations import duration_text
+from ncclpm.util.resources import data_dir
 
 
 def _duration_ms(ms: Any) -> str:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ncclpm.escape import one_line, plain, slack_code, slack_text
 from ncclpm.model import Diagnosis
 from ncclpm.render.jinja import environment
 from ncclpm.render.words import collective_text, culprit_text
+from ncclpm.util.escape import one_line, plain, slack_code, slack_text
 
 MAX_CHARS = 3000  # a Block Kit section holds 3,000 characters; Slack truncates messages at 4,000
 LINE_CHARS = 700

@@ -11,10 +11,10 @@ from __future__ import annotations
 import textwrap
 from dataclasses import dataclass
 
-from ncclpm.escape import one_line, plain
 from ncclpm.model import Diagnosis
 from ncclpm.render.rankview import rank_table
 from ncclpm.render.words import facts_line, story_date, story_times
+from ncclpm.util.escape import one_line, plain
 
 WIDTH = 100
 BAND_COLOUR = {"conclusive": "1;31", "likely": "1;33", "possible": "1"}

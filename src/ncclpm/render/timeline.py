@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from ncclpm.clamp import duration_text, human_duration, shift, timedelta_ms
 from ncclpm.model import Diagnosis
 from ncclpm.render.rankview import RankGroup, rank_groups
+from ncclpm.util.clamp import shift, timedelta_ms
+from ncclpm.util.durations import duration_text, human_duration
 
 LABEL_W, PLOT_W, EXIT_W = 230, 640, 130
 LABEL_CHARS = 17  # monospace 11.5px in the label column, before the role tag

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from ncclpm.clamp import duration_text, human_duration
 from ncclpm.model import Diagnosis, rank_span
+from ncclpm.util.durations import duration_text, human_duration
 
 
 def culprit_text(d: Diagnosis) -> str:

@@ -1,77 +1,10 @@
-"""What a rank was busy with outside collectives, and whether the others waited at a barrier.
-
-Rank-local work shows as `activity` lines (checkpoint, evaluation, generation, data preparation) and tqdm
-bars (`progress_bar`: percentage and elapsed time). In a shared console many scripts print such lines on the
-main process only and without a rank prefix; when exactly one rank is unaccounted for, an unranked activity
-line printed before the others gave up is attributed to it (and said to be attributed).
-"""
+"""What a rank was busy with, in words (the work itself is the analysis's: `Analysis.work_of`)."""
 
 from __future__ import annotations
 
 import polars as pl
 
-from ncclpm.clamp import duration_text
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
-from ncclpm.rules._facts import BARRIER_SHAPED, timeouts, victim_lines
-from ncclpm.rules._memo import per_job
-
-
-def _first_symptom(t: Tables):
-    return timeouts(t)["ts"].drop_nulls().min() or victim_lines(t)["ts"].drop_nulls().min()
-
-
-def _with_elapsed(t: Tables, act: pl.DataFrame) -> pl.DataFrame:
-    """The elapsed time of the tqdm bar printed on the same line, if any (`ran_ms`)."""
-    bars = t.kinds(K.progress_bar).select(
-        "source", "line", pl.col("ran_ms").alias("bar_ms"), pl.col("count").alias("bar_pct")
-    )
-    return act.join(bars, on=["source", "line"], how="left")
-
-
-@per_job
-def rank_local_work(t: Tables, ranks: list[int], attribute_unranked: bool = False) -> pl.DataFrame:
-    """One activity row per rank of `ranks` (where it started, with `bar_ms`/`bar_pct` and `attributed`)."""
-    act = t.kinds(K.activity)
-    mine = act.filter(pl.col("rank").is_in(ranks)).with_columns(pl.lit(False).alias("attributed"))
-    # A console's unprefixed progress line is the one candidate's, or else rank 0's: scripts (Hugging Face,
-    # Lightning, most others) log their progress on the main process only.
-    owner = ranks[0] if len(ranks) == 1 else 0 if 0 in ranks else None
-    if attribute_unranked and owner is not None:
-        victim_sources = victim_lines(t)["source"].unique().to_list()
-        loose = act.filter(pl.col("rank").is_null() & pl.col("source").is_in(victim_sources))
-        mine = pl.concat(
-            [mine, loose.with_columns(pl.lit(owner, pl.Int32).alias("rank"), pl.lit(True).alias("attributed"))]
-        )
-    if mine.is_empty():
-        return _with_elapsed(t, mine)
-    # Only work that started before the others gave up counts (it is what they were waiting for).
-    first = _first_symptom(t)
-    if first is not None:
-        mine = mine.filter(pl.col("ts").is_null() | (pl.col("ts") <= first))
-    # The work that kept a rank away started after its last progress line: quote where it started
-    # ("Saving checkpoint ..."), not where it ended ("Checkpoint saved in 270 s").
-    progress = (
-        t.kinds(K.progress)
-        .filter(pl.col("rank").is_in(ranks))
-        .group_by("rank", "source")
-        .agg(pl.col("line").max().alias("_last_progress"))
-    )
-    mine = _with_elapsed(t, mine.join(progress, on=["rank", "source"], how="left"))
-    after = mine.filter(pl.col("_last_progress").is_null() | (pl.col("line") > pl.col("_last_progress")))
-    # Of several bars of the same work, the one that had run longest says most.
-    after = after.sort("rank", pl.col("bar_ms").fill_null(-1), "source", "line", descending=[False, True, False, False])
-    started = after.group_by("rank", maintain_order=True).first()
-    rest = mine.join(started.select("rank"), on="rank", how="anti").group_by("rank", maintain_order=True).last()
-    return pl.concat([started, rest]).drop("_last_progress").sort("rank")
-
-
-def waiting_in_barrier(t: Tables) -> bool:
-    """The waiting ranks sat in a barrier: a barrier-shaped collective timed out, tracebacks show `barrier`
-    frames, or a `main_process_first` section was waited on."""
-    tiny = timeouts(t).filter(BARRIER_SHAPED)
-    frames = t.tracebacks.filter(pl.col("frames").list.eval(pl.element().str.starts_with("barrier")).list.any())
-    return not tiny.is_empty() or frames.height > 0 or not t.kinds(K.main_first_wait).is_empty()
+from ncclpm.util.durations import duration_text
 
 
 def busy_text(act: pl.DataFrame) -> str:

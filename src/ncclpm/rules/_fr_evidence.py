@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
 from ncclpm.rules.base import Evidence
+from ncclpm.tables import Tables
 
 MAX_FRAMES = 4
 

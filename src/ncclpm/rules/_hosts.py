@@ -2,7 +2,7 @@
 
 NCCL names peers by address (`10.0.3.14<41524>`, or `node03.cluster<45882>` in recent versions), while ranks
 are known by host (`host:pid` prefix + the `Init COMPLETE` line). The address book is the `nccl_addresses` table
-(ingest/nccl.py, from NCCL's own interface lines printed by every process at init). Known limit: an address that
+(ingest/text/nccl.py, from NCCL's own interface lines printed by every process at init). Known limit: an address that
 no host's interface line shows stays an address (the report quotes it as is).
 """
 
@@ -12,8 +12,8 @@ import re
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
 from ncclpm.rules.base import ranks_text
+from ncclpm.tables import Tables
 
 _PEER = re.compile(r"^\s*(?P<addr>[^<\s]+?)(?:<\d+>)?\s*$")
 

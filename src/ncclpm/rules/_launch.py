@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
 
 
 def more_processes_than_gpus(t: Tables) -> pl.DataFrame:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
 from ncclpm.rules._hosts import address_book, host_ranks, peer_host, ranks_on
+from ncclpm.tables import Tables
 
 
 def failing_pairs(t: Tables, ev: pl.DataFrame) -> tuple[list[str], list[frozenset[str]]]:

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import polars as pl
 
-from ncclpm.clamp import duration_text
-from ncclpm.ingest.tables import Tables
-from ncclpm.rules._facts import BARRIER_SHAPED, timeouts
+from ncclpm.analysis import Analysis
+from ncclpm.analysis.victims import BARRIER_SHAPED
 from ncclpm.rules.base import ranks_text
+from ncclpm.util.durations import duration_text
 
 EARLY_SEQ = 10  # the first collectives of a job: barriers, parameter broadcasts, lazy NCCL init
 
 
-def victims_view(t: Tables) -> tuple[list[str], list[str]]:
+def victims_view(facts: Analysis) -> tuple[list[str], list[str]]:
     """(what the waiting ranks' lines prove, the likely causes in order) - both empty without a timeout."""
-    to = timeouts(t).sort("ts", "source", "line", nulls_last=True)
+    t = facts.t
+    to = facts.timeouts.sort("ts", "source", "line", nulls_last=True)
     if to.is_empty():
         return [], []
     row = to.row(0, named=True)

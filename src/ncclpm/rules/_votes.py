@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
 from ncclpm.rules.base import ranks_text
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
 
 # Frames of rank-local work: a collective called from inside them is one the other ranks did not call.
 WORK_FRAMES = [K.frame_checkpoint, K.frame_evaluation]

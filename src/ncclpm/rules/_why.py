@@ -7,37 +7,37 @@ from datetime import datetime
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
+from ncclpm.analysis import Analysis
 from ncclpm.model import Category, rank_span, said
-from ncclpm.rules._facts import timeouts
 
 # verdicts where a rank went quiet and the others waited: what a reader suspects first is a hang elsewhere
 QUIET_VERDICTS = frozenset({Category.SLOW_RANK_WORK, Category.TIMEOUT_TOO_SHORT, Category.MISMATCHED_COLLECTIVES})
 
 
-def joined(t: Tables) -> set[int]:
+def joined(facts: Analysis) -> set[int]:
     """Ranks that reported a timeout in a collective (they had entered it)."""
-    return set(timeouts(t)["rank"].drop_nulls().to_list())
+    return set(facts.timeouts["rank"].drop_nulls().to_list())
 
 
-def never_joined(t: Tables, ranks: tuple[int, ...]) -> list[int]:
+def never_joined(facts: Analysis, ranks: tuple[int, ...]) -> list[int]:
     """Of `ranks`, those that never reported a collective timeout while others did."""
-    waiting = joined(t)
+    waiting = joined(facts)
     return sorted(set(ranks) - waiting) if waiting else []
 
 
-def collective(t: Tables) -> str:
+def collective(facts: Analysis) -> str:
     """`ALLREDUCE #6764 (NumelIn=1)` for the one collective every timed-out rank waited in, or ``."""
-    keys = timeouts(t).select("op", "seq", "numel_in").unique()
+    keys = facts.timeouts.select("op", "seq", "numel_in").unique()
     if keys.height != 1 or keys["op"][0] is None:
         return ""
     op, seq, numel = keys.row(0)
     return f"{op}" + (f" #{seq}" if seq is not None else "") + (f" (NumelIn={numel})" if numel is not None else "")
 
 
-def last_words(t: Tables, ranks: tuple[int, ...]) -> str:
+def last_words(facts: Analysis, ranks: tuple[int, ...]) -> str:
     """`; rank 0's last line is `Generating sample images...` (slurm-48211.out:35)` for the first of `ranks`
     whose last activity the logs show, or ``."""
+    t = facts.t
     for rank in ranks:
         row = t.ranks.filter(pl.col("rank") == rank)
         if row.is_empty() or not row["last_activity"][0]:
@@ -47,5 +47,5 @@ def last_words(t: Tables, ranks: tuple[int, ...]) -> str:
     return ""
 
 
-def first_timeout(t: Tables) -> datetime | None:
-    return timeouts(t)["ts"].drop_nulls().min()  # type: ignore[return-value]
+def first_timeout(facts: Analysis) -> datetime | None:
+    return facts.timeouts["ts"].drop_nulls().min()  # type: ignore[return-value]

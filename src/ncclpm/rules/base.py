@@ -3,9 +3,11 @@
 A rule is one small class in its own module: metadata (id, name, category, the tables it needs, base
 confidence, which symptom rules it explains) plus two steps - `evidence(tables)`, a polars query whose
 rows are the facts it relies on (zero rows = silent), and `assess(tables, evidence)`, which turns those rows
-into a `Finding` with culprit ranks, a confidence and quotable evidence (file:line). The docstring of a rule
-is its user documentation (`ncclpm explain RULE`), written in fixed sections checked by a meta-test; its
-`## How to fix` section is generated from the rule's `FIXES`, the same texts its findings carry.
+into a `Finding` with culprit ranks, a confidence and quotable evidence (file:line). Facts derived across
+sources (victims, crashes, store waits, the stack tree, the timeout in force...) are the analysis stage's: a
+rule reads them from `self.facts`, never from another rule; who silences whom is `precedence.EXPLAINS`. The
+docstring of a rule is its user documentation (`ncclpm explain RULE`), written in fixed sections checked by a
+meta-test; its `## How to fix` section is generated from the rule's `FIXES`, the same texts its findings carry.
 """
 
 from __future__ import annotations
@@ -13,13 +15,16 @@ from __future__ import annotations
 import inspect
 import re
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import TABLE_NAMES, Tables
+from ncclpm.analysis.job import UNLESS, JobFacts
 from ncclpm.model import MAX_QUOTE, Category, Evidence, Finding, ranks_text  # noqa: F401 - rules use them from here
-from ncclpm.rules._job import UNLESS, JobFacts
+from ncclpm.tables import TABLE_NAMES, Tables
+
+if TYPE_CHECKING:
+    from ncclpm.analysis import Analysis
 
 DOC_SECTIONS = ("## What it detects", "## Why it matters", "## Example", "## How to fix")
 LIVE_PREFIX = "Next time it hangs, "  # a `live` fix, given for a job that is over
@@ -30,7 +35,7 @@ _SLOT = re.compile(r"\{(\w+)\|([^{}]*)\}")  # `{hosts|the named hosts}`: a value
 class Fix:
     """One fix a rule can give. `text` may hold slots `{name|doc text}`, filled by the finding with its own
     values and shown with the doc text in `ncclpm explain`; `when` says (in the docs) when the fix is given;
-    `unless` names a job fact (`rules/_job.py`) under which it is not given (the job already does it); `live`
+    `unless` names a job fact (`analysis/job.py`) under which it is not given (the job already does it); `live`
     marks advice about a running process, given for the next run when the job is over."""
 
     text: str
@@ -95,13 +100,17 @@ class Rule:
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    job: JobFacts = JobFacts()
+    def __init__(self, facts: Analysis) -> None:
+        self.facts = facts  # the job's derived facts (the analysis stage): what the rule reads besides its tables
+
+    @property
+    def job(self) -> JobFacts:
+        return self.facts.job
 
     def run(self, t: Tables) -> Finding | None:
         ev = self.evidence(t)
         if ev.is_empty():
             return None
-        self.job = JobFacts.of(t)
         return self.assess(t, ev)
 
     def why_not(self, t: Tables, winner: Finding, mine: Finding | None) -> str | None:

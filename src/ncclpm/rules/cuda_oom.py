@@ -6,11 +6,10 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
-from ncclpm.rules._facts import victim_ranks
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import Category
 
 
 class CudaOutOfMemory(Rule):
@@ -48,7 +47,7 @@ class CudaOutOfMemory(Rule):
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         culprits = tuple(sorted(set(ev["rank"].drop_nulls().to_list())))
-        others = victim_ranks(t) - set(culprits)
+        others = self.facts.victim_ranks - set(culprits)
         # cuBLAS/cuDNN failing to allocate a workspace is memory in most cases, not all (a broken CUDA setup)
         indirect = ev["detail"].fill_null("").str.ends_with("_ALLOC_FAILED").all()
         return self.finding(

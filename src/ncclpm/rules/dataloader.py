@@ -6,13 +6,12 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
 from ncclpm.model import said
-from ncclpm.rules._facts import victim_ranks
 from ncclpm.rules._why import QUIET_VERDICTS, last_words
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import Category
 
 
 class DataloaderFailure(Rule):
@@ -88,7 +87,7 @@ class DataloaderFailure(Rule):
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         culprits = tuple(sorted(set(ev["rank"].drop_nulls().to_list())))
-        others = victim_ranks(t) - set(culprits)
+        others = self.facts.victim_ranks - set(culprits)
         conf = self.base_confidence + (0.1 if others else 0.0) - (0.15 if not culprits else 0.0)
         if (ev["kind"] == K.frame_dataloader).all():
             return self._in_dataloader_code(t, ev, culprits)
@@ -137,7 +136,7 @@ class DataloaderFailure(Rule):
             fixes=self.fixes("traceback_end", "uneven_shards", "timeout"),
             dont=("Do not debug NCCL: the rank stopped in its input pipeline, before any collective.",),
             verify=("The rank's full traceback ends in the DataLoader with the reason.",),
-            facts={"victim_ranks": sorted(victim_ranks(t) - set(culprits))},
+            facts={"victim_ranks": sorted(self.facts.victim_ranks - set(culprits))},
         )
 
     def why_not(self, t: Tables, winner: Finding, mine: Finding | None) -> str | None:
@@ -145,5 +144,5 @@ class DataloaderFailure(Rule):
             return None
         return (
             "no rank logged a DataLoader error (a worker killed or timed out, file descriptors or shared memory "
-            f"exhausted){last_words(t, winner.culprit_ranks)}"
+            f"exhausted){last_words(self.facts, winner.culprit_ranks)}"
         )

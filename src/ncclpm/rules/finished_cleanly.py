@@ -6,11 +6,10 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
-from ncclpm.rules._facts import known_ranks
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import Category
 
 
 class JobFinishedCleanly(Rule):
@@ -51,7 +50,7 @@ class JobFinishedCleanly(Rule):
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         done = set(ev["rank"].drop_nulls().to_list())
-        known = known_ranks(t)
+        known = self.facts.known_ranks
         everyone = bool(known) and known <= done
         launcher = ev["rank"].is_null().any()  # the agent's own success line speaks for all its workers
         return self.finding(

@@ -6,10 +6,10 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
 from ncclpm.rules._fr_evidence import changed_call_sites, entry_evidence
 from ncclpm.rules.base import Finding, Fix, Rule, ranks_text
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.schema import Category
 
 
 class FlightRecorderCollectivesDisagree(Rule):
@@ -48,8 +48,8 @@ class FlightRecorderCollectivesDisagree(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        assert t.fr_analysis is not None
-        return t.fr_analysis.mismatches
+        assert self.facts.fr is not None
+        return self.facts.fr.mismatches
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         first = ev.row(0, named=True)

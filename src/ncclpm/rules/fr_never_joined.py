@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING, ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
-from ncclpm.rules._facts import exceptions_not_victim
+from ncclpm.analysis.victims import exceptions_not_victim
 from ncclpm.rules._fr_evidence import entry_evidence, last_entry_evidence
 from ncclpm.rules.base import Finding, Fix, Rule, ranks_text
-from ncclpm.schema import Category, FRCulprit
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import Category, FRCulprit
 
 if TYPE_CHECKING:  # (the dump reader's modules load only for a job with dumps)
     from ncclpm.analysis.fr_match import FRAnalysis
@@ -73,7 +73,7 @@ class FlightRecorderRankStopped(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        fa = t.fr_analysis
+        fa = self.facts.fr
         assert fa is not None
         if fa.culprit_kind not in (FRCulprit.NEVER_JOINED, FRCulprit.STOPPED_COMPLETING):
             return pl.DataFrame()
@@ -106,7 +106,7 @@ class FlightRecorderRankStopped(Rule):
         return None
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
-        fa = t.fr_analysis
+        fa = self.facts.fr
         assert fa is not None
         culprits = sorted(ev["rank"].to_list())
         user_frames = " ".join(fa.culprit_frames["summary"].drop_nulls().to_list())

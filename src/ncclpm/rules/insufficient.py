@@ -6,12 +6,11 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
-from ncclpm.rules._exits import TORN_DOWN, WATCHDOG_ABORT
-from ncclpm.rules._facts import known_ranks, victim_lines
+from ncclpm.analysis.crashes import TORN_DOWN, WATCHDOG_ABORT
 from ncclpm.rules._victim_view import victims_view
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.schema import Category
 
 # The evidence to collect when it is missing from the job: (what, when) - the findings' fixes read "Collect <what>."
 MISSING = {
@@ -75,7 +74,7 @@ class InsufficientEvidence(Rule):
         if _nothing_recognised(t):
             return self._not_a_training_log(t)
         seen = set(t.ranks["rank"].to_list())
-        absent = sorted(known_ranks(t) - seen)
+        absent = sorted(self.facts.known_ranks - seen)
         no_stacks = not t.has("stacks") or (t.extra["stacks"]["format"] == "fr").all()
         # ranks the launcher saw fail (not the ones it then ended itself with SIGTERM), their own errors not shown
         failed = t.elastic.filter(~pl.col("exit_code").fill_null(0).is_in([0, TORN_DOWN]))["rank"].drop_nulls().unique()
@@ -89,8 +88,8 @@ class InsufficientEvidence(Rule):
         ]
         ranks_of: dict[str, list[int]] = {k: [] for k in MISSING} | {"errors": failed, "logs": absent}
         missing = [Fix(MISSING[k][0]).render({"ranks": ", ".join(map(str, ranks_of[k][:16]))}) for k in wanted]
-        victims = victim_lines(t)
-        proves, causes = victims_view(t)
+        victims = self.facts.victim_lines
+        proves, causes = victims_view(self.facts)
         leads = f" Most likely, in order: {'; '.join(f'({i}) {c}' for i, c in enumerate(causes, 1))}." if causes else ""
         shown = (
             "the logs show ranks waiting in a collective but not why"

@@ -6,11 +6,10 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
-from ncclpm.rules._facts import victim_lines
 from ncclpm.rules.base import Finding, Fix, Rule, quotes
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import Category
 
 SIGNAL_NAMES = {"15": "SIGTERM (15)", "2": "SIGINT (2)", "9": "SIGKILL (9)", "1": "SIGHUP (1)"}
 # A rank's own failure before the kill would explain it (the agent is then torn down as a consequence).
@@ -102,7 +101,7 @@ class JobKilledFromOutside(Rule):
             explanation="The launcher tears its workers down when it is signalled itself; the workers' SIGTERM exits "
             "are collateral. No rank failed first, so the sender is outside the job: the host's OOM handling (CPU "
             "memory, often at a checkpoint save or evaluation), the scheduler, or a user.",
-            evidence=quotes(last, 1) + quotes(ev, 2) + quotes(oom, 2) + quotes(victim_lines(t), 2),
+            evidence=quotes(last, 1) + quotes(ev, 2) + quotes(oom, 2) + quotes(self.facts.victim_lines, 2),
             fixes=self.fixes(),
             dont=("Do not debug NCCL or the network: no collective failed.",),
             verify=("The node's kernel log or the scheduler names who sent the signal.",),

@@ -6,13 +6,12 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
-from ncclpm.rules._facts import timeouts, victim_ranks
 from ncclpm.rules._votes import minority, odd_by_work
 from ncclpm.rules._why import collective
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import Category
 
 
 def _calls(votes: pl.DataFrame) -> str:
@@ -66,8 +65,7 @@ class CollectivesDisagreeInLogs(Rule):
         # One timeout per rank and group, its last: a rank that reports two different collectives was restarted,
         # or the paste mixes runs - that is not two ranks disagreeing.
         to = (
-            timeouts(t)
-            .filter(pl.col("seq").is_not_null())
+            self.facts.timeouts.filter(pl.col("seq").is_not_null())
             .with_columns(pl.col("pg").fill_null("?").alias("_pg"))
             .sort("ts", "source", "line", nulls_last=False)
             .group_by("rank", "_pg", maintain_order=True)
@@ -104,7 +102,7 @@ class CollectivesDisagreeInLogs(Rule):
                 f"{ranks_text(r)} timed out in {c}" for c, r in by_call.iter_rows()
             )
         # gloo's size check names no peer: the aborting rank and the ranks that lost it are all involved.
-        ranks = tuple(sorted(set(ev["rank"].drop_nulls().to_list()) | victim_ranks(t)))
+        ranks = tuple(sorted(set(ev["rank"].drop_nulls().to_list()) | self.facts.victim_ranks))
         if len(ranks) < 2:  # one rank's view: it cannot say which side called the collective differently
             return (), "the logs do not show which rank called it differently"
         return ranks, "the byte counts of one collective differ across ranks"
@@ -140,5 +138,5 @@ class CollectivesDisagreeInLogs(Rule):
         )
 
     def why_not(self, t: Tables, winner: Finding, mine: Finding | None) -> str | None:
-        same = collective(t) if mine is None and winner.category != Category.MISMATCHED_COLLECTIVES else ""
+        same = collective(self.facts) if mine is None and winner.category != Category.MISMATCHED_COLLECTIVES else ""
         return f"every rank that timed out was in the same collective, {same}" if same else None

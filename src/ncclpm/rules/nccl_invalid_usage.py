@@ -6,11 +6,11 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.nccl_messages import reading
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
+from ncclpm.ingest.text.nccl_messages import reading
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import Category
 
 # NCCL's results for a call it rejects (ncclInvalidUsage 5, ncclInvalidArgument 4), as torch words them
 REFUSALS = ["invalid usage", "invalid argument"]

@@ -6,14 +6,13 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
 from ncclpm.model import said
 from ncclpm.rules._hosts import ranks_on, where
 from ncclpm.rules._links import failing_pairs, implicated_hosts, link_ends
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
-from ncclpm.rules.rank_crash import RankDiedFirst
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import Category
 
 # ibv_wc_status values NCCL prints after `status=` (verbs.h); the ones seen in failing jobs.
 IB_STATUS = {
@@ -193,8 +192,7 @@ class NcclTransportError(Rule):
             },
         )
 
-    @staticmethod
-    def _crashed_first(t: Tables, ev: pl.DataFrame, culprit_hosts: list[str]) -> set[int]:
+    def _crashed_first(self, t: Tables, ev: pl.DataFrame, culprit_hosts: list[str]) -> set[int]:
         """Ranks that died on their own and explain these lines (a dead peer closes its connections and stops
         answering IB): any crash for weak lines; for IB errors a crash on an implicated host or earlier than
         the first error. Interface errors are configuration, never a dead peer."""
@@ -203,7 +201,7 @@ class NcclTransportError(Rule):
         lost = set(ranks_on(t, t.kinds(K.node_failure)["value"].drop_nulls().to_list()))  # nodes Slurm saw fail
         if lost:
             return lost
-        crashes = RankDiedFirst().evidence(t).filter(~pl.col("rank").is_in(ev["rank"].drop_nulls().to_list()))
+        crashes = self.facts.crashes.filter(~pl.col("rank").is_in(ev["rank"].drop_nulls().to_list()))
         if crashes.is_empty():
             return set()
         if float(ev["strength"].max()) < STRONG:  # type: ignore[arg-type]

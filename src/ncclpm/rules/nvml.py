@@ -6,12 +6,12 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
 from ncclpm.model import said
-from ncclpm.resources import data_dir, read_toml
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import Category
+from ncclpm.util.resources import data_dir, read_toml
 
 XID: dict[str, dict] = read_toml(data_dir("parsers") / "xid_codes.toml")["xid"]
 # The kinds this rule reads; how much each line proves on its own is their `strength` reading (kinds.toml).

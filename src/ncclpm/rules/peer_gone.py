@@ -6,54 +6,11 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
 from ncclpm.model import said
-from ncclpm.rules._facts import known_ranks
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
-from ncclpm.rules.rank_crash import EXPLAINED_KINDS, crashed_ranks
-from ncclpm.schema import Category
-
-# A collective that timed out first makes a closed connection its consequence (the aborting ranks close theirs).
-WAITED_FIRST = [K.collective_timeout, K.watchdog_status, K.heartbeat_stuck, K.monitored_barrier]
-ROOT_STRENGTH = 0.9  # the monitored barrier's root naming who never arrived (parsers/kinds.toml)
-
-
-def barrier_lost_peer(t: Tables) -> pl.DataFrame:
-    """A non-root rank's monitored-barrier failure (`received errors while waiting for send/recv from rank N`)
-    whose original exception, below it, is the peer's closed connection: rank N went away, it did not keep the
-    others waiting (a late root gives `Timed out waiting ... for recv` instead)."""
-    weak = t.kinds(K.monitored_barrier).filter(pl.col("strength").fill_null(0.0) < ROOT_STRENGTH)
-    closed = t.kinds(K.peer_closed).group_by("source", "rank").agg(pl.col("line").max().alias("_closed"))
-    if weak.is_empty() or closed.is_empty():
-        return weak.clear()
-    return (
-        weak.join(closed, on=["source", "rank"], nulls_equal=True)
-        .filter(pl.col("_closed") > pl.col("line"))
-        .drop("_closed")
-    )
-
-
-def peer_left_first(t: Tables) -> bool:
-    """Ranks lost a peer's connection, nobody had waited on anyone before, and no rank's own error is in the files
-    (that error would say why the peer left: CR01 and the rules of its kind read it)."""
-    closed = t.kinds(K.peer_closed)
-    waited = t.kinds(*WAITED_FIRST).join(barrier_lost_peer(t), on=["source", "line"], how="anti")
-    if closed.is_empty() or not waited.is_empty():
-        return False
-    # a store wait for the NCCL id that the store's dropped connection ended is this very loss, not another cause
-    explained = t.kinds(*EXPLAINED_KINDS)
-    lost = explained.filter(pl.col("kind") == K.store_error).join(closed, on=["source", "line"], how="semi")
-    # so is torchrun's agent failing its rendezvous after the store's host went away (same file, later)
-    store_gone = (
-        closed.filter(pl.col("net_class") == "store").group_by("source").agg(pl.col("line").min().alias("_gone"))
-    )
-    agent = (
-        explained.filter(pl.col("kind") == K.rendezvous_timeout)
-        .join(store_gone, on="source")
-        .filter(pl.col("line") > pl.col("_gone"))
-    )
-    return explained.height == lost.height + agent.height and not crashed_ranks(t)
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import Category
 
 
 class PeerProcessGone(Rule):
@@ -97,15 +54,15 @@ class PeerProcessGone(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        return t.kinds(K.peer_closed) if peer_left_first(t) else pl.DataFrame()
+        return t.kinds(K.peer_closed) if self.facts.peer_left else pl.DataFrame()  # (CR01 silences it: EXPLAINS)
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         first = ev.sort("ts", "line", nulls_last=True).row(0, named=True)
         survivors = sorted(set(ev["rank"].drop_nulls().to_list()))
         # every rank but one lost the connection: that one went away (two processes: the other one)
-        others = known_ranks(t) - set(survivors)
+        others = self.facts.known_ranks - set(survivors)
         gone = tuple(others) if survivors and len(others) == 1 else ()
-        barrier = barrier_lost_peer(t)["subject_rank"].drop_nulls().unique().to_list()
+        barrier = self.facts.barrier_lost_peer["subject_rank"].drop_nulls().unique().to_list()
         if not gone and len(barrier) == 1:  # the monitored barrier named whom it waited for: its root
             gone = (int(barrier[0]),)
         if not gone and first["subject_rank"] is not None:  # the line names whom it waited for (the NCCL id)

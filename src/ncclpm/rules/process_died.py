@@ -6,15 +6,15 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
+from ncclpm.analysis.crashes import EXPLAINED_KINDS, OWN_ERROR, fatal_exit
+from ncclpm.analysis.victims import VICTIM_KINDS, same_line
 from ncclpm.model import said
-from ncclpm.rules._exits import BUS_ERROR, OWN_ERROR, fatal_exit
-from ncclpm.rules._facts import VICTIM_KINDS, same_line
+from ncclpm.rules._exits import BUS_ERROR
 from ncclpm.rules.base import Finding, Fix, Rule, quotes
-from ncclpm.rules.rank_crash import EXPLAINED_KINDS
-from ncclpm.schema import Category
-from ncclpm.signals import NATIVE_CRASHES, exit_signal
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import Category
+from ncclpm.util.signals import NATIVE_CRASHES, exit_signal
 
 
 class ProcessDiedRankUnknown(Rule):

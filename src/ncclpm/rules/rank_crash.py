@@ -6,64 +6,19 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
 from ncclpm.model import said
-from ncclpm.rules._exits import BUS_ERROR, unchosen_exits
-from ncclpm.rules._facts import exceptions_not_victim, victim_lines, victim_ranks
-from ncclpm.rules._memo import per_job
+from ncclpm.rules._exits import BUS_ERROR
 from ncclpm.rules._why import QUIET_VERDICTS, first_timeout
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import Category
 
-# Kinds another rule explains better: their ranks are not "crashes" for this rule.
-EXPLAINED_KINDS = [
-    K.dataloader_error,
-    K.fd_exhaustion,
-    K.cuda_oom,
-    K.nvml_error,
-    K.mismatch_detected,
-    K.store_timeout,
-    K.store_connect,
-    K.store_bind,
-    K.rendezvous_timeout,
-    K.store_error,
-]
-# NCCL messages (parsers/nccl/) that name a cause other rules read: the rank that printed one and then raised did not
-# die "of its own error" - torch's exception wraps the message (the message wins over its wrapper). Lines too weak to
-# name a cause alone (a closed socket a dead peer leaves) do not count.
-MESSAGE_CAUSES = [
-    K.network_error,
-    K.shm_error,
-    K.p2p_error,
-    K.topology_error,
-    K.nccl_config,
-    K.gpu_not_visible,
-    K.gpu_fabric_error,
-    K.gpu_hw_error,
-    K.world_size_mismatch,
-    K.version_mismatch,
-    K.cuda_build_mismatch,
-    K.duplicate_gpu,
-]
-NAMES_A_CAUSE = 0.5
 # torch's exception around an NCCL result (`DistBackendError: NCCL error in: ...`, `ncclSystemError: ...`): when it is
 # all a rank's error says, which rank is known but not why - a lead, below the class's own reading (NW01's
 # ncclSystemError) and any NCCL message read
 NCCL_WRAPPER = r"NCCL error|nccl[A-Z]\w*Error|DistBackendError"
-ONLY_NCCL_CLASS = 0.55  # the message's strength alone (parsers/nccl/: `alone`) from which it explains its rank's death
-
-
-def explained_ranks(t: Tables) -> set[int]:
-    """Ranks whose failure another rule explains (their own OOM, store error, NCCL message...)."""
-    named = t.kinds(*MESSAGE_CAUSES).filter(pl.col("strength").fill_null(1.0) >= NAMES_A_CAUSE)
-    return set(t.kinds(*EXPLAINED_KINDS)["rank"].drop_nulls().to_list()) | set(named["rank"].drop_nulls().to_list())
-
-
-@per_job
-def crashed_ranks(t: Tables) -> frozenset[int]:
-    """Ranks that failed on their own before waiting on anyone (what this rule calls a crash)."""
-    return frozenset(RankDiedFirst().evidence(t)["rank"].to_list())
+ONLY_NCCL_CLASS = 0.55
 
 
 class RankDiedFirst(Rule):
@@ -115,33 +70,14 @@ class RankDiedFirst(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        explained = explained_ranks(t)
-        victims_at = victim_lines(t).group_by("rank").agg(pl.col("ts").min().alias("victim_ts"))
-        exc = exceptions_not_victim(t, EXPLAINED_KINDS).with_columns(pl.lit("exception").alias("how"))
-        sig = (
-            t.kinds(K.crash_signal, K.cuda_error, K.nccl_fatal)
-            .filter(pl.col("rank").is_not_null() & ~pl.col("error_type").fill_null("").str.contains("DistBackendError"))
-            .with_columns(pl.lit("signal").alias("how"))
-        )
-        exits = unchosen_exits(t).with_columns(pl.lit("exit").alias("how"))
-        cols = ["source", "line", "rank", "ts", "text", "how", "strength", "signal", "detail"]
-        exits = exits.with_columns(pl.lit(None, pl.Float64).alias("strength"))
-        ev = pl.concat([exc.select(cols), sig.select(cols), exits.select(cols)])
-        # An error printed without a time (a traceback in torchrun's summary) happened by its process's exit,
-        # which the launcher dates: order it by that, not after every dated line.
-        ended = t.elastic.filter(pl.col("rank").is_not_null()).group_by("rank").agg(pl.col("ts").min().alias("_end"))
-        ev = ev.join(ended, on="rank", how="left").with_columns(pl.coalesce("ts", "_end").alias("ts")).drop("_end")
-        ev = ev.filter(~pl.col("rank").is_in(list(explained))).join(victims_at, on="rank", how="left")
-        # A rank that was already waiting on someone else when it failed is a victim, not the cause.
-        ev = ev.filter(pl.col("victim_ts").is_null() | (pl.col("ts") < pl.col("victim_ts")))
-        return ev.sort("ts", "rank", "line", nulls_last=True)
+        return self.facts.crashes  # the analysis works out who died of their own error before waiting
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         first_rank = ev["rank"][0]
         first_ts = ev["ts"][0]
         same_time = ev.filter(pl.col("ts") == first_ts) if first_ts is not None else ev.head(1)
         culprits = tuple(sorted(set(same_time["rank"].to_list()) | {first_rank}))
-        others = victim_ranks(t) - set(culprits)
+        others = self.facts.victim_ranks - set(culprits)
         conf = self.base_confidence + (0.1 if others else 0.0) + (0.05 if (ev["how"] != "exit").any() else -0.05)
         shown = ev.filter(pl.col("rank").is_in(list(culprits)))
         oom = t.kinds(K.oom_killer)
@@ -165,7 +101,7 @@ class RankDiedFirst(Rule):
             evidence=(
                 *quotes(shown),
                 *quotes(oom, 2),
-                *quotes(victim_lines(t).filter(pl.col("rank").is_in(list(others))), 2),
+                *quotes(self.facts.victim_lines.filter(pl.col("rank").is_in(list(others))), 2),
             ),
             fixes=self.fixes(
                 *([] if oom.is_empty() else ["host_memory"]),
@@ -189,7 +125,7 @@ class RankDiedFirst(Rule):
     def why_not(self, t: Tables, winner: Finding, mine: Finding | None) -> str | None:
         if mine is not None or winner.category not in QUIET_VERDICTS:
             return None
-        fired, ends = first_timeout(t), t.elastic["ts"].drop_nulls()
+        fired, ends = first_timeout(self.facts), t.elastic["ts"].drop_nulls()
         if fired is not None and ends.len() and ends.min() >= fired:  # type: ignore[operator]
             return f"every rank ended after the first timeout fired ({fired:%H:%M:%S}): the exits are its consequence"
         return "no rank died of its own error (an exception, a segfault, a kill) before the others waited"

@@ -6,14 +6,13 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.clamp import MAX_LISTED_RANKS
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
+from ncclpm.analysis.victims import in_context, progress_before
 from ncclpm.model import said
-from ncclpm.rules._facts import in_context, progress_before
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
-from ncclpm.rules.store_wait import store_waits
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import Category
+from ncclpm.util.clamp import MAX_LISTED_RANKS
 
 INIT_KINDS = [K.store_timeout, K.store_connect, K.store_bind, K.rendezvous_timeout]
 # What a process raises when the store it is joining drops or refuses it (`DistNetworkError: Connection reset by
@@ -74,7 +73,7 @@ class ProcessGroupNeverFormed(Rule):
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         # Store waits after the group formed are the waiting side of a busy rank (WT01), not a rendezvous.
-        later = store_waits(t).select("source", "line")
+        later = self.facts.store_waits.select("source", "line")
         # after the job had made progress the group had formed: an agent losing its store then (the store's host
         # gone) or a re-rendezvous after a failure is not the group never forming
         ran = progress_before(t, t.kinds(K.rendezvous_timeout, K.store_connect)).select("source", "line")

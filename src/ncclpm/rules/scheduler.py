@@ -7,11 +7,11 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
 from ncclpm.rules._hosts import ranks_on, where
 from ncclpm.rules.base import Finding, Fix, Rule, quotes
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import Category
 
 
 class JobCancelledByScheduler(Rule):

@@ -6,10 +6,10 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import Category
 
 # `nvidia-smi topo -m` link types that route P2P through a CPU host bridge or across sockets (no NVLink, no
 # PCIe switch): ACS / IOMMU redirection on these paths is a known cause of P2P hangs.

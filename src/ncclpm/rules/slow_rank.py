@@ -6,16 +6,13 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.clamp import duration_text
-from ncclpm.ingest.code_verdicts import timeout_origin
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
-from ncclpm.rules._busy import busy_text, rank_local_work, waiting_in_barrier
-from ncclpm.rules._facts import known_ranks, late_timeouts, timeouts, victim_lines, victim_ranks
+from ncclpm.rules._busy import busy_text
+from ncclpm.rules._timeout import timeout_origin
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
-from ncclpm.rules.peer_gone import peer_left_first
-from ncclpm.rules.rank_crash import crashed_ranks
-from ncclpm.schema import Category, FRCulprit
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import Category, FRCulprit
+from ncclpm.util.durations import duration_text
 
 BUSY_KINDS = [K.dataloader_error, K.fd_exhaustion, K.cuda_oom, K.nvml_error, K.crash_signal, K.cuda_error]
 
@@ -61,26 +58,28 @@ class RankBusyOutsideCollectives(Rule):
         ),
     }
 
+    _work: pl.DataFrame  # the silent ranks' rank-local work, worked out by `evidence` and read by `assess`
+
     def _named(self, t: Tables) -> set[int]:
         barrier = t.kinds(K.monitored_barrier).filter(pl.col("subject_rank").is_not_null())
         # The root's list of who never arrived beats another rank's "no answer from rank 0", which is also what
         # that rank sees when the root raised after naming someone else.
         strength = pl.col("strength").fill_null(0.0)
         named = set(barrier.filter(strength == strength.max())["subject_rank"].to_list())
-        fa = t.fr_analysis
+        fa = self.facts.fr
         if fa is not None and fa.culprit_kind == FRCulprit.NEVER_JOINED:
             named |= set(fa.culprit_ranks)
         return named
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        victims = victim_ranks(t)
-        if not victims or crashed_ranks(t) or peer_left_first(t):
-            return pl.DataFrame()  # a rank that died explains why the others waited; silence proves nothing
+        victims = self.facts.victim_ranks
+        if not victims:  # (a rank that died or went away explains why the others waited: CR01, CR03 silence it)
+            return pl.DataFrame()
         named = self._named(t)
         busy = set(t.kinds(*BUSY_KINDS)["rank"].drop_nulls().to_list())
-        known = known_ranks(t)
-        silent = (known - (victims - late_timeouts(t)) - busy) | (named - busy)
-        fa = t.fr_analysis
+        known = self.facts.known_ranks
+        silent = (known - (victims - self.facts.late_timeouts) - busy) | (named - busy)
+        fa = self.facts.fr
         if fa is not None and fa.culprit_ranks:
             silent &= set(fa.culprit_ranks)  # the dumps say who never joined; other quiet ranks were just killed
         seen = set(t.ranks["rank"].to_list())
@@ -90,8 +89,9 @@ class RankBusyOutsideCollectives(Rule):
         # others waited a full timeout at a barrier.
         cut_excerpt = unseen == silent and (len(unseen) > 1 or len(victims) < 2 or not silent)
         # ...or when the one rank it can be shows rank-local work (an unranked tokenizer bar in a one-rank paste)
-        worked = not rank_local_work(t, sorted(silent), attribute_unranked=True).is_empty()
-        if cut_excerpt and (not (waiting_in_barrier(t) or worked) or (t.world_size_declared and not silent)):
+        self._work = self.facts.work_of(sorted(silent), attribute_unranked=True)  # assess reads it again
+        worked = not self._work.is_empty()
+        if cut_excerpt and (not (self.facts.waiting_in_barrier or worked) or (t.world_size_declared and not silent)):
             return pl.DataFrame()
         if not silent and not (len(seen) == 1 and seen <= victims):
             return pl.DataFrame()  # nobody unaccounted for, unless the logs are one waiting rank's excerpt
@@ -110,9 +110,8 @@ class RankBusyOutsideCollectives(Rule):
         silent = sorted(ev["rank"].drop_nulls().to_list())
         named = self._named(t)
         cut_excerpt = bool(ev["cut_excerpt"][0])
-        act = rank_local_work(t, silent, attribute_unranked=True)
-        to = timeouts(t)
-        timeout_ms = to["timeout_ms"].drop_nulls().max() if not to.is_empty() else None
+        act = self._work
+        timeout_ms = self.facts.timeout.ranked_ms
         conf = self.base_confidence - (0.15 if cut_excerpt else 0.0) - (0.05 if ev["unseen"].all() else 0.0)
         if not act.is_empty():
             conf += 0.15 if act["attributed"].all() else 0.25
@@ -121,7 +120,7 @@ class RankBusyOutsideCollectives(Rule):
                 conf += 0.1  # the work had been running about one timeout when the others gave up
         if named & set(silent):
             conf += 0.1
-        in_barrier = waiting_in_barrier(t)
+        in_barrier = self.facts.waiting_in_barrier
         if in_barrier:
             conf += 0.05
         if cut_excerpt and act.is_empty():
@@ -132,10 +131,10 @@ class RankBusyOutsideCollectives(Rule):
             )
         doing = busy_text(act)
         wait = "at a barrier" if in_barrier else "in a collective"
-        victims = sorted(victim_ranks(t) - set(culprits))
+        victims = sorted(self.facts.victim_ranks - set(culprits))
         if not victims:  # the only rank that waited is the one named busy: no story of one rank keeping others
             return None
-        origin = timeout_origin(t, int(timeout_ms) if timeout_ms else None)
+        origin = timeout_origin(self.facts.timeout, int(timeout_ms) if timeout_ms else None)
         origin = f", {origin}" if origin else ""
         limit = f" (timeout {duration_text(timeout_ms)}{origin})" if timeout_ms else ""
         who = (
@@ -169,7 +168,7 @@ class RankBusyOutsideCollectives(Rule):
             summary=f"{who} {verb} busy outside collectives{doing} while "
             f"{ranks_text(victims)} waited {wait} and timed out{limit}.",
             explanation=explanation,
-            evidence=quotes(act) + quotes(victim_lines(t), 3),
+            evidence=quotes(act) + quotes(self.facts.victim_lines, 3),
             fixes=self.fixes(),
             dont=(
                 "`NCCL_TIMEOUT` is read by nothing; the timeout is the `timeout=` of `init_process_group`.",

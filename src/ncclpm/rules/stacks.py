@@ -7,11 +7,10 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.analysis.stack_tree import StackClass, StackTree, build_stack_tree, describe_dumps
-from ncclpm.ingest.tables import Tables
-from ncclpm.rules._facts import known_ranks, victim_ranks
+from ncclpm.analysis.stack_tree import StackClass, StackTree, describe_dumps
 from ncclpm.rules.base import Evidence, Finding, Fix, Rule, ranks_text
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.schema import Category
 
 WAITING = {"collective", "backward"}  # a rank here is waiting for its peers
 BUSY = {
@@ -97,7 +96,7 @@ class StacksOddRankOut(Rule):
         return stacks if live else pl.DataFrame()  # flight-recorder frames alone are FR01/FR02's evidence
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
-        tree = build_stack_tree(ev)
+        tree = self.facts.stack_tree  # built once from the same stacks (the report draws it too)
         if tree is None or tree.source != "live":
             return self._stuck_thread(ev)
         waiting = [c for c in tree.classes if c.activity in WAITING]
@@ -130,12 +129,12 @@ class StacksOddRankOut(Rule):
 
     def _boost(self, t: Tables, tree: StackTree, culprits: set[int], waiting: set[int]) -> float:
         bonus = 0.0
-        world = known_ranks(t)
+        world = self.facts.known_ranks
         if world and tree.n_processes >= len(world):
             bonus += 0.05  # every rank was dumped
         if len(waiting) >= 2 * max(1, len(culprits)):
             bonus += 0.05
-        victims = victim_ranks(t)
+        victims = self.facts.victim_ranks
         if victims and waiting and victims <= waiting | (world - culprits) and not victims & culprits:
             bonus += 0.05  # the logs show the waiting ranks timing out, not the odd one
         return bonus
@@ -213,7 +212,7 @@ class StacksOddRankOut(Rule):
         )
 
     def _alone(self, t: Tables, tree: StackTree, c: StackClass) -> Finding:
-        others = victim_ranks(t) - set(c.ranks)
+        others = self.facts.victim_ranks - set(c.ranks)
         return self.finding(
             category=Category.DATALOADER_HANG,
             confidence=0.6 + (0.15 if others else 0.0),

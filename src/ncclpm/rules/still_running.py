@@ -6,12 +6,10 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
-from ncclpm.rules._exits import OWN_ERROR, TORN_DOWN, WATCHDOG_ABORT
-from ncclpm.rules._facts import exceptions_not_victim, victim_ranks
+from ncclpm.analysis.crashes import OWN_ERROR, TORN_DOWN, WATCHDOG_ABORT
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
-from ncclpm.rules.rank_crash import EXPLAINED_KINDS
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.schema import Category
 
 # How ranks that gave up waiting end: an uncaught timeout exception (1), or the NCCL watchdog's abort (-6)
 GAVE_UP = (pl.col("exit_code") == OWN_ERROR) & pl.col("signal").is_null() | (pl.col("exit_code") == WATCHDOG_ABORT)
@@ -63,7 +61,7 @@ class StillRunningWhenOthersFailed(Rule):
         running = el.filter((pl.col("exit_code") == TORN_DOWN) & (pl.col("ts") >= failed["ts"][0]))
         if running.is_empty() or running["rank"].n_unique() >= failed["rank"].n_unique():
             return pl.DataFrame()
-        if victim_ranks(t) or not exceptions_not_victim(t, EXPLAINED_KINDS).is_empty():
+        if self.facts.victim_ranks or not self.facts.own_errors.is_empty():
             return pl.DataFrame()  # the logs say more: the rules that read them decide
         rows = pl.concat([failed, running]).sort("rank")
         return rows.with_columns(

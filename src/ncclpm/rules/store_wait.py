@@ -6,41 +6,11 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
-from ncclpm.rules._busy import busy_text, rank_local_work
-from ncclpm.rules._facts import in_context, progress_before
+from ncclpm.rules._busy import busy_text
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
-from ncclpm.schema import Category
-
-# The DataLoader's shared-seed exchange: rank 0 draws the seed and publishes it in the store; the others wait.
-SEED_PUBLISHER = 0
-
-
-def store_waits(t: Tables) -> pl.DataFrame:
-    """Store timeouts that happened after the process group had formed, with the rank waited for (if known):
-    a rank waiting for another's NCCL unique id, a DataLoader waiting for rank 0's shared seed, or any store
-    wait after training had made progress."""
-    # a wait the store's dropped connection ended is a process gone (CR03 reads it), not one still busy
-    gone = t.kinds(K.peer_closed).select("source", "line")
-    nccl_id = (
-        t.kinds(K.store_error)
-        .join(gone, on=["source", "line"], how="anti")
-        .with_columns(pl.col("subject_rank").alias("awaited"), pl.lit("nccl_id").alias("how"))
-    )
-    timeouts = t.kinds(K.store_timeout)
-    # torchrun's agent at its exit barrier: its own workers had finished, another node's had not
-    exit_wait = in_context(t, timeouts, [K.exit_barrier]).with_columns(
-        pl.lit(None, pl.Int64).alias("awaited"), pl.lit("exit_barrier").alias("how")
-    )
-    timeouts = timeouts.join(exit_wait.select("source", "line"), on=["source", "line"], how="anti")
-    seed = in_context(t, timeouts, [K.frame_dataloader]).with_columns(
-        pl.lit(SEED_PUBLISHER, pl.Int64).alias("awaited"), pl.lit("dataloader_seed").alias("how")
-    )
-    later = progress_before(t, timeouts.join(seed.select("source", "line"), on=["source", "line"], how="anti"))
-    later = later.with_columns(pl.lit(None, pl.Int64).alias("awaited"), pl.lit("after_start").alias("how"))
-    frames = [f.select(*t.events.columns, "awaited", "how") for f in (nccl_id, seed, later, exit_wait)]
-    return pl.concat(frames).sort("ts", "source", "line", nulls_last=True)
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import Category
 
 
 class RankAwaitedThroughStore(Rule):
@@ -90,14 +60,14 @@ class RankAwaitedThroughStore(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        return store_waits(t)
+        return self.facts.store_waits
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         if set(ev["how"].to_list()) == {"exit_barrier"}:
             return self._exit_barrier(t, ev)
         awaited = sorted(set(ev["awaited"].drop_nulls().to_list()))
         waiting = sorted(set(ev["rank"].drop_nulls().to_list()) - set(awaited))
-        busy = rank_local_work(t, awaited, attribute_unranked=True)
+        busy = self.facts.work_of(awaited, attribute_unranked=True)
         conf = self.base_confidence + (0.05 if awaited else -0.1) + (0.1 if not busy.is_empty() else 0.0)
         hows = set(ev["how"].to_list())
         who = ranks_text(awaited) if awaited else "another rank"

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.code_settings import configured_pg_timeout
-from ncclpm.ingest.code_verdicts import human_seconds, timeout_origin
-from ncclpm.ingest.tables import Tables
-from ncclpm.rules._facts import timeouts
+from ncclpm.analysis.timeout import ConfiguredTimeout
+from ncclpm.rules._timeout import timeout_origin
 from ncclpm.rules._why import never_joined
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.schema import Category
+from ncclpm.util.durations import human_seconds
 
 # Below torch's own defaults (10 min for NCCL since 2.2, 30 min otherwise) by far: a value someone chose, and one
 # that normal step-to-step variance, a checkpoint or a slow first collective can exceed.
@@ -59,23 +59,23 @@ class TimeoutSetTooShort(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        to = timeouts(t).filter(pl.col("timeout_ms").is_not_null())
+        to = self.facts.timeouts.filter(pl.col("timeout_ms").is_not_null())
         if to.is_empty():
             return to
-        observed, _, not_applied = _in_force(t, to)
+        observed, _, not_applied = self._in_force()
         return to if observed < SHORT_MS or not_applied else to.clear()
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
-        observed, code, not_applied = _in_force(t, ev)
-        origin = timeout_origin(t, observed)
+        observed, code, not_applied = self._in_force()
+        origin = timeout_origin(self.facts.timeout, observed)
         limit = human_seconds(observed / 1000)
         ran = int(ev["ran_ms"].drop_nulls().max() or 0)  # type: ignore[arg-type]
         ran_text = f" (it had run {human_seconds(round(ran / 1000))})" if ran else ""
         if not_applied and code is not None:
             conf = 0.75
             summary = (
-                f"The code sets a {human_seconds(code['seconds'])} timeout (`{code['name']}` = `{code['value']}` at "
-                f"{code['file']}:{code['line']}), but the collective timed out after {limit}{ran_text}: that setting "
+                f"The code sets a {human_seconds(code.seconds)} timeout (`{code.name}` = `{code.value}` at "
+                f"{code.file}:{code.line}), but the collective timed out after {limit}{ran_text}: that setting "
                 "never reached this process group."
             )
         else:
@@ -104,7 +104,7 @@ class TimeoutSetTooShort(Rule):
             return None
         if winner.category == Category.MISMATCHED_COLLECTIVES:
             return "the timeout is short, but no timeout lets ranks that issued different collectives complete"
-        away = never_joined(t, winner.culprit_ranks)
+        away = never_joined(self.facts, winner.culprit_ranks)
         if away:
             return (
                 f"the timeout is short, but {ranks_text(away)} never entered the collective: a longer one would only "
@@ -112,9 +112,9 @@ class TimeoutSetTooShort(Rule):
             )
         return None
 
-
-def _in_force(t: Tables, to: pl.DataFrame) -> tuple[int, dict[str, Any] | None, bool]:
-    """(the timeout the watchdog lines show, the one the code configures, whether the code's never applied)."""
-    observed = int(to["timeout_ms"].max())  # type: ignore[arg-type]
-    code = configured_pg_timeout(t)
-    return observed, code, code is not None and round(code["seconds"] * 1000) != observed
+    def _in_force(self) -> tuple[int, ConfiguredTimeout | None, bool]:
+        """(the timeout the ranks' watchdog lines show, the one the code configures, whether the code's never
+        applied)."""
+        timeout = self.facts.timeout
+        observed = int(timeout.ranked_ms)  # type: ignore[arg-type]  (the evidence has a timeout with its value)
+        return observed, timeout.configured, timeout.set_by_code(observed) is False

@@ -6,13 +6,12 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.clamp import duration_text
-from ncclpm.ingest.code_verdicts import timeout_origin
-from ncclpm.ingest.tables import Tables
-from ncclpm.rules._facts import known_ranks, late_timeouts, timeouts
+from ncclpm.rules._timeout import timeout_origin
 from ncclpm.rules._why import never_joined
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.schema import Category
+from ncclpm.util.durations import duration_text
 
 DEFAULT_NCCL_TIMEOUT_MS = 600_000
 
@@ -58,12 +57,12 @@ class AllRanksTimedOutTogether(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        to = timeouts(t).filter(pl.col("seq").is_not_null() & pl.col("op").is_not_null())
+        to = self.facts.timeouts.filter(pl.col("seq").is_not_null() & pl.col("op").is_not_null())
         if to.is_empty():
             return to
         calls = to.select(pl.col("pg").fill_null("?"), "seq", "op", "numel_in").unique()
-        everyone = set(to["rank"].to_list()) >= known_ranks(t) and len(known_ranks(t)) > 1
-        together = not late_timeouts(t)  # a rank that started waiting much later was busy, not slow together
+        everyone = set(to["rank"].to_list()) >= self.facts.known_ranks and len(self.facts.known_ranks) > 1
+        together = not self.facts.late_timeouts  # a rank that started waiting much later was busy, not slow together
         return to if calls.height == 1 and everyone and together else to.clear()
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
@@ -72,7 +71,7 @@ class AllRanksTimedOutTogether(Rule):
         conf = self.base_confidence + (0.15 if timeout_ms and timeout_ms < DEFAULT_NCCL_TIMEOUT_MS else 0.0)
         conf += 0.05 if (row["seq"] or 0) <= 2 else 0.0
         limit = duration_text(timeout_ms)
-        origin = timeout_origin(t, timeout_ms or None)
+        origin = timeout_origin(self.facts.timeout, timeout_ms or None)
         return self.finding(
             confidence=conf,
             culprit_ranks=(),
@@ -101,5 +100,5 @@ class AllRanksTimedOutTogether(Rule):
     def why_not(self, t: Tables, winner: Finding, mine: Finding | None) -> str | None:
         if winner.category == Category.MISMATCHED_COLLECTIVES:
             return None  # the ranks did join, each its own collective: MC01/FR01 say which
-        away = never_joined(t, winner.culprit_ranks)
+        away = never_joined(self.facts, winner.culprit_ranks)
         return f"not every rank joined the collective: {ranks_text(away)} never entered it" if away else None

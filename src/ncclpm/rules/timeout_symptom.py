@@ -6,11 +6,10 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.ingest.tables import Tables
-from ncclpm.kinds import K
-from ncclpm.rules._facts import victim_lines
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
-from ncclpm.schema import Category
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import Category
 
 
 class CollectiveTimeoutSymptom(Rule):
@@ -43,7 +42,7 @@ class CollectiveTimeoutSymptom(Rule):
     base_confidence = 0.9
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        return victim_lines(t).sort("ts", "source", "line", nulls_last=True)
+        return self.facts.victim_lines.sort("ts", "source", "line", nulls_last=True)
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         ranks = tuple(sorted(set(ev["rank"].to_list())))

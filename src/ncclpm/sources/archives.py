@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from ncclpm.escape import UNSAFE_IN_NAMES
+from ncclpm.util.escape import UNSAFE_IN_NAMES
 
 CHUNK = 1 << 20
 SNIFF_BYTES = 65536

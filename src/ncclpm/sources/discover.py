@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from ncclpm.escape import clean_name
 from ncclpm.sources import archives, sparse
 from ncclpm.sources.code import code_language
 from ncclpm.sources.fr_sniff import looks_like_fr_dump
 from ncclpm.sources.names import unique_names
 from ncclpm.sources.stack_sniff import looks_like_stack_dump
+from ncclpm.util.escape import clean_name
 
 HEAD_BYTES = 65536
 MAX_TEXT_BYTES = 16 * 1024**3  # a decompressed .gz log larger than this is refused (gzip bomb)

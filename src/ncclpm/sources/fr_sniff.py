@@ -1,5 +1,5 @@
 """Is this file a flight-recorder dump? Content sniffing on its first bytes (pickle or JSON); the name is only a
-hint for JSON. Used to classify sources; the dumps themselves are read by `ingest/flight_recorder.py`."""
+hint for JSON. Used to classify sources; the dumps themselves are read by `ingest/flight_recorder/`."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ncclpm.escape import clean_name
+from ncclpm.util.escape import clean_name
 
 if TYPE_CHECKING:
     from ncclpm.sources.discover import Source

@@ -3,7 +3,7 @@
 Stack dumps (py-spy `dump` text or `--json`, faulthandler output on its own, gdb `thread apply all bt`, torch's
 debug-server `stacks_<ts>.txt` / `pyspy_dump_<ts>.txt`, Ray Train's `hang_detector/stack_traces/rank_<N>.log`:
 `py-spy dump --native` output, or Python tracebacks per thread when py-spy is missing) are
-read by `ingest/stacks.py`, not as logs. A log that merely contains a faulthandler block (a rank's stderr
+read by `ingest/stacks/`, not as logs. A log that merely contains a faulthandler block (a rank's stderr
 after `Fatal Python error`, or after `faulthandler.register(SIGUSR1)`) stays a log: its stacks are read from
 its kept lines.
 """

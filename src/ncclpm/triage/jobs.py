@@ -24,8 +24,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ncclpm.escape import clean_name
 from ncclpm.sources.archives import archive_kind
+from ncclpm.util.escape import clean_name
 
 MAX_DEPTH = 3
 MIN_JOBS_FOR_STRAYS = 10

@@ -24,7 +24,7 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager, suppress
 from typing import Any
 
-from ncclpm.schema import Category
+from ncclpm.tables.schema import Category
 from ncclpm.triage.jobs import JobRef
 from ncclpm.triage.signature import signature
 from ncclpm.triage.worker import empty_row, triage_job

@@ -9,7 +9,7 @@ from typing import Any
 import polars as pl
 
 from ncclpm.render.jinja import environment
-from ncclpm.schema import Category
+from ncclpm.tables.schema import Category
 
 MAX_JOBS_LISTED = 50
 MAX_CLUSTERS = 30

@@ -63,8 +63,8 @@ def table_format(path: Path) -> str:
 def write_table(frame: pl.DataFrame, path: Path, force: bool = False) -> None:
     """Write the table where asked, atomically and never through a symlink (`outfile.py`); CSV cells are made
     formula-safe (`export.csv_safe`)."""
-    from ncclpm.export import csv_safe
-    from ncclpm.outfile import write_output
+    from ncclpm.tables.export import csv_safe
+    from ncclpm.util.outfile import write_output
 
     fmt = table_format(path)
     if fmt == "parquet":

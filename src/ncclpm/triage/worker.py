@@ -13,8 +13,8 @@ import time
 import zlib
 from typing import Any
 
-from ncclpm.schema import Category
 from ncclpm.sources.discover import SourceKind
+from ncclpm.tables.schema import Category
 from ncclpm.triage.signature import signature, strip_prefix
 
 # For jobs no rule explains, the catalog has by definition not recognised the error: look at the raw text.
@@ -134,7 +134,7 @@ def triage_job(path: str, name: str | None = None) -> dict[str, Any]:
     try:
         from ncclpm.api import catalog
         from ncclpm.engine import diagnose_tables
-        from ncclpm.ingest.tables import build_tables
+        from ncclpm.ingest.build import build_tables
         from ncclpm.sources.discover import collect
 
         job = collect([path])

@@ -1,0 +1,104 @@
+"""Who failed on their own: process exits a process did not choose, error lines that are no victim's, and the ranks
+that died before waiting on anyone (a crash) - read by CR01, NW01 (a dead peer explains its errors), the engine's
+silencing (`precedence.EXPLAINS`) and the story."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ncclpm.analysis.victims import exceptions_not_victim
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.util.signals import EXIT_SIGNALS, NATIVE_CRASHES
+
+# Kinds another rule explains better (a DataLoader, an OOM, NVML, a mismatch, the store): their ranks are no crash.
+EXPLAINED_KINDS = [
+    K.dataloader_error,
+    K.fd_exhaustion,
+    K.cuda_oom,
+    K.nvml_error,
+    K.mismatch_detected,
+    K.store_timeout,
+    K.store_connect,
+    K.store_bind,
+    K.rendezvous_timeout,
+    K.store_error,
+]
+# NCCL messages (parsers/nccl/) that name a cause other rules read: the rank that printed one and then raised did not
+# die "of its own error" - torch's exception wraps the message (the message wins over its wrapper). Lines too weak to
+# name a cause alone (a closed socket a dead peer leaves) do not count.
+MESSAGE_CAUSES = [
+    K.network_error,
+    K.shm_error,
+    K.p2p_error,
+    K.topology_error,
+    K.nccl_config,
+    K.gpu_not_visible,
+    K.gpu_fabric_error,
+    K.gpu_hw_error,
+    K.world_size_mismatch,
+    K.version_mismatch,
+    K.cuda_build_mismatch,
+    K.duplicate_gpu,
+]
+NAMES_A_CAUSE = 0.5  # the message's strength alone (parsers/nccl/: `alone`) from which it explains its rank's death
+FATAL_SIGNALS = ["SIGKILL", *NATIVE_CRASHES]
+OWN_ERROR = 1  # a Python process's exit code after an uncaught exception (a timeout's included)
+TORN_DOWN = -15  # SIGTERM: the launcher ending a worker that was still running
+WATCHDOG_ABORT = -6  # SIGABRT: how NCCL's watchdog ends a rank whose collective timed out or failed
+
+
+def fatal_exit() -> pl.Expr:
+    """An exit a process did not choose: a fatal signal, or a code other than 0, 1 (its own error) and -15 (torn
+    down by its launcher)."""
+    chosen = pl.col("exit_code").is_in([0, OWN_ERROR, TORN_DOWN])
+    return pl.col("signal").is_in(FATAL_SIGNALS) | (pl.col("signal").is_null() & ~chosen)
+
+
+def unchosen_exits(t: Tables, victims: frozenset[int]) -> pl.DataFrame:
+    """The launcher's rows of ranks that ended by a fatal signal or an odd exit code (a SIGABRT only when the rank
+    was not a victim: the watchdog aborts a rank whose collective timed out)."""
+    named = pl.col("exit_code").replace_strict(EXIT_SIGNALS, default=None, return_dtype=pl.String)
+    el = t.elastic.filter(pl.col("rank").is_not_null()).with_columns(pl.col("signal").fill_null(named))
+    # Several ranks aborting at the same second are the watchdog's teardown after a collective, not crashes.
+    at = pl.col("ts").cast(pl.String).fill_null("")
+    aborts = el.filter(pl.col("signal") == "SIGABRT").with_columns(at.alias("_at"))
+    wave = aborts.group_by("_at").len().filter(pl.col("len") >= 2)["_at"].to_list()
+    sigabrt_ok = (pl.col("signal") != "SIGABRT") | ~(pl.col("rank").is_in(list(victims)) | at.is_in(wave))
+    rows = el.filter(fatal_exit().fill_null(False) & sigabrt_ok.fill_null(True))
+    return rows.with_columns(
+        pl.format("rank {} exited with code {} {}", "rank", "exit_code", pl.col("signal").fill_null(""))
+        .str.strip_chars()
+        .alias("text")
+    )
+
+
+def own_errors(t: Tables) -> pl.DataFrame:
+    """Exception lines that are neither a victim's nor of a kind another rule explains better."""
+    return exceptions_not_victim(t, EXPLAINED_KINDS)
+
+
+def crashes(t: Tables, victim_lines: pl.DataFrame, errors: pl.DataFrame, exits: pl.DataFrame) -> pl.DataFrame:
+    """Each rank's own failures (`how`: exception, signal, exit) before it waited on anyone, first first: the ranks
+    that died of their own error (an exception, a segfault, a kill) while the others were still fine."""
+    named = t.kinds(*MESSAGE_CAUSES).filter(pl.col("strength").fill_null(1.0) >= NAMES_A_CAUSE)
+    explained = set(t.kinds(*EXPLAINED_KINDS)["rank"].drop_nulls().to_list()) | set(named["rank"].drop_nulls())
+    victims_at = victim_lines.group_by("rank").agg(pl.col("ts").min().alias("victim_ts"))
+    exc = errors.with_columns(pl.lit("exception").alias("how"))
+    sig = (
+        t.kinds(K.crash_signal, K.cuda_error, K.nccl_fatal)
+        .filter(pl.col("rank").is_not_null() & ~pl.col("error_type").fill_null("").str.contains("DistBackendError"))
+        .with_columns(pl.lit("signal").alias("how"))
+    )
+    exits = exits.with_columns(pl.lit("exit").alias("how"))
+    cols = ["source", "line", "rank", "ts", "text", "how", "strength", "signal", "detail"]
+    exits = exits.with_columns(pl.lit(None, pl.Float64).alias("strength"))
+    ev = pl.concat([exc.select(cols), sig.select(cols), exits.select(cols)])
+    # An error printed without a time (a traceback in torchrun's summary) happened by its process's exit,
+    # which the launcher dates: order it by that, not after every dated line.
+    ended = t.elastic.filter(pl.col("rank").is_not_null()).group_by("rank").agg(pl.col("ts").min().alias("_end"))
+    ev = ev.join(ended, on="rank", how="left").with_columns(pl.coalesce("ts", "_end").alias("ts")).drop("_end")
+    ev = ev.filter(~pl.col("rank").is_in(list(explained))).join(victims_at, on="rank", how="left")
+    # A rank that was already waiting on someone else when it failed is a victim, not the cause.
+    ev = ev.filter(pl.col("victim_ts").is_null() | (pl.col("ts") < pl.col("victim_ts")))
+    return ev.sort("ts", "rank", "line", nulls_last=True)

@@ -1,0 +1,140 @@
+"""`Analysis`: the derived facts of one job, each worked out once - on first read, then kept - from its `Tables`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from ncclpm.analysis import busy, peers, stores, victims
+from ncclpm.analysis import crashes as own_failures
+from ncclpm.analysis.job import JobFacts
+from ncclpm.analysis.settings import EnvLint, env_lint
+from ncclpm.analysis.timeout import TimeoutInForce, timeout_in_force
+from ncclpm.tables import Tables
+
+if TYPE_CHECKING:
+    from ncclpm.analysis.fr_match import FRAnalysis
+    from ncclpm.analysis.stack_tree import StackTree
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The tables (`t`) and what follows from them across sources. Frames are shared, never modified by readers."""
+
+    t: Tables
+    fr: FRAnalysis | None = None  # the flight-recorder dumps matched across ranks (None without dumps)
+
+    def has(self, name: str) -> bool:
+        """A table or a fact a rule may declare in `needs` holds something (`fr_analysis`: the dumps' matching)."""
+        return self.fr is not None if name == "fr_analysis" else self.t.has(name)
+
+    # who waited on whom (victims.py)
+    @cached_property
+    def victim_lines(self) -> pl.DataFrame:
+        """Lines of ranks waiting on, or torn down because of, another rank; victim kinds first."""
+        return victims.victim_lines(self.t)
+
+    @cached_property
+    def victim_ranks(self) -> frozenset[int]:
+        return frozenset(self.victim_lines["rank"].to_list())
+
+    @cached_property
+    def timeouts(self) -> pl.DataFrame:
+        """The collective timeouts that name their rank."""
+        return victims.timeouts(self.t)
+
+    @cached_property
+    def late_timeouts(self) -> frozenset[int]:
+        """Ranks whose timeout fired long after the first one: they entered the collective late."""
+        return victims.late_timeouts(self.timeouts)
+
+    @cached_property
+    def known_ranks(self) -> frozenset[int]:
+        """Ranks seen, plus every rank below a (small enough) world size."""
+        return victims.known_ranks(self.t)
+
+    @cached_property
+    def first_symptom(self) -> datetime | None:
+        """When the first rank gave up waiting."""
+        return busy.first_symptom(self.timeouts, self.victim_lines)
+
+    # who failed on their own (crashes.py)
+    @cached_property
+    def exits(self) -> pl.DataFrame:
+        """The launcher's rows of ranks that ended by an exit they did not choose."""
+        return own_failures.unchosen_exits(self.t, self.victim_ranks)
+
+    @cached_property
+    def own_errors(self) -> pl.DataFrame:
+        """Exception lines that are neither a victim's nor of a kind another rule explains better."""
+        return own_failures.own_errors(self.t)
+
+    @cached_property
+    def crashes(self) -> pl.DataFrame:
+        """Each rank's own failures before it waited on anyone (`how`: exception, signal, exit), first first."""
+        return own_failures.crashes(self.t, self.victim_lines, self.own_errors, self.exits)
+
+    @cached_property
+    def crashed_ranks(self) -> frozenset[int]:
+        return frozenset(self.crashes["rank"].to_list())
+
+    # a peer that went away (peers.py), store waits (stores.py)
+    @cached_property
+    def barrier_lost_peer(self) -> pl.DataFrame:
+        return peers.barrier_lost_peer(self.t)
+
+    @cached_property
+    def peer_left(self) -> bool:
+        """Survivors lost a peer's connection before anyone waited on anyone, and nothing else is in the files."""
+        return peers.peer_left(self.t, self.barrier_lost_peer)
+
+    @cached_property
+    def store_waits(self) -> pl.DataFrame:
+        """Store timeouts after the group had formed, with the rank awaited (if known) and how."""
+        return stores.store_waits(self.t)
+
+    # what each rank was busy with (busy.py)
+    @cached_property
+    def waiting_in_barrier(self) -> bool:
+        return busy.waiting_in_barrier(self.t, self.timeouts)
+
+    def work_of(self, ranks: list[int], attribute_unranked: bool = False) -> pl.DataFrame:
+        """One activity row per rank of `ranks`: the rank-local work it started before the others gave up (an
+        unranked console line attributed to the one candidate when `attribute_unranked`). Worked out per call:
+        a caller that needs it twice keeps it."""
+        return busy.rank_local_work(self.t, ranks, self.victim_lines, self.first_symptom, attribute_unranked)
+
+    # the stacks, the timeout, the job, the settings
+    @cached_property
+    def stack_tree(self) -> StackTree | None:
+        """The merged stacks of the ranks (dumps, else the flight recorder's entry frames)."""
+        from ncclpm.analysis.stack_tree import build_stack_tree
+
+        return build_stack_tree(self.t.extra.get("stacks"))
+
+    @cached_property
+    def timeout(self) -> TimeoutInForce:
+        return timeout_in_force(self.t, self.timeouts)
+
+    @cached_property
+    def job(self) -> JobFacts:
+        return JobFacts.of(self.t, self.timeout)
+
+    @cached_property
+    def settings(self) -> tuple[EnvLint, ...]:
+        """The environment variables the job sets, each with what it really does, the most severe first."""
+        return env_lint(self.t)
+
+
+def analyse(t: Tables) -> Analysis:
+    """The analysis of `t`: the flight-recorder dumps matched at once (the rules that need them are many); every
+    other fact when first read."""
+    if t.fr is None or t.fr.compact.is_empty():
+        return Analysis(t)
+    from ncclpm.analysis.fr_match import analyze_fr
+
+    return Analysis(t, analyze_fr(t.fr))

@@ -1,0 +1,39 @@
+"""Waits in the c10d store after the process group had formed: a rank waiting for another's NCCL unique id, a
+DataLoader waiting for rank 0's shared seed, torchrun's agent at its exit barrier, or any store wait after training
+had made progress - the waiting side of a rank still busy elsewhere (WT01), never a rendezvous that failed (RZ01)."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ncclpm.analysis.victims import in_context, progress_before
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+
+# The DataLoader's shared-seed exchange: rank 0 draws the seed and publishes it in the store; the others wait.
+SEED_PUBLISHER = 0
+
+
+def store_waits(t: Tables) -> pl.DataFrame:
+    """Store timeouts that happened after the process group had formed, with the rank waited for (`awaited`, if
+    known) and `how` (nccl_id, dataloader_seed, after_start, exit_barrier)."""
+    # a wait the store's dropped connection ended is a process gone (CR03 reads it), not one still busy
+    gone = t.kinds(K.peer_closed).select("source", "line")
+    nccl_id = (
+        t.kinds(K.store_error)
+        .join(gone, on=["source", "line"], how="anti")
+        .with_columns(pl.col("subject_rank").alias("awaited"), pl.lit("nccl_id").alias("how"))
+    )
+    timeouts = t.kinds(K.store_timeout)
+    # torchrun's agent at its exit barrier: its own workers had finished, another node's had not
+    exit_wait = in_context(t, timeouts, [K.exit_barrier]).with_columns(
+        pl.lit(None, pl.Int64).alias("awaited"), pl.lit("exit_barrier").alias("how")
+    )
+    timeouts = timeouts.join(exit_wait.select("source", "line"), on=["source", "line"], how="anti")
+    seed = in_context(t, timeouts, [K.frame_dataloader]).with_columns(
+        pl.lit(SEED_PUBLISHER, pl.Int64).alias("awaited"), pl.lit("dataloader_seed").alias("how")
+    )
+    later = progress_before(t, timeouts.join(seed.select("source", "line"), on=["source", "line"], how="anti"))
+    later = later.with_columns(pl.lit(None, pl.Int64).alias("awaited"), pl.lit("after_start").alias("how"))
+    frames = [f.select(*t.events.columns, "awaited", "how") for f in (nccl_id, seed, later, exit_wait)]
+    return pl.concat(frames).sort("ts", "source", "line", nulls_last=True)

@@ -1,0 +1,118 @@
+"""Who waited on whom: victim lines and ranks, the collective timeouts, ranks that entered late, the ranks known.
+
+A *victim* line is one a rank prints because someone else failed: a collective timeout, the watchdog's
+status/teardown, a peer that closed the connection, an aborted communicator, torchrun's SIGTERM. A rank whose
+only errors are victim lines did not cause the failure.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.util.clamp import MAX_LISTED_RANKS
+
+VICTIM_KINDS = list(K.victims)  # declared `victim = true` in parsers/kinds.toml
+# A collective shaped like a barrier: NCCL implements `barrier()` as a 1-element ALLREDUCE (also what scalar
+# syncs look like); gloo names it.
+BARRIER_SHAPED = ((pl.col("op") == "ALLREDUCE") & (pl.col("numel_in") == 1)) | (pl.col("op") == "BARRIER")
+
+
+def victim_lines(t: Tables) -> pl.DataFrame:
+    """Events that show a rank waiting on, or torn down because of, another rank (the `victim` column: victim
+    kinds, and exceptions whose message reads like one). Lines of a victim kind come first: they name the
+    collective."""
+    victims = t.events.filter(pl.col("victim") & pl.col("rank").is_not_null())
+    return victims.sort(~pl.col("kind").is_in(VICTIM_KINDS), maintain_order=True)
+
+
+def timeouts(t: Tables) -> pl.DataFrame:
+    return t.events.filter((pl.col("kind") == K.collective_timeout) & pl.col("rank").is_not_null())
+
+
+def late_timeouts(timeouts: pl.DataFrame) -> frozenset[int]:
+    """Ranks whose own timeout fired long after the first one: they entered the collective late.
+
+    If every rank of a group enqueued the collective together, their watchdogs fire within seconds of
+    each other; a rank whose timeout comes a large part of the timeout later started waiting that much
+    later - it was busy elsewhere while the others were already waiting.
+    """
+    to = timeouts.filter(pl.col("ts").is_not_null())
+    if to.height < 2:
+        return frozenset()
+    first = to.group_by("rank").agg(pl.col("ts").min(), pl.col("timeout_ms").max())
+    start = first["ts"].min()
+    slack_ms = max(30_000, int((first["timeout_ms"].max() or 0) * 0.25))
+    late = first.filter((pl.col("ts") - start) > pl.duration(milliseconds=slack_ms))
+    return frozenset(late["rank"].to_list())
+
+
+def known_ranks(t: Tables) -> frozenset[int]:
+    """Ranks seen in the job, plus every rank below the world size when there are at most MAX_LISTED_RANKS:
+    a world size is a number from a log, and `WORLD_SIZE=999999999` must not become a billion-element set."""
+    ranks = set(t.ranks["rank"].drop_nulls().to_list())
+    if t.world_size and t.world_size <= MAX_LISTED_RANKS:
+        ranks |= set(range(t.world_size))
+    return frozenset(ranks)
+
+
+def same_line(events: pl.DataFrame, kinds: list[str]) -> pl.DataFrame:
+    """(source, line) keys that carry an event of one of `kinds` (to avoid double counting a line)."""
+    return events.filter(pl.col("kind").is_in(kinds)).select("source", "line").unique()
+
+
+def exceptions_not_victim(t: Tables, exclude_kinds: list[str]) -> pl.DataFrame:
+    """Exception lines (logs and error files) that are neither a victim symptom nor another rule's kind."""
+    exc = t.events.filter(pl.col("kind").is_in([K.exception, K.dataloader_reraise]) & pl.col("rank").is_not_null())
+    exc = exc.filter(~pl.col("victim"))
+    taken = same_line(t.events, [*VICTIM_KINDS, *exclude_kinds])
+    return _without_reraise(exc.join(taken, on=["source", "line"], how="anti"))
+
+
+REWRAPPED_WITHIN = 80  # lines from a re-raise to the original error its `Original Traceback` ends in
+
+
+def _without_reraise(exc: pl.DataFrame) -> pl.DataFrame:
+    """A DataLoader worker's exception reaches its rank as `ValueError: Caught ValueError in DataLoader worker
+    process 1.`, followed by the worker's `Original Traceback` ending in the real error: that one is quoted, the
+    re-raise dropped (when the original follows it in the same file, for the same rank)."""
+    rewrap = pl.col("kind") == K.dataloader_reraise
+    own = exc.filter(~rewrap).select("source", "rank", pl.col("line").alias("_own"))
+    shadowed = (
+        exc.filter(rewrap)
+        .join(own, on=["source", "rank"])
+        .filter((pl.col("_own") > pl.col("line")) & (pl.col("_own") - pl.col("line") <= REWRAPPED_WITHIN))
+        .select("source", "line")
+        .unique()
+    )
+    return exc.join(shadowed, on=["source", "line"], how="anti")
+
+
+def in_context(t: Tables, ev: pl.DataFrame, kinds: list[str], before: int = 80) -> pl.DataFrame:
+    """Rows of `ev` that have an event of `kinds` in the lines just above them (same file, compatible rank):
+    the frames of the traceback an error ends, the work a rank announced before it failed."""
+    if ev.is_empty():
+        return ev
+    ctx = t.kinds(*kinds).select("source", pl.col("line").alias("_ctx_line"), pl.col("rank").alias("_ctx_rank"))
+    if ctx.is_empty():
+        return ev.clear()
+    hit = (
+        ev.join(ctx, on="source")
+        .filter(
+            (pl.col("_ctx_line") <= pl.col("line"))
+            & (pl.col("_ctx_line") >= pl.col("line") - before)
+            & (pl.col("_ctx_rank").is_null() | pl.col("rank").is_null() | (pl.col("_ctx_rank") == pl.col("rank")))
+        )
+        .select("source", "line")
+        .unique()
+    )
+    return ev.join(hit, on=["source", "line"], how="semi")
+
+
+def progress_before(t: Tables, ev: pl.DataFrame) -> pl.DataFrame:
+    """Rows of `ev` preceded, in the same file, by a training-progress line: the job had started."""
+    prog = t.kinds(K.progress, K.nccl_comm_init).group_by("source").agg(pl.col("line").min().alias("_first"))
+    if ev.is_empty() or prog.is_empty():
+        return ev.clear()
+    return ev.join(prog, on="source").filter(pl.col("_first") < pl.col("line")).drop("_first")

@@ -1,0 +1,487 @@
+"""Read text sources into a polars frame of the lines worth parsing.
+
+Input: `Source`s of kind "text". Output: one DataFrame (source, line, raw) holding only the lines that contain a
+catalog anchor (case-sensitive: catalogs list the spellings they accept). The anchors are searched in each text's
+raw bytes (`rawscan`): only the hit lines, and the line after each (wrapped-line re-joining looks at it), are cut
+out with their line numbers - the rest never becomes a line. Files are read one at a time in groups (over 8 MB
+and gzipped: in blocks cut at line ends), which worker threads scan while the next is read. Invalid UTF-8 is
+replaced (with a warning); UTF-16 (BOM) is decoded. Progress-bar output glued with `\\r` is split so each segment
+is read on its own, with the line number of its physical line. Huge lines are cut to `MAX_LINE_CHARS` after the
+prefilter.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+
+import polars as pl
+
+from ncclpm.ingest.text.nccl_messages import LAST_ERROR
+from ncclpm.ingest.text.rawscan import (
+    Block,
+    Bytes,
+    all_utf8,
+    anchor_regex,
+    cut_group,
+    hit_line_regex,
+    matcher,
+    new_block,
+    scan_cut,
+    trim_blocks,
+    utf8_text,
+)
+from ncclpm.ingest.unwrap import MIN_WIDTH, joins, python_start, rejoin_wrapped, unwrap_lines
+from ncclpm.sources.discover import Source
+
+__all__ = ["anchor_regex", "read_kept_lines"]
+
+MAX_LINE_CHARS = 8192
+SMALL_TEXT = 2 * 1024**2  # a text this small is read whole and re-joined (hard wraps) before the prefilter
+MAX_KEPT_LINES = 200_000  # per source (~1.5 kB each through the pipeline): see `_capped`
+TQDM_END = r"(\[\d+:\d{2}(?::\d{2})?<[^\]\r]{0,80}\])"
+GROUP_FILES = 96  # texts scanned together (one pass of the matcher, one query for the kept lines) ...
+GROUP_BYTES = 48 * 1024 * 1024  # ... holding at most about this many bytes
+CHUNK_BYTES = 8 * 1024 * 1024  # a bigger (or gzipped) file is read in blocks of this size, cut at line ends
+BLOCK_BYTES = GROUP_BYTES + CHUNK_BYTES  # a group's memory (`rawscan.new_block`): room for its last small text
+TAIL_GROUP_BYTES = 4 * 1024 * 1024  # the last groups shrink down to this: see `_group_bytes`
+SCAN_THREADS = 3  # groups scanned at once: the C matcher and polars run without the GIL, and a third thread
+# keeps both cores of a small machine busy while another waits for the GIL (its Python between the queries)
+_SCHEMA = {"source": pl.String(), "line": pl.Int64(), "raw": pl.String()}
+_KEPT_SCHEMA = {**_SCHEMA, "cut": pl.Boolean()}
+Then = Callable[[pl.DataFrame], pl.DataFrame] | None  # more row-wise columns, computed where the lines are cut out
+
+
+def _decode(data: Bytes) -> str:
+    data = bytes(data)
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return data.decode("utf-16", errors="replace")
+    return data.decode("utf-8", errors="replace")
+
+
+def _frame_from_bytes(name: str, data: Bytes, line_start: str = "") -> pl.LazyFrame:
+    """Every line of `data`, read the slow way (a small text hard-wrapped near an anchor is re-joined first)."""
+    text = _decode(data)
+    if line_start and len(data) <= SMALL_TEXT:  # copied text: re-join what a terminal hard-wrapped first
+        lines = unwrap_lines(text.split("\n"), python_start(line_start))
+        frame = pl.LazyFrame(lines, schema={"line": pl.UInt32(), "raw": pl.String()}, orient="row")
+    else:
+        frame = pl.read_lines(text.encode("utf-8"), name="raw", row_index_name="line", row_index_offset=1).lazy()
+    return frame.select(pl.lit(name).alias("source"), "line", "raw")
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _small(src: Source) -> bool:
+    try:
+        return src.path is not None and src.path.stat().st_size <= SMALL_TEXT and src.path.suffix != ".gz"
+    except OSError:
+        return False
+
+
+def _keep(lf: pl.LazyFrame, anchors: list[str], line_start: str = "") -> pl.LazyFrame:
+    """The kept lines of `lf` (source, line, raw; one or more sources, each in line order). A `hit` column, when
+    there is one (the cutter's rows), already says which lines hold an anchor (the regex is not run on them
+    again before the tqdm bars are split)."""
+    hit = pl.col("raw").str.contains(anchor_regex(tuple(anchors)))
+    found = pl.col("hit") if "hit" in lf.collect_schema() else hit
+    return (
+        rejoin_wrapped(lf.with_columns(_after_last_error().alias("_told")), found | pl.col("_told"), line_start)
+        # A tqdm bar ends in "[elapsed<remaining, rate]"; text glued right after it is another line.
+        .with_columns(pl.col("raw").str.replace_all(TQDM_END, "$1\r").str.split("\r"))
+        .explode("raw")
+        .filter(hit | pl.col("_told"))
+        .select(
+            pl.col("source"),
+            pl.col("line").cast(pl.Int64),
+            pl.col("raw").str.slice(0, MAX_LINE_CHARS).str.strip_chars_start("\ufeff\x00").str.strip_chars_end(),
+            (pl.col("raw").str.len_chars() > MAX_LINE_CHARS).alias("cut"),
+        )
+    )
+
+
+def _after_last_error() -> pl.Expr:
+    """The line after torch's `Last error:` (NCCL's last WARN message, on its own line since torch 2.0): kept with
+    the hit line before it, which the cutter already cuts out with the line after it."""
+    before = pl.col("raw").shift(1)
+    return (
+        (pl.col("source").shift(1) == pl.col("source"))
+        & (pl.col("line").shift(1) == pl.col("line") - 1)
+        & before.str.strip_chars_end().str.ends_with(LAST_ERROR)
+    ).fill_null(False)
+
+
+def _needs_python_decode(src: Source) -> bool:
+    if src.path is None or not str(src.path).isprintable() or not _utf8(str(src.path)):
+        return True  # polars takes only UTF-8 paths: a Latin-1 file name is read by Python
+    try:
+        with src.path.open("rb") as fh:
+            return fh.read(2) in (b"\xff\xfe", b"\xfe\xff")
+    except OSError:  # gone or unreadable since discovery: `_read_one` reports it as a warning
+        return True
+
+
+@dataclass
+class _Text:
+    """One text to scan: its UTF-8 bytes (Python's, or a view of its group's block), and how its lines are read."""
+
+    name: str
+    data: Bytes
+    original: Bytes  # as read: the slow path (`_frame_from_bytes`) decodes it itself
+    whole: bool  # a small text, re-joined whole if hard-wrapped (Python's lines); else polars' lines
+    first_line: int = 1  # of a block of a big file
+
+
+def _as_strings(texts: list[_Text], warnings: list[str], block: Block | None = None) -> pl.Series:
+    """The texts as one string Series, validated in Rust (the group's block, when it holds them all, without a
+    copy); a text with invalid UTF-8 is decoded with its invalid bytes replaced, with a warning."""
+    try:
+        if block is not None and len(block) == len(texts):
+            return pl.Series(block).cast(pl.String)
+        return pl.Series([bytes(t.data) for t in texts], dtype=pl.Binary).cast(pl.String)
+    except pl.exceptions.ComputeError:  # "invalid utf8": find which
+        pass
+    for t in texts:
+        if utf8_text(bytes(t.data)) is None:
+            warnings.append(f"{t.name}: not valid UTF-8; read with invalid bytes replaced")
+            t.data = bytes(t.data).decode("utf-8", errors="replace").encode("utf-8")
+    return pl.Series([bytes(t.data) for t in texts], dtype=pl.Binary).cast(pl.String)
+
+
+def _hit_lines(series: pl.Series, whole: list[bool], anchors: list[str]) -> list[list[str]]:
+    """Every line of each text holding an anchor (small texts re-joined whole: also an anchor cut by newlines,
+    as a match spanning lines), in one parallel query per pattern."""
+    frame = pl.DataFrame({"text": series})
+    idx = {w: [i for i, x in enumerate(whole) if x == w] for w in (False, True)}
+    queries = {
+        w: frame[ix].lazy().select(pl.col("text").str.extract_all(hit_line_regex(tuple(anchors), across_newlines=w)))
+        for w, ix in idx.items()
+        if ix
+    }
+    found: list[list[str]] = [[] for _ in whole]
+    for w, result in zip(queries, pl.collect_all(list(queries.values())), strict=True):
+        for i, lines in zip(idx[w], result.to_series().to_list(), strict=True):
+            found[i] = lines or []
+    return found
+
+
+def _scan(
+    texts: list[_Text], anchors: list[str], line_start: str, then: Then = None, block: list[Block] | None = None
+) -> tuple[dict[str, pl.DataFrame | None], list[str]]:
+    """The kept lines of each text (None: unreadable) and the warnings met. The anchors are searched in the raw
+    texts (`rawscan`) in one pass; only the hit lines (and the lines around each: `line_start` re-joins
+    wrapped lines) become rows, all the group's in one frame and one query. A small text where an anchor is cut
+    by a newline, or where a hit line may be glued to its neighbour, is re-joined whole, the slow way. `then` is
+    applied to the kept lines here, a group at a time (see `read_kept_lines`). `block`: the memory holding the
+    texts' bytes (`_Text.data` are views of it), if any, in a list emptied as soon as the rows are cut out (the
+    caller's arguments live until this returns: the block goes back to be reused while the kept lines are built)."""
+    warnings: list[str] = []
+    if not texts:
+        return {}, warnings
+    whole = [t.whole for t in texts]
+    first_lines = [t.first_line for t in texts]
+    compiled = matcher(tuple(anchors))
+    valid = compiled is not None and all_utf8([t.data for t in texts])  # (the matcher reads bytes: no str needed)
+    strings = None if valid else _as_strings(texts, warnings, block[0] if block else None)  # (invalid UTF-8 replaced)
+    if compiled is not None:
+        frame, slow = scan_cut(compiled, [t.data for t in texts], first_lines, whole, following=bool(line_start))
+    else:
+        assert strings is not None
+        found = _hit_lines(strings, whole, anchors)
+        frame, slow = cut_group([t.data for t in texts], found, first_lines, whole, following=bool(line_start))
+    del strings
+    slow |= _may_join(frame, [i for i, t in enumerate(texts) if t.whole], line_start)
+    for i, t in enumerate(texts):  # the rows are cut out: only the slow path reads a text again (less memory)
+        if i not in slow:
+            t.data = t.original = b""
+    if block:
+        block.clear()
+    names = pl.Series([t.name for t in texts], dtype=pl.String)
+    after_hit = pl.col("hit").shift(1) & (pl.col("text").shift(1) == pl.col("text"))
+    fast = (
+        frame.lazy()
+        .filter(~pl.col("text").is_in(sorted(slow)) & (pl.col("hit") | after_hit))  # not the lines before
+        .select(pl.lit(names).gather(pl.col("text")).alias("source"), "line", "raw", "hit")
+    )
+    pending = {"": _keep(fast, anchors, line_start)}
+    pending |= {
+        texts[i].name: _keep(_frame_from_bytes(texts[i].name, texts[i].original, line_start), anchors, line_start)
+        for i in sorted(slow)
+    }
+    done = _collect(pending, warnings)
+    group = done.pop("")
+    if group is None:  # read the fast texts one by one
+        pending = {
+            t.name: _keep(fast.filter(pl.col("source") == t.name), anchors, line_start)
+            for i, t in enumerate(texts)
+            if i not in slow
+        }
+        done |= _collect(pending, warnings)
+    out = {name: _then(frame, then) for name, frame in done.items()}
+    if group is not None:
+        out |= _by_source(group, then)
+    return out, warnings
+
+
+def _then(frame: pl.DataFrame | None, then: Then) -> pl.DataFrame | None:
+    """`then` applied, except to a source to be capped: its columns are computed after its cap (`_capped`)."""
+    return frame if frame is None or then is None or frame.height > MAX_KEPT_LINES else then(frame)
+
+
+def _by_source(group: pl.DataFrame, then: Then) -> dict[str, pl.DataFrame]:
+    """A group's kept lines by source, `then` applied at once to all of them but the sources to be capped."""
+    if then is not None:
+        sizes = group["source"].value_counts()
+        big = sizes.filter(pl.col("count") > MAX_KEPT_LINES)["source"].to_list()
+        if big:
+            is_big = pl.col("source").is_in(big)
+            return _by_source(group.filter(~is_big), then) | _by_source(group.filter(is_big), None)
+        group = then(group)
+    return {key[0]: part for key, part in group.partition_by("source", as_dict=True, maintain_order=True).items()}
+
+
+def _may_join(rows: pl.DataFrame, whole: list[int], line_start: str) -> set[int]:
+    """The small texts (indices `whole`) where re-joining hard-wrapped lines may change what is kept. With no
+    anchor cut by a newline (checked by the caller), that needs a hit line glued to the line before or after it
+    (`unwrap.joins`): `rows` holds both around each hit. Lengths and the line start are checked in one query first
+    (Rust's reading of the start trusted only on ASCII lines, where it never matches more than Python's); the
+    pairs left are checked exactly."""
+    if not whole or not line_start or rows.is_empty():
+        return set()
+    head, tail = pl.col("raw"), pl.col("_tail")
+    ascii_tail = tail.str.len_bytes() == tail.str.len_chars()
+    candidates = (
+        rows.lazy()
+        .filter(pl.col("text").is_in(whole))
+        .with_columns(
+            tail=pl.col("raw").shift(-1),
+            pair=(pl.col("text").shift(-1) == pl.col("text"))
+            & (pl.col("line").shift(-1) == pl.col("line") + 1)
+            & (pl.col("hit") | pl.col("hit").shift(-1)),
+        )
+        .rename({"tail": "_tail"})
+        .filter(
+            pl.col("pair")
+            & (head.str.len_chars() >= MIN_WIDTH)
+            & (tail.str.len_chars() <= head.str.len_chars())
+            & (tail != "")
+            & ~(ascii_tail & tail.str.contains(f"^(?:{line_start})"))
+        )
+        .select("text", "raw", "_tail")
+        .collect()
+    )
+    if candidates.is_empty():  # (compiling the line start in Python costs ~6 ms)
+        return set()
+    start = python_start(line_start)
+    return {i for i, a, b in candidates.iter_rows() if joins(a, b, start)}
+
+
+def _blocks(src: Source) -> Iterator[_Text]:
+    """A big or gzipped file in blocks cut at line ends: memory holds a few blocks, not the file (a line longer than
+    a block is carried over whole). A process's log: nothing to re-join (`whole` false)."""
+    assert src.path is not None
+    line0, rest = 1, b""
+    with src.path.open("rb") as raw:
+        fh = gzip.GzipFile(fileobj=raw, mode="rb") if raw.read(2) == b"\x1f\x8b" else raw
+        raw.seek(0)
+        while True:  # each block read once into fresh memory after the last one's partial line, and not copied
+            buf = bytearray(len(rest) + CHUNK_BYTES)
+            buf[: len(rest)] = rest
+            read = fh.readinto(memoryview(buf)[len(rest) :]) or 0
+            size = len(rest) + read
+            cut = buf.rfind(b"\n", 0, size) + 1 if read else size  # (at the end: the rest, a last line without newline)
+            rest = bytes(buf[cut:size])
+            if cut:
+                data = memoryview(buf)[:cut]
+                yield _Text(src.name, data, data, whole=False, first_line=line0)
+                line0 += buf.count(b"\n", 0, cut) + (buf[cut - 1] != ord("\n"))
+            if not read:
+                break
+
+
+_FAILURES = (OSError, EOFError, zlib.error, pl.exceptions.PolarsError)
+
+
+@dataclass
+class _Chunked:
+    """A big file's blocks, scanned in the pool like groups: its kept lines are their parts in order. Invalid UTF-8
+    in a block is replaced (one warning); a failure (reading, or scanning a block) skips the file, as reading it
+    block after block would have at that point."""
+
+    name: str
+    scans: list[Future]
+    failure: BaseException | None = None  # while reading, after the blocks scanned
+    finished: Future[tuple[pl.DataFrame | None, list[str]]] | None = None  # `finish`, in the finishing thread
+
+    def frame(self, warnings: list[str]) -> pl.DataFrame | None:
+        parts, lossy = [], []
+        try:
+            for scan in self.scans:
+                kept, met = scan.result()
+                lossy += met
+                if (part := kept.get(self.name)) is not None:
+                    parts.append(part)
+            if self.failure is not None:
+                raise self.failure
+        except _FAILURES as exc:
+            warnings.append(f"{self.name}: could not be read as text ({exc}) - skipped")
+            return None
+        warnings.extend(lossy[:1])
+        return pl.concat(parts) if parts else pl.DataFrame(schema=_KEPT_SCHEMA)
+
+    def finish(self, then: Then) -> tuple[pl.DataFrame | None, list[str]]:
+        """The file's kept lines with `then` applied (a file to be capped: after its cap, by the caller) and the
+        warnings met, once its blocks are scanned: in a thread of its own, while the next files are read (it ran in
+        the reading thread after the whole read, one big file after the other)."""
+        met: list[str] = []
+        return _then(self.frame(met), then), met
+
+
+def _is_big(src: Source) -> bool:
+    try:
+        assert src.path is not None
+        with src.path.open("rb") as fh:
+            gz = fh.read(2) == b"\x1f\x8b"
+        return gz or src.path.stat().st_size > CHUNK_BYTES
+    except OSError:
+        return False
+
+
+def _text(src: Source, line_start: str, block: Block | None = None) -> _Text:
+    """A source read whole: into `block` if there is room (a file is read straight into it, other texts copied),
+    else as Python bytes. A small text is read as Python splits lines, so that lines a terminal hard-wrapped are
+    re-joined before the prefilter."""
+    python_decode = _needs_python_decode(src)
+    if block is not None and not python_decode and src.data is None and src.path is not None:
+        at = block.used
+        if (size := block.read_file(os.fspath(src.path))) >= 0:
+            view = memoryview(block)[at : at + size]
+            if view[:2] != b"\x1f\x8b":  # (gzipped since `_is_big` looked: read below)
+                return _Text(src.name, view, view, bool(line_start) and size <= SMALL_TEXT and _small(src))
+            view.release()
+            block.pop()
+    data = src.read_bytes()
+    whole = bool(line_start) and len(data) <= SMALL_TEXT and (python_decode or _small(src))
+    utf8 = _decode(data).encode("utf-8") if data[:2] in (b"\xff\xfe", b"\xfe\xff") else data
+    if block is not None and (at := block.used, block.append(utf8))[1] >= 0:
+        utf8 = memoryview(block)[at : at + len(utf8)]
+    return _Text(src.name, utf8, data, whole)
+
+
+def _collect(pending: dict[str, pl.LazyFrame], warnings: list[str]) -> dict[str, pl.DataFrame | None]:
+    """The pending sources' kept lines, in one `collect_all` (one by one if that fails)."""
+    names, lazies = list(pending), list(pending.values())
+    try:
+        return dict(zip(names, pl.collect_all(lazies), strict=True))
+    except pl.exceptions.PolarsError:
+        pass
+    out: dict[str, pl.DataFrame | None] = {}
+    for name, lazy in zip(names, lazies, strict=True):
+        try:
+            out[name] = lazy.collect()
+        except pl.exceptions.PolarsError as exc:
+            warnings.append(f"{name}: could not be read as text ({exc}) - skipped")
+            out[name] = None
+    return out
+
+
+def _capped(frame: pl.DataFrame, name: str, warnings: list[str]) -> pl.DataFrame:
+    """At most MAX_KEPT_LINES lines of one source: its first and its last halves (how the job started, and how
+    it ended - where failures are). A log of millions of matching progress lines would need gigabytes."""
+    if frame.height <= MAX_KEPT_LINES:
+        return frame
+    half = MAX_KEPT_LINES // 2
+    warnings.append(
+        f"{name}: {frame.height:,} lines match a pattern; the first {half:,} and the last {half:,} were kept, "
+        f"{frame.height - 2 * half:,} in between dropped"
+    )
+    return pl.concat([frame.head(half), frame.tail(half)])
+
+
+def _group_bytes(left: int) -> int:
+    """How many bytes the group being read may hold, `left` bytes of the job still unscanned (its own included):
+    GROUP_BYTES, then less and less towards the end, so that both scan threads finish about together (with the
+    last groups whole, one core idled while the other scanned the last one)."""
+    return max(TAIL_GROUP_BYTES, min(GROUP_BYTES, left // 3))
+
+
+def read_kept_lines(
+    sources: list[Source], anchors: list[str], warnings: list[str], line_start: str = "", then: Then = None
+) -> pl.DataFrame:
+    """Prefiltered lines of all text sources, in source order; unreadable sources become warnings. Groups of small
+    texts are scanned in worker threads (polars runs the regex without the GIL) while this one reads the next
+    group; the warnings keep the order of a one-by-one reading. `then` (per-line columns: `extract.source_columns`)
+    runs in the workers too, on a group's lines at a time: less memory than on all lines at once, and in
+    parallel."""
+    frames: dict[str, pl.DataFrame | None] = {}
+    log: list[str | _Chunked | Future[tuple[dict[str, pl.DataFrame | None], list[str]]]] = []  # in order
+    group: list[_Text] = []
+    memory = new_block(BLOCK_BYTES)  # the group's texts' bytes (None: Python bytes)
+    sizes = [src.size() for src in sources]  # (a stat per file: once)
+    left = sum(sizes)  # not read yet
+    with ThreadPoolExecutor(max_workers=SCAN_THREADS) as pool, ThreadPoolExecutor(max_workers=1) as finishing:
+        running: set[Future] = set()
+
+        def submit(texts: list[_Text], rejoin: str, then: Then, memory: Block | None = None) -> Future:
+            if len(running) >= SCAN_THREADS:  # memory holds a few groups, not the job; the first thread free takes it
+                running.difference_update(wait(running, return_when=FIRST_COMPLETED).done)
+            scan = pool.submit(_scan, texts, anchors, rejoin, then, None if memory is None else [memory])
+            running.add(scan)
+            return scan
+
+        for src, size in zip(sources, sizes, strict=True):
+            left -= size
+            if src.path is not None and not _needs_python_decode(src) and _is_big(src):
+                chunked = _Chunked(src.name, [])
+                try:
+                    for block in _blocks(src):  # `then` on the whole file (its ranks), by `finish`
+                        chunked.scans.append(submit([block], "", None))
+                except _FAILURES as exc:
+                    chunked.failure = exc
+                chunked.finished = finishing.submit(chunked.finish, then)
+                log.append(chunked)
+                continue
+            try:
+                group.append(_text(src, line_start, memory))
+            except (OSError, ValueError) as exc:
+                log.append(f"{src.name}: could not be read as text ({exc}) - skipped")
+                frames[src.name] = None
+            held = sum(len(t.data) for t in group)
+            if len(group) >= GROUP_FILES or held >= _group_bytes(left + held):
+                log.append(submit(list(group), line_start, then, memory))
+                group.clear()
+                memory = new_block(BLOCK_BYTES)
+        if group:
+            log.append(submit(list(group), line_start, then, memory))
+        del memory
+        trim_blocks()  # all read: the blocks of the last scans are freed as they end, in their threads
+        for entry in log:
+            if isinstance(entry, str):
+                warnings.append(entry)
+            elif isinstance(entry, _Chunked):
+                assert entry.finished is not None
+                frames[entry.name], met = entry.finished.result()
+                warnings += met
+            else:
+                kept, met = entry.result()
+                frames |= kept
+                warnings += met
+    kept_lines = [_capped(f, s.name, warnings) for s in sources if (f := frames.get(s.name)) is not None]
+    if then is not None:  # the sources capped: after their cap
+        kept_lines = [then(f) if f.columns == list(_KEPT_SCHEMA) else f for f in kept_lines]
+    if not kept_lines:
+        return pl.DataFrame(schema=_SCHEMA)  # (`then` not applied)
+    lines = pl.concat(kept_lines, how="vertical")
+    for src, n in lines.filter(pl.col("cut")).group_by("source", maintain_order=True).len().iter_rows():
+        warnings.append(f"{src}: {n} line(s) longer than {MAX_LINE_CHARS} characters; only their start was parsed")
+    return lines.drop("cut")

@@ -1,0 +1,152 @@
+"""The per-rank table: one row per rank seen anywhere in the job.
+
+For each rank: host and pid, whether it reported a collective timeout (and on which op/seq), the watchdog's
+last enqueued/completed sequence numbers, its first error (time, text, file:line), how it exited
+(torchrun summary), and its last activity line (progress, checkpoint, evaluation...). Built with polars
+group_bys over `lines`, `events` and `elastic`.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import RANKS_SCHEMA
+
+ACTIVITY_KINDS = [K.activity, K.progress]
+
+
+def _ref(prefix: str = "") -> pl.Expr:
+    return pl.format("{}:{}", pl.col(f"{prefix}source"), pl.col(f"{prefix}line"))
+
+
+def _first_by_time(frame: pl.DataFrame, cols: list[pl.Expr]) -> pl.DataFrame:
+    return frame.sort(["rank", "ts", "source", "line"], nulls_last=True).group_by("rank", maintain_order=True).agg(cols)
+
+
+def build_ranks(
+    lines: pl.DataFrame, events: pl.DataFrame, elastic: pl.DataFrame, comms: pl.DataFrame | None = None
+) -> pl.DataFrame:
+    ranked = events.filter(pl.col("rank").is_not_null())
+    base = (
+        pl.concat([lines.select("rank"), ranked.select("rank"), elastic.select("rank")])
+        .drop_nulls()
+        .unique()
+        .sort("rank")
+    )
+    hosts = (
+        lines.filter(pl.col("rank").is_not_null())
+        .group_by("rank")
+        .agg(
+            pl.col("host").drop_nulls().mode().sort().first().alias("host"),  # a tie: the same host every run
+            pl.col("pid").drop_nulls().first().alias("pid"),
+        )
+    )
+    counts = ranked.group_by("rank").agg(pl.len().cast(pl.UInt32).alias("n_events"))
+    timeouts = _first_by_time(
+        ranked.filter(pl.col("kind") == K.collective_timeout),
+        [
+            pl.lit(True).alias("timed_out"),
+            pl.col("op").first().alias("timeout_op"),
+            pl.col("seq").first().alias("timeout_seq"),
+        ],
+    )
+    status = (
+        ranked.filter(pl.col("kind") == K.watchdog_status)
+        .group_by("rank")
+        .agg(pl.col("last_enqueued").max(), pl.col("last_completed").max())
+    )
+    errors = _first_by_time(
+        # a launcher's report that the process exited is its end (the `exits` columns), not its first error
+        ranked.filter((pl.col("severity") == "error") & (pl.col("kind") != K.worker_exit)),
+        [
+            pl.col("ts").first().alias("first_error_ts"),
+            pl.col("text").first().str.slice(0, 300).alias("first_error"),
+            _ref().first().alias("first_error_ref"),
+        ],
+    )
+    exits = (
+        elastic.filter(pl.col("rank").is_not_null())
+        .sort("root_cause")
+        .group_by("rank")
+        .agg(
+            pl.col("exit_code").last(),
+            pl.col("signal").last(),
+            # torchrun's failure summary names each failed rank's host and pid: used when no line prefix does
+            pl.col("host").drop_nulls().last().alias("_exit_host"),
+            pl.col("pid").drop_nulls().last().alias("_exit_pid"),
+        )
+    )
+    activity = (
+        ranked.filter(pl.col("kind").is_in(ACTIVITY_KINDS))
+        .sort(["rank", "ts", "source", "line"], nulls_last=False)
+        .group_by("rank", maintain_order=True)
+        .agg(
+            pl.col("ts").last().alias("last_activity_ts"),
+            pl.col("text").last().str.slice(0, 300).alias("last_activity"),
+            _ref().last().alias("last_activity_ref"),
+        )
+    )
+    # The NCCL version a rank itself reports (torch's `NCCL error ..., NCCL version X`, its own banner): used when no
+    # Init COMPLETE line ties it to a communicator (init failed).
+    own_version = (
+        ranked.filter(pl.col("kind").is_in([K.nccl_version, K.nccl_error]) & pl.col("version").is_not_null())
+        .group_by("rank")
+        .agg(pl.col("version").mode().sort().first().alias("_own_version"))
+    )
+    parts = [hosts, counts, timeouts, status, errors, exits, activity, own_version]
+    if comms is not None and not comms.is_empty():
+        world = comms.filter(pl.col("nranks") == pl.col("nranks").max())
+        base = pl.concat([base, world.select("rank")]).drop_nulls().unique().sort("rank")
+        parts.append(
+            world.group_by("rank").agg(
+                pl.col("host").first().alias("nccl_host"),
+                pl.col("pid").first().alias("nccl_pid"),
+                pl.col("cuda_dev").first(),
+                pl.col("version").first().alias("nccl_version"),
+            )
+        )
+    out = base
+    for part in parts:
+        out = out.join(part, on="rank", how="left")
+    if "nccl_host" in out.columns:
+        out = out.with_columns(
+            pl.coalesce("host", "nccl_host").alias("host"), pl.coalesce("pid", "nccl_pid").alias("pid")
+        )
+    out = out.with_columns(
+        pl.coalesce("host", "_exit_host").alias("host"),
+        pl.coalesce("pid", "_exit_pid").alias("pid"),
+        pl.col("timed_out").fill_null(False),
+        pl.col("n_events").fill_null(0),
+    )
+    out = out.with_columns(pl.lit(None, pl.Int64).alias(c) for c in ("cuda_dev",) if c not in out.columns)
+    out = out.with_columns(pl.lit(None, pl.String).alias(c) for c in ("nccl_version",) if c not in out.columns)
+    out = out.with_columns(pl.coalesce("nccl_version", "_own_version").alias("nccl_version"))
+    known = pl.col("nccl_version").drop_nulls()
+    one_on_host = pl.col("host").is_not_null() & (known.n_unique().over("host") == 1)
+    same_host = pl.when(one_on_host).then(known.first().over("host"))
+    out = out.with_columns(pl.coalesce("nccl_version", same_host).alias("nccl_version"))  # one version per host
+    return out.select(list(RANKS_SCHEMA.keys())).cast(RANKS_SCHEMA)  # type: ignore[arg-type]
+
+
+def world_size_is_declared(events: pl.DataFrame, fr=None) -> bool:
+    """True when a line or a dump states the world size (not just the highest rank seen)."""
+    stated = events.filter((pl.col("kind") == K.world_size) | pl.col("expected").is_not_null())
+    return not stated.is_empty() or (fr is not None and not fr.groups.is_empty())
+
+
+def world_size(events: pl.DataFrame, elastic: pl.DataFrame, fr=None) -> int | None:
+    """Best estimate of the job's world size from every hint the logs give (at least highest rank + 1)."""
+    hints: list[int] = []
+    declared = events.filter(pl.col("kind") == K.world_size)["nranks"].drop_nulls()
+    if declared.len():
+        hints.append(int(declared.max()))  # type: ignore[arg-type]
+    expected = events["expected"].drop_nulls()
+    if expected.len():
+        hints.append(int(expected.max()))  # type: ignore[arg-type]
+    ranks = pl.concat([events["rank"].drop_nulls(), elastic["rank"].drop_nulls()])
+    if ranks.len():
+        hints.append(int(ranks.max()) + 1)  # type: ignore[arg-type]
+    if fr is not None and not fr.groups.is_empty():
+        hints.append(int(fr.groups["size"].max()))
+    return max(hints) if hints else None

@@ -1,0 +1,203 @@
+"""Facts the report shows besides the findings: the failing collective, per-rank rows (logs + flight
+recorder), versions, and whether the logs and the flight-recorder dumps agree on the culprit."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import polars as pl
+
+from ncclpm.analysis import Analysis
+from ncclpm.model import Evidence, strip_prefix
+from ncclpm.rules.base import Finding, ranks_text
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+
+FR_RANK_COLUMNS = ["fr_last_op", "fr_last_seq", "fr_last_state", "fr_dump"]
+
+
+def _fr_op(t: Tables, group: str, seq: int) -> str | None:
+    """The op most ranks recorded at (group, seq); ties name all of them."""
+    if t.fr is None:
+        return None
+    ops = (
+        t.fr.compact.filter((pl.col("group_key") == group) & (pl.col("collective_seq_id") == seq))
+        .group_by(pl.col("op").cast(pl.String))
+        .len()
+        .sort("len", "op", descending=[True, False])
+    )
+    if ops.is_empty():
+        return None
+    top = ops.filter(pl.col("len") == ops["len"][0])["op"].to_list()
+    return " / ".join(o for o in top if o)
+
+
+def fr_stall(facts: Analysis) -> dict | None:
+    """The collective the flight recorder says the job stopped in (when the logs name none)."""
+    t, fa = facts.t, facts.fr
+    if fa is None:
+        return None
+    for frame in (fa.mismatches, fa.missing.filter(pl.col("group_key") == (fa.root_group or "")), fa.missing):
+        if not frame.is_empty():
+            r = frame.sort("collective_seq_id").row(0, named=True)
+            op = r.get("op") or _fr_op(t, r["group_key"], r["collective_seq_id"])
+            return {
+                "op": op,
+                "seq": r["collective_seq_id"],
+                "numel_in": None,
+                "numel_out": None,
+                "timeout_ms": None,
+                "pg": r["group_key"],
+                "pg_desc": r.get("pg_desc"),
+                "source": "flight recorder",
+            }
+    return None
+
+
+def failing_collective(facts: Analysis) -> dict | None:
+    to = facts.t.events.filter((pl.col("kind") == K.collective_timeout) & pl.col("op").is_not_null())
+    if to.is_empty():
+        return fr_stall(facts)
+    r = to.sort("ts", "source", "line", nulls_last=True).row(0, named=True)
+    return {k: r[k] for k in ("op", "seq", "numel_in", "numel_out", "timeout_ms", "pg")}
+
+
+def _fr_rank_facts(facts: Analysis) -> pl.DataFrame | None:
+    fa = facts.fr
+    if fa is None or fa.rank_facts.is_empty():
+        return None
+    return fa.rank_facts.select(
+        "rank",
+        pl.col("last_op").alias("fr_last_op"),
+        pl.col("last_seq_root_group").alias("fr_last_seq"),
+        pl.col("last_state").alias("fr_last_state"),
+        pl.col("dump_present").alias("fr_dump"),
+    )
+
+
+def _finer_first_errors(t: Tables, table: pl.DataFrame) -> pl.DataFrame:
+    """A first error stamped to the whole second (torchelastic's error file) is the same failure a log line of that
+    second stamps to the millisecond: take the finer stamp, so the picture and the story keep the true order."""
+    errors = t.events.filter(
+        (pl.col("severity") == "error") & pl.col("rank").is_not_null() & (pl.col("ts").dt.microsecond() != 0)
+    ).select(pl.col("rank").cast(table.schema["rank"]), pl.col("ts").alias("_fine"))
+    if errors.is_empty():
+        return table
+    whole = pl.col("first_error_ts").dt.microsecond() == 0
+    fine = (
+        table.select("rank", "first_error_ts")
+        .filter(whole)
+        .join(errors, on="rank")
+        .filter(
+            (pl.col("_fine") > pl.col("first_error_ts"))
+            & (pl.col("_fine") < pl.col("first_error_ts").dt.offset_by("1s"))
+        )
+        .group_by("rank")
+        .agg(pl.col("_fine").min())
+    )
+    if fine.is_empty():
+        return table
+    joined = table.join(fine, on="rank", how="left")
+    return joined.with_columns(pl.coalesce("_fine", "first_error_ts").alias("first_error_ts")).drop("_fine")
+
+
+def rank_rows(facts: Analysis, primary: Finding) -> tuple[dict, ...]:
+    t = facts.t
+    culprits = set(primary.culprit_ranks)
+    victims = set(primary.victim_ranks) | set(
+        t.events.filter(pl.col("kind") == K.collective_timeout)["rank"].drop_nulls().to_list()
+    )
+    table = _finer_first_errors(t, t.ranks)
+    fr = _fr_rank_facts(facts)
+    if fr is not None:
+        table = table.join(fr.cast({"rank": table.schema["rank"]}), on="rank", how="full", coalesce=True)
+    else:
+        table = table.with_columns(pl.lit(None).alias(c) for c in FR_RANK_COLUMNS)
+    to = t.events.filter((pl.col("kind") == K.collective_timeout) & pl.col("rank").is_not_null())
+    numel = (
+        to.sort("ts", "source", "line", nulls_last=True)
+        .group_by("rank", maintain_order=True)
+        .agg(
+            pl.col("numel_in").first().alias("timeout_numel_in"),
+            pl.col("numel_out").first().alias("timeout_numel_out"),
+            pl.col("timeout_ms").first(),
+        )
+        .cast({"rank": table.schema["rank"]})
+    )
+    table = table.join(numel, on="rank", how="left")
+    rows = []
+    for r in table.sort("rank").iter_rows(named=True):
+        role = "culprit" if r["rank"] in culprits else "waiting" if r["rank"] in victims else ""
+        rows.append({**r, "timed_out": bool(r["timed_out"]), "n_events": r["n_events"] or 0, "role": role})
+    return tuple(rows)
+
+
+def versions(t: Tables) -> dict[str, str]:
+    out: dict[str, str] = {}
+    ver = t.events.filter(pl.col("version").is_not_null()).sort("source", "line")
+    for kind, key in ((K.torch_version, "torch"), (K.nccl_error, "nccl"), (K.nccl_version, "nccl")):
+        hit = ver.filter(pl.col("kind") == kind)["version"]
+        if hit.len() and key not in out:
+            out[key] = ", ".join(sorted(hit.unique().to_list()))  # several: the hosts disagree (see CV01)
+    if "nccl" not in out and t.fr is not None and not t.fr.dumps.is_empty():
+        libs = t.fr.dumps.filter(pl.col("comm_lib_version").fill_null("") != "")["comm_lib_version"]
+        if libs.len():
+            out["nccl"] = str(libs[0])
+    return out
+
+
+def caveats(facts: Analysis) -> tuple[str, ...]:
+    """What the evidence cannot show: ranks whose flight-recorder dumps are missing, P2P entries not aligned..."""
+    return () if facts.fr is None else tuple(facts.fr.notes)
+
+
+def cross_check(facts: Analysis, primary: Finding) -> str | None:
+    """Do the logs and the flight-recorder dumps name the same culprit? Say so either way."""
+    fa = facts.fr
+    if fa is None:
+        return None
+    fr, logs = set(fa.culprit_ranks), set(primary.culprit_ranks)
+    if not fr:
+        return (
+            "The flight-recorder dumps show every rank in step (no missing, mismatched or stuck collective): "
+            "they may have been written before the failure, or the failure is outside collectives."
+        )
+    if primary.rule.startswith("FR") or fr == logs:
+        return f"Flight-recorder dumps agree: {fa.summary}."
+    if not logs:
+        return f"Flight-recorder dumps name {ranks_text(sorted(fr))} ({fa.summary}); the logs name no rank."
+    return (
+        f"Logs and dumps disagree: the logs point at {ranks_text(sorted(logs))}, the dumps at "
+        f"{ranks_text(sorted(fr))} ({fa.summary})."
+    )
+
+
+def culprit_hosts(primary: Finding, rows: tuple[dict, ...]) -> tuple[str, ...]:
+    """Hosts of the culprit ranks, and the hosts a hardware or network finding names itself."""
+    culprits = set(primary.culprit_ranks)
+    hosts = {r["host"] for r in rows if r["rank"] in culprits and r.get("host")}
+    return tuple(sorted(hosts | set(primary.named_hosts)))
+
+
+_NUMBERS = re.compile(r"\d+")
+
+
+def fold_evidence(
+    evidence: list[Evidence], envelopes: str, culprits: tuple[int, ...], limit: int
+) -> tuple[Evidence, ...]:
+    """Each message quoted once: copies of a line (console.log and a rank's own log, four ranks printing the same
+    timeout) fold into the first, whose `also` lists the others. Lines fold when they read the same without their
+    envelopes and with numbers masked - but a culprit's line never folds with a waiting rank's (it may differ
+    from theirs in exactly the number that matters)."""
+    groups: dict[tuple[str, bool | None], list[Evidence]] = {}
+    for e in evidence:
+        text = _NUMBERS.sub("#", strip_prefix(e.text, envelopes))
+        role = None if e.rank is None else e.rank in culprits
+        key = next((k for k in groups if k[0] == text and (role is None or k[1] is None or k[1] == role)), None)
+        groups.setdefault(key or (text, role), []).append(e)
+    out = []
+    for first, *copies in list(groups.values())[:limit]:
+        also = tuple(f"{c.ref} (rank {c.rank})" if c.rank is not None else c.ref for c in copies)
+        out.append(replace(first, also=first.also + also) if also else first)
+    return tuple(out)

@@ -1,0 +1,255 @@
+"""What happened, in time order: the report's first section after the verdict.
+
+From the tables, the root cause and the per-rank rows: what the culprit last did and why it stopped, who entered
+which collective and waited from when (the firing time minus the timeout), when the watchdogs fired and how long
+the culprit had been away by then, who failed in turn, and how each rank ended (torchrun's failure summary).
+Ranks with the same step at the same time are one `Moment` ("ranks 1–3 ..."); hosts and pids are named on a
+culprit's first mention. Times are the logs' own clocks (no skew correction); a derived time is marked `approx`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import polars as pl
+
+from ncclpm.model import Finding, Moment, rank_span
+from ncclpm.model import said as quote_line
+from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
+from ncclpm.util.clamp import shift, timedelta_ms
+from ncclpm.util.durations import human_duration
+
+QUOTE = 140
+MAX_MOMENTS = 10
+
+
+def said(t: Tables, text: str | None, limit: int = QUOTE) -> str:
+    return quote_line(text, t.line_prefix, limit)
+
+
+def _ref(source: str | None, line: int | None) -> str:
+    return "" if source is None else source if line is None else f"{source}:{line}"
+
+
+def who(ranks: list[int] | tuple[int, ...], rows: dict[int, dict[str, Any]], detail: bool = True) -> str:
+    """`rank 0 (gpu-node-17, pid 877)`, `ranks 1–3 (gpu-node-17)`: hosts and pids where the logs show them."""
+    text = rank_span(ranks)
+    if not detail:
+        return text
+    hosts = sorted({h for r in ranks if (h := (rows.get(r) or {}).get("host"))})
+    if len(ranks) == 1 and ranks[0] in rows:
+        row = rows[ranks[0]]
+        bits = [row.get("host"), f"pid {row['pid']}" if row.get("pid") is not None else None]
+        bits += [f"cuda:{row['cuda_dev']}" if row.get("cuda_dev") is not None else None]
+        bits = [b for b in bits if b]
+        return f"{text} ({', '.join(bits)})" if bits else text
+    return f"{text} ({hosts[0]})" if len(hosts) == 1 else text
+
+
+def _moment(
+    rows: dict[int, dict], ts: datetime | None, text: str, ranks: Any, refs: Any, kind: str, approx: bool = False
+) -> Moment:
+    ranks = tuple(sorted(r for r in ranks if r is not None))
+    hosts = tuple(sorted({h for r in ranks if (h := (rows.get(r) or {}).get("host"))}))
+    return Moment(ts, text, ranks, hosts, tuple(r for r in refs if r), approx, kind)
+
+
+def _line(t: Tables, source: str, line: int | None) -> dict[str, Any] | None:
+    """The event a quoted line is (time, kind, severity), or None for a line that is no event (a dump entry)."""
+    if line is None:
+        return None
+    hit = t.events.filter((pl.col("source") == source) & (pl.col("line") == line))
+    return None if hit.is_empty() else hit.sort("ts", nulls_last=True).row(0, named=True)
+
+
+def _verb(event: dict[str, Any] | None) -> str:
+    if event is None:
+        return "shows"
+    if event["kind"] in (K.activity, K.progress):
+        return "last logged"
+    return "failed:" if event["severity"] == "error" else "reported"
+
+
+def _culprit_moments(t: Tables, primary: Finding, rows: dict[int, dict], waited: bool) -> list[Moment]:
+    out: list[Moment] = []
+    ends = {_ref(s, n) for s, n in t.elastic.select("source", "line").iter_rows()}
+    for rank in primary.culprit_ranks[:4]:
+        row = rows.get(rank, {})
+        reason = next((e for e in primary.evidence if e.rank == rank and e.ref not in ends), None)
+        event = _line(t, reason.file, reason.line) if reason is not None else None
+        act, act_ts = row.get("last_activity"), row.get("last_activity_ts")
+        if act and (reason is None or said(t, reason.text) != said(t, act)):
+            away = " and nothing more" if waited and not row.get("timed_out") else ""
+            text = f"{who([rank], rows)} last logged `{said(t, act)}`{away}"
+            out.append(_moment(rows, act_ts, text, [rank], [row.get("last_activity_ref")], "last_activity"))
+        if reason is not None and not row.get("timed_out"):
+            ts = event["ts"] if event is not None else None
+            whose = who([rank], rows, detail=not out)
+            if event is None and reason.line is None:  # a whole-file source: a flight-recorder dump
+                whose += f"'s {reason.file.rsplit('/', 1)[-1]}"
+            away = " and nothing more" if waited and _verb(event) == "last logged" else ""
+            text = f"{whose} {_verb(event)} `{said(t, reason.text)}`{away}"
+            out.append(
+                _moment(
+                    rows, ts, text, [rank], [reason.ref], "error" if _verb(event) != "last logged" else "last_activity"
+                )
+            )
+    return out
+
+
+def _timeout_groups(t: Tables) -> list[dict[str, Any]]:
+    to = t.kinds(K.collective_timeout).filter(pl.col("rank").is_not_null())
+    if to.is_empty():
+        return []
+    first = to.sort("ts", "source", "line", nulls_last=True).group_by("rank", maintain_order=True).first()
+    keys = ["op", "seq", "numel_in", "numel_out", "timeout_ms"]
+    groups = first.group_by(keys, maintain_order=True).agg(
+        pl.col("rank").sort(),
+        pl.col("ts").min().alias("first"),
+        pl.col("ts").max().alias("last"),
+        pl.col("source").first(),
+        pl.col("line").first(),
+        pl.col("text").first(),
+    )
+    return list(groups.sort("first", nulls_last=True).iter_rows(named=True))
+
+
+def _what(g: dict[str, Any], failing: dict[str, Any] | None) -> str:
+    if g["op"] is None and failing and failing.get("source") == "flight recorder":
+        g = {**g, "op": failing.get("op"), "seq": failing.get("seq")}  # gloo names no op: the dumps do
+    op = g["op"] or "a collective"
+    seq = f" #{g['seq']}" if g["seq"] is not None else ""
+    numel = ""
+    if g["numel_in"] is not None:
+        barrier = g["op"] == "ALLREDUCE" and g["numel_in"] == 1
+        numel = f" (NumelIn={g['numel_in']}" + (", a barrier)" if barrier else ")")
+    return f"{op}{seq}{numel}"
+
+
+def _fired(g: dict[str, Any], wait: timedelta | None) -> str:
+    ranks = g["rank"]
+    if "watchdog" in (g["text"] or "").lower():
+        text = f"the watchdog{'s' if len(ranks) > 1 else ''} of {rank_span(ranks)} fired"
+    else:
+        text = f"{rank_span(ranks)} timed out"
+    text += f" after {human_duration(wait.total_seconds())}" if wait is not None else ""
+    spread = g["last"] - g["first"] if g["last"] is not None else timedelta(0)
+    return text + (
+        f", the last {human_duration(spread.total_seconds())} later" if spread > timedelta(seconds=1) else ""
+    )
+
+
+def _wait_moments(t: Tables, primary: Finding, rows: dict[int, dict], failing: dict | None) -> list[Moment]:
+    out: list[Moment] = []
+    groups = _timeout_groups(t)
+    joined = {r for g in groups for r in g["rank"]}
+    absent = sorted(set(primary.culprit_ranks) - joined)
+    seen = [rows[r].get("last_activity_ts") for r in absent if r in rows]
+    last_seen = [ts for ts in seen if isinstance(ts, datetime)]
+    for g in groups:
+        wait = timedelta_ms(g["timeout_ms"]) if g["timeout_ms"] else None
+        start = shift(g["first"], -wait) if wait is not None and g["first"] is not None else None
+        never = f" for {rank_span(absent)}, which never joined" if absent else ""
+        text = f"{who(g['rank'], rows)} entered {_what(g, failing)} and waited{never}"
+        out.append(_moment(rows, start, text, g["rank"], [], "wait", approx=True))
+        if g["first"] is None:
+            continue
+        away = ""
+        since = min(last_seen) if last_seen else start
+        if absent and since is not None and g["first"] >= since:
+            busy = human_duration((g["first"] - since).total_seconds())
+            away = f": {rank_span(absent)} had been away for {'' if last_seen else 'at least '}{busy}"
+        refs = [_ref(g["source"], g["line"])]
+        out.append(_moment(rows, g["first"], _fired(g, wait) + away, g["rank"], refs, "timeout"))
+    return out
+
+
+def _victim_errors(t: Tables, rows: dict[int, dict], culprits: set[int]) -> list[Moment]:
+    """Waiting ranks that failed without a timeout of their own (a peer closed the connection, an abort)."""
+    groups: dict[str, list[dict]] = {}
+    for r in rows.values():
+        if r["role"] == "waiting" and not r["timed_out"] and r.get("first_error") and r["rank"] not in culprits:
+            groups.setdefault(said(t, r["first_error"], 100), []).append(r)
+    out = []
+    for text, members in groups.items():
+        ranks = [m["rank"] for m in members]
+        ts = min((m["first_error_ts"] for m in members if isinstance(m.get("first_error_ts"), datetime)), default=None)
+        refs = [m.get("first_error_ref") for m in members[:1]]
+        out.append(_moment(rows, ts, f"{who(ranks, rows)} failed in turn: `{text}`", ranks, refs, "error"))
+    return out
+
+
+def _exit_text(code: int | None, signal: str | None) -> str:
+    if signal:
+        return f"{signal} ({code})" if code is not None else signal
+    return f"exit code {code}"
+
+
+def _end_moments(t: Tables, rows: dict[int, dict], culprits: set[int]) -> list[Moment]:
+    """How each rank ended, from torchrun's failure summary: one moment per second, one clause per exit kind."""
+    ended = pl.col("exit_code").is_not_null() | pl.col("signal").is_not_null()
+    ends = t.elastic.filter(pl.col("rank").is_not_null() & ended)
+    if ends.is_empty():
+        return []
+    ends = ends.sort("ts", "rank", nulls_last=True).unique("rank", keep="first", maintain_order=True)
+    out = []
+    for _, at in ends.group_by(pl.col("ts").dt.truncate("1s"), maintain_order=True):
+        parts, ranks = [], []
+        for (code, signal), same in at.group_by("exit_code", "signal", maintain_order=True):
+            members = sorted(same["rank"].to_list())
+            ranks += members
+            root = same.filter(pl.col("root_cause"))["rank"].to_list()
+            note = ""
+            if root and culprits and not set(root) & culprits:
+                note = ' (torchrun\'s "first observed failure": a waiting rank, not the cause)'
+            parts.append(f"{rank_span(members)} ended with {_exit_text(code, signal)}{note}")
+        ref = _ref(at["source"][0], at["line"][0])
+        out.append(_moment(rows, at["ts"][0], "; ".join(parts), ranks, [ref], "end"))
+    return out
+
+
+def _reason_moment(t: Tables, primary: Finding, rows: dict[int, dict], taken: set[str]) -> list[Moment]:
+    """The root cause's first line, when no moment above quotes it (a kernel Xid, a Slurm cancellation...)."""
+    for e in primary.evidence[:1]:
+        if e.ref in taken or e.rank in primary.culprit_ranks:
+            return []
+        event = _line(t, e.file, e.line)
+        whom = rank_span([e.rank]) if e.rank is not None else e.file
+        if event is None and e.line is None and e.rank is not None:
+            whom += f"'s {e.file.rsplit('/', 1)[-1]}"
+        text = f"{whom} {_verb(event)} `{said(t, e.text)}`"
+        return [_moment(rows, event["ts"] if event else None, text, [e.rank], [e.ref], "error")]
+    return []
+
+
+def _key(ts: datetime) -> datetime:
+    """Sort key of a time: a whole-second stamp (torchrun's summary, error files, c10's logger) means "within that
+    second", so it sorts after the finer stamps of the same second."""
+    ts = ts.replace(tzinfo=None)
+    return shift(ts, timedelta(microseconds=999_999)) if ts.microsecond == 0 else ts
+
+
+def _order(moments: list[Moment]) -> list[Moment]:
+    """By time; an undated moment keeps its place right after the moment built before it (logical order)."""
+    keyed, last = [], datetime.min
+    for i, m in enumerate(moments):
+        if m.ts is not None:
+            last = _key(m.ts)
+        keyed.append((last, m.ts is None, i, m))
+    return [k[-1] for k in sorted(keyed, key=lambda k: k[:3])]
+
+
+def build_story(
+    t: Tables, primary: Finding, rank_rows: tuple[dict[str, Any], ...], failing: dict[str, Any] | None = None
+) -> tuple[Moment, ...]:
+    rows = {r["rank"]: r for r in rank_rows}
+    culprits = set(primary.culprit_ranks)
+    waits = _wait_moments(t, primary, rows, failing)
+    moments = _culprit_moments(t, primary, rows, waited=bool(waits)) + waits
+    moments += _victim_errors(t, rows, culprits)
+    taken = {ref for m in moments for ref in m.refs}
+    moments = _reason_moment(t, primary, rows, taken) + moments
+    moments += _end_moments(t, rows, culprits)
+    return tuple(_order(moments)[:MAX_MOMENTS])

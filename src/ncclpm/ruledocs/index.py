@@ -1,0 +1,55 @@
+"""What `ncclpm rules` and `ncclpm explain` print, without importing the rules (they import polars: most of a
+short command's time). `rules_index.json` holds each registered rule's id, name, category and documentation;
+it is generated from the registry (`python scripts/regenerate.py` rewrites it, with everything else generated)
+and tests/test_startup.py fails
+when it no longer matches the rules."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+INDEX = Path(__file__).with_name("rules_index.json")
+
+
+@dataclass(frozen=True)
+class RuleDoc:
+    id: str
+    name: str
+    category: str
+    doc: str
+
+
+def load() -> dict[str, RuleDoc]:
+    """The rules by id."""
+    return {r["id"]: RuleDoc(**r) for r in json.loads(INDEX.read_text(encoding="utf-8"))}
+
+
+def by_id(rule_id: str, *, registered: bool = False) -> RuleDoc:
+    """Look a rule up by id (`CR01`) or name (`rank-died-first`), case-insensitively (as `rules.by_id`), KeyError
+    if absent. `registered`: the id is known to be registered (it is in `PRECEDENCE`); if the index lags behind,
+    the rule is read from the registry itself."""
+    key = rule_id.strip().lower()
+    for rule in load().values():
+        if key in (rule.id.lower(), rule.name):
+            return rule
+    if not registered:
+        raise KeyError(rule_id)
+    from ncclpm.rules import by_id as registry
+
+    r = registry(rule_id)
+    return RuleDoc(r.id, r.name, str(r.category), r.doc())
+
+
+def generate() -> str:
+    """The index as the registry has it now (imports every rule)."""
+    from ncclpm.rules import ALL_RULES
+
+    rules = [{"id": r.id, "name": r.name, "category": str(r.category), "doc": r.doc()} for r in ALL_RULES]
+    return json.dumps(rules, indent=1, ensure_ascii=False) + "\n"
+
+
+if __name__ == "__main__":
+    INDEX.write_text(generate(), encoding="utf-8")
+    print(f"wrote {INDEX}")

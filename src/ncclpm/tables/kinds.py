@@ -1,0 +1,141 @@
+"""The declared event kinds (`parsers/kinds.toml`) and the checked accessor code uses to name them.
+
+A kind is one `[[kind]]` entry: `name`, `meaning`, `victim` (a line a rank prints because another rank failed),
+and `[[kind.reading]]`s: constant attributes its events get (`set = { net_class = "ib" }`), for all of them or
+only `when` their text matches a regex - so a rule reads a column instead of re-matching the text.
+The catalog loader refuses a pattern whose kind is not declared; code writes `K.collective_timeout` instead of
+the string, and a name that is not declared raises `UnknownKind` when the module that uses it is imported - so
+a misspelt kind in a rule fails every test at once instead of making the rule silently never fire.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ncclpm.util.ascii_classes import ascii_classes
+from ncclpm.util.resources import data_dir, read_toml
+
+KINDS_FILE = "kinds.toml"
+_KEYS = frozenset({"name", "meaning", "victim", "reading"})
+_READING_KEYS = frozenset({"when", "set"})
+
+
+class KindError(ValueError):
+    """A kind declaration is malformed or duplicated; the message names the file."""
+
+
+class UnknownKind(AttributeError):
+    """Code or a catalog names a kind that no kinds.toml declares."""
+
+
+@dataclass(frozen=True)
+class Reading:
+    """Attributes (`set`) an event of the kind gets - always, or when its text matches `when`."""
+
+    set: dict[str, str | float | int | bool]
+    when: str | None = None
+
+
+@dataclass(frozen=True)
+class KindDecl:
+    name: str
+    meaning: str
+    victim: bool
+    origin: str
+    readings: tuple[Reading, ...] = ()
+
+
+def _readings(raw: list, where: str) -> tuple[Reading, ...]:
+    out = []
+    for r in raw:
+        if not isinstance(r, dict) or set(r) - _READING_KEYS or not isinstance(r.get("set"), dict) or not r["set"]:
+            raise KindError(f"{where}: a [[kind.reading]] has `set = {{attr = value}}` and an optional `when` regex")
+        if not isinstance(r.get("when", ""), str):
+            raise KindError(f"{where}: `when` must be a regex string")
+        out.append(Reading(dict(r["set"]), None if r.get("when") is None else ascii_classes(r["when"])))
+    return tuple(out)
+
+
+def parse_kinds(doc: dict, origin: str) -> list[KindDecl]:
+    """The `[[kind]]` entries of one parsed kinds.toml, validated."""
+    out = []
+    for raw in doc.get("kind", []):
+        where = f"{origin}: kind {raw.get('name', '?')!r}"
+        unknown = set(raw) - _KEYS
+        if unknown:
+            raise KindError(f"{where}: unknown keys {sorted(unknown)} (known: {sorted(_KEYS)})")
+        name, meaning = raw.get("name"), raw.get("meaning")
+        if not isinstance(name, str) or not name.isidentifier() or name.startswith("_"):
+            raise KindError(f"{where}: `name` must be a lower-case identifier")
+        if not isinstance(meaning, str) or not meaning.strip():
+            raise KindError(f"{where}: `meaning` (what an event of this kind says) is required")
+        victim = raw.get("victim", False)
+        if not isinstance(victim, bool):
+            raise KindError(f"{where}: `victim` must be true or false")
+        out.append(KindDecl(name, meaning.strip(), victim, origin, _readings(raw.get("reading", []), where)))
+    return out
+
+
+def merge_kinds(decls: list[KindDecl]) -> dict[str, KindDecl]:
+    """One entry per name; a second declaration of a name is an error naming both files."""
+    merged: dict[str, KindDecl] = {}
+    for d in decls:
+        if d.name in merged:
+            raise KindError(f"kind {d.name!r} is declared twice ({merged[d.name].origin} and {d.origin})")
+        merged[d.name] = d
+    return merged
+
+
+def load_kinds(path: Path) -> list[KindDecl]:
+    try:
+        doc = read_toml(path)
+    except tomllib.TOMLDecodeError as exc:
+        raise KindError(f"{path.name}: invalid TOML: {exc}") from exc
+    return parse_kinds(doc, path.name)
+
+
+def unknown_kind_message(name: str, known: Mapping[str, KindDecl] | set[str], where: str) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"{where}: event kind {name!r} is not declared in {KINDS_FILE}{hint}"
+
+
+class Kinds:
+    """Read-only view of the declared kinds: `K.name` -> "name" (checked), `in`, iteration."""
+
+    def __init__(self, decls: Mapping[str, KindDecl]) -> None:
+        self._decls = dict(decls)
+
+    def __getattr__(self, name: str) -> str:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        self.check(name)
+        return name
+
+    def check(self, *names: str, where: str = "code") -> tuple[str, ...]:
+        """`names` unchanged when every one is declared; else `UnknownKind` naming the first that is not."""
+        for name in names:
+            if name not in self._decls:
+                raise UnknownKind(unknown_kind_message(name, self._decls, where))
+        return names
+
+    @property
+    def victims(self) -> tuple[str, ...]:
+        """Kinds a rank prints because another rank failed (declared `victim = true`)."""
+        return tuple(n for n, d in self._decls.items() if d.victim)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._decls
+
+    def __iter__(self) -> Iterator[KindDecl]:
+        return iter(self._decls.values())
+
+    def __len__(self) -> int:
+        return len(self._decls)
+
+
+K = Kinds(merge_kinds(load_kinds(data_dir("parsers") / KINDS_FILE)))
