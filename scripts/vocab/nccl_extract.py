@@ -280,7 +280,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("repo", type=Path, help="an NVIDIA/nccl clone (or bare git dir) with its tags")
     ap.add_argument("--out", type=Path, default=DATA, help="output directory (default: scripts/vocab/data)")
     ap.add_argument("--check", action="store_true", help="compare with the files in --out instead of writing")
+    ap.add_argument(
+        "--first-minor",
+        type=int,
+        default=FIRST_MINOR,
+        help="oldest 2.X to read (3: the formats only NCCL 2.3-2.17 printed, for nccl_catalog.py --legacy; write "
+        "them with --out elsewhere, the committed data starts at 2.18)",
+    )
     ns = ap.parse_args(argv)
+    global FIRST_MINOR
+    FIRST_MINOR = ns.first_minor
     git = Git(ns.repo)
     all_tags = release_tags(git)
     tags = scanned_tags(all_tags)

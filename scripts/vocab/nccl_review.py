@@ -74,6 +74,23 @@ def net(meaning: str, fix: str, net_class: str, alone: float, strength: str = "d
 
 
 # Errno texts that decide what a failed socket or verbs call means.
+# A connection refused or timed out while NCCL's bootstrap runs (its return-code trace goes through bootstrap.cc):
+# the rank could not reach the root its unique id names - nobody listening there (the root not started, a stale id
+# or init file, a wrong port) or the address unreachable.
+BOOTSTRAP_CONNECT = {
+    "when_file": r"bootstrap\.cc",
+    "when": {"errno_text": r"refused|timed out|No route|unreachable|Connection reset"},
+    "category": INIT,
+    "strength": "decisive",
+    "alone": 0.7,
+    "kind": "bootstrap_error",
+    "meaning": "NCCL's bootstrap could not connect to the address it was given (the root of the unique id, or a "
+    "peer's bootstrap socket): nothing listens there - the root not started or gone, a stale unique id or init "
+    "file, a wrong port - or the address is not reachable from this host.",
+    "fix": "Check that the rank hosting the unique id (rank 0, MASTER_ADDR) is up and reachable on that address "
+    "and port from every node (firewall, NCCL_SOCKET_IFNAME); never reuse a unique id or init file of an earlier "
+    "run.",
+}
 EMFILE = {
     "when": {"errno_text": "Too many open files"},
     "category": CFG,
@@ -426,7 +443,7 @@ REVIEW: list[tuple[str, dict]] = [
             "connect",
             0.7,
             incriminates="peer",
-            cases=[EMFILE],
+            cases=[EMFILE, BOOTSTRAP_CONNECT],
         ),
     ),
     (
@@ -531,6 +548,13 @@ REVIEW: list[tuple[str, dict]] = [
                 },
                 EMFILE,
             ],
+        ),
+    ),
+    (
+        r"^Call to (?:accept|clock_gettime) failed: %s$",
+        benign(
+            "A socket or clock call of NCCL's RAS monitoring thread failed (ras/); only the `ncclras` status "
+            "client is affected, not the job."
         ),
     ),
     (

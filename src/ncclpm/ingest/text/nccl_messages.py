@@ -82,8 +82,8 @@ class MessageError(ValueError):
 
 @dataclass(frozen=True)
 class Case:
-    """A reading that replaces some of the entry's when a field's value (`when`, regexes) or the file that printed
-    the line (`when_file`, NCCL's `file:line`) says so."""
+    """A reading that replaces some of the entry's when a field's value (`when`, regexes) or where NCCL was
+    (`when_file`: NCCL's `file:line` of the call and the return-code trace after it) says so."""
 
     when: tuple[tuple[str, str], ...]
     when_file: str | None
@@ -333,10 +333,20 @@ def _last_errors(parsed: pl.DataFrame) -> pl.DataFrame:
 
 def _texts(parsed: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
     """(source, line, msg, where) of every NCCL message to read: the WARN lines' messages (`where`: NCCL's
-    `file:line` of the call) and the `Last error:` texts."""
+    `file:line` of the call, then the return-code trace NCCL printed after it on the same thread, `bootstrap.cc:100
+    -> 2 init.cc:695 -> 2`: where the failure went) and the `Last error:` texts."""
+    from ncclpm.ingest.text.nccl import nccl_warnings
+
     warns = events.filter((pl.col("kind") == K.nccl_warn) & pl.col("value").is_not_null()).select(
         "source", "line", pl.col("value").str.strip_chars().alias("msg"), pl.col("detail").alias("where")
     )
+    if not warns.is_empty() and not events.filter(pl.col("kind") == K.nccl_retcode).is_empty():
+        chains = nccl_warnings(events).select(
+            pl.col("file").alias("source"), "line", pl.col("chain").list.join(" ").alias("_chain")
+        )
+        warns = warns.join(chains, on=["source", "line"], how="left").select(
+            "source", "line", "msg", pl.concat_str("where", "_chain", separator=" ", ignore_nulls=True).alias("where")
+        )
     return pl.concat([warns.cast(TEXTS_SCHEMA), _last_errors(parsed)]).unique(["source", "line"], keep="first")
 
 
