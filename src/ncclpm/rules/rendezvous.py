@@ -38,9 +38,10 @@ class ProcessGroupNeverFormed(Rule):
     agent's own store timeouts (`Socket Timeout` under `_assign_worker_ranks`), and a connection error raised
     inside `init_process_group`'s frames (`DistNetworkError: Connection reset by peer`: likely only, it does not
     say why); NCCL's bootstrap refused or timed out connecting to the root of its unique id (`Connect to <addr>
-    failed : Connection refused` with bootstrap.cc in its return-code trace). Store waits after the group formed (a rank waiting for another's NCCL id or DataLoader seed,
-    torchrun's exit barrier) are WT01's: a busy rank, not a rendezvous; store and rendezvous errors after the
-    job made progress are not the group never forming either.
+    failed : Connection refused` with bootstrap.cc in its return-code trace). Store waits after the group formed
+    (a rank waiting for another's NCCL id or DataLoader seed, torchrun's exit barrier) are WT01's: a busy rank,
+    not a rendezvous; store and rendezvous errors after the job made progress are not the group never forming
+    either.
 
     ## Why it matters
     Nothing ran yet: no NCCL or model problem is involved. The cause is in the launch - a rank that never
