@@ -42,6 +42,8 @@ MESSAGE_CAUSES = [
     K.duplicate_gpu,
 ]
 NAMES_A_CAUSE = 0.5  # the message's strength alone (parsers/nccl/: `alone`) from which it explains its rank's death
+# What says why something failed, so that NCCL's bare result class (ncclSystemError with no message) adds nothing
+NAMED_CAUSES = [*EXPLAINED_KINDS, *MESSAGE_CAUSES, K.bootstrap_error, K.nccl_fatal, K.cuda_error, K.gpu_unavailable]
 FATAL_SIGNALS = ["SIGKILL", *NATIVE_CRASHES]
 OWN_ERROR = 1  # a Python process's exit code after an uncaught exception (a timeout's included)
 TORN_DOWN = -15  # SIGTERM: the launcher ending a worker that was still running

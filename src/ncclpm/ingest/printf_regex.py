@@ -59,21 +59,16 @@ def conversions(fmt: str) -> list[Conversion]:
     return out
 
 
+_ESCAPES = {ord(ch): "\\" + ch for ch in _META} | {
+    **{c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]},
+    ord("\n"): r"\n",
+    ord("\t"): r"\t",
+}
+
+
 def escape(text: str) -> str:
     """`text` as a literal in both dialects (Rust rejects some escapes Python's re.escape writes, e.g. `\\ `)."""
-    out = []
-    for ch in text:
-        if ch in _META:
-            out.append("\\" + ch)
-        elif ch == "\n":
-            out.append(r"\n")
-        elif ch == "\t":
-            out.append(r"\t")
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\x{ord(ch):02x}")
-        else:
-            out.append(ch)
-    return "".join(out)
+    return text.translate(_ESCAPES)
 
 
 # --- what an argument holds -------------------------------------------------------------------------------------

@@ -44,6 +44,10 @@ class NcclInvalidUsage(Rule):
     base_confidence = 0.6  # NCCL's own word for a wrong call: which mistake is not said
     explains = ("CT01", "CR01", "CR02", "IN01")
     FIXES: ClassVar[dict[str, Fix]] = {
+        "message": Fix(
+            "{fix|What NCCL's message's declared entry says to change (parsers/nccl/)}",
+            when="NCCL's own message names the mistake",
+        ),
         "warn": Fix(
             "Rerun with `NCCL_DEBUG=WARN`: NCCL's WARN line before the error says what it refused (`Duplicate GPU "
             "detected`, a device mismatch, a bad argument)."
@@ -73,7 +77,7 @@ class NcclInvalidUsage(Rule):
             explanation="`invalid usage` is NCCL's answer to a wrong call: two ranks on one device, a communicator "
             "created differently on different ranks, a buffer on another GPU. It fails the same way on every run.",
             evidence=quotes(ev, 3),
-            fixes=self.fixes(),
+            fixes=self.fixes("warn", "set_device"),
             dont=("Do not drain nodes or change network settings: NCCL rejected the call before any transfer.",),
             verify=("With `NCCL_DEBUG=WARN`, the failing run prints the reason on the line before the error.",),
         )
@@ -83,14 +87,16 @@ class NcclInvalidUsage(Rule):
         row = ev.row(0, named=True)
         msg = reading(row["event"])
         what = msg["meaning"] if msg is not None else "NCCL rejected its set-up"
+        refused = ev.filter(pl.col("kind") == K.nccl_error)["error_type"]
+        result = f" (NCCL's result: `{refused[0]}`)" if not refused.is_empty() else ""
         return self.finding(
             confidence=float(row["strength"] if row["strength"] is not None else self.base_confidence),
             culprit_ranks=ranks,
-            summary=f"NCCL names a set-up mistake on {who}: `{row['detail']}` - {what[:1].lower()}{what[1:]}",
+            summary=f"NCCL names a set-up mistake on {who}: `{row['detail']}`{result} - {what[:1].lower()}{what[1:]}",
             explanation="NCCL's own message says what it could not use or refused; it fails the same way on "
             "every run until the setting, limit or call is fixed.",
             evidence=quotes(ev, 3),
-            fixes=((msg["fix"],) if msg is not None else ()) + self.fixes("warn"),
+            fixes=self.fixes("message", fix=msg["fix"]) if msg is not None else self.fixes("warn"),
             dont=("Do not drain nodes for it: the set-up is wrong, not the hardware.",),
             verify=("The next run prints no NCCL WARN at communicator creation (`NCCL_DEBUG=WARN`).",),
         )

@@ -16,9 +16,10 @@ generic `%s: %s` would too.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -101,7 +102,7 @@ class Message:
     area: str
     origin: str
     format: str | None
-    regex: str
+    hand_regex: str | None  # a regex written by hand (else it is derived from the format, when first needed)
     key: str  # a literal every line it reads contains (the candidate filter)
     weight: int  # literal characters: the most specific matching entry wins
     columns: dict[str, str]  # regex group -> events column
@@ -117,6 +118,13 @@ class Message:
     cases: tuple[Case, ...] = ()
     examples: tuple[str, ...] = ()
     fields: tuple[str, ...] = ()  # a format's declared field per conversion of its first line ("" for none)
+
+    @cached_property
+    def regex(self) -> str:
+        """What the entry matches: its hand regex, or its format's first line as printf prints it, fields named."""
+        if self.hand_regex is not None or self.format is None:
+            return self.hand_regex or ""
+        return pr.printf_regex(_first_line(self.format), names=self.fields)
 
     def reading(self, groups: dict[str, str | None], where: str | None) -> tuple[int | None, dict[str, Any]]:
         """What a line it read means: the index of the first case that applies (None: the entry's own reading),
@@ -186,21 +194,27 @@ def _first_line(fmt: str) -> str:
     return fmt.rstrip("\n").split("\n", 1)[0].rstrip()
 
 
-def _regex_of(raw: dict, where: str) -> tuple[str, str, int, tuple[str, ...]]:
-    """(regex, key, weight, group names) of an entry: from its format, or its hand regex and key."""
+# A printf conversion (printf_regex's, without its groups: splitting 1000 formats with it costs a tenth of building
+# their Conversion objects, and the regexes themselves are derived only for the entries a job's lines need)
+_SPEC = re.compile(r"%[-+ #0']*(?:\*|\d+)?(?:\.(?:\*|\d*))?(?:hh|h|ll|l|z|j|t|L|q)?[diouxXeEfFgGaAcspnm%]")
+
+
+def _regex_of(raw: dict, where: str) -> tuple[str | None, str, int, tuple[str, ...], int]:
+    """(hand regex or None, key, weight, group names, conversions of the line) of an entry: from its format (its
+    regex is derived when first needed: deriving all of them costs more than a small job's whole read), or its
+    hand regex and key."""
     if "format" in raw and "regex" not in raw:
-        fmt = raw["format"]
         names = list(raw.get("fields", []))
-        first = _first_line(fmt)
-        kept = len(pr.conversions(first))
-        try:
-            rx = pr.printf_regex(first, names=names[:kept])
-        except ValueError as exc:
-            raise MessageError(f"{where}: `fields` has one name per conversion of the format ({exc})") from exc
-        chunks = pr.literal_chunks(first)
+        first = _first_line(raw["format"])
+        pieces = _SPEC.split(first)
+        convs = range(len(pieces) - 1)
+        if len(names) < len(convs):
+            raise MessageError(f"{where}: `fields` has one name per conversion of the format")
+        chunks = [c for c in pieces if c]
         if not chunks:
             raise MessageError(f"{where}: the format has no literal text to read it by")
-        return rx, max(chunks, key=len), sum(len(c) for c in chunks), tuple(n for n in names[:kept] if n)
+        named = tuple(n for n in names[: len(convs)] if n)
+        return None, max(chunks, key=len), sum(len(c) for c in chunks), named, len(convs)
     if "regex" in raw:
         rx, key = raw["regex"], raw.get("key")
         if not isinstance(key, str) or not key:
@@ -211,7 +225,7 @@ def _regex_of(raw: dict, where: str) -> tuple[str, str, int, tuple[str, ...]]:
             re.compile(rx)
         except re.error as exc:
             raise MessageError(f"{where}: regex does not compile: {exc}") from exc
-        return rx, key, len(re.sub(r"\\.|[()\[\]?*+{}|^$.]|\(\?P?<\w+>", "", rx)), tuple(_GROUP.findall(rx))
+        return rx, key, len(re.sub(r"\\.|[()\[\]?*+{}|^$.]|\(\?P?<\w+>", "", rx)), tuple(_GROUP.findall(rx)), 0
     raise MessageError(f"{where}: a message has a `format` (or a hand `regex` and `key`)")
 
 
@@ -255,7 +269,7 @@ def _message(raw: dict, area: str, origin: str, kinds: dict[str, KindDecl]) -> M
     _check_reading(raw, kinds, where)
     if (raw["strength"] == BENIGN) != (raw["category"] == BENIGN):
         raise MessageError(f"{where}: a benign message has category and strength `benign`, and only it")
-    rx, key, weight, groups = _regex_of(raw, where)
+    hand, key, weight, groups, kept = _regex_of(raw, where)
     cases = []
     for c in raw.get("case", []):
         if set(c) - _CASE_KEYS:
@@ -270,7 +284,7 @@ def _message(raw: dict, area: str, origin: str, kinds: dict[str, KindDecl]) -> M
         area=area,
         origin=origin,
         format=raw.get("format"),
-        regex=rx,
+        hand_regex=hand,
         key=key,
         weight=weight,
         columns=_columns(groups, raw.get("columns", {}), where),
@@ -285,9 +299,7 @@ def _message(raw: dict, area: str, origin: str, kinds: dict[str, KindDecl]) -> M
         nccl=raw["nccl"],
         cases=tuple(cases),
         examples=tuple(e["line"] for e in raw.get("example", [])),
-        fields=tuple(raw.get("fields", []))[: len(pr.conversions(_first_line(raw["format"])))]
-        if "format" in raw
-        else (),
+        fields=tuple(raw.get("fields", []))[:kept],
     )
 
 
@@ -299,8 +311,7 @@ def load_messages(dirs: Sequence[Path], kinds: dict[str, KindDecl]) -> tuple[Mes
             doc = read_toml(path)
             area = doc.get("area", {}).get("name", path.stem)
             out += [_message(raw, area, f"{FOLDER}/{path.name}", kinds) for raw in doc.get("message", [])]
-    ids = [m.id for m in out]
-    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    dupes = sorted(i for i, n in Counter(m.id for m in out).items() if n > 1)
     if dupes:
         raise MessageError(f"duplicate message ids: {dupes[:5]}")
     return tuple(out)
