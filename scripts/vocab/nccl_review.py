@@ -586,7 +586,20 @@ REVIEW: list[tuple[str, dict]] = [
         ),
     ),
     (
-        r"socketFinalizeAccept|wrong magic|wrong type %d != %d",
+        r"wrong type %d != %d",
+        net(
+            "The two ends of a connection opened different kinds of NCCL connection (ncclSocketType: 3 TCP "
+            "sockets, 4 InfiniBand, 1 bootstrap, 2 proxy): the hosts chose different network transports - "
+            "InfiniBand usable on one host and not on the other - or run different NCCL versions.",
+            "Make the hosts' network set-up alike: IB working on every host (`ibstat`, the same NCCL_IB_HCA / "
+            "NCCL_NET), or NCCL_IB_DISABLE=1 on all of them; one NCCL version everywhere.",
+            "connect",
+            0.7,
+            incriminates="peer",
+        ),
+    ),
+    (
+        r"socketFinalizeAccept|wrong magic",
         net(
             "A connection NCCL accepted did not speak NCCL's bootstrap protocol (wrong magic or type): a process "
             "of another job, another NCCL version, or a port scanner connected to this job's port.",
