@@ -253,7 +253,7 @@ def decide(msg: dict) -> dict:
         "strength": base["strength"],
     }
     alone = base.get("alone", DEFAULT_ALONE.get(base["strength"]))
-    if alone is not None and base["category"] not in ("benign",):
+    if alone is not None and base["category"] not in ("benign", "unknown"):
         entry["alone"] = alone
     entry["incriminates"] = base.get("incriminates", "this_rank")
     entry["kind"] = base.get("kind") or KIND_OF_CATEGORY.get(base["category"], "nccl_internal")

@@ -932,7 +932,8 @@ REVIEW: list[tuple[str, dict]] = [
         },
     ),
     (
-        r"cudaIpcGetMemHandle failed|failed to peer with device|failed to IPC register|cudaIpcOpenMemHandle",
+        r"cudaIpcGetMemHandle failed|failed to peer with device|failed to IPC register|cudaIpcOpenMemHandle|"
+        r"failed to (?:open|get) CUDA IPC handle",
         {
             "category": SHMT,
             "strength": "decisive",
@@ -945,6 +946,35 @@ REVIEW: list[tuple[str, dict]] = [
             "fix": "Enable peer access on the host (disable PCIe ACS, `iommu=pt`), run the node's ranks in one "
             "container; NCCL_P2P_DISABLE=1 as a stop-gap.",
         },
+    ),
+    (
+        r"Max rings reached, limiting to",
+        benign("NCCL limits the number of rings it builds by itself (NCCL 2.3-2.4)."),
+    ),
+    (
+        r"Recursive P2P computation cannot work",
+        internal("NCCL's ring search over NVLink could not handle this many GPUs (NCCL 2.3-2.4)."),
+    ),
+    (
+        r"VA represented by \{userPtr",
+        cfg(
+            "A buffer registered for symmetric memory / NVLS is backed by host (CPU) memory, which this "
+            "communicator cannot use across processes.",
+            "Register GPU memory (cuMem / torch's symmetric memory allocator), not host memory, or set "
+            "NCCL_ELASTIC_BUFFER_REGISTER as the message says.",
+            alone=0.6,
+            strength="supporting",
+        ),
+    ),
+    (
+        r"^Error: network %s not found",
+        cfg(
+            "NCCL_NET names a network NCCL does not have here (`IB` forced on a host without usable InfiniBand, a "
+            "plugin's name that was not loaded).",
+            "Unset NCCL_NET, or make the network it names usable on every host (IB devices, the plugin on "
+            "LD_LIBRARY_PATH / NCCL_NET_PLUGIN).",
+            incriminates="this_host",
+        ),
     ),
     (
         r"invalid IPC peer(?:Index|Rank)|deregister IPC buffer",
