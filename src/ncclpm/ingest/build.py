@@ -16,7 +16,7 @@ from ncclpm.ingest.settings import settings_table
 from ncclpm.ingest.stacks.build import build_stacks, pid_rank_map
 from ncclpm.ingest.text.errorfiles import read_error_files
 from ncclpm.ingest.text.extract import extract_events, lines_table, parse_lines, source_columns
-from ncclpm.ingest.text.lines import read_kept_lines
+from ncclpm.ingest.text.lines import after_last_error, read_kept_lines
 from ncclpm.ingest.text.multiline import parse_elastic_summaries, rank_summary_blocks, stitch_tracebacks
 from ncclpm.ingest.text.nccl import (
     fill_line_ranks,
@@ -67,9 +67,12 @@ def split_stack_words(parsed: pl.DataFrame, catalog: Catalog) -> tuple[pl.DataFr
     stays a line."""
     if parsed.is_empty() or not catalog.stack_anchors:
         return parsed, pl.DataFrame(schema={"source": pl.String(), "line": pl.Int64(), "message": pl.String()})
-    raw = parsed["raw"]
+    raw = pl.col("raw")
     only_words = raw.str.contains_any(catalog.stack_anchors) & ~raw.str.contains_any(catalog.read_anchors)
-    return parsed.filter(~only_words), parsed.filter(only_words).select("source", "line", "message")
+    only_words = only_words & ~after_last_error()
+    parsed = parsed.with_columns(only_words.alias("_words"))
+    words = parsed.filter(pl.col("_words")).select("source", "line", "message")
+    return parsed.filter(~pl.col("_words")).drop("_words"), words
 
 
 def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") -> Tables:

@@ -22,6 +22,7 @@ import polars as pl
 
 from ncclpm.ingest import envelopes as env_mod
 from ncclpm.ingest.envelopes import Envelope
+from ncclpm.ingest.text.nccl_messages import MessageError, Vocabulary, load_messages
 from ncclpm.tables.kinds import KINDS_FILE, KindDecl, KindError, load_kinds, merge_kinds, unknown_kind_message
 from ncclpm.tables.schema import DTYPE_NAMES, EVENT_FIELDS
 from ncclpm.util.ascii_classes import ascii_classes
@@ -67,6 +68,17 @@ class Catalog:
     keep_anchors: tuple[str, ...] = field(default=())
     kinds: dict[str, KindDecl] = field(default_factory=dict)
     stack_anchors: tuple[str, ...] = field(default=())  # scope.toml's stack words: kept apart from the lines
+    dirs: tuple[Path, ...] = ()  # the catalog directories (shipped first): their nccl/ folders hold NCCL's messages
+    _vocabulary: list = field(default_factory=list, compare=False, repr=False)
+
+    def vocabulary(self) -> Vocabulary:
+        """NCCL's declared messages (parsers/nccl/), loaded the first time a job has an NCCL message to read."""
+        if not self._vocabulary:
+            try:
+                self._vocabulary.append(Vocabulary(load_messages(self.dirs or (data_dir("parsers"),), self.kinds)))
+            except MessageError as exc:
+                raise CatalogError(str(exc)) from exc
+        return self._vocabulary[0]
 
     @property
     def anchors(self) -> list[str]:
@@ -240,4 +252,6 @@ def load_catalog(extra_dirs: tuple[Path, ...] = (), *, compile_shipped: bool = F
     if dupes:
         raise CatalogError(f"duplicate pattern ids: {dupes}")
     env_mod.check_envelopes(tuple(envelopes), CatalogError)
-    return Catalog(tuple(patterns), tuple(envelopes), tuple(keep), kinds, tuple(dict.fromkeys(stack)))
+    return Catalog(
+        tuple(patterns), tuple(envelopes), tuple(keep), kinds, stack_anchors=tuple(dict.fromkeys(stack)), dirs=dirs
+    )

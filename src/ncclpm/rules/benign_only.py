@@ -6,6 +6,7 @@ from typing import ClassVar
 
 import polars as pl
 
+from ncclpm.ingest.text.nccl_messages import reading
 from ncclpm.model import said
 from ncclpm.rules.base import Finding, Fix, Rule, quotes
 from ncclpm.tables import Tables
@@ -41,11 +42,10 @@ class BenignNoticesOnly(Rule):
             "Nothing to fix for these lines. If the job did fail, its error is not in these files: add every rank's "
             "stderr (`torchrun --log-dir DIR --tee 3`) and the launcher's console."
         ),
-        "verbs": Fix(
-            "If InfiniBand or RoCE should carry the traffic between nodes, install rdma-core's libibverbs and the "
-            "NIC's provider on every host (NCCL then prints `NET/IB : Using [0]mlx5_0:1/IB`); otherwise NCCL's "
-            "sockets are what the job runs on, and slower.",
-            when="NCCL found no verbs library and uses sockets",
+        "message": Fix(
+            "{fix|What NCCL's message's declared entry says (parsers/nccl/): nothing, unless the fallback it took "
+            "is not what was meant}",
+            when="NCCL says what it fell back to",
         ),
     }
 
@@ -53,7 +53,9 @@ class BenignNoticesOnly(Rule):
         benign = t.kinds(*K.benign)
         if benign.is_empty():
             return benign
-        alarming = t.events.filter(pl.col("severity").is_in(["warn", "error"]) & ~pl.col("kind").is_in(list(K.benign)))
+        alarming = t.events.filter(
+            pl.col("severity").is_in(["warn", "error"]) & ~pl.col("kind").is_in(list(K.benign))
+        ).join(benign.select("source", "line"), on=["source", "line"], how="anti")  # a generic `NCCL WARN` reading
         failed = t.elastic.filter(pl.col("exit_code").fill_null(0) != 0)
         if not alarming.is_empty() or not t.tracebacks.is_empty() or not failed.is_empty():
             return t.events.clear()
@@ -62,15 +64,17 @@ class BenignNoticesOnly(Rule):
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         others = t.events.join(ev.select("source", "line"), on=["source", "line"], how="anti")
         ran = not others.is_empty()  # the job's own lines show it running (a network chosen, ranks listed)
-        verbs = ev.filter(pl.col("event") == "nccl.no_libibverbs")
         first = ev.row(0, named=True)
+        fallback = ev.filter(pl.col("kind") == K.nccl_fallback)
+        msg = reading(fallback["event"][0]) if not fallback.is_empty() else None
         return self.finding(
             confidence=self.base_confidence + (0.1 if ran else 0.0),
             culprit_ranks=(),
             summary="No failure in these lines: "
             + (
-                "NCCL found no verbs library and uses its socket transport instead, as it does by itself"
-                if not verbs.is_empty()
+                f"NCCL says `{said(fallback['detail'][0] or fallback['text'][0], t.line_prefix)}` - "
+                f"{msg['meaning'][:1].lower()}{msg['meaning'][1:].rstrip('.')}"
+                if msg is not None
                 else f"`{said(first['text'], t.line_prefix)}` is a notice the stack recovers from by itself"
             )
             + (f" ({ev.height} such lines)" if ev.height > 1 else "")
@@ -79,7 +83,7 @@ class BenignNoticesOnly(Rule):
             "on its own (a fallback transport, a provider for absent hardware, a debugger's notice of a call that "
             "failed as probed). What remains is at most a performance question.",
             evidence=quotes(ev, 3) + quotes(others, 2),
-            fixes=self.fixes(*(["verbs"] if not verbs.is_empty() else []), "nothing"),
+            fixes=(self.fixes("message", fix=msg["fix"]) if msg is not None else ()) + self.fixes("nothing"),
             dont=("Do not set NCCL_IB_DISABLE or NCCL_P2P_DISABLE because of these lines: nothing failed.",),
             verify=("The job's exit status (scheduler record, `echo $?` of the launcher) is 0.",),
         )

@@ -21,6 +21,7 @@ import polars as pl
 from ncclpm.ingest.catalog import MESSAGE_RANK, Catalog, Pattern
 from ncclpm.ingest.envelopes import Envelope
 from ncclpm.ingest.readings import apply_readings
+from ncclpm.ingest.text.nccl_messages import read_messages
 from ncclpm.sources.discover import ANSI_CSI
 from ncclpm.tables.schema import DTYPE_NAMES, EVENT_FIELDS, EVENTS_SCHEMA, LINES_SCHEMA
 
@@ -188,6 +189,13 @@ def row_columns(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
         _resolve_rank(catalog).alias("_direct"),
         "_file_rank",
         "_file_local",
+        # kept only for a word of the stack (a launcher's command line): not one of the file's own lines for ranks
+        (
+            pl.col("raw").str.contains_any(list(catalog.stack_anchors))
+            & ~pl.col("raw").str.contains_any(catalog.read_anchors)
+        ).alias("_words_only")
+        if catalog.stack_anchors
+        else pl.lit(False).alias("_words_only"),
         _column(catalog, "host").cast(pl.String).alias("host"),
         _column(catalog, "pid", _int).cast(pl.Int64).alias("pid"),
         _level(catalog, env).cast(pl.String).alias("level"),
@@ -223,7 +231,10 @@ def _fill_ranks(env: pl.DataFrame) -> pl.DataFrame:
         # lines); a console where only one rank printed prefixed lines is not.
         pl.when(
             (pl.col("_direct").drop_nulls().n_unique().over("source") == 1)
-            & (pl.col("_direct").is_not_null().mean().over("source") > 0.5)
+            & (
+                (pl.col("_direct").is_not_null() & ~pl.col("_words_only")).sum().over("source")
+                > 0.5 * (~pl.col("_words_only")).sum().over("source")
+            )
         )
         .then(pl.col("_direct").drop_nulls().first().over("source"))
         .alias("_file_single"),
@@ -243,7 +254,7 @@ def _fill_ranks(env: pl.DataFrame) -> pl.DataFrame:
 
 
 PARSED_SCHEMA = pl.Schema({**LINES_SCHEMA, "raw": pl.String(), "tag_pg": pl.String(), "tag_pg_desc": pl.String()})
-_RANK_HINTS = ("_role", "_local", "_direct", "_file_rank", "_file_local", "_stream_rank", "_file_single")
+_RANK_HINTS = ("_role", "_local", "_direct", "_file_rank", "_file_local", "_stream_rank", "_file_single", "_words_only")
 
 
 def source_columns(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
@@ -391,21 +402,24 @@ def _patterns_with_anchor_hits(parsed: pl.DataFrame, patterns: Sequence[Pattern]
     return [p for p, _ in _pattern_rows(parsed, patterns)]
 
 
-def extract_events(parsed: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
-    """The `events` table: one row per (line, pattern) match, sorted by source and line.
+def extract_events(parsed: pl.DataFrame, catalog: Catalog, *, messages: bool = True) -> pl.DataFrame:
+    """The `events` table: one row per (line, pattern) match, sorted by source and line; then NCCL's messages read
+    by their declared entries (`messages`; the catalog's own examples are checked without them).
 
     Every pattern is one lazy plan over its rows (the lines holding one of its anchors), and all of them run in one
     `collect_all` (in parallel): one query instead of one per pattern, which was most of a small job's time."""
     plans = [_pattern_events(parsed[rows].lazy(), p) for p, rows in _pattern_rows(parsed, catalog.patterns)]
     frames = pl.collect_all(plans) if plans else []
     if not frames:  # (a select of literals on a frame without columns would make one row of nulls)
-        return apply_readings(pl.DataFrame(schema=EVENTS_SCHEMA), catalog.kinds)
+        events = apply_readings(pl.DataFrame(schema=EVENTS_SCHEMA), catalog.kinds)
+        return read_messages(parsed, events, catalog.vocabulary, catalog.kinds) if messages else events
     # Sorted before the fields no pattern declared are added: the sort copies every column it is given.
     got = _drop_superseded(pl.concat(frames, how="diagonal_relaxed"), catalog).sort("source", "line", "event")
     events = got.select(
         [pl.col(c) if c in got.columns else pl.lit(None, dtype).alias(c) for c, dtype in EVENTS_SCHEMA.items()]
     ).cast(EVENTS_SCHEMA)  # type: ignore[arg-type]
-    return apply_readings(events, catalog.kinds)
+    events = apply_readings(events, catalog.kinds)
+    return read_messages(parsed, events, catalog.vocabulary, catalog.kinds) if messages else events
 
 
 def lines_table(parsed: pl.DataFrame) -> pl.DataFrame:
