@@ -35,6 +35,10 @@ PRECEDENCE: tuple[tuple[str, str], ...] = (
     ("RZ01", "the group never formed: nothing ran yet"),
     ("NW01", "a rank that raised a network error died of the network (NW01 demotes itself when a peer died first)"),
     ("CR01", "a rank that died first, for a reason no rule above names"),
+    (
+        "MC02",
+        "the code issues a collective on some ranks only and nothing failed: read from the code, so only a lead",
+    ),
     ("ST01", "a rank silent while the others waited: inferred from absence, below every rule that quotes a failure"),
     ("ST02", "a rank still running when the others failed together: the launcher's exits are all it has"),
     ("WT01", "ranks waited in the store for a rank still busy elsewhere: the store wait is the only trace"),

@@ -24,6 +24,7 @@ from ncclpm.rules.not_a_job import NotATrainingLog
 from ncclpm.rules.nvml import NvmlDriverFailure
 from ncclpm.rules.peer_gone import PeerProcessGone
 from ncclpm.rules.process_died import ProcessDiedRankUnknown
+from ncclpm.rules.rank_branch import CollectiveUnderRankBranch
 from ncclpm.rules.rank_crash import RankDiedFirst
 from ncclpm.rules.rendezvous import ProcessGroupNeverFormed
 from ncclpm.rules.scheduler import JobCancelledByScheduler
@@ -49,6 +50,7 @@ ALL_RULES: tuple[type[Rule], ...] = (
     DataloaderFailure,
     NvmlDriverFailure,
     CollectivesDisagreeInLogs,
+    CollectiveUnderRankBranch,
     CudaOutOfMemory,
     AllRanksTimedOutTogether,
     ProcessGroupNeverFormed,

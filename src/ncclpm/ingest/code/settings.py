@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ncclpm.ingest.code.rank_branches import rank_branch_facts
 from ncclpm.ingest.code.statements import Statement, statements
 from ncclpm.ingest.unwrap import NO_ENVELOPE, unwrap_lines
 from ncclpm.sources.code import code_language
@@ -58,6 +59,7 @@ SETTINGS = (
     "env",
     "launcher_arg",
     "constant",
+    "rank_collective",  # derived: a collective only the ranks of one branch issue (rank_branches.py)
 )
 UNITS: dict[str, str | None] = {"duration": "s", "count": "count", "text": None}
 STATEMENT_LANGS = ("python", "shell", "yaml", "toml", "json", "dockerfile")
@@ -231,9 +233,10 @@ def read_code_text(name: str, text: str, lang: str, warnings: list[str]) -> list
     default-timeout names)."""
     readings, known = load_readings()
     langs = {"python", "shell"} if lang == "notebook" else {lang}
+    branches = _rank_branches(name, text) if lang == "python" else []
     active = [r for r in readings if r.langs & langs and any(a in text for a in r.anchors)]
     if not active:
-        return []
+        return branches
     facts: list[dict[str, Any]] = []
     # A snippet copied from a terminal may be hard-wrapped mid-name (`timede` + `lta(seconds=...)`): read it
     # re-joined, and quote each fact at its first physical line.
@@ -254,7 +257,17 @@ def read_code_text(name: str, text: str, lang: str, warnings: list[str]) -> list
     for f in facts:
         f.update(source=name, lang=lang, number=to_number(f["value"], f["unit"], names))
         f["unit"] = UNITS[f["unit"]]
-    return facts
+    return facts + branches
+
+
+def _rank_branches(name: str, text: str) -> list[dict[str, Any]]:
+    """`rank_collective` rows of one Python file, quoted at the call's line."""
+    lines = text.split("\n")
+    return [
+        f | {"source": name, "lang": "python", "unit": None, "text": _clean(lines[f["line"] - 1].strip()[:MAX_QUOTE])}
+        for f in rank_branch_facts(text)
+        if 0 < f["line"] <= len(lines)
+    ]
 
 
 def _decode(data: bytes) -> str:
