@@ -16,6 +16,7 @@
  * Optional: built by hatch_build.py when a C compiler is present (with _frdecode_tree.h and _frdecode_keys.h). */
 #include "_frdecode_tree.h"
 #include "_frdecode_keys.h"
+#include <stdatomic.h>
 #include <time.h>
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -241,6 +242,118 @@ static PyTypeObject DumpedType = {
     .tp_doc = "one decoded dump, for Job.add",
 };
 
+/* ---- Column: one column of rows handed to polars without a copy (the Arrow C data interface) ------------------ */
+
+struct ArrowSchema {
+    const char *format, *name, *metadata;
+    int64_t flags, n_children;
+    struct ArrowSchema **children, *dictionary;
+    void (*release)(struct ArrowSchema *);
+    void *private_data;
+};
+struct ArrowArray {
+    int64_t length, null_count, offset, n_buffers, n_children;
+    const void **buffers;
+    struct ArrowArray **children, *dictionary;
+    void (*release)(struct ArrowArray *);
+    void *private_data;
+};
+
+/* a column's memory: shared by the Column and every array exported from it, freed by the last of them (polars may
+ * drop its array on any thread, without the GIL: the raw allocator and an atomic count) */
+typedef struct { void *data; atomic_long refs; const void *buffers[2]; } Mem;
+
+static void mem_drop(Mem *m) {
+    if (atomic_fetch_sub(&m->refs, 1) != 1) return;
+    PyMem_RawFree(m->data);
+    PyMem_RawFree(m);
+}
+
+typedef struct {
+    PyObject_HEAD
+    Mem *mem;
+    int64_t n;
+    const char *format; /* Arrow's: "i" Int32, "l" Int64, "C" UInt8, "I" UInt32 */
+} Column;
+
+static void column_dealloc(Column *self) {
+    if (self->mem) mem_drop(self->mem);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static void schema_release(struct ArrowSchema *s) { s->release = NULL; }
+
+static void array_release(struct ArrowArray *a) {
+    mem_drop(a->private_data);
+    a->release = NULL;
+}
+
+static void schema_capsule_free(PyObject *c) {
+    struct ArrowSchema *s = PyCapsule_GetPointer(c, "arrow_schema");
+    if (s && s->release) s->release(s);
+    PyMem_RawFree(s);
+}
+
+static void array_capsule_free(PyObject *c) {
+    struct ArrowArray *a = PyCapsule_GetPointer(c, "arrow_array");
+    if (a && a->release) a->release(a);
+    PyMem_RawFree(a);
+}
+
+/* __arrow_c_array__(requested_schema=None): the column as an Arrow primitive array sharing its memory */
+static PyObject *column_arrow(Column *self, PyObject *args, PyObject *kw) {
+    static char *names[] = {"requested_schema", NULL};
+    PyObject *requested = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O", names, &requested)) return NULL;
+    struct ArrowSchema *s = PyMem_RawCalloc(1, sizeof *s);
+    struct ArrowArray *a = PyMem_RawCalloc(1, sizeof *a);
+    if (!s || !a) { PyMem_RawFree(s); PyMem_RawFree(a); return PyErr_NoMemory(); }
+    *s = (struct ArrowSchema){.format = self->format, .name = "", .flags = 0, .release = schema_release};
+    atomic_fetch_add(&self->mem->refs, 1);
+    *a = (struct ArrowArray){.length = self->n, .n_buffers = 2, .buffers = self->mem->buffers,
+                             .release = array_release, .private_data = self->mem};
+    PyObject *sc = PyCapsule_New(s, "arrow_schema", schema_capsule_free);
+    if (!sc) { PyMem_RawFree(s); array_release(a); PyMem_RawFree(a); return NULL; }
+    PyObject *ac = PyCapsule_New(a, "arrow_array", array_capsule_free);
+    if (!ac) { Py_DECREF(sc); array_release(a); PyMem_RawFree(a); return NULL; }
+    return Py_BuildValue("NN", sc, ac);
+}
+
+static Py_ssize_t column_len(Column *self) { return (Py_ssize_t)self->n; }
+
+static PyMethodDef column_methods[] = {
+    {"__arrow_c_array__", (PyCFunction)(void (*)(void))column_arrow, METH_VARARGS | METH_KEYWORDS,
+     "The column as an Arrow array sharing this memory."},
+    {NULL, NULL, 0, NULL},
+};
+static PySequenceMethods column_seq = {.sq_length = (lenfunc)column_len};
+
+static PyTypeObject ColumnType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ncclpm.ingest.flight_recorder._frdecode.Column",
+    .tp_basicsize = sizeof(Column),
+    .tp_dealloc = (destructor)column_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "a column of rows (pl.Series(column) imports it without a copy)",
+    .tp_methods = column_methods,
+    .tp_as_sequence = &column_seq,
+};
+
+/* a Column taking over `*data` (n values of `format`); *data is NULL after */
+static PyObject *column_of(void **data, int64_t n, const char *format) {
+    Mem *m = PyMem_RawMalloc(sizeof *m);
+    Column *c = m ? PyObject_New(Column, &ColumnType) : NULL;
+    if (!c) { PyMem_RawFree(m); return PyErr_NoMemory(); }
+    m->data = *data ? *data : PyMem_RawMalloc(1);
+    *data = NULL;
+    if (!m->data) { PyMem_RawFree(m); c->mem = NULL; Py_DECREF(c); return PyErr_NoMemory(); }
+    atomic_init(&m->refs, 1);
+    m->buffers[0] = NULL;
+    m->buffers[1] = m->data;
+    c->mem = m; c->n = n; c->format = format;
+    return (PyObject *)c;
+}
+
 /* ---- Job: a load's dictionaries and rows --------------------------------------------------------------------- */
 
 #define POOL 8
@@ -307,7 +420,7 @@ static int job_init(Job *self, PyObject *args, PyObject *kw) {
 static Dec *dec_get(Job *j) {
     Dec *x = j->npool ? j->pool[--j->npool] : PyMem_RawCalloc(1, sizeof(Dec));
     if (!x) return NULL;
-    if (x->memo) memset(x->memo, 0, (size_t)x->memo_hi * sizeof(int64_t));
+    if (x->memo) memset(x->memo, 0, (size_t)x->memo_hi * sizeof(Id));
     x->nnode = x->nseg = x->npool = x->sp = x->nmarks = x->nmemo = x->memo_hi = 0;
     x->visits = 0; x->why = NULL;
     return x;
@@ -454,12 +567,9 @@ static PyObject *job_add(Job *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *bytes_of(const void *p, int64_t n) { return PyBytes_FromStringAndSize((const char *)p, n); }
-
 /* a code column: NONE -> `none` (the caller appends a null there) */
-static PyObject *codes_of(uint32_t *codes, int64_t n, int64_t none) {
+static void nulls_at(uint32_t *codes, int64_t n, int64_t none) {
     for (int64_t i = 0; i < n; i++) if (codes[i] == NONE_CODE) codes[i] = (uint32_t)none;
-    return bytes_of(codes, n * (int64_t)sizeof(uint32_t));
 }
 
 static PyObject *decoded_list(Dict *t, int64_t from, int ascii_keys) {
@@ -473,44 +583,54 @@ static PyObject *decoded_list(Dict *t, int64_t from, int ascii_keys) {
     return out;
 }
 
-/* the rows added since the last take and the distinct values new since then; the rows start again at 0 */
+/* the rows added since the last take (Columns: their memory goes with them) and the distinct values new since
+ * then; the rows start again at 0 */
 static PyObject *job_take(Job *self, PyObject *unused) {
     int64_t n = self->rows;
     PyObject *d = PyDict_New(), *v;
     if (!d) return NULL;
-#define SET(key, expr) do { v = (expr); if (!v || PyDict_SetItemString(d, key, v) < 0) { Py_XDECREF(v); Py_DECREF(d); return NULL; } Py_DECREF(v); } while (0)
+#define SET(key, expr) do { v = (expr); if (!v || PyDict_SetItemString(d, key, v) < 0) { Py_XDECREF(v); goto fail; } Py_DECREF(v); } while (0)
+#define COL(p, fmt) column_of((void **)&(p), n, fmt)
     static const char *INTS[N_INT] = {"record_id", "pg_id", "collective_seq_id", "time_created_ns"};
     static const char *BOOLS[N_BOOL] = {"is_p2p", "retired"};
     static const char *TEXTS[N_STRCOL] = {"profiling_name", "state", "pg_name", "pg_desc"};
     static const char *NESTS[N_NEST] = {"input_sizes", "input_dtypes", "frames"};
+    for (int f = 0; f < N_STRCOL; f++) nulls_at(self->scodes[f], n, self->strings.count);
+    for (int k = 0; k < N_NEST; k++) nulls_at(self->ncodes[k], n, self->nested[k].count);
     SET("rows", PyLong_FromLongLong(n));
-    SET("rank", bytes_of(self->rank, n * (int64_t)sizeof(int32_t)));
-    SET("_id", bytes_of(self->uid, n * (int64_t)sizeof(int64_t)));
-    for (int f = 0; f < N_INT; f++) SET(INTS[f], bytes_of(self->ints[f], n * (int64_t)sizeof(int64_t)));
-    for (int f = 0; f < N_BOOL; f++) SET(BOOLS[f], bytes_of(self->bools[f], n));
-    PyObject *valid = self->any_invalid ? PyDict_New() : (Py_INCREF(Py_None), Py_None);
-    for (int f = 0; valid && valid != Py_None && f < N_VALID; f++) {
-        PyObject *b = bytes_of(self->valid[f], n);
-        if (!b || PyDict_SetItemString(valid, f < N_INT ? INTS[f] : BOOLS[f - N_INT], b) < 0) Py_CLEAR(valid);
-        Py_XDECREF(b);
-    }
-    SET("valid", valid);
-    for (int f = 0; f < N_STRCOL; f++) SET(TEXTS[f], codes_of(self->scodes[f], n, self->strings.count));
+    SET("rank", COL(self->rank, "i"));
+    SET("_id", COL(self->uid, "l"));
+    for (int f = 0; f < N_INT; f++) SET(INTS[f], COL(self->ints[f], "l"));
+    for (int f = 0; f < N_BOOL; f++) SET(BOOLS[f], COL(self->bools[f], "C"));
+    if (self->any_invalid) {
+        PyObject *valid = PyDict_New();
+        for (int f = 0; valid && f < N_VALID; f++) {
+            PyObject *b = COL(self->valid[f], "C");
+            if (!b || PyDict_SetItemString(valid, f < N_INT ? INTS[f] : BOOLS[f - N_INT], b) < 0) Py_CLEAR(valid);
+            Py_XDECREF(b);
+        }
+        SET("valid", valid);
+    } else SET("valid", (Py_INCREF(Py_None), Py_None));
+    for (int f = 0; f < N_STRCOL; f++) SET(TEXTS[f], COL(self->scodes[f], "I"));
     SET("strings", decoded_list(&self->strings, self->strings_taken, 0));
     for (int k = 0; k < N_NEST; k++) {
-        Dict *t = &self->nested[k];
-        PyObject *keys = decoded_list(t, self->nested_taken[k], 1);
-        if (!keys) { Py_DECREF(d); return NULL; }
-        SET(NESTS[k], Py_BuildValue("(NNN)", codes_of(self->ncodes[k], n, t->count), keys, self->new_vals[k]));
-        self->new_vals[k] = PyList_New(0);
-        if (!self->new_vals[k]) { Py_DECREF(d); return NULL; }
+        PyObject *keys = decoded_list(&self->nested[k], self->nested_taken[k], 1), *codes = keys ? COL(self->ncodes[k], "I") : NULL;
+        if (!codes) { Py_XDECREF(keys); goto fail; }
+        PyObject *vals = self->new_vals[k];
+        if (!(self->new_vals[k] = PyList_New(0))) { self->new_vals[k] = vals; Py_DECREF(codes); Py_DECREF(keys); goto fail; }
+        SET(NESTS[k], Py_BuildValue("(NNN)", codes, keys, vals));
     }
+#undef COL
 #undef SET
     self->strings_taken = self->strings.count;
     for (int k = 0; k < N_NEST; k++) self->nested_taken[k] = self->nested[k].count;
-    self->rows = 0;
+    rows_free(self); /* what was not handed over (the validity when all valid) */
     self->any_invalid = 0;
     return d;
+fail:
+    Py_DECREF(d);
+    rows_free(self); /* the rows are lost: the caller says which dumps */
+    return NULL;
 }
 
 static PyObject *job_rows(Job *self, void *unused) { return PyLong_FromLongLong(self->rows); }
@@ -570,7 +690,7 @@ PyMODINIT_FUNC PyInit__frdecode(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     hash_seed ^= ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ (uint64_t)(uintptr_t)&ts;
-    if (PyType_Ready(&DumpedType) < 0 || PyType_Ready(&JobType) < 0) return NULL;
+    if (PyType_Ready(&DumpedType) < 0 || PyType_Ready(&JobType) < 0 || PyType_Ready(&ColumnType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     Py_INCREF(&JobType);

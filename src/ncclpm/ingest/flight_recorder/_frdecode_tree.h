@@ -20,19 +20,22 @@
 
 enum { T_NONE, T_TRUE, T_FALSE, T_INT, T_FLOAT, T_STR, T_LIST, T_TUPLE, T_DICT };
 enum { IMM = 0, MUT = 1, FROZEN = 2 }; /* fr_scan's flags: a list/dict is frozen once a second reference is taken */
-/* STR: v = offset, w = length; INT: v = value, w = size - 1 as the scan counts it (LONG1 of 8 bytes: 1);
- * containers: v = size counting references (the scan's), w = kid count */
-typedef struct { int64_t v, w; int64_t first, last; uint8_t t, ascii, depth, flags; int8_t field; } Node;
-typedef struct { int64_t start, len, next; } Seg; /* a run of kids in the pool */
+/* STR: v = offset, w = length; INT: v = value; containers: w = kid count, first/last = their segments.  size: what
+ * the value expands to counting references, as fr_scan counts it (a string 1 + len/8, a container 1 + its kids').
+ * Node ids are int32: a dump has fewer nodes than bytes, and the decoder takes at most MAX_BYTES. */
+typedef int32_t Id;
+#define MAX_BYTES (1 << 30)
+typedef struct { int64_t v, w; uint64_t size; Id first, last; uint8_t t, ascii, depth, flags; int8_t field; } Node;
+typedef struct { int32_t start, len; Id next; } Seg; /* a run of kids in the pool */
 
 typedef struct {
     const unsigned char *d; Py_ssize_t n;
     Node *nodes; int64_t nnode, capnode;
     Seg *segs; int64_t nseg, capseg;
-    int64_t *pool; int64_t npool, cappool;
-    int64_t *stack; int64_t sp, capstack;
+    Id *pool; int64_t npool, cappool;
+    Id *stack; int64_t sp, capstack;
     int64_t *marks; int64_t nmarks, capmarks;
-    int64_t *memo; int64_t capmemo, nmemo, memo_hi; /* memo[i] = node + 1, 0 = unset; memo_hi: past the last set */
+    Id *memo; int64_t capmemo, nmemo, memo_hi; /* memo[i] = node + 1, 0 = unset; memo_hi: past the last set */
     uint64_t budget; /* fr_scan.budget_for(n): what the dump may expand to, counting references */
     int64_t visits, limit; /* kids visited while reading the tree: shared values cost each time (a bomb) */
     const char *why;
@@ -52,30 +55,24 @@ static int grow(void **buf, int64_t *cap, int64_t need, size_t item) {
 
 static int no(Dec *x, const char *why) { x->why = why; return -1; }
 
-/* room for one more node and one more stack slot: checked once per opcode */
+#define BLOCK 4096 /* opcodes read between two checks of room: each makes at most one node and one stack slot */
+
+/* room for BLOCK more nodes and stack slots */
 static int room(Dec *x) {
-    if (GROW(x, nodes, nnode, capnode, x->nnode + 1) < 0 || GROW(x, stack, sp, capstack, x->sp + 1) < 0)
+    if (GROW(x, nodes, nnode, capnode, x->nnode + BLOCK) < 0 || GROW(x, stack, sp, capstack, x->sp + BLOCK) < 0)
         return no(x, "out of memory");
     return 0;
 }
 
 HOT int64_t node(Dec *x, uint8_t t) { /* the caller made room */
-    x->nodes[x->nnode] = (Node){0, 0, -1, -1, t, 1, 0, IMM, -3};
+    x->nodes[x->nnode] = (Node){0, 0, 1, -1, -1, t, 1, 0, IMM, -3};
     return x->nnode++;
 }
 
-HOT void push(Dec *x, int64_t r) { x->stack[x->sp++] = r; } /* the caller made room */
+HOT void push(Dec *x, int64_t r) { x->stack[x->sp++] = (Id)r; } /* the caller made room */
 
 HOT int64_t fence(Dec *x) { return x->nmarks ? x->marks[x->nmarks - 1] : 0; }
 
-static int is_box(uint8_t t) { return t >= T_LIST; }
-
-/* what a node expands to, counting references, as fr_scan counts it */
-HOT uint64_t size_of(const Node *nd) {
-    if (nd->t == T_STR) return 1 + (uint64_t)nd->w / 8;
-    if (is_box(nd->t)) return (uint64_t)nd->v;
-    return 1 + (uint64_t)(nd->t == T_INT ? nd->w : 0);
-}
 
 static uint64_t sat_add(uint64_t a, uint64_t b) { return a + b < a ? UINT64_MAX : a + b; }
 
@@ -83,16 +80,16 @@ static uint64_t sat_add(uint64_t a, uint64_t b) { return a + b < a ? UINT64_MAX 
  * and the depth; refused past the budget or SCAN_DEPTH */
 static int account(Dec *x, int64_t c, int64_t from, int64_t to) {
     Node *nd = &x->nodes[c];
-    uint64_t size = (uint64_t)nd->v;
+    uint64_t size = nd->size;
     int depth = nd->depth;
     for (int64_t i = from; i < to; i++) {
         const Node *it = &x->nodes[x->stack[i]];
-        size = sat_add(size, size_of(it));
+        size = sat_add(size, it->size);
         if (it->depth >= depth) depth = it->depth + 1;
     }
     if (size > x->budget) return no(x, "expands too much (a reference bomb?)");
     if (depth > SCAN_DEPTH) return no(x, "nested too deep");
-    nd->v = (int64_t)size;
+    nd->size = size;
     nd->depth = (uint8_t)depth;
     return 0;
 }
@@ -104,12 +101,12 @@ static int add_kids(Dec *x, int64_t c, int64_t from, int64_t to) {
     if (to <= from) return 0;
     if (GROW(x, pool, npool, cappool, x->npool + (to - from)) < 0) return no(x, "out of memory");
     if (GROW(x, segs, nseg, capseg, x->nseg + 1) < 0) return no(x, "out of memory");
-    memcpy(x->pool + x->npool, x->stack + from, (size_t)(to - from) * sizeof(int64_t));
-    x->segs[x->nseg] = (Seg){x->npool, to - from, -1};
+    for (int64_t i = from; i < to; i++) x->pool[x->npool + i - from] = x->stack[i]; /* a few: no memcpy call */
+    x->segs[x->nseg] = (Seg){(int32_t)x->npool, (int32_t)(to - from), -1};
     x->npool += to - from;
     Node *nd = &x->nodes[c];
-    if (nd->last >= 0) x->segs[nd->last].next = x->nseg; else nd->first = x->nseg;
-    nd->last = x->nseg++;
+    if (nd->last >= 0) x->segs[nd->last].next = (Id)x->nseg; else nd->first = (Id)x->nseg;
+    nd->last = (Id)x->nseg++;
     nd->w += to - from;
     return 0;
 }
@@ -131,7 +128,7 @@ static int dict_items(Dec *x, int64_t c, int64_t from, int64_t to) {
 static int64_t box(Dec *x, uint8_t t, int64_t from, int64_t to) {
     int64_t c = node(x, t);
     Node *nd = &x->nodes[c];
-    nd->v = 1; nd->depth = 1; nd->flags = t == T_TUPLE ? IMM : MUT;
+    nd->depth = 1; nd->flags = t == T_TUPLE ? IMM : MUT;
     if (t == T_DICT && dict_items(x, c, from, to) < 0) return -1;
     if (t != T_DICT && add_kids(x, c, from, to) < 0) return -1;
     return c;
@@ -144,13 +141,13 @@ static int pop_mark(Dec *x, int64_t *at) {
     return 0;
 }
 
-static int memo_put(Dec *x, uint64_t idx) {
+HOT int memo_put(Dec *x, uint64_t idx) {
     if (x->sp <= fence(x)) return no(x, "memo put on an empty stack");
     if (idx > (uint64_t)(x->nmemo + MEMO_SLACK)) return no(x, "memo index far ahead");
     if ((int64_t)idx >= x->capmemo) {
         int64_t old = x->capmemo;
         if (GROW(x, memo, nmemo, capmemo, (int64_t)idx + 1) < 0) return no(x, "out of memory");
-        memset(x->memo + old, 0, (size_t)(x->capmemo - old) * sizeof(int64_t));
+        memset(x->memo + old, 0, (size_t)(x->capmemo - old) * sizeof(Id));
     }
     if (!x->memo[idx]) x->nmemo++;
     x->memo[idx] = x->stack[x->sp - 1] + 1;
@@ -162,7 +159,7 @@ HOT void freeze(Dec *x, int64_t r) { /* a second reference: the list or dict may
     if (x->nodes[r].flags == MUT) x->nodes[r].flags = FROZEN;
 }
 
-static int memo_get(Dec *x, uint64_t idx) {
+HOT int memo_get(Dec *x, uint64_t idx) {
     if (idx >= (uint64_t)x->capmemo || !x->memo[idx]) return no(x, "memo index never set");
     int64_t r = x->memo[idx] - 1;
     freeze(x, r);
@@ -221,8 +218,11 @@ static int64_t run(Dec *x) {
     const unsigned char *d = x->d;
     Py_ssize_t n = x->n, pos = 0;
     int64_t at, r;
+    if (n > MAX_BYTES) return no(x, "too big for the decoder");
     while (pos < n) {
-        if (UNLIKELY(x->nnode >= x->capnode || x->sp >= x->capstack) && room(x) < 0) return -1;
+      Py_ssize_t stop = n - pos > BLOCK ? pos + BLOCK : n;
+      if (room(x) < 0) return -1;
+      while (pos < stop) {
         int op = d[pos++];
         switch (op) {
         case 0x80: /* PROTO */
@@ -235,11 +235,11 @@ static int64_t run(Dec *x) {
             pos += 8; break;
         case 0x7D: case 0x5D: /* EMPTY_DICT, EMPTY_LIST */
             r = node(x, op == 0x7D ? T_DICT : T_LIST);
-            x->nodes[r].v = 1; x->nodes[r].depth = 1; x->nodes[r].flags = MUT;
+            x->nodes[r].depth = 1; x->nodes[r].flags = MUT;
             push(x, r); break;
         case 0x29: /* EMPTY_TUPLE */
             r = node(x, T_TUPLE);
-            x->nodes[r].v = 1; x->nodes[r].depth = 1;
+            x->nodes[r].depth = 1;
             push(x, r); break;
         case 0x4E: push(x, node(x, T_NONE)); break;  /* NONE */
         case 0x88: push(x, node(x, T_TRUE)); break;  /* NEWTRUE */
@@ -277,7 +277,7 @@ static int64_t run(Dec *x) {
             pos += w;
             r = node(x, T_INT);
             x->nodes[r].v = v;
-            x->nodes[r].w = op == 0x8A ? w / 8 : 0; /* the scan counts LONG1 as 1 + len/8 */
+            if (op == 0x8A) x->nodes[r].size = 1 + (uint64_t)w / 8; /* the scan counts LONG1 as 1 + len/8 */
             push(x, r);
             break;
         }
@@ -299,7 +299,7 @@ static int64_t run(Dec *x) {
             if (need(x, pos, len) < 0) return -1;
             r = node(x, T_STR);
             Node *s = &x->nodes[r];
-            s->v = pos; s->w = (int64_t)len;
+            s->v = pos; s->w = (int64_t)len; s->size = 1 + len / 8;
             if (!utf8_ok(d + pos, (int64_t)len, &s->ascii)) return no(x, "a string that is not UTF-8");
             pos += (Py_ssize_t)len;
             push(x, r);
@@ -355,6 +355,7 @@ static int64_t run(Dec *x) {
         default:
             return no(x, "an opcode the dump layout does not use");
         }
+      }
     }
     return no(x, "truncated");
 }

@@ -80,22 +80,18 @@ class NativeLoad:
         """The rows added since the last call, in the compact schema's types (with ``_id``)."""
         got = self.job.take()
         self._learn(got["strings"])
-        cols: dict[str, pl.Series] = {
-            "rank": pl.Series("rank", memoryview(got["rank"]).cast("i"), dtype=pl.Int32),
-            "_id": pl.Series("_id", memoryview(got["_id"]).cast("q"), dtype=pl.Int64),
-        }
-        for k in _INTS:
-            cols[k] = pl.Series(k, memoryview(got[k]).cast("q"), dtype=pl.Int64)
+        # the decoder's Columns are imported without a copy (the Arrow C data interface)
+        cols: dict[str, pl.Series] = {k: pl.Series(got[k]).alias(k) for k in ("rank", "_id", *_INTS)}
         for k in _BOOLS:
-            cols[k] = pl.Series(k, memoryview(got[k]).cast("B")).cast(pl.Boolean)
+            cols[k] = pl.Series(got[k]).cast(pl.Boolean).alias(k)
         if got["valid"] is not None:  # some values are None (rare): null them
             for k, mask in got["valid"].items():
-                keep = pl.Series(memoryview(mask).cast("B")).cast(pl.Boolean)
+                keep = pl.Series(mask).cast(pl.Boolean)
                 if not keep.all():
                     cols[k] = pl.select(pl.when(keep).then(cols[k])).to_series().alias(k)
         cols["source"] = self.sources.gather(cols["_id"])
         words = pl.concat([self.words, self.words.clear(1)])
-        at = {k: pl.Series(memoryview(got[k]).cast("I")) for k in ("profiling_name", "state", "pg_name", "pg_desc")}
+        at = {k: pl.Series(got[k]) for k in ("profiling_name", "state", "pg_name", "pg_desc")}
         names = words["pg_name"].cast(pl.Categorical)
         cols["pg_name"] = names.gather(at["pg_name"]).alias("pg_name")
         cols["pg_desc"] = names.gather(at["pg_desc"]).alias("pg_desc")
@@ -112,7 +108,7 @@ class NativeLoad:
             if keys:
                 # the decoder reads only the shapes the interner accepts, so none of these is malformed
                 ids.extend(self.interners[k].add_distinct(keys, values)[0])
-            cols[f"{k}_id"] = pl.Series([*ids, None], dtype=pl.UInt32).gather(pl.Series(memoryview(codes).cast("I")))
+            cols[f"{k}_id"] = pl.Series([*ids, None], dtype=pl.UInt32).gather(pl.Series(codes))
         schema = self.schema
         return pl.DataFrame(cols).select(*schema.names(), "_id").cast({**dict(schema), "_id": pl.Int64})
 
