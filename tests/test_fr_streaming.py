@@ -165,3 +165,19 @@ def test_a_chunk_narrows_only_the_columns_whose_values_fit() -> None:
     assert slim.schema["pg_id"] == pl.Int32 and slim.schema["collective_seq_id"] == pl.Int32
     assert slim.schema["input_sizes_id"] == pl.UInt16
     assert slim.cast(chunk.schema).equals(chunk)  # same values; group_key kept (it differs from pg_name)
+
+
+@pytest.mark.parametrize("helper", ["absent", "stale"])
+def test_without_the_c_decoder_the_python_path_reads_everything(
+    helper: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An install without a compiler has no `_frdecode`; one built from older sources has no `Job`: either way the
+    load is the Python path's, the same as with the decoder (or without it, in an install that has none)."""
+    items, targets = _mixed(tmp_path)
+    built = load_fr_dumps(items)
+    stale = type("Stale", (), {"release": staticmethod(lambda: None)})  # an old build: release() but no Job
+    monkeypatch.setattr(fr_native, "_frdecode", None if helper == "absent" else stale)
+    assert not fr_native.enabled(False)
+    fallback = load_fr_dumps(items)
+    _same(built, fallback)
+    assert fallback.entries.height == 12 * 80 and not any(t.exists() for t in targets)
