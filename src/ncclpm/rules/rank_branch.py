@@ -52,7 +52,6 @@ class CollectiveUnderRankBranch(Rule):
     category = Category.MISMATCHED_COLLECTIVES
     base_confidence = 0.4
     explains = ("CT01", "IN01")
-    needs = frozenset({"code_settings"})
     FIXES: ClassVar[dict[str, Fix]] = {
         "every_rank": Fix(
             "Call {call|the collective} on every rank: move it out of the `if` (the ranks that do not need the "
