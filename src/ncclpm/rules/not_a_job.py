@@ -24,7 +24,8 @@ class NotATrainingLog(Rule):
     another kind of text: a source build (`Building wheel torch-...`, CMake and ninja steps), a GPU stress test
     (gpu_burn, DCGM diagnostics, deviceQuery), a package manager's or a web server's log, one Python script run
     from a shell prompt (`$ python train.py`); or a folder of code only; or text in which nothing at all is
-    recognised. One line of the distributed stack makes it a job's log, whatever surrounds it.
+    recognised (files that could not be read at all are no evidence: unknown). One line of the distributed stack
+    makes it a job's log, whatever surrounds it.
 
     ## Why it matters
     A post-mortem of the wrong files sends the reader after a cause that is not there. Saying what the text is
@@ -58,6 +59,8 @@ class NotATrainingLog(Rule):
             return pl.DataFrame()  # a job's own error, or a process's: no positive evidence of anything else
         if scope.is_job:
             return pl.DataFrame()
+        if not t.sources and not scope.only_code:
+            return pl.DataFrame()  # nothing could be read (binary, empty, unreadable): no evidence of anything
         rows = pl.concat([scope.foreign, scope.script_runs])
         return rows if not rows.is_empty() else pl.DataFrame({"job": [t.job_name]})
 
@@ -87,7 +90,7 @@ class NotATrainingLog(Rule):
         else:
             conf = self.base_confidence  # absence: nothing at all is read, not even a traceback
             n = len(t.sources)
-            files = "the file read holds" if n == 1 else f"none of the {n} files read holds" if n else "nothing holds"
+            files = "the file read holds" if n == 1 else f"none of the {n} files read holds"
             summary = (
                 "Not a training log: "
                 + files
