@@ -23,8 +23,8 @@ class NotATrainingLog(Rule):
     DeepSpeed or nccl-tests words, no rank prefix, no launcher summary, no dump) that is, on positive evidence,
     another kind of text: a source build (`Building wheel torch-...`, CMake and ninja steps), a GPU stress test
     (gpu_burn, DCGM diagnostics, deviceQuery), a package manager's or a web server's log, one Python script run
-    from a shell prompt (`$ python train.py`); or a folder of code only; or text in which nothing at all is
-    recognised (files that could not be read at all are no evidence: unknown). One line of the distributed stack
+    from a shell prompt (`$ python train.py`); or a folder of code only. Text in which nothing is recognised,
+    or files that could not be read, are no evidence of anything (unknown). One line of the distributed stack
     makes it a job's log, whatever surrounds it.
 
     ## Why it matters
@@ -59,9 +59,9 @@ class NotATrainingLog(Rule):
             return pl.DataFrame()  # a job's own error, or a process's: no positive evidence of anything else
         if scope.is_job:
             return pl.DataFrame()
-        if not t.sources and not scope.only_code:
-            return pl.DataFrame()  # nothing could be read (binary, empty, unreadable): no evidence of anything
         rows = pl.concat([scope.foreign, scope.script_runs])
+        if rows.is_empty() and not scope.only_code:
+            return pl.DataFrame()  # nothing recognised at all is no evidence of anything else: unknown (IN01)
         return rows if not rows.is_empty() else pl.DataFrame({"job": [t.job_name]})
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
@@ -83,21 +83,9 @@ class NotATrainingLog(Rule):
                 "printed comes from torch.distributed, NCCL or a launcher."
             )
             evidence = quotes(scope.script_runs, 1)
-        elif scope.only_code:
+        else:  # code and configuration files only (evidence() lets nothing else through)
             conf = 0.85
             summary = "Not a training log: the input holds code and configuration files only, no log."
-            evidence = ()
-        else:
-            conf = self.base_confidence  # absence: nothing at all is read, not even a traceback
-            n = len(t.sources)
-            files = "the file read holds" if n == 1 else f"none of the {n} files read holds"
-            summary = (
-                "Not a training log: "
-                + files
-                + (" no" if n == 1 else " a")
-                + " line of any program ncclpm reads (torch, NCCL, gloo, a launcher, a traceback, a kernel or "
-                "scheduler log)."
-            )
             evidence = ()
         if lead_said:
             summary += f" Its own error: {lead_said}."
@@ -106,7 +94,7 @@ class NotATrainingLog(Rule):
             culprit_ranks=(),
             summary=summary,
             explanation="ncclpm answers `not_a_training_log` on positive evidence only: lines that only another "
-            "kind of text has, a script run directly, code alone, or nothing it knows at all. A single line of "
+            "kind of text has, a script run directly, or code alone. A single line of "
             "NCCL, torch.distributed, a launcher or a serving/RL framework would make it a job's log. If these are "
             "the right files, their format is one ncclpm does not read yet: a catalog entry in `parsers/` (or "
             "`--patterns DIR`) teaches it.",

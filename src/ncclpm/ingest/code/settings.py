@@ -263,10 +263,22 @@ def read_code_text(name: str, text: str, lang: str, warnings: list[str]) -> list
 def _rank_branches(name: str, text: str) -> list[dict[str, Any]]:
     """`rank_collective` rows of one Python file, quoted at the call's line."""
     lines = text.split("\n")
+    facts, where = rank_branch_facts(text), list(range(1, len(lines) + 1))
+    if not facts:  # a snippet hard-wrapped by a terminal does not parse: read it re-joined, quote its first line
+        rows = unwrap_lines(lines, NO_ENVELOPE)
+        if len(rows) < len(lines):
+            facts, where = rank_branch_facts("\n".join(line for _, line in rows)), [n for n, _ in rows]
     return [
-        f | {"source": name, "lang": "python", "unit": None, "text": _clean(lines[f["line"] - 1].strip()[:MAX_QUOTE])}
-        for f in rank_branch_facts(text)
-        if 0 < f["line"] <= len(lines)
+        f
+        | {
+            "source": name,
+            "lang": "python",
+            "unit": None,
+            "line": where[f["line"] - 1],
+            "text": _clean(lines[where[f["line"] - 1] - 1].strip()[:MAX_QUOTE]),
+        }
+        for f in facts
+        if 0 < f["line"] <= len(where)
     ]
 
 
