@@ -16,7 +16,6 @@ count.
 from __future__ import annotations
 
 import ast
-import json
 import re
 import tomllib
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from ncclpm.sources.line_tags import without_line_tags
+from ncclpm.util.structure import load_json, toml_too_deep
 
 LANGUAGES = ("python", "notebook", "shell", "yaml", "toml", "json", "dockerfile")
 MAX_LINES = 400  # lines looked at: a code snapshot is code from its first line, a log is a log early on
@@ -273,16 +273,18 @@ def _parses_as_python(text: str, truncated: bool) -> bool:
 
 
 def _json_kind(text: str, hint: str | None, truncated: bool) -> str | None:
+    """JSON and notebooks. Parsed with depth and integers bounded (`structure.load_json`): a file nested deeper
+    than any config is not parsed, and is only JSON when named so."""
     try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError):
+        doc = load_json(text)
+    except ValueError:  # (`structure.TooDeep` too)
         first = text.lstrip().split("\n", 1)[0]
         try:
             if first.strip() == text.strip():
                 raise ValueError("one line: already tried")
-            json.loads(first)
+            load_json(first)
             return None  # one JSON value per line: a structured log, not a config
-        except (ValueError, RecursionError):
+        except ValueError:
             pass
         return hint if truncated and hint in ("json", "notebook") else None
     if isinstance(doc, dict) and isinstance(doc.get("cells"), list):
@@ -294,10 +296,12 @@ def _structured(text: str, hint: str | None, t: _Tally, truncated: bool) -> str 
     """YAML, TOML and Dockerfiles: by name when the content does not look like a log, else by shape."""
     if hint == "toml":
         try:
-            tomllib.loads(text)
-            return "toml"
-        except tomllib.TOMLDecodeError:
-            return "toml" if truncated or t.log == 0 else None
+            if not toml_too_deep(text):  # tomllib recurses once per level: a 600-deep array is no config
+                tomllib.loads(text)
+                return "toml"
+        except (ValueError, RecursionError, MemoryError):  # (TOMLDecodeError is a ValueError; so is a 5000-digit int)
+            pass
+        return "toml" if truncated or t.log == 0 else None
     if hint in ("yaml", "dockerfile"):
         return hint
     if t.log:

@@ -17,6 +17,8 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from ncclpm.util.structure import load_json
+
 _SCHEDULER = re.compile(r"^#(?:SBATCH|PBS|BSUB)\s")
 _STRING_ONLY = re.compile(r"""^[rbuRBU]{0,2}(?:"|')""")
 _MAGIC = re.compile(r"^\s*(?:!|%env\b)")
@@ -172,7 +174,7 @@ def line_statements(lines: Iterable[tuple[int, str]], lang: str) -> Iterator[Sta
 def _cell_lines(text: str) -> Iterator[list[tuple[int, str]]]:
     """Source lines of each code cell, numbered with the file line that holds them when it can be found (a
     pretty-printed notebook has one source line per file line), else with the cell's first line."""
-    doc = json.loads(text)
+    doc = load_json(text)  # nesting bounded before parsing (`structure.TooDeep`, a ValueError)
     file_lines = text.splitlines()
     cursor = 0
     for cell in doc.get("cells", []) if isinstance(doc, dict) else []:
