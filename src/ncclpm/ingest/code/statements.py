@@ -22,7 +22,7 @@ from ncclpm.util.structure import load_json
 _SCHEDULER = re.compile(r"^#(?:SBATCH|PBS|BSUB)\s")
 _STRING_ONLY = re.compile(r"""^[rbuRBU]{0,2}(?:"|')""")
 _MAGIC = re.compile(r"^\s*(?:!|%env\b)")
-SEARCH_WINDOW = 5000  # file lines searched for a notebook source line (bounded: no quadratic scan)
+MAX_MISSES = 16  # notebook source lines not found in the file before the search stops (each costs a pass)
 
 
 @dataclass(frozen=True)
@@ -59,11 +59,19 @@ def strip_comment(line: str) -> str:
 
 
 def _join(parts: list[tuple[int, str, str]], lang: str) -> Statement | None:
-    """parts: (line number, kept text, raw line)."""
-    text, starts = "", []
+    """parts: (line number, kept text, raw line). Joined once (a statement of 100,000 lines is linear)."""
+    pieces: list[str] = []
+    starts: list[int] = []
+    size = 0
     for _, kept, _ in parts:
-        starts.append(len(text) + (1 if text else 0))
-        text = f"{text} {kept.strip()}" if text else kept.strip()
+        piece = kept.strip()
+        if size:
+            pieces.append(" ")
+            size += 1
+        starts.append(size)
+        pieces.append(piece)
+        size += len(piece)
+    text = "".join(pieces)
     if not text.strip():
         return None
     return Statement(text, lang, tuple(p[0] for p in parts), tuple(starts), tuple(p[2].strip() for p in parts))
@@ -173,24 +181,38 @@ def line_statements(lines: Iterable[tuple[int, str]], lang: str) -> Iterator[Sta
 
 def _cell_lines(text: str) -> Iterator[list[tuple[int, str]]]:
     """Source lines of each code cell, numbered with the file line that holds them when it can be found (a
-    pretty-printed notebook has one source line per file line), else with the cell's first line."""
+    pretty-printed notebook has one source line per file line), else with the line of the last one found. Found
+    by a cursor that only moves forward through the file, so the search is linear: each source line is looked for
+    after the previous one (as JSON writes it, escaped, with and without `\\uXXXX`), and after MAX_MISSES lines
+    that are not found (a notebook written some other way) the rest keep the last line found."""
     doc = load_json(text)  # nesting bounded before parsing (`structure.TooDeep`, a ValueError)
-    file_lines = text.splitlines()
-    cursor = 0
+    pos, line, misses = 0, 1, 0
     for cell in doc.get("cells", []) if isinstance(doc, dict) else []:
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
         src = cell.get("source", "")
         src = "".join(s for s in src if isinstance(s, str)) if isinstance(src, list) else str(src)
         numbered = []
-        for line in src.splitlines():
-            needle = json.dumps(line)[1:-1]
-            window = range(cursor, min(len(file_lines), cursor + SEARCH_WINDOW))
-            at = next((i for i in window if needle and needle in file_lines[i]), None)
-            if at is not None:
-                cursor = at
-            numbered.append((cursor + 1, line))
+        for source_line in src.splitlines():
+            if source_line.strip() and misses < MAX_MISSES:
+                at = _find_json_string(text, source_line, pos)
+                if at < 0:
+                    misses += 1
+                else:
+                    line += text.count("\n", pos, at)
+                    pos = at
+            numbered.append((line, source_line))
         yield numbered
+
+
+def _find_json_string(text: str, value: str, start: int) -> int:
+    """Where `value`, written as a JSON string's content, first appears in `text` from `start` (-1: nowhere)."""
+    found = [
+        at
+        for needle in {json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}
+        if (at := text.find(needle, start)) >= 0
+    ]
+    return min(found, default=-1)
 
 
 def statements(text: str, lang: str) -> Iterator[Statement]:
