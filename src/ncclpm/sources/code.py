@@ -26,9 +26,11 @@ from ncclpm.sources.line_tags import without_line_tags
 from ncclpm.util.structure import load_json, toml_too_deep
 
 LANGUAGES = ("python", "notebook", "shell", "yaml", "toml", "json", "dockerfile")
+MAX_CODE_BYTES = 32 * 1024**2  # a larger file is data or a log, never a script or a config: read as a log
 MAX_LINES = 400  # lines looked at: a code snapshot is code from its first line, a log is a log early on
 MAX_LINE = 2000  # characters of a line looked at: its start tells a log line from code
 PARSE_CHARS = 16384  # what the Python parser is given: enough to tell, and the parse stays a few ms
+PARSE_WHOLE = 4 * 1024**2  # a Python file with job lines is parsed whole up to this size (code quoting a log)
 _BY_SUFFIX = {
     ".py": "python",
     ".pyw": "python",
@@ -132,6 +134,52 @@ _STRONG_STATEMENTS = (
     ast.With,
     ast.Try,
 )
+
+
+# Lines that only a running job prints, whatever came before them in the file: a traceback (its head, its frames),
+# a rank or launcher prefix, a glog / ISO / NCCL stamp, Slurm's and Python logging's default prefixes, a C++ abort,
+# a tqdm bar. At the start of a line: in a config or a script such text is indented, quoted or in a comment.
+_JOB_LINE = re.compile(
+    r"""^(?:Traceback\ \(most\ recent\ call\ last\):
+    |\ {2}File\ "[^"\n]+",\ line\ \d+,\ in\s
+    |\[?(?:rank|default)\d+\]?:
+    |\[\d+,\d+\]<std(?:out|err)>:
+    |\[?[IWEF]\d{4}\ \d\d:\d\d:\d\d
+    |\[?\d{4}-\d\d-\d\d[T\ ]\d\d:\d\d:\d\d
+    |[\w.-]+:\d+:\d+\ \[\d+\]\ NCCL\ (?:INFO|WARN)
+    |(?:srun|slurmstepd):\ error:
+    |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:
+    |terminate\ called\ after
+    |[^\n]{0,80}?\d{1,3}%\|[^\n|]{0,200}\|\ *\d+/\d+\ \[)""",
+    re.X | re.M,
+)
+JOB_LINES = 2  # lines of a job that make a file a log
+
+
+def job_lines(text: str, limit: int = JOB_LINES) -> int:
+    """How many lines of `text` only a running job prints (`_JOB_LINE`), counting up to `limit`."""
+    n = 0
+    for _ in _JOB_LINE.finditer(without_line_tags(text)):
+        n += 1
+        if n >= limit:
+            break
+    return n
+
+
+def is_log_after_all(lang: str, text: str) -> bool:
+    """Whether a file whose head reads as code (`code_language` gave `lang`) is a log: the whole file holds lines
+    only a job prints (a training log that starts with its printed config - a Hydra/OmegaConf YAML dump, JSON, a
+    pprint'ed dict, an argparse Namespace - or an `env` dump, then its failure). A JSON document or a notebook that
+    parses, or a Python program that parses, holds such text only in strings: code."""
+    if lang in ("json", "notebook") or job_lines(text) < JOB_LINES:
+        return False
+    if lang == "python" and len(text) <= PARSE_WHOLE:
+        try:
+            ast.parse(text)
+            return False
+        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+            pass
+    return True
 
 
 def name_hint(name: str) -> str | None:

@@ -27,7 +27,7 @@ import polars as pl
 
 from ncclpm.ingest.code.statements import Statement, statements
 from ncclpm.ingest.unwrap import NO_ENVELOPE, unwrap_lines
-from ncclpm.sources.code import code_language
+from ncclpm.sources.code import MAX_CODE_BYTES, code_language
 from ncclpm.sources.discover import HEAD_BYTES, Source
 from ncclpm.util.resources import data_dir, read_toml
 from ncclpm.util.structure import MAX_NESTING, TooDeep, toml_too_deep
@@ -63,7 +63,6 @@ SETTINGS = (
 UNITS: dict[str, str | None] = {"duration": "s", "count": "count", "text": None}
 STATEMENT_LANGS = ("python", "shell", "yaml", "toml", "json", "dockerfile")
 READINGS_FILE = "code_settings.toml"
-MAX_CODE_BYTES = 32 * 1024**2  # a larger "code" file is data, not a script: not read
 MAX_STATEMENT = 100_000  # characters; a longer statement is a data literal, not a setting
 MAX_QUOTE = 200
 _TIMEDELTA_SECONDS = {
