@@ -39,10 +39,10 @@ BY_CATEGORY: dict[str, tuple[Action, str]] = {
 
 
 def _network(f: Finding) -> tuple[Action, str] | None:
-    classes = set(f.facts.get("classes", []))
+    classes = f.net_classes
     if classes and classes <= {"interface"}:
         return Action.FIX_CONFIG, "no usable network interface: NCCL_SOCKET_IFNAME / NCCL_IB_HCA"
-    if len(f.facts.get("hosts", [])) == 1:
+    if len(f.named_hosts) == 1:
         return Action.EXCLUDE_NODE, "every failing connection goes through one host: drain it"
     return None
 
@@ -54,7 +54,7 @@ def _scheduler(f: Finding) -> tuple[Action, str] | None:
 
 
 def _killed(f: Finding) -> tuple[Action, str] | None:
-    if f.facts.get("killed"):
+    if f.killed:
         return (
             Action.FIX_CONFIG,
             "a process killed from outside (host memory, most often): find the sender, use less RAM",
