@@ -329,13 +329,19 @@ def diff_runs(
         raise click.UsageError("only one side can be read from stdin")
     _check_output(output, force)
     _load_patterns(patterns)
-    report = diff(
-        [p for p in good if p != "-"],
-        [p for p in bad if p != "-"],
-        patterns=patterns,
-        stdin_bytes=_read_stdin() if stdin_side else None,
-        stdin_side=stdin_side,
-    )
+    from ncclpm.analysis.identity import SeveralJobsError
+
+    try:
+        report = diff(
+            [p for p in good if p != "-"],
+            [p for p in bad if p != "-"],
+            patterns=patterns,
+            stdin_bytes=_read_stdin() if stdin_side else None,
+            stdin_side=stdin_side,
+        )
+    except SeveralJobsError as exc:
+        _say(f"ncclpm: error: {exc}; a diff compares one run with one run: give one job's folder or files per side")
+        sys.exit(EXIT_INPUT)
     for w in report.warnings:
         _say(f"ncclpm: warning: {w}")
     _write(render_diff(report, fmt), output, force, fmt)

@@ -15,15 +15,15 @@ share (`jobs/4471201/...`, `jobs/4471202/...` -> `4471201`, `4471202`). Each uni
 - its time span (first to last stamped line, error file, dump entry) and whether its name says it is an attempt
   (`attempt_2`, `restart_1`, `requeue_3`, `resume...`, `segment_2`).
 
-Two units are **two jobs** when their strong identities conflict: different Slurm job ids or run ids; one holds a
-different master addresses at the same time; or the
-same global rank at the same time (or at times nothing dates), unless both are attempts by name; ranks of one
-world that the other's world cannot hold. One job's
-dumps copied in two formats (the same entries) are one job. Two units with the same Slurm id or run id are one
-job, whatever else differs (its nodes, its restarts, a requeue). When only **weak** signs disagree - the same
-global ranks at times that do not overlap (a restart, or a second run?), different world sizes (an elastic job
-resized?), different master addresses at different times - the units are read as one job and a warning names the
-evidence. One job whose units ran one after the other (attempt folders, or the same ranks at disjoint times) has
+Two units are **two jobs** when their strong identities conflict: different Slurm job ids or run ids; different
+master addresses at the same time; ranks of one stated world that the other's world cannot hold; the same global
+rank at the same time (or at times nothing dates) - or two different flight-recorder dumps of one rank, whenever
+written - unless both are attempts by name. A process's output written twice (a tee'd console and torchrun's
+per-rank file, the same dump in two formats) is one job's. Two units with the same Slurm id or run id are one job,
+whatever else differs (its nodes, its restarts, a requeue). When only **weak** signs disagree - the same global
+ranks at times that do not overlap (a restart, or a second run?), different world sizes (an elastic job resized?),
+different master addresses at different times - the units are read as one job and a warning names the evidence.
+One job whose units ran one after the other (attempt folders, or the same ranks at disjoint times) has
 **attempts**: the report says which attempt failed how (`attempts_caveat`).
 """
 
@@ -65,6 +65,10 @@ MASTER_VARS = ("MASTER_ADDR", "master_addr")
 RUN_VARS = ("run_id", "rdzv_id")
 _NO_RUN_ID = {"none", "null", "", "default", "0"}
 _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
+
+
+class SeveralJobsError(ValueError):
+    """An input that must be one run (a side of `ncclpm diff`) holds several jobs; the message says which."""
 
 
 @dataclass
@@ -315,9 +319,9 @@ def _conflict(a: Unit, b: Unit) -> str | None:
     if a.masters and b.masters and not a.masters & b.masters and together is not False:
         return f"{a.name} rendezvoused at {_one(a.masters)} and {b.name} at {_one(b.masters)}"
     shared = _same_rank(a, b)
-    if shared and together is not False and not (a.attempt_named and b.attempt_named):
-        rank, what = shared
-        when = "at the same time" if together else "and nothing dates them apart"
+    if shared and not (a.attempt_named and b.attempt_named) and (together is not False or shared[1] == "dumps"):
+        rank, what = shared  # (a rank writes one dump per run: two different ones are two runs, whenever written)
+        when = {True: "at the same time", None: "and nothing dates them apart", False: "with other entries"}[together]
         held = f"rank {rank}'s dump" if what == "dumps" else f"rank {rank}"
         return (
             f"{held} is in {a.holders[(what, rank)]} and in {b.holders[(what, rank)]} {when}, and one job has one "
