@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from ncclpm.analysis.attempts import attempt_column, has_attempts, restart_times
 from ncclpm.tables.kinds import K
 
 if TYPE_CHECKING:
@@ -370,24 +371,53 @@ def _several(units: list[Unit], conflicts: list[tuple[Unit, Unit, str]]) -> list
     return sorted(jobs, key=lambda j: j[0].name)
 
 
-def _attempts(t: Tables, units: list[Unit], unit_of: dict[str, str]) -> tuple[Attempt, ...]:
-    """The units of one job that ran one after the other (named as attempts, or the same ranks at disjoint
-    times), in order, each with its first own error."""
-    ordered = sorted(units, key=lambda u: (u.start is None, u.start or datetime.min, u.attempt or 0, u.name))
-    sequential = any(u.attempt_named for u in units) or any(
-        a.ranks & b.ranks and _overlap(a, b) is False for a, b in combinations(units, 2)
-    )
-    if len(units) < 2 or not sequential:
-        return ()
-    errors = t.events.filter((pl.col("severity") == "error") & ~pl.col("victim").fill_null(False)).sort(
+def _first_errors(events: pl.DataFrame, key: str) -> dict[object, tuple[str, str]]:
+    """The first own error (not a victim's line) of each value of `key`: its text and source:line."""
+    errors = events.filter((pl.col("severity") == "error") & ~pl.col("victim").fill_null(False)).sort(
         "ts", "source", "line", nulls_last=True
     )
-    first: dict[str, tuple[str, str]] = {}
-    for source, line, text in errors.select("source", "line", "text").iter_rows():
-        name = unit_of.get(source)
-        if name is not None and name not in first:
-            first[name] = (str(text).strip()[:200], f"{source}:{line}")
-    return tuple(Attempt(u.name, u.span(), *first.get(u.name, (None, None))) for u in ordered)
+    first: dict[object, tuple[str, str]] = {}
+    for value, source, line, text in errors.select(key, "source", "line", "text").iter_rows():
+        if value is not None and value not in first:
+            first[value] = (str(text).strip()[:200], f"{source}:{line}")
+    return first
+
+
+def _span(stamps: pl.Series) -> str:
+    unit = Unit("")
+    _widen(unit, stamps.min(), stamps.max())  # type: ignore[arg-type]
+    return unit.span()
+
+
+def _attempts(t: Tables, units: list[Unit], unit_of: dict[str, str]) -> tuple[Attempt, ...]:
+    """How each attempt of one job failed, in order: its units when they ran one after the other (named as
+    attempts, or the same ranks at disjoint times), else torchrun's attempts (`attempts.py`: `attempt_N/` folders,
+    restart lines) - the reading triage's restart storms use."""
+    sequential = len(units) >= 2 and (
+        any(u.attempt_named for u in units)
+        or any(a.ranks & b.ranks and _overlap(a, b) is False for a, b in combinations(units, 2))
+    )
+    if sequential:
+        ordered = sorted(units, key=lambda u: (u.start is None, u.start or datetime.min, u.attempt or 0, u.name))
+        events = t.events.with_columns(pl.col("source").replace_strict(unit_of, default=None).alias("_unit"))
+        first = _first_errors(events, "_unit")
+        return tuple(Attempt(u.name, u.span(), *first.get(u.name, (None, None))) for u in ordered)
+    restarts = restart_times(t)
+    if not has_attempts(t.events, restarts):
+        return ()
+    tagged = t.events.with_columns(attempt_column(restarts).alias("_attempt")).filter(pl.col("_attempt").is_not_null())
+    numbers = sorted(set(tagged["_attempt"].to_list()))
+    if len(numbers) < 2:
+        return ()
+    first = _first_errors(tagged, "_attempt")
+    return tuple(
+        Attempt(
+            f"attempt {n}",
+            _span(tagged.filter(pl.col("_attempt") == n)["ts"].drop_nulls()),
+            *first.get(n, (None, None)),
+        )
+        for n in numbers
+    )
 
 
 def job_identity(t: Tables) -> Identity:
