@@ -352,6 +352,36 @@ def _one(values: set[str]) -> str:
     return sorted(values)[0]
 
 
+def _pairs(units: list[Unit]) -> list[tuple[Unit, Unit]]:
+    """The pairs of units that can conflict or disagree at all, in name order: those holding a rank in common, and
+    those whose ids, master addresses or stated worlds differ. A job of 512 per-rank files (512 parts, one rank
+    each, one master, one world) has none: its parts are not compared two by two (130,000 pairs)."""
+    found: set[tuple[int, int]] = set()
+    index = {id(u): i for i, u in enumerate(units)}
+    holders: dict[tuple[str, int], list[Unit]] = {}
+    for u in units:
+        for r in u.ranks:
+            holders.setdefault(("logs", r), []).append(u)
+        for r in u.dump_ranks:
+            holders.setdefault(("dumps", r), []).append(u)
+    for group in holders.values():
+        found.update((index[id(a)], index[id(b)]) for a, b in combinations(group, 2))
+    for values in (
+        lambda u: u.jobs,
+        lambda u: u.runs,
+        lambda u: u.masters,
+        lambda u: {max(u.worlds)} if u.worlds else set(),
+    ):
+        kinds: dict[frozenset, list[Unit]] = {}
+        for u in units:
+            if v := values(u):
+                kinds.setdefault(frozenset(v), []).append(u)
+        groups = list(kinds.values())
+        for g1, g2 in combinations(groups, 2):
+            found.update((min(index[id(a)], index[id(b)]), max(index[id(a)], index[id(b)])) for a in g1 for b in g2)
+    return [(units[i], units[j]) for i, j in sorted(found)]
+
+
 def _named(u: Unit) -> bool:
     """Whether a unit says who it is: ids, ranks, a master address."""
     return bool(u.jobs or u.runs or u.ranks or u.dump_ranks or u.masters)
@@ -395,7 +425,7 @@ def _attempts(t: Tables, units: list[Unit], unit_of: dict[str, str]) -> tuple[At
     restart lines) - the reading triage's restart storms use."""
     sequential = len(units) >= 2 and (
         any(u.attempt_named for u in units)
-        or any(a.ranks & b.ranks and _overlap(a, b) is False for a, b in combinations(units, 2))
+        or any(a.ranks & b.ranks and _overlap(a, b) is False for a, b in _pairs(units))
     )
     if sequential:
         ordered = sorted(units, key=lambda u: (u.start is None, u.start or datetime.min, u.attempt or 0, u.name))
@@ -430,7 +460,8 @@ def job_identity(t: Tables) -> Identity:
         return Identity(prefix, (tuple(units),))
     _read_facts(t, units, unit_of)
     ordered = [units[n] for n in sorted(units)]
-    conflicts = [(a, b, why) for a, b in combinations(ordered, 2) if (why := _conflict(a, b))]
+    pairs = _pairs(ordered)
+    conflicts = [(a, b, why) for a, b in pairs if (why := _conflict(a, b))]
     if conflicts:
         jobs = _several(ordered, conflicts)
         if len(jobs) > 1:
@@ -441,7 +472,7 @@ def job_identity(t: Tables) -> Identity:
                 conflicts[0][2],
                 loose=tuple(sorted(s for u in ordered if u.name not in kept for s in u.sources)),
             )
-    weak = tuple(dict.fromkeys(w for a, b in combinations(ordered, 2) if (w := _weak(a, b))))
+    weak = tuple(dict.fromkeys(w for a, b in pairs if (w := _weak(a, b))))
     return Identity(prefix, (tuple(sorted(units)),), weak=weak, attempts=_attempts(t, ordered, unit_of))
 
 
