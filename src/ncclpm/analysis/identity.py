@@ -488,8 +488,12 @@ def attempts_caveat(found: Identity) -> str | None:
     """The report's sentence on a job that ran several attempts: which attempt failed how."""
     if not found.attempts:
         return None
+    shown = found.attempts if len(found.attempts) <= 6 else (*found.attempts[:3], None, *found.attempts[-2:])
     parts = []
-    for a in found.attempts:
+    for a in shown:
+        if a is None:
+            parts.append(f"... {len(found.attempts) - 5} more")
+            continue
         how = f"failed with `{a.failure}` ({a.where})" if a.failure else "shows no error of its own"
         parts.append(f"{a.name} ({a.span}) {how}")
     return f"This job ran {len(found.attempts)} attempts, read together: " + "; ".join(parts) + "."
