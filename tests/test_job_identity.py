@@ -150,10 +150,15 @@ def test_checkpoint_resume_segments_are_one_job(tmp_path: Path) -> None:
     assert any("2 attempts" in c for c in d["caveats"]), d["caveats"]
 
 
-def test_one_slurm_job_requeued_into_two_folders_is_one_job(tmp_path: Path) -> None:
-    """Neutral folder names, the same global ranks at two times, one SLURM_JOB_ID (a requeue keeps it)."""
+@pytest.mark.parametrize("where", ["log", "env.txt"])
+def test_one_slurm_job_requeued_into_two_folders_is_one_job(tmp_path: Path, where: str) -> None:
+    """Neutral folder names, the same global ranks at two times, one SLURM_JOB_ID (a requeue keeps it): printed by
+    `env` before the launch, or saved beside the log (`env > env.txt`, read as a script)."""
     for name, start in (("first", T0), ("second", T0 + timedelta(hours=3))):
-        env = "SLURM_JOB_ID=4471201\nSLURM_NNODES=1\nSLURM_JOB_NODELIST=gpu-a01\n"  # (`env` before the launch)
+        env = "SLURM_JOB_ID=4471201\nSLURM_NNODES=1\nSLURM_JOB_NODELIST=gpu-a01\n"
+        if where == "env.txt":
+            _write(tmp_path / name / "env.txt", env)
+            env = ""
         _write(tmp_path / name / "train.log", env + _rank_log(range(4), start, failing=0))
     d = _one_job(tmp_path)
     assert not [w for w in d["warnings"] if "two runs" in w], d["warnings"]

@@ -147,8 +147,8 @@ def _torchrun_run(part: str, following: list[str]) -> str | None:
     return None if m["run"].lower() in _NO_RUN_ID else m["run"]
 
 
-def _units(sources: list[str]) -> tuple[str, dict[str, Unit], dict[str, str]]:
-    """(the shared folders as written, units by name, unit of each source)."""
+def _units(sources: list[str]) -> tuple[str, dict[str, Unit], dict[str, str], list[str]]:
+    """(the shared folders as written, units by name, unit of each source, the shared folders)."""
     split = {s: _parts(s) for s in sources}
     prefix = _common_folders(list(split.values()))
     units: dict[str, Unit] = {}
@@ -170,7 +170,7 @@ def _units(sources: list[str]) -> tuple[str, dict[str, Unit], dict[str, str]]:
     first = sources[0]
     tokens = re.split(r"(!/|/)", first)
     shown = "".join(tokens[: 2 * len(prefix) - 1]) if prefix else ""
-    return shown, units, unit_of
+    return shown, units, unit_of, prefix
 
 
 def _own_rank() -> pl.Expr:
@@ -269,6 +269,18 @@ def _read_facts(t: Tables, units: dict[str, Unit], unit_of: dict[str, str]) -> N
             u.dumps[int(rank)] = (int(n or 0), int(newest or 0))
             first, last = span.get(source, (None, None))
             _widen(u, _from_ns(first), _from_ns(last))
+
+
+def _code_job_ids(t: Tables, units: dict[str, Unit], shared: list[str]) -> None:
+    """Job ids of `env` dumps saved as files of their own (read as scripts: the `code_settings` table's `job_id`
+    rows), given to the unit whose folder holds them."""
+    code = t.extra.get("code_settings")
+    if code is None or code.is_empty():
+        return
+    for source, value in code.filter(pl.col("setting") == "job_id").select("source", "value").iter_rows():
+        parts = _parts(str(source))
+        if parts[: len(shared)] == shared and len(parts) > len(shared) + 1 and parts[len(shared)] in units:
+            units[parts[len(shared)]].jobs.add(str(value))
 
 
 def _from_ns(ns: int | None) -> datetime | None:
@@ -455,10 +467,11 @@ def job_identity(t: Tables) -> Identity:
     sources = list(t.sources)
     if len(sources) < 2:
         return Identity("", (tuple(sources),))
-    prefix, units, unit_of = _units(sources)
+    prefix, units, unit_of, shared = _units(sources)
     if len(units) < 2:
         return Identity(prefix, (tuple(units),))
     _read_facts(t, units, unit_of)
+    _code_job_ids(t, units, shared)
     ordered = [units[n] for n in sorted(units)]
     pairs = _pairs(ordered)
     conflicts = [(a, b, why) for a, b in pairs if (why := _conflict(a, b))]

@@ -59,6 +59,7 @@ SETTINGS = (
     "env",
     "launcher_arg",
     "constant",
+    "job_id",
 )
 UNITS: dict[str, str | None] = {"duration": "s", "count": "count", "text": None}
 STATEMENT_LANGS = ("python", "shell", "yaml", "toml", "json", "dockerfile")
