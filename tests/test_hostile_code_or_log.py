@@ -62,7 +62,7 @@ def _printed(kind: str, rng: random.Random) -> str:
         args = ", ".join(f"arg_{i}={rng.choice([rng.random(), 'cosine', None, True])!r}" for i in range(300))
         return f"Namespace({args})\n"
     if kind == "env":
-        values = ["/usr/local/cuda/bin:/usr/bin", "1", "node001", "x86_64", "/home/u", "en_US.UTF-8", "4471201"]
+        values = ["/usr/local/cuda/bin:/usr/bin", "1", "node001", "x86_64", "/opt/conda", "en_US.UTF-8", "4471201"]
         return "".join(f"VAR_{i}={rng.choice(values)}\n" for i in range(412))
     raise AssertionError(kind)
 

@@ -87,6 +87,7 @@ class Unit:
     start: datetime | None = None
     end: datetime | None = None
     attempt: int | None = None  # the number its name gives, when its name says it is an attempt
+    is_file: bool = False  # a file beside the others (`console.log`, `rank1.log`), not a folder
     attempt_named: bool = False
     dumps: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> (entries, newest entry): copies
     holders: dict[tuple[str, int], str] = field(default_factory=dict)  # (logs | dumps, rank) -> a source holding it
@@ -156,7 +157,7 @@ def _units(sources: list[str]) -> tuple[str, dict[str, Unit], dict[str, str], li
     for s, parts in split.items():
         rest = parts[len(prefix) :]
         name = rest[0]
-        unit = units.setdefault(name, Unit(name))
+        unit = units.setdefault(name, Unit(name, is_file=len(rest) == 1))
         unit.sources.append(s)
         unit_of[s] = name
         for i, part in enumerate(rest):
@@ -332,8 +333,8 @@ def _conflict(a: Unit, b: Unit) -> str | None:
     if a.masters and b.masters and not a.masters & b.masters and together is not False:
         return f"{a.name} rendezvoused at {_one(a.masters)} and {b.name} at {_one(b.masters)}"
     shared = _same_rank(a, b)
-    if shared and not (a.attempt_named and b.attempt_named) and (together is not False or shared[1] == "dumps"):
-        rank, what = shared  # (a rank writes one dump per run: two different ones are two runs, whenever written)
+    if shared and not (a.attempt_named and b.attempt_named) and _rank_twice_is_strong(a, b, shared[1], together):
+        rank, what = shared
         when = {True: "at the same time", None: "and nothing dates them apart", False: "with other entries"}[together]
         held = f"rank {rank}'s dump" if what == "dumps" else f"rank {rank}"
         return (
@@ -343,12 +344,24 @@ def _conflict(a: Unit, b: Unit) -> str | None:
     return None
 
 
+def _rank_twice_is_strong(a: Unit, b: Unit, what: str, together: bool | None) -> bool:
+    """Whether one global rank held by two parts makes them two jobs: two different dumps of it (a rank writes
+    one dump per run), two logs at the same time, or two undated folders not named like parts of one job. Undated,
+    a loose file (a job folder's `console.log` and a rank's own `rank1.log`) or a part (`torchrun_logs/`, `logs/`)
+    is weak evidence, and so are logs at disjoint times."""
+    if what == "dumps" or together is True:
+        return True
+    return together is None and not any(u.is_file or PART_NAME.match(u.name) for u in (a, b))
+
+
 def _weak(a: Unit, b: Unit) -> str | None:
     """A sign that a and b may be two runs, too weak to split them (they are read as one job)."""
     if a.jobs & b.jobs or a.runs & b.runs:
         return None
     shared = _same_rank(a, b)
     if shared and not (a.attempt_named or b.attempt_named):
+        if _overlap(a, b) is None:
+            return f"rank {shared[0]} is in {a.name} and in {b.name}, undated: one process's output twice, or two runs?"
         return (
             f"rank {shared[0]} is in {a.name} ({a.span()}) and again in {b.name} ({b.span()}): a restart of one "
             "job, or two runs?"

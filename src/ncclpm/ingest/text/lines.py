@@ -263,7 +263,7 @@ def allowances(sizes: list[int]) -> list[int]:
     (plus MIN_KEPT_LINES a source): 16 files of 120,000 progress lines keep 25,000 each."""
     total = max(1, sum(sizes))
     equal = JOB_KEPT_LINES // max(1, len(sizes))
-    return [max(MIN_KEPT_LINES, min(MAX_KEPT_LINES, max(equal, JOB_KEPT_LINES * size // total))) for size in sizes]
+    return [min(MAX_KEPT_LINES, max(MIN_KEPT_LINES, equal, JOB_KEPT_LINES * size // total)) for size in sizes]
 
 
 def _then(frame: pl.DataFrame | None, then: Then, limit: int) -> pl.DataFrame | None:
