@@ -172,6 +172,34 @@ def test_torchrun_attempt_folders_of_one_run_are_one_job(tmp_path: Path) -> None
     _one_job(tmp_path)
 
 
+@pytest.mark.parametrize("stamp", ["%Y%m%d_%H%M%S", "%Y%m%d%H%M", "%Y%m%d"])
+def test_folders_named_by_their_date_or_time_are_one_jobs_restarts(tmp_path: Path, stamp: str) -> None:
+    """`20250304_093000/`, `202503040930/`, `20250304/` beside the next one: when a run was written, not a Slurm
+    id - read as one job (a warning: the same ranks at two times); were 2 separate jobs before."""
+    for i, start in enumerate((T0, T0 + timedelta(days=1, hours=2))):
+        _write(tmp_path / f"{start:{stamp}}" / "train.log", _rank_log(range(4), start, failing=i + 1))
+    d = _one_job(tmp_path)
+    assert any("2 attempts" in c for c in d["caveats"]), d["caveats"]
+
+
+def test_zero_padded_index_folders_are_one_jobs_parts(tmp_path: Path) -> None:
+    """`0001/`, `0002/`: an index (a scheduler never pads its ids), not two Slurm jobs."""
+    for i in range(2):
+        _write(tmp_path / f"{i + 1:04d}" / "train.log", _rank_log(range(2), T0 + timedelta(hours=i), failing=1))
+    _one_job(tmp_path)
+
+
+def test_a_date_like_number_far_from_its_logs_dates_is_still_a_job_id(tmp_path: Path) -> None:
+    """Slurm ids reach 8 digits: `20240611/` and `20240613/` whose logs ran on 2024-06-01, far from either date,
+    are jobs 20240611 and 20240613. A number named as a job (`slurm-20240601.out`) is a job id whatever its dates."""
+    for i, name in enumerate(("20240611", "20240613")):
+        _write(tmp_path / "a" / name / "train.log", _rank_log(range(2), T0 + timedelta(hours=i), failing=1))
+    assert "20240611 is job 20240611" in _several(tmp_path / "a", 2)
+    for i, name in enumerate(("slurm-20240601.out", "slurm-20240602.out")):
+        _write(tmp_path / "b" / name, _rank_log(range(2), T0 + timedelta(days=i), failing=1))
+    _several(tmp_path / "b", 2)
+
+
 def test_weak_signs_read_as_one_job_with_a_warning_naming_them(tmp_path: Path) -> None:
     """Neutral names, the same ranks at disjoint times, nothing else: a restart or a second run? One job, and the
     warning says why it may not be."""

@@ -3,7 +3,8 @@
 The input is cut into **units**: the folders (or files) where its sources part ways, below the folders they all
 share (`jobs/4471201/...`, `jobs/4471202/...` -> `4471201`, `4471202`). Each unit's identities are read:
 - the scheduler's job id: a Slurm id in its paths (`4471201/`, `slurm-4471201.out`, `job_4471201/`: a number of
-  at least 4 digits - torchrun's per-local-rank folders are `0/`..`7/`) or in its lines (`SLURM_JOB_ID=` of an env
+  at least 4 digits - torchrun's per-local-rank folders are `0/`..`7/`; not a zero-padded index or a date or time
+  stamp its logs fall near: `0001/`, `20250304_093000/`) or in its lines (`SLURM_JOB_ID=` of an env
   dump, slurmstepd's `*** STEP 4471201.0`); torchrun's run id (its log folder `<run_id>_xxxxxxxx/attempt_N/`, its
   `run_id :` line); the master address (`MASTER_ADDR=`, torchrun's
   rendezvous result); the world size it states (`WORLD_SIZE=`, NCCL's `nranks` of its communicators);
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from itertools import combinations
 from typing import TYPE_CHECKING
 
@@ -44,8 +45,16 @@ if TYPE_CHECKING:
     from ncclpm.tables import Tables
 
 _NUMBERED_JOB = re.compile(
-    r"^(?:slurm|job|jobid|job_id)?[_-]?(\d{4,}(?:_\d+)?)(?:[_.-](?:out|err|log|txt|stdout|stderr))*$", re.I
+    r"^(?P<named>slurm|job|jobid|job_id)?[_-]?(?P<id>\d{4,}(?:_\d+)?)(?:[_.-](?:out|err|log|txt|stdout|stderr))*$",
+    re.I,
 )
+# A bare number that reads as a date or a time stamp (`20250304/`, `20250304_093000/`, `20250304093000.log`) names
+# when a run was written, not which run: restart and day folders of one job. A number with a leading zero is an
+# index (`0001/`): a scheduler never pads its ids.
+_STAMP_NAME = re.compile(
+    r"^(?P<date>20\d\d(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01]))(?:_?(?:[01]\d|2[0-3])[0-5]\d(?:[0-5]\d)?)?$"
+)
+STAMP_SLACK = timedelta(days=2)  # a day folder holds logs of its day (and of a night run past midnight)
 _ATTEMPT_NAME = re.compile(
     r"(?:^|[_.-])(?P<word>attempt|restart|restarted|requeue|requeued|retry|resume|resumed|resuming|segment|"
     r"continuation|continued)(?:[_.-]?(?P<n>\d+))?(?=$|[_.-])",
@@ -89,6 +98,7 @@ class Unit:
     attempt: int | None = None  # the number its name gives, when its name says it is an attempt
     is_file: bool = False  # a file beside the others (`console.log`, `rank1.log`), not a folder
     attempt_named: bool = False
+    stamped: dict[str, datetime] = field(default_factory=dict)  # date-like numbers of its name -> their day
     dumps: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> (entries, newest entry): copies
     holders: dict[tuple[str, int], str] = field(default_factory=dict)  # (logs | dumps, rank) -> a source holding it
     copied: dict[str, set[int]] = field(default_factory=dict)  # other unit -> ranks whose lines both hold (a tee)
@@ -148,6 +158,28 @@ def _torchrun_run(part: str, following: list[str]) -> str | None:
     return None if m["run"].lower() in _NO_RUN_ID else m["run"]
 
 
+def _not_a_job_id(digits: str, unit: Unit) -> bool:
+    """A bare number in a name that is an index (a leading zero) or a date or time stamp: kept aside (`stamped`)
+    until the unit's lines date it - a date its logs do not fall near is a job id after all (`_stamps_or_ids`)."""
+    if digits.startswith("0"):
+        return True
+    if not (m := _STAMP_NAME.match(digits)):
+        return False
+    try:
+        unit.stamped[digits] = datetime.strptime(m["date"], "%Y%m%d")
+    except ValueError:  # (20250231: no day)
+        return False
+    return True
+
+
+def _stamps_or_ids(units: dict[str, Unit]) -> None:
+    """A date-like name whose unit's logs run far from that date is a job id (Slurm's ids reach 8 digits)."""
+    for u in units.values():
+        for digits, day in u.stamped.items():
+            if u.start is not None and u.end is not None and not u.start - STAMP_SLACK <= day <= u.end + STAMP_SLACK:
+                u.jobs.add(digits)
+
+
 def _units(sources: list[str]) -> tuple[str, dict[str, Unit], dict[str, str], list[str]]:
     """(the shared folders as written, units by name, unit of each source, the shared folders)."""
     split = {s: _parts(s) for s in sources}
@@ -162,7 +194,8 @@ def _units(sources: list[str]) -> tuple[str, dict[str, Unit], dict[str, str], li
         unit_of[s] = name
         for i, part in enumerate(rest):
             if m := _NUMBERED_JOB.match(part):
-                unit.jobs.add(m.group(1))
+                if m["named"] or not _not_a_job_id(m["id"], unit):
+                    unit.jobs.add(m["id"])
             elif (run := _torchrun_run(part, rest[i + 1 : i + 2])) is not None:
                 unit.runs.add(run)
         if m := _ATTEMPT_NAME.search(name):
@@ -484,6 +517,7 @@ def job_identity(t: Tables) -> Identity:
     if len(units) < 2:
         return Identity(prefix, (tuple(units),))
     _read_facts(t, units, unit_of)
+    _stamps_or_ids(units)
     _code_job_ids(t, units, shared)
     ordered = [units[n] for n in sorted(units)]
     pairs = _pairs(ordered)
