@@ -200,6 +200,31 @@ def test_a_date_like_number_far_from_its_logs_dates_is_still_a_job_id(tmp_path: 
     _several(tmp_path / "b", 2)
 
 
+def test_restart_folders_each_launched_by_torchrun_standalone_are_one_job(tmp_path: Path) -> None:
+    """`restart_1/`, `restart_2/`: each a new `torchrun --standalone` launch, so each its own uuid run id - the
+    names say they are attempts, the uuids only that torchrun started again (were 2 separate jobs before)."""
+    runs = ("6b1f0c2e-4d5a-4c1e-9a7b-0f2d3c4b5a69", "d0e9c8b7-a6f5-4e3d-8c2b-1a0f9e8d7c6b")
+    for k, run in enumerate(runs):
+        for r in range(2):
+            folder = tmp_path / f"restart_{k + 1}" / "tlogs" / f"{run}_q1w2e3r{k}" / "attempt_0" / str(r)
+            _write(folder / "stdout.log", _rank_log([r], T0 + timedelta(hours=k), failing=1 if r else None))
+    d = _one_job(tmp_path)
+    assert any("2 attempts" in c for c in d["caveats"]), d["caveats"]
+    # an id given with --rdzv-id names the run: two of them are two runs, attempts by name or not
+    for k, run in enumerate(("sweep-a", "sweep-b")):
+        folder = tmp_path / "given" / f"attempt_{k + 1}" / f"{run}_q1w2e3r{k}" / "attempt_0" / "0"
+        _write(folder / "stdout.log", _rank_log([0], T0 + timedelta(hours=k), failing=0))
+    assert "is torchrun run sweep-a" in _several(tmp_path / "given", 2)
+
+
+def test_attempt_folders_that_ran_at_the_same_time_are_two_jobs(tmp_path: Path) -> None:
+    """Attempts run one after another: `attempt_1/` and `attempt_2/` holding rank 0 at the same time are two runs
+    (were one job before)."""
+    for k in range(2):
+        _write(tmp_path / f"attempt_{k + 1}" / "train.log", _rank_log(range(2), T0 + timedelta(seconds=5 * k), 1))
+    assert "at the same time" in _several(tmp_path, 2)
+
+
 def test_weak_signs_read_as_one_job_with_a_warning_naming_them(tmp_path: Path) -> None:
     """Neutral names, the same ranks at disjoint times, nothing else: a restart or a second run? One job, and the
     warning says why it may not be."""

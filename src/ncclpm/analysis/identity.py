@@ -19,11 +19,13 @@ share (`jobs/4471201/...`, `jobs/4471202/...` -> `4471201`, `4471202`). Each uni
 Two units are **two jobs** when their strong identities conflict: different Slurm job ids or run ids; different
 master addresses at the same time; ranks of one stated world that the other's world cannot hold; the same global
 rank at the same time (or at times nothing dates) - or two different flight-recorder dumps of one rank, whenever
-written - unless both are attempts by name. A process's output written twice (a tee'd console and torchrun's
-per-rank file, the same dump in two formats) is one job's. Two units with the same Slurm id or run id are one job,
-whatever else differs (its nodes, its restarts, a requeue). When only **weak** signs disagree - the same global
-ranks at times that do not overlap (a restart, or a second run?), different world sizes (an elastic job resized?),
-different master addresses at different times - the units are read as one job and a warning names the evidence.
+written - unless both are attempts by name that did not run at the same time (two attempts of one job named so may
+also differ in the uuid run id `torchrun --standalone` draws at each launch). A process's output written twice (a
+tee'd console and torchrun's per-rank file, the same dump in two formats) is one job's. Two units with the same
+Slurm id or run id are one job, whatever else differs (its nodes, its restarts, a requeue). When only **weak** signs
+disagree - the same global ranks at times that do not overlap (a restart, or a second run?), different world sizes
+(an elastic job resized?), different master addresses at different times - the units are read as one job and a
+warning names the evidence.
 One job whose units ran one after the other (attempt folders, or the same ranks at disjoint times) has
 **attempts**: the report says which attempt failed how (`attempts_caveat`).
 """
@@ -74,6 +76,7 @@ SLURM_VARS = ("SLURM_JOB_ID", "SLURM_JOBID", "PBS_JOBID", "LSB_JOBID", "*** STEP
 MASTER_VARS = ("MASTER_ADDR", "master_addr")
 RUN_VARS = ("run_id", "rdzv_id")
 _NO_RUN_ID = {"none", "null", "", "default", "0"}
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
 _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
 
 
@@ -351,7 +354,7 @@ def _conflict(a: Unit, b: Unit) -> str | None:
     """Why a and b are two jobs (None: nothing says so)."""
     if a.jobs and b.jobs and not a.jobs & b.jobs:
         return f"{a.name} is job {_one(a.jobs)} and {b.name} is job {_one(b.jobs)}"
-    if a.runs and b.runs and not a.runs & b.runs:
+    if a.runs and b.runs and not a.runs & b.runs and not _relaunches(a, b):
         return f"{a.name} is torchrun run {_one(a.runs)} and {b.name} is run {_one(b.runs)}"
     if a.jobs & b.jobs or a.runs & b.runs:
         return None  # one job: its nodes, restarts, requeues
@@ -366,7 +369,8 @@ def _conflict(a: Unit, b: Unit) -> str | None:
     if a.masters and b.masters and not a.masters & b.masters and together is not False:
         return f"{a.name} rendezvoused at {_one(a.masters)} and {b.name} at {_one(b.masters)}"
     shared = _same_rank(a, b)
-    if shared and not (a.attempt_named and b.attempt_named) and _rank_twice_is_strong(a, b, shared[1], together):
+    attempts = a.attempt_named and b.attempt_named and together is not True  # (attempts run one after another)
+    if shared and not attempts and _rank_twice_is_strong(a, b, shared[1], together):
         rank, what = shared
         when = {True: "at the same time", None: "and nothing dates them apart", False: "with other entries"}[together]
         held = f"rank {rank}'s dump" if what == "dumps" else f"rank {rank}"
@@ -375,6 +379,14 @@ def _conflict(a: Unit, b: Unit) -> str | None:
             f"rank {rank}"
         )
     return None
+
+
+def _relaunches(a: Unit, b: Unit) -> bool:
+    """Two parts named as attempts whose torchrun run ids are the uuids `--standalone` draws at each launch: each
+    restart by hand (or by a script) is a new launch, so a new uuid - the names say which, not the ids. An id given
+    with `--rdzv-id` names the run, and two of them are two runs."""
+    attempts = a.attempt_named and b.attempt_named and _overlap(a, b) is not True  # (attempts run one after another)
+    return attempts and all(_UUID.match(r) for r in a.runs | b.runs)
 
 
 def _rank_twice_is_strong(a: Unit, b: Unit, what: str, together: bool | None) -> bool:
