@@ -1,5 +1,6 @@
-"""Linear time on hostile shapes (issue 27): one long statement in a code file, a minified notebook, a log that is
-one huge line (a tqdm bar written with `\\r` only), and a job of hit-dense files.
+"""Linear time on hostile shapes (issue 27): one long statement in a code file, a minified notebook (each holding
+a setting the code reader looks for, so that it reads them), a log that is one huge line (a tqdm bar written with
+`\\r` only), and a job of hit-dense files.
 
 Usage: python benchmarks/bench_linear.py [--sizes 1,2,4,8] [--huge 100,200,400] [--runs 2] [--baseline CHECKOUT]
        [--only shell,python,yaml,notebook,tqdm,job]
@@ -43,14 +44,18 @@ def make(kind: str, size_mb: int, out: Path) -> Path:
         (job / "run.sh").write_text("#!/bin/bash\ntorchrun --nproc_per_node=8 \\\n" + "  --arg value \\\n" * (n // 16))
     elif kind == "python":  # one statement inside an open bracket
         job = _with_log(out)
-        (job / "train.py").write_text("import torch\nCONFIG = dict(\n" + "    a=1,\n" * (n // 9) + ")\n")
+        (job / "train.py").write_text(
+            "import torch.distributed as dist\ndist.init_process_group('nccl', timeout=timedelta(seconds=60),\n"
+            + "    a=1,\n" * (n // 9)
+            + ")\n"
+        )
     elif kind == "yaml":  # one list item with its keys
         job = _with_log(out)
-        (job / "config.yaml").write_text("items:\n- name: x\n" + "  key: value\n" * (n // 13))
+        (job / "config.yaml").write_text("env:\n- name: NCCL_TIMEOUT\n" + "  key: NCCL_DEBUG\n" * (n // 18))
     elif kind == "notebook":  # minified: the whole notebook on one line
         job = _with_log(out)
         cells = [
-            {"cell_type": "code", "source": [f"x_{i} = compute({i})\n" for i in range(200)], "outputs": []}
+            {"cell_type": "code", "source": [f"os.environ['NCCL_TIMEOUT'] = '{i}'\n" for i in range(99)], "outputs": []}
             for _ in range(n // 4000)
         ]
         (job / "train.ipynb").write_text(json.dumps({"cells": cells, "nbformat": 4}, separators=(",", ":")))

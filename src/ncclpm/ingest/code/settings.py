@@ -245,9 +245,8 @@ def read_code_text(name: str, text: str, lang: str, warnings: list[str]) -> list
     # re-joined, and quote each fact at its first physical line.
     rows = unwrap_lines(text.split("\n"), NO_ENVELOPE)
     try:
-        for st in statements("\n".join(line for _, line in rows), lang):
-            if len(st.text) <= MAX_STATEMENT:
-                facts.extend(read_statement(st, active))
+        for st in statements("\n".join(line for _, line in rows), lang, MAX_STATEMENT):
+            facts.extend(read_statement(st, active))
     except (ValueError, RecursionError) as exc:
         why = str(exc) if isinstance(exc, TooDeep) else type(exc).__name__
         warnings.append(f"{name}: {lang} file that cannot be parsed ({why}); settings not read")
