@@ -23,6 +23,8 @@ EXPLAINED_KINDS = [
     K.store_bind,
     K.rendezvous_timeout,
     K.store_error,
+    K.comm_init_timeout,
+    K.launch_env_missing,
 ]
 FATAL_SIGNALS = ["SIGKILL", *NATIVE_CRASHES]
 OWN_ERROR = 1  # a Python process's exit code after an uncaught exception (a timeout's included)
