@@ -76,10 +76,13 @@ class ProcessDiedRankUnknown(Rule):
         # A launcher's exception that reports the exit (accelerate's CalledProcessError) is read as that exit.
         taken = same_line(t.events, [*VICTIM_KINDS, *EXPLAINED_KINDS, K.agent_killed, K.agent_signal, K.worker_exit])
         # a DistBackendError that states NCCL's result class (`NCCL error in: ..., unhandled system error`) is this
-        # process's own NCCL call failing - unless the class blames the network or a peer (NW01 reads those)
+        # process's own NCCL call failing when it is all there is - not where the class blames the network or a
+        # peer (NW01 reads those), nor where an NCCL WARN line says what failed (its own reading wins)
         own_nccl = same_line(
             ev.filter((pl.col("kind") == K.nccl_error) & pl.col("net_class").is_null()), [K.nccl_error]
         )
+        if not t.kinds(K.nccl_warn).is_empty():
+            own_nccl = own_nccl.clear()
         rethrown = ev.join(own_nccl, on=["source", "line"], how="anti").filter(
             pl.col("error_type").fill_null("").str.contains("DistBackendError")
         )
