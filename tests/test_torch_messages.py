@@ -329,6 +329,12 @@ WORDINGS = [
         "RuntimeError: NCCL AllReduce failed: unhandled system error (run with NCCL_DEBUG=INFO for details) ",
         "nccl2.call_failed",
     ),
+    # the same torch under another program's prefixes: vLLM's worker and logger
+    (
+        "2.6 vLLM 0.8-0.10",
+        "(VllmWorker rank=1 pid=2345) ERROR 05-01 10:00:00 [multiproc_executor.py:470] torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.hpp:268, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5",
+        "pg.nccl_error",
+    ),
 ]
 
 
