@@ -2,8 +2,8 @@
 `python scripts/regenerate.py`; tests/test_nccl_messages.py checks it is fresh).
 
 Several producers fill the document, one section each, in the order of PRODUCERS: NCCL's WARN formats (the pinned
-snapshot of scripts/vocab/data, read by parsers/nccl/); PyTorch's messages join with their own producer (a function
-returning a `Section`). A message is *read* when a declared entry reads it (its meaning, category, strength, fix),
+snapshot of scripts/vocab/data, read by parsers/nccl/), then PyTorch's distributed messages (torch_coverage.py).
+A message is *read* when a declared entry reads it (its meaning, category, strength, fix),
 *benign* when its entry says NCCL works around it by itself (never a cause), *out of scope* when an entry says why it
 is not read; *missing* when nothing declares it (the coverage test fails then).
 """
@@ -95,8 +95,60 @@ def nccl() -> Section:
     )
 
 
-# The producers of the document, in order; PyTorch's section is added here by its own producer.
-PRODUCERS: list[Callable[[], Section]] = [nccl]
+def torch() -> Section:
+    """torch's distributed messages of the newest release the extraction read, by component (torch_coverage.py's
+    verdicts: read by a declared entry, a piece of a line an entry reads, or a group of parsers/torch/declared.toml)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import torch_coverage as tc  # scripts/vocab, next to this file
+
+    from ncclpm.ingest.catalog import load_catalog
+
+    declared = {p.id: p.declared for p in load_catalog().patterns if p.declared is not None}
+    newest = [r for r in tc.rows() if tc.gated(r["component"], r["scope"]) and r["last"] == tc.NEWEST]
+    older = sum(1 for r in tc.rows() if tc.gated(r["component"], r["scope"]) and r["last"] != tc.NEWEST)
+    areas: dict[str, Area] = {}
+    for v in tc.coverage(newest).verdicts:
+        comp = v.row["component"]
+        a = areas.setdefault(comp, Area(comp, comp.split(".")[0]))
+        if v.status in ("read", "part_of", "structured"):
+            d = declared.get(v.by)  # the entry that reads it (`structured`: a reader module, no category)
+            category = d.category if d is not None else "unknown"
+            if category == "benign":
+                a.benign += 1
+            elif category == "unknown":
+                a.no_cause += 1
+            else:
+                a.cause += 1
+                a.categories[category] += 1
+        elif v.status == "benign":
+            a.benign += 1
+        elif v.status == "out_of_scope":
+            a.out_of_scope += 1
+        else:
+            a.missing += 1
+    return Section(
+        title=f"PyTorch {tc.NEWEST} (c10d, gloo, flight recorder, torchelastic, torchrun) - {len(newest)} messages",
+        intro="Every message torch's released wheel prints from its distributed core (the Python sources, and "
+        "`strings` of its libraries for the C++ ones: scripts/vocab/data/torch_messages.jsonl), by component. "
+        "A message is read by a declared entry of the catalogs (parsers/torch/, the flat catalogs' torch patterns) "
+        "or a piece of a line one reads; the others are declared benign or out of scope with a reason in "
+        f"parsers/torch/declared.toml. The {older} wordings only older releases (2.0 to 2.14) print are accounted "
+        "for the same way (tests/test_torch_messages.py): not counted here.",
+        areas=sorted(areas.values(), key=lambda a: (-a.total, a.name)),
+        notes=[
+            "*out of scope*: what a job's failure is not diagnosed from - a programming error raised at the call "
+            "(wrong arguments, a group used wrongly: the traceback names it), an internal assertion, the debug "
+            "server's and the flight recorder's own API errors, and strings of the libraries that are not messages; "
+            "each group says why. *no cause alone*: a victim's line (a watchdog timeout, a teardown) or NCCL's "
+            "result class that the message before it explains.",
+        ],
+    )
+
+
+# The producers of the document, in order.
+PRODUCERS: list[Callable[[], Section]] = [nccl, torch]
 
 
 def _pct(n: int, total: int) -> str:

@@ -24,6 +24,8 @@ EXPLAINED_KINDS = [
     K.rendezvous_timeout,
     K.store_error,
     K.usage_error,
+    K.comm_init_timeout,
+    K.launch_env_missing,
 ]
 # NCCL messages (parsers/nccl/) that name a cause other rules read: the rank that printed one and then raised did not
 # die "of its own error" - torch's exception wraps the message (the message wins over its wrapper). Lines too weak to

@@ -40,12 +40,13 @@ def peer_left(t: Tables, lost_peer: pl.DataFrame) -> bool:
     # a store wait for the NCCL id that the store's dropped connection ended is this very loss, not another cause
     explained = t.kinds(*EXPLAINED_KINDS)
     lost = explained.filter(pl.col("kind") == K.store_error).join(closed, on=["source", "line"], how="semi")
-    # so is torchrun's agent failing its rendezvous after the store's host went away (same file, later)
+    # so is torchrun's agent failing its rendezvous, or reaching its store, after the store's host went away (same
+    # file, later)
     store_gone = (
         closed.filter(pl.col("net_class") == "store").group_by("source").agg(pl.col("line").min().alias("_gone"))
     )
     agent = (
-        explained.filter(pl.col("kind") == K.rendezvous_timeout)
+        explained.filter(pl.col("kind").is_in([K.rendezvous_timeout, K.store_connect]))
         .join(store_gone, on="source")
         .filter(pl.col("line") > pl.col("_gone"))
     )

@@ -24,7 +24,7 @@ from ncclpm.ingest import envelopes as env_mod
 from ncclpm.ingest.envelopes import Envelope
 from ncclpm.ingest.text.nccl_messages import MessageError, Vocabulary, load_messages
 from ncclpm.tables.kinds import KINDS_FILE, KindDecl, KindError, load_kinds, merge_kinds, unknown_kind_message
-from ncclpm.tables.schema import DTYPE_NAMES, EVENT_FIELDS
+from ncclpm.tables.schema import DTYPE_NAMES, EVENT_FIELDS, Category
 from ncclpm.util.ascii_classes import ascii_classes
 from ncclpm.util.resources import data_dir, read_toml
 
@@ -33,6 +33,21 @@ _UNSUPPORTED = re.compile(r"\(\?<?[=!]|\\[1-9]")
 # it fills the event's rank where the line's prefix gave none.
 MESSAGE_RANK = "rank"
 SEVERITIES = ("info", "warn", "error")
+# A pattern that reads a producer's message declares what it means (parsers/torch/README.md): all of these keys, or
+# none. `category` is what a log holding only that line is diagnosed as (`benign`: never a failure); `strength`
+# decisive (names the cause), supporting (points at it), benign, or victim (printed because another rank failed:
+# its kind is a victim kind, it never makes its rank a culprit).
+DECLARED_KEYS = ("meaning", "category", "strength", "incriminates", "fix", "versions")
+BENIGN = "benign"
+STRENGTHS = ("decisive", "supporting", "benign", "victim")
+INCRIMINATES = ("this_rank", "this_host", "peer", "nobody")
+DECLARED_CATEGORIES = frozenset({c.value for c in Category} - {Category.SYMPTOM, Category.NOT_A_TRAINING_LOG}) | {
+    BENIGN
+}
+# the producers' catalogs in sub-folders of parsers/ read as line patterns (parsers/nccl/ is NCCL's WARN vocabulary,
+# read by its own reader); `declared.toml` there lists the messages no pattern reads, with why (tests and docs only)
+PATTERN_FOLDERS = ("torch",)
+DECLARED_FILE = "declared.toml"
 
 
 class CatalogError(ValueError):
@@ -43,6 +58,29 @@ class CatalogError(ValueError):
 class Example:
     line: str
     expect: dict[str, object]
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What a producer's message means, as its pattern declares it; `cases` are readings that replace some of it
+    when a field's value says so (`when = { error_type = "regex" }`: NCCL's result class decides the category of
+    a wrapper's line)."""
+
+    meaning: str
+    category: str
+    strength: str
+    incriminates: str
+    fix: str
+    versions: str  # the producer's releases that print it (`torch 2.0-2.15`, `vllm 0.8-0.11`)
+    cases: tuple[tuple[tuple[tuple[str, str], ...], dict[str, str]], ...] = ()
+
+    def reading(self, fields: dict[str, object]) -> dict[str, str]:
+        """The reading of a line whose fields are `fields`: the first case whose every `when` regex matches."""
+        base = {k: getattr(self, k) for k in DECLARED_KEYS}
+        for when, changes in self.cases:
+            if all(fields.get(f) is not None and re.search(rx, str(fields[f])) for f, rx in when):
+                return base | changes
+        return base
 
 
 @dataclass(frozen=True)
@@ -59,6 +97,7 @@ class Pattern:
     notes: str = ""
     supersedes: tuple[str, ...] = ()  # kinds this more specific reading replaces on the same line
     repeat: bool = False  # every match on a line is an event (one-line env dumps, command lines)
+    declared: Declared | None = None  # what the message means (a producer's message), else None
 
 
 @dataclass(frozen=True)
@@ -132,6 +171,53 @@ def _examples(raw: dict, key: str) -> tuple[Example, ...]:
     return tuple(Example(e["line"], dict(e.get("expect", {}))) for e in raw.get(key, []))
 
 
+_CASE_CHANGES = ("meaning", "category", "strength", "incriminates", "fix")
+
+
+def _cases(raw: dict, fields: dict[str, str], where: str) -> tuple:
+    out = []
+    for c in raw.get("case", []):
+        if not isinstance(c, dict) or not isinstance(c.get("when"), dict) or not c["when"]:
+            raise CatalogError(f"{where}: a [[pattern.case]] has `when = {{field = regex}}` and readings to change")
+        if set(c) - {"when", *_CASE_CHANGES} or not set(c) & set(_CASE_CHANGES):
+            raise CatalogError(f"{where}: a case changes some of {_CASE_CHANGES} (unknown: {set(c) - {'when'}})")
+        if set(c["when"]) - set(fields):
+            raise CatalogError(f"{where}: a case keys on a field the pattern does not read ({c['when']})")
+        out.append((tuple(c["when"].items()), {k: str(c[k]) for k in _CASE_CHANGES if k in c}))
+    return tuple(out)
+
+
+def _check_declared(d: dict[str, str], kind: KindDecl, where: str) -> None:
+    if d["category"] not in DECLARED_CATEGORIES:
+        raise CatalogError(f"{where}: category {d['category']!r} is not one of {sorted(DECLARED_CATEGORIES)}")
+    if d["strength"] not in STRENGTHS:
+        raise CatalogError(f"{where}: strength must be one of {STRENGTHS}")
+    if d["incriminates"] not in INCRIMINATES:
+        raise CatalogError(f"{where}: incriminates must be one of {INCRIMINATES}")
+    if (d["strength"] == BENIGN) != (d["category"] == BENIGN):
+        raise CatalogError(f"{where}: a benign message has category and strength `benign`, and only it")
+    victim = kind.victim or any(r.set.get("victim") is True for r in kind.readings)
+    if d["strength"] == "victim" and not victim:
+        raise CatalogError(f"{where}: a victim message needs a victim kind (kinds.toml `victim = true`)")
+    if kind.victim and d["strength"] not in ("victim", BENIGN):
+        raise CatalogError(f"{where}: kind {kind.name!r} is a victim's: the message's strength is `victim`")
+
+
+def _declared(raw: dict, kind: KindDecl, fields: dict[str, str], where: str) -> Declared | None:
+    present = [k for k in DECLARED_KEYS if k in raw]
+    if not present:
+        if "case" in raw:
+            raise CatalogError(f"{where}: [[pattern.case]] belongs to a pattern with a declared reading")
+        return None
+    missing = [k for k in DECLARED_KEYS if not isinstance(raw.get(k), str) or not raw[k].strip()]
+    if missing:
+        raise CatalogError(f"{where}: a declared reading has all of {DECLARED_KEYS} (missing or empty: {missing})")
+    d = Declared(*(raw[k].strip() for k in DECLARED_KEYS), cases=_cases(raw, fields, where))
+    for _when, changes in ((None, {}), *d.cases):
+        _check_declared({k: getattr(d, k) for k in DECLARED_KEYS} | changes, kind, where)
+    return d
+
+
 def _pattern(raw: dict, origin: str, kinds: dict[str, KindDecl], compile_it: bool = True) -> Pattern:
     where = f"{origin}: pattern {raw.get('id', '?')!r}"
     for key in ("id", "kind", "anchor", "regex"):
@@ -179,6 +265,7 @@ def _pattern(raw: dict, origin: str, kinds: dict[str, KindDecl], compile_it: boo
         notes=raw.get("notes", ""),
         supersedes=supersedes,
         repeat=bool(raw.get("repeat", False)),
+        declared=_declared(raw, kinds[raw["kind"]], fields, where),
     )
 
 
@@ -219,6 +306,12 @@ def _kinds(dirs: tuple[Path, ...], compile_shipped: bool) -> dict[str, KindDecl]
     return kinds
 
 
+def catalog_files(directory: Path) -> list[Path]:
+    """The line-pattern catalogs of a directory: its own `*.toml`, then those of its producers' sub-folders."""
+    nested = [p for f in PATTERN_FOLDERS for p in sorted((directory / f).glob("*.toml")) if p.name != DECLARED_FILE]
+    return sorted(directory.glob("*.toml")) + nested
+
+
 def load_catalog(extra_dirs: tuple[Path, ...] = (), *, compile_shipped: bool = False) -> Catalog:
     """Load the shipped catalogs plus any user directories (`--patterns DIR`), validated (the shipped patterns'
     regexes are compiled in polars only with `compile_shipped`: the tests do it once)."""
@@ -231,22 +324,23 @@ def load_catalog(extra_dirs: tuple[Path, ...] = (), *, compile_shipped: bool = F
     stack: list[str] = []
     for directory in dirs:
         compile_it = compile_shipped or directory != shipped
-        for path in sorted(directory.glob("*.toml")):
+        for path in catalog_files(directory):
+            name = path.relative_to(directory).as_posix()  # `torch/store.toml` in a producer's folder
             try:
                 doc = read_toml(path)
             except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as exc:
-                raise CatalogError(f"{path.name}: invalid TOML: {exc}") from exc
-            if "kind" in doc and path.name != KINDS_FILE:
-                raise CatalogError(f"{path.name}: [[kind]] entries belong in {KINDS_FILE}")
+                raise CatalogError(f"{name}: invalid TOML: {exc}") from exc
+            if "kind" in doc and name != KINDS_FILE:
+                raise CatalogError(f"{name}: [[kind]] entries belong in {KINDS_FILE}")
             try:
-                envelopes += [_envelope(e, path.name, compile_it) for e in doc.get("envelope", [])]
-                patterns += [_pattern(p, path.name, kinds, compile_it) for p in doc.get("pattern", [])]
+                envelopes += [_envelope(e, name, compile_it) for e in doc.get("envelope", [])]
+                patterns += [_pattern(p, name, kinds, compile_it) for p in doc.get("pattern", [])]
                 keep += [str(k) for k in doc.get("prefilter", {}).get("keep", [])]
                 stack += [str(a) for w in doc.get("stack_word", []) for a in w["anchor"]]  # scope.toml's words
             except (KeyError, TypeError, AttributeError, ValueError) as exc:  # a table where a list was due...
                 if isinstance(exc, CatalogError):
                     raise
-                raise CatalogError(f"{path.name}: malformed catalog entry ({type(exc).__name__}: {exc})") from exc
+                raise CatalogError(f"{name}: malformed catalog entry ({type(exc).__name__}: {exc})") from exc
     ids = [p.id for p in patterns] + [e.id for e in envelopes]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:

@@ -64,6 +64,18 @@ class LaunchMisconfigured(Rule):
             "Slurm's (`--propagate=NOFILE`) limits.",
             when="NCCL ran out of file descriptors",
         ),
+        "launch_options": Fix(
+            "Fix the option the message names in the torchrun command (`torchrun --help`): `--nnodes=MIN:MAX` or a "
+            "number, `--rdzv-endpoint=host:port`, min_nodes <= max_nodes, a registered `--rdzv-backend`, "
+            "`--nproc-per-node=gpu` only where GPUs are visible.",
+            when="torchrun rejects its own options",
+        ),
+        "launcher_env": Fix(
+            "Start the script with `torchrun --nnodes=N --nproc-per-node=G script.py` (or export RANK, WORLD_SIZE, "
+            "LOCAL_RANK, MASTER_ADDR and MASTER_PORT per process in the srun/mpirun wrapper), or pass `rank=`, "
+            "`world_size=` and `init_method=` to init_process_group explicitly.",
+            when="the processes lack the launcher's environment",
+        ),
         "match_arguments": Fix(
             "Make the launch command's arguments match the script's parser.",
             when="the script rejects other arguments",
@@ -73,7 +85,9 @@ class LaunchMisconfigured(Rule):
     def evidence(self, t: Tables) -> pl.DataFrame:
         found = pl.concat(
             [
-                t.kinds(K.duplicate_gpu, K.gpu_unavailable, K.launcher_args),
+                t.kinds(
+                    K.duplicate_gpu, K.gpu_unavailable, K.launcher_args, K.launch_env_missing, K.launch_option_error
+                ),
                 t.kinds(K.fd_exhaustion).filter(pl.col("exhausted") == "nccl_fds"),
             ]
         )
@@ -123,6 +137,38 @@ class LaunchMisconfigured(Rule):
                 fixes=self.fixes("set_device"),
                 dont=("Do not look for a network or NCCL problem: the rank never got a GPU.",),
                 verify=("`nvidia-smi -L` on the node lists at least `--nproc_per_node` GPUs.",),
+            )
+        options = ev.filter(pl.col("kind") == K.launch_option_error)
+        if not options.is_empty():
+            return self.finding(
+                culprit_ranks=(),
+                summary=f"torchrun rejected its launch options before starting any worker: "
+                f"`{said(options['text'][0], t.line_prefix, 140)}`.",
+                explanation="The launcher parses --nnodes, --rdzv-endpoint/--master-port, the rendezvous options and "
+                "--nproc-per-node before anything runs; a malformed one stops it there. No worker, network or GPU "
+                "is involved.",
+                evidence=quotes(options),
+                fixes=self.fixes("launch_options"),
+                dont=("Do not look for a network or NCCL problem: nothing was started.",),
+                verify=(
+                    "The same command with the option fixed prints `Starting elastic_operator with launch configs`.",
+                ),
+            )
+        no_env = ev.filter(pl.col("kind") == K.launch_env_missing)
+        if not no_env.is_empty():
+            names = sorted(set(no_env["var"].drop_nulls().to_list()))
+            what = f" ({', '.join(names)} not set)" if names else ""
+            return self.finding(
+                culprit_ranks=tuple(sorted(set(no_env["rank"].drop_nulls().to_list()))),
+                summary=f"The processes were started without a distributed launcher's environment{what}: "
+                f"`{said(no_env['text'][0], t.line_prefix, 120)}`.",
+                explanation="torch.distributed reads each process's rank, the world size and the store's address "
+                "from variables torchrun (or srun/mpirun with them exported) sets; a script started with plain "
+                "`python`, or by a launcher that does not set them, stops at init. No network or GPU is involved.",
+                evidence=quotes(no_env),
+                fixes=self.fixes("launcher_env"),
+                dont=("Do not look for a network or NCCL problem: the processes never learnt who they are.",),
+                verify=("`env | grep -E 'RANK|WORLD_SIZE|MASTER_'` inside a worker shows the variables.",),
             )
         no_fds = ev.filter(pl.col("exhausted") == "nccl_fds")
         if not no_fds.is_empty():

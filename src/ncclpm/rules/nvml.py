@@ -15,7 +15,7 @@ from ncclpm.util.resources import data_dir, read_toml
 
 XID: dict[str, dict] = read_toml(data_dir("parsers") / "xid_codes.toml")["xid"]
 # The kinds this rule reads; how much each line proves on its own is their `strength` reading (kinds.toml).
-GPU_KINDS = [K.nvml_error, K.xid, K.gpu_lost, K.gpu_hw_error, K.gpu_fabric_error]
+GPU_KINDS = [K.nvml_error, K.xid, K.gpu_lost, K.gpu_hw_error, K.gpu_fabric_error, K.worker_dstate]
 
 
 def nccl_bus_id(pci: str) -> str | None:
@@ -40,7 +40,9 @@ class NvmlDriverFailure(Rule):
     `Unable to determine the device handle`, kernel `NVRM: Xid` lines, GPU hardware faults (`uncorrectable ECC
     error encountered`), and NVSwitch fabric failures: CUDA error 802 `system not yet initialized`, a failed
     `nvidia-fabricmanager` service, NCCL's `transport/nvls.cc ... Cuda failure 'invalid argument'` (NVLS buffer
-    setup through the fabric; likely rather than conclusive: a driver too old for the wheel's NCCL does it too).
+    setup through the fabric; likely rather than conclusive: a driver too old for the wheel's NCCL does it too), and
+    torchrun's agent finding a worker stuck in uninterruptible sleep (D state; possible: a hung network filesystem
+    does it too, the host's kernel log decides).
 
     ## Why it matters
     NCCL queries NVML for topology; when the driver is broken (updated under a running container, GPU fallen
@@ -92,10 +94,16 @@ class NvmlDriverFailure(Rule):
         where = ranks_text(culprits) if culprits else (f"host {', '.join(hosts)}" if hosts else "a node")
         kinds = set(ev["kind"].to_list())
         extra = [*(["fabric"] if K.gpu_fabric_error in kinds else []), *(["ecc"] if K.gpu_hw_error in kinds else [])]
+        blocked = kinds == {K.worker_dstate}  # only torchrun's word that a worker hangs in the kernel
         return self.finding(
             confidence=float(ev["strength"].max()),  # type: ignore[arg-type]
             culprit_ranks=culprits,
-            summary=f"The GPU driver / NVML failed on {where}: `{said(ev['text'][0], t.line_prefix, 160)}`",
+            summary=(
+                f"A worker hung in the kernel (D state) on {where}: the GPU driver or a network filesystem"
+                if blocked
+                else f"The GPU driver / NVML failed on {where}"
+            )
+            + f": `{said(ev['text'][0], t.line_prefix, 160)}`",
             explanation="NCCL and PyTorch query NVML for the device; a broken driver makes communicator "
             "init or a collective fail on that node and the other ranks then time out."
             + ("".join(f" {x}." for x in xids)),

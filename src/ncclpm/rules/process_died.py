@@ -75,12 +75,24 @@ class ProcessDiedRankUnknown(Rule):
         # Lines another rule reads (an OOM, a store timeout, the agent's own SignalException) are not this one's.
         # A launcher's exception that reports the exit (accelerate's CalledProcessError) is read as that exit.
         taken = same_line(t.events, [*VICTIM_KINDS, *EXPLAINED_KINDS, K.agent_killed, K.agent_signal, K.worker_exit])
+        # a DistBackendError that states NCCL's result class (`NCCL error in: ..., unhandled system error`) is this
+        # process's own NCCL call failing when it is all there is - not where the class blames the network or a
+        # peer (NW01 reads those), nor where an NCCL WARN line says what failed (its own reading wins)
+        own_nccl = same_line(
+            ev.filter((pl.col("kind") == K.nccl_error) & pl.col("net_class").is_null()), [K.nccl_error]
+        )
+        if not t.kinds(K.nccl_warn).is_empty():
+            own_nccl = own_nccl.clear()
+        rethrown = ev.join(own_nccl, on=["source", "line"], how="anti").filter(
+            pl.col("error_type").fill_null("").str.contains("DistBackendError")
+        )
         own = (
             ev.filter(pl.col("kind").is_in(own_kinds))
             .join(taken, on=["source", "line"], how="anti")
             # the watchdog thread re-throwing a collective's failure: a symptom (CR01 reads it the same way); the
             # launcher's ChildFailedError only reports a worker's failure, whose own error is elsewhere
-            .filter(~pl.col("error_type").fill_null("").str.contains("DistBackendError|ChildFailedError"))
+            .join(rethrown.select("source", "line"), on=["source", "line"], how="anti")
+            .filter(~pl.col("error_type").fill_null("").str.contains("ChildFailedError"))
         )
         ended = fatal_exit().fill_null(False) | (pl.col("exit_code") == OWN_ERROR)  # exit 1: an uncaught error
         exits = ev.filter((pl.col("kind") == K.worker_exit) & ended)

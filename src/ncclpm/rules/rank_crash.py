@@ -87,7 +87,10 @@ class RankDiedFirst(Rule):
             conf += 0.2  # the kernel names the culprit's own pid: the reason is known
         gpu_fault = shown["strength"].drop_nulls()  # a CUDA error a failing GPU raises as well as a code bug
         conf = min(conf, gpu_fault.min()) if gpu_fault.len() else conf  # type: ignore[type-var]
-        if shown["text"].fill_null("").str.contains(NCCL_WRAPPER).all():
+        # an error line that is NCCL's result class (an nccl_error event on it: nccl2's `NCCL AllReduce failed:
+        # unhandled system error` too) or torch's wrapper of it
+        wraps = shown.join(t.kinds(K.nccl_error).select("source", "line").unique(), on=["source", "line"], how="semi")
+        if wraps.height == shown.height or shown["text"].fill_null("").str.contains(NCCL_WRAPPER).all():
             conf = min(conf, ONLY_NCCL_CLASS)  # the rank's own error is NCCL's result class, nothing says why
         return self.finding(
             confidence=conf,

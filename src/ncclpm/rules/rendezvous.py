@@ -14,7 +14,13 @@ from ncclpm.tables.kinds import K
 from ncclpm.tables.schema import Category
 from ncclpm.util.clamp import MAX_LISTED_RANKS
 
-INIT_KINDS = [K.store_timeout, K.store_connect, K.store_bind, K.rendezvous_timeout]
+INIT_KINDS = [K.store_timeout, K.store_connect, K.store_bind, K.rendezvous_timeout, K.comm_init_timeout]
+COMM_INIT_ONLY = 0.6  # an NCCL communicator that never formed: a rank that never joined, or NCCL's own connect
+RETRY_ONLY = 0.45  # a client's failed attempts alone: the store was not there yet, nothing says it never came
+# torch <= 2.1's bare `Socket Timeout` with no frame saying which wait gave up: the rendezvous, or a rank waiting
+# for another's NCCL id while that one was busy (a slow rank, not a rendezvous failure)
+BARE_STORE_TIMEOUT = 0.55
+BARE_TIMEOUT_DETAIL = "Socket Timeout"
 # What a process raises when the store it is joining drops or refuses it (`DistNetworkError: Connection reset by
 # peer` out of `init_process_group`): read as the group never forming only inside those frames.
 # Why the store's server could not listen, by errno.
@@ -97,13 +103,15 @@ class ProcessGroupNeverFormed(Rule):
         )
         # NCCL's bootstrap failing to reach its root (parsers/nccl/: a refused connect in bootstrap.cc's trace)
         boot = t.kinds(K.bootstrap_error)
-        found = pl.concat([ev, in_init, boot]).sort("ts", "source", "line", nulls_last=True)
+        found = pl.concat([ev, in_init, boot])
+        if found.is_empty():
+            found = _stuck_retrying(t)
         if found.is_empty():
             # torchrun's agent failing in its start-up with no worker's output anywhere: the job never formed. Its
             # innermost frame kept stands for it (the traceback is often cut before its exception line).
             agent = self.facts.agent_failed_early.select("source", pl.col("end_line").alias("line"))
             return t.kinds(K.traceback_frame).join(agent, on=["source", "line"])
-        return found
+        return found.sort("ts", "source", "line", nulls_last=True)
 
     def _culprits(self, t: Tables, ev: pl.DataFrame) -> tuple[tuple[int, ...], str]:
         # The server that cannot listen explains its clients' connect errors: check it first.
@@ -112,7 +120,7 @@ class ProcessGroupNeverFormed(Rule):
             errno = ev.filter(pl.col("kind") == K.store_bind)["count"].drop_nulls()
             why = _BIND_ERRNO.get(int(errno[0]), "") if errno.len() else "already in use"
             return tuple(sorted(bind)), f"the store could not listen on its port{f' ({why})' if why else ''}"
-        connecting = ev.filter(pl.col("kind") == K.store_connect)
+        connecting = ev.filter(pl.col("kind").is_in([K.store_connect, K.store_retry]))
         if not connecting.is_empty():
             addr = pl.coalesce("peer", "detail", "value").drop_nulls()
             at = connecting.select(addr)
@@ -160,6 +168,18 @@ class ProcessGroupNeverFormed(Rule):
             conf = 0.45
         elif (ev["kind"] == K.bootstrap_error).all():  # how much NCCL's line proves alone (parsers/nccl/)
             conf = float(ev["strength"].max() or 0.6)
+        elif (ev["kind"] == K.store_retry).all():
+            conf, how = RETRY_ONLY, f"{how} - the client was still retrying when the log ends"
+        elif (ev["kind"] == K.comm_init_timeout).all():
+            conf, how = COMM_INIT_ONLY, "an NCCL communicator did not finish initialising in time"
+        elif _bare_store_timeout(t, ev):
+            conf, how = (
+                BARE_STORE_TIMEOUT,
+                (
+                    "a store request timed out (`Socket Timeout`) and nothing says which wait it was: the "
+                    "rendezvous, or a rank waiting for another's NCCL id"
+                ),
+            )
         who = f" ({ranks_text(culprits)})" if culprits else ""
         return self.finding(
             confidence=conf,
@@ -178,3 +198,24 @@ class ProcessGroupNeverFormed(Rule):
                 "returns on every rank.",
             ),
         )
+
+
+def _stuck_retrying(t: Tables) -> pl.DataFrame:
+    """A store client's failed attempts, when they are all the job says went wrong: nothing else erred or failed
+    and no line after them shows the rank got past its rendezvous (healthy jobs print a few while the store's
+    server starts)."""
+    retries = t.kinds(K.store_retry)
+    if retries.is_empty():
+        return retries
+    others = t.events.filter((pl.col("severity") == "error") & (pl.col("kind") != K.store_retry))
+    if not others.is_empty() or not t.tracebacks.is_empty():
+        return retries.clear()
+    went_on = t.kinds(K.progress, K.nccl_comm_init).group_by("source").agg(pl.col("line").max().alias("_last"))
+    gone_past = retries.join(went_on, on="source").filter(pl.col("_last") > pl.col("line"))
+    return retries.join(gone_past.select("source"), on="source", how="anti")
+
+
+def _bare_store_timeout(t: Tables, ev: pl.DataFrame) -> bool:
+    """Only bare store timeouts (`Socket Timeout`), with no init or rendezvous frame around them."""
+    bare = (ev["kind"] == K.store_timeout) & (ev["detail"] == BARE_TIMEOUT_DETAIL)
+    return bool(bare.all()) and t.kinds(K.frame_init, K.frame_rendezvous).is_empty()
