@@ -139,14 +139,23 @@ class _Main(click.Group):
         except Exception as exc:
             if os.environ.get("NCCLPM_DEBUG"):
                 raise
-            frames = traceback.extract_tb(exc.__traceback__)
-            where = next((f for f in reversed(frames) if f"{os.sep}ncclpm{os.sep}" in f.filename), frames[-1])
+            filename, lineno = _innermost_own_frame(exc)
             first = (str(exc).strip().splitlines() or [""])[0][:300]
             _say(
-                f"ncclpm: internal error: {type(exc).__name__}: {first} (at {Path(where.filename).name}:"
-                f"{where.lineno}) - a bug in ncclpm, please report it; NCCLPM_DEBUG=1 shows the traceback"
+                f"ncclpm: internal error: {type(exc).__name__}: {first} (at {Path(filename).name}:{lineno}) - a bug "
+                "in ncclpm, please report it; NCCLPM_DEBUG=1 shows the traceback"
             )
             ctx.exit(EXIT_INTERNAL)
+
+
+def _innermost_own_frame(exc: BaseException) -> tuple[str, int]:
+    """Where an exception broke inside ncclpm: the innermost frame of a module of the `ncclpm` package (by the module
+    the code belongs to, never by a path: a checkout in a folder named `ncclpm` holds tests and a venv too), else the
+    innermost frame."""
+    frames = list(traceback.walk_tb(exc.__traceback__))
+    own = [(f, n) for f, n in frames if str(f.f_globals.get("__name__", "")).partition(".")[0] == "ncclpm"]
+    frame, lineno = (own or frames)[-1]
+    return frame.f_code.co_filename, lineno
 
 
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "NCCLPM"})
