@@ -44,7 +44,9 @@ def _say(message: str) -> None:
     click.echo(terminal(message), err=True)
 
 
-def _write(text: str, output: Path | None, force: bool, fmt: str = "md", coloured: bool = False) -> None:
+def _write(
+    text: str, output: Path | None, force: bool, fmt: str = "md", coloured: bool = False, quiet: bool = False
+) -> None:
     """`coloured`: text the text renderer made with its own colour codes, every input value already escaped by it
     (escape.one_line/plain) - the only output written with escape sequences, and only to a terminal."""
     if output is None:
@@ -57,7 +59,8 @@ def _write(text: str, output: Path | None, force: bool, fmt: str = "md", coloure
         write_text(output, text, force)
     except OutputError as exc:
         raise click.UsageError(str(exc)) from None
-    _say(f"wrote {output}")
+    if not quiet:
+        _say(f"wrote {output}")
 
 
 def _check_output(output: Path | None, force: bool) -> None:
@@ -195,6 +198,7 @@ def main() -> None:
     help="Colour the text report (auto: on a terminal, unless NO_COLOR is set).",
 )
 @click.option("-v", "--verbose", is_flag=True, help="Also show internals: rules not evaluated, rivals' own summaries.")
+@click.option("-q", "--quiet", is_flag=True, help="No warnings on stderr: errors only.")
 @click.option("--one-job", is_flag=True, help="Read PATHS as one job even when they hold several jobs.")
 def diagnose(
     paths: tuple[str, ...],
@@ -208,6 +212,7 @@ def diagnose(
     name: str | None,
     colour: str,
     verbose: bool,
+    quiet: bool,
     one_job: bool,
 ) -> None:
     """Diagnose one job: PATHS are a log folder, files, archives, or `-` for pasted text on stdin. A folder of
@@ -236,7 +241,7 @@ def diagnose(
 
     d = diagnose_tables(tables, select, ignore)
     del tables  # the report needs only the diagnosis: the tables' memory (a job's dumps) goes back before it
-    for w in d.warnings:
+    for w in () if quiet else d.warnings:
         _say(f"ncclpm: warning: {w}")
     if d.n_sources == 0:  # an error: said on stderr, nothing on stdout (a pipe reading the report gets nothing)
         _say("ncclpm: error: nothing readable in the input (see warnings above)")
@@ -248,7 +253,7 @@ def diagnose(
         if fmt == "text"
         else render(d, fmt, verbose=verbose)
     )
-    _write(text, output, force, fmt, coloured=coloured)
+    _write(text, output, force, fmt, coloured=coloured, quiet=quiet)
     if d.category == Category.NO_FAILURE:
         sys.exit(EXIT_NO_FAILURE)
     if d.category == Category.NOT_A_TRAINING_LOG:
@@ -297,7 +302,13 @@ def _triage_hint(found: SeveralJobs, files: list[str]) -> str:
 @click.argument("runs", nargs=-1)
 @click.option("-g", "--good", "good_more", multiple=True, help="Add a file or folder to GOOD (repeatable).")
 @click.option("-b", "--bad", "bad_more", multiple=True, help="Add a file or folder to BAD (repeatable).")
-@click.option("-f", "--format", "fmt", type=click.Choice(DIFF_FORMATS), default="md", show_default=True)
+@click.option(
+    "-f",
+    "--format",
+    "fmt",
+    type=click.Choice(DIFF_FORMATS),
+    help="Report format [default: text on a terminal, md when piped or written to a file].",
+)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the report here.")
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
 @click.option(
@@ -306,14 +317,26 @@ def _triage_hint(found: SeveralJobs, files: list[str]) -> str:
     type=click.Path(file_okay=False, exists=True, path_type=Path),
     help="Extra folder of TOML pattern catalogs.",
 )
+@click.option(
+    "--color",
+    "--colour",
+    "colour",
+    type=click.Choice(["auto", "always", "never"]),
+    default="auto",
+    show_default=True,
+    help="Colour the text report (auto: on a terminal, unless NO_COLOR is set).",
+)
+@click.option("-q", "--quiet", is_flag=True, help="No warnings on stderr: errors only.")
 def diff_runs(
     runs: tuple[str, ...],
     good_more: tuple[str, ...],
     bad_more: tuple[str, ...],
-    fmt: str,
+    fmt: str | None,
     output: Path | None,
     force: bool,
     patterns: tuple[Path, ...],
+    colour: str,
+    quiet: bool,
 ) -> None:
     """Compare a run that worked (GOOD) with one that failed (BAD): what changed, ranked by how much it can
     explain BAD's failure. GOOD and BAD are each a log folder, a file or an archive (`-` for pasted text on
@@ -339,9 +362,13 @@ def diff_runs(
         stdin_bytes=_read_stdin() if stdin_side else None,
         stdin_side=stdin_side,
     )
-    for w in report.warnings:
+    for w in () if quiet else report.warnings:
         _say(f"ncclpm: warning: {w}")
-    _write(render_diff(report, fmt), output, force, fmt)
+    fmt = fmt or _default_format(output)
+    coloured = fmt == "text" and _use_colour(colour, output)
+    width = min(max(shutil.get_terminal_size((100, 24)).columns, 60), 120) if output is None else 100
+    text = render_diff(report, fmt, color=coloured, width=width) if fmt == "text" else render_diff(report, fmt)
+    _write(text, output, force, fmt, coloured=coloured, quiet=quiet)
     if report.good.sources == 0 or report.bad.sources == 0:
         side = "GOOD" if report.good.sources == 0 else "BAD"
         _say(f"ncclpm: error: nothing readable in {side} (see warnings above)")
@@ -432,6 +459,7 @@ def tables(paths: tuple[str, ...], name: str, fmt: str | None, output: Path | No
     help="An earlier triage table (.parquet/.csv/.ndjson): failure signatures it never had are marked new.",
 )
 @click.option("--force", is_flag=True, help="Overwrite outputs that exist.")
+@click.option("-q", "--quiet", is_flag=True, help="No warnings on stderr: errors only.")
 def triage(
     paths: tuple[Path, ...],
     output: Path | None,
@@ -440,6 +468,7 @@ def triage(
     ray_address: str | None,
     baseline_path: Path | None,
     force: bool,
+    quiet: bool,
 ) -> None:
     """Triage many jobs: PATHS are jobs (folders, archives) or folders of jobs; one row per job."""
     from ncclpm.triage import Interrupted, find_jobs, render_summary, run_local, run_ray, to_frame, write_table
@@ -461,7 +490,7 @@ def triage(
             raise click.UsageError(str(exc)) from None
     warnings: list[str] = []
     jobs = find_jobs(paths, warnings)
-    for w in warnings:
+    for w in () if quiet else warnings:
         _say(f"ncclpm: warning: {w}")
     if not jobs:
         _say("ncclpm: error: no job found in " + ", ".join(str(p) for p in paths))
@@ -492,7 +521,7 @@ def triage(
     failed = frame["error"].is_not_null().sum()
     nothing = frame.height == 0 or failed == frame.height  # nothing readable: an input error, no summary on stdout
     if summary_out is not None or (output is None and not interrupted and not nothing):
-        _write(render_summary(frame, baseline=context), summary_out, force)
+        _write(render_summary(frame, baseline=context), summary_out, force, quiet=quiet)
     _say(f"ncclpm: {frame.height} jobs, {failed} unreadable, {frame['seconds'].sum():.1f} s of work")
     if nothing and not interrupted:
         for row in frame.filter(frame["error"].is_not_null()).head(10).iter_rows(named=True):

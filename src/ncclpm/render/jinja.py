@@ -56,6 +56,19 @@ def _finalize(ctx: Context, value: Any) -> Any:
     return escape.plain(value)
 
 
+@pass_context
+def _prose(ctx: Context, value: Any) -> Any:
+    """ncclpm's own prose in the template's format (`escape.prose_parts`: one split, one renderer per format)."""
+    name = ctx.name or ""
+    if name.endswith(".md"):
+        return escape.md_prose(value)
+    if name.endswith(".mrkdwn"):
+        return escape.slack_prose(value)
+    if name.endswith((".html", ".html.j2")):
+        return Markup(escape.html_prose(value))
+    return escape.text_prose(value)
+
+
 @lru_cache(maxsize=1)
 def environment() -> Environment:
     filters = {
@@ -70,6 +83,7 @@ def environment() -> Environment:
         "md_fenced": escape.md_fenced,
         "md_quote": _md_quote,
         "plain": escape.controls_shown,  # the diff's templates
+        "prose": _prose,
     }
     return new_environment(data_dir("templates"), _finalize, filters, read_snapshot())
 
