@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -42,12 +42,12 @@ PAIRS = sorted(p.parent for p in (ROOT / "tests" / "diff_cases").glob("*/expecte
 FORMATS = ("md", "html", "text", "slack", "slack-json")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _report(job: Path) -> object:
     return diagnose([job], name=job.parent.name if job.name == "input" else job.name)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _diff(pair: Path) -> object:
     return diff([pair / "good"], [pair / "bad"])
 
@@ -73,7 +73,9 @@ def _renders() -> list[tuple[str, str, str]]:
     out = []
     for job in [*SAMPLES, *CASES]:
         for fmt in FORMATS:
-            out.append((f"diagnose {job.parent.name if job.name == 'input' else job.name}", fmt, render(_report(job), fmt)))
+            out.append(
+                (f"diagnose {job.parent.name if job.name == 'input' else job.name}", fmt, render(_report(job), fmt))
+            )
     for pair in PAIRS:
         for fmt in FORMATS:
             out.append((f"diff {pair.name}", fmt, render_diff(_diff(pair), fmt)))
