@@ -249,7 +249,7 @@ class Moment:
     hosts: tuple[str, ...] = ()
     refs: tuple[str, ...] = ()
     approx: bool = False
-    kind: str = ""  # last_activity | wait | error | timeout | end | note
+    kind: str = ""  # finished | last_activity | wait | error | timeout | end | note
 
     def to_dict(self) -> dict[str, Any]:
         return {

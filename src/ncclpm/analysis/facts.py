@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from ncclpm.analysis import busy, peers, stores, victims
+from ncclpm.analysis import activity, busy, peers, stores, victims
 from ncclpm.analysis import crashes as own_failures
 from ncclpm.analysis.job import JobFacts
 from ncclpm.analysis.settings import EnvLint, env_lint
@@ -97,6 +97,27 @@ class Analysis:
         """Store timeouts after the group had formed, with the rank awaited (if known) and how."""
         return stores.store_waits(self.t)
 
+    # each rank's lines in time order across files (activity.py)
+    @cached_property
+    def line_order(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """(placed, unplaced): each rank's kept lines with their place in its time order across files."""
+        return activity.rank_line_order(self.t)
+
+    @cached_property
+    def last_lines(self) -> pl.DataFrame:
+        """Per rank: its last line across every file, and whether it is proven the last (nothing after it)."""
+        return activity.last_lines(self.t, *self.line_order)
+
+    @cached_property
+    def last_activity(self) -> pl.DataFrame:
+        """Per rank: its last activity or progress line, in time order across every file."""
+        return activity.last_activity(self.t, self.line_order[0])
+
+    @cached_property
+    def finished_work(self) -> activity.FinishedWork | None:
+        """The work was done before anything failed (`training done`...), with the last step reached; else None."""
+        return activity.finished_work(self.t, self.line_order[0])
+
     # what each rank was busy with (busy.py)
     @cached_property
     def waiting_in_barrier(self) -> bool:
@@ -106,7 +127,9 @@ class Analysis:
         """One activity row per rank of `ranks`: the rank-local work it started before the others gave up (an
         unranked console line attributed to the one candidate when `attribute_unranked`). Worked out per call:
         a caller that needs it twice keeps it."""
-        return busy.rank_local_work(self.t, ranks, self.victim_lines, self.first_symptom, attribute_unranked)
+        return busy.rank_local_work(
+            self.t, ranks, self.victim_lines, self.first_symptom, attribute_unranked, self.line_order[0]
+        )
 
     # the stacks, the timeout, the job, the settings
     @cached_property

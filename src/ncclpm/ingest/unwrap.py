@@ -39,8 +39,13 @@ _STARTS_IN_TOKEN = r"^ ?[\w()\[\]<>=,.:/'\"-]"
 # A line that starts with a timestamp (syslog `Nov 14 03:12:44 `, dmesg `[2419876.551211] `, ISO) begins a record:
 # host logs have no envelope, and two kernel lines of one length would otherwise read as a line and its tail.
 _STAMP = r"(?:[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} |\[\s*\d+\.\d+\] |\d{4}-\d{2}-\d{2}[T ]\d{2}:)"
-_RECORD_START = rf"^(?:Traceback \(most|\s+File \"|\s*$|{_STAMP})"
-_RECORD_START_PY = re.compile(rf"Traceback \(most|\s+File \"|{_STAMP}")
+# c10's `Exception raised from <function> at <file>:<line>` opens the C++ stack torch prints under an error message
+_RECORD_START = rf"^(?:Traceback \(most|\s+File \"|\s*$|Exception raised from |{_STAMP})"
+_RECORD_START_PY = re.compile(rf"Traceback \(most|\s+File \"|Exception raised from |{_STAMP}")
+# A line that opens with the same word as the line above is the next record of a fixed-format log (`Epoch: [3][5/20]`
+# under `Epoch: [3][0/20]`, every line as long as the last), not the tail of a cut one.
+_FIRST_WORD = r"^(\S{4,})"
+_FIRST_WORD_PY = re.compile(_FIRST_WORD)
 _ENDS_IN_TOKEN_PY = re.compile(_ENDS_IN_TOKEN)
 _STARTS_IN_TOKEN_PY = re.compile(_STARTS_IN_TOKEN)
 _RULE_PY = re.compile(r"[=*#~\s-]+")  # a rule line of a summary block (`=====`) is complete as it is
@@ -67,6 +72,7 @@ def rejoin_wrapped(lf: pl.LazyFrame, hit: pl.Expr, line_start: str) -> pl.LazyFr
         & ~nxt.str.contains(f"^(?:{line_start})" if line_start else "^$").fill_null(True)
         & ~nxt.str.contains(_RECORD_START).fill_null(True)
         & (nxt.str.len_chars() < width)
+        & (nxt.str.extract(_FIRST_WORD) != raw.str.extract(_FIRST_WORD)).fill_null(True)
     )
     shared = pl.col("_cut").count().over("source", "_cut") >= 2  # materialised keys: an expression key miscounts
     glue = pl.col("_cut").is_not_null() & (shared | pl.col("_cut").is_in(TERMINAL_WIDTHS))
@@ -115,7 +121,13 @@ def joins(line: str, tail: str, start: re.Pattern[str]) -> bool:
         and _continues(tail, start)
         and bool(_ENDS_IN_TOKEN_PY.search(line) and _STARTS_IN_TOKEN_PY.match(tail))
         and not _RULE_PY.fullmatch(line)
+        and not _same_first_word(line, tail)
     )
+
+
+def _same_first_word(line: str, tail: str) -> bool:
+    a, b = _FIRST_WORD_PY.match(line), _FIRST_WORD_PY.match(tail)
+    return a is not None and b is not None and a.group(1) == b.group(1)
 
 
 def _continues(line: str, start: re.Pattern[str]) -> bool:

@@ -54,6 +54,8 @@ def _scheduler(f: Finding) -> tuple[Action, str] | None:
 
 
 def _killed(f: Finding) -> tuple[Action, str] | None:
+    if f.facts.get("after_work"):
+        return Action.FIX_CODE, "the work was done, the crash is at teardown: the job owner fixes the shutdown"
     if f.facts.get("killed"):
         return (
             Action.FIX_CONFIG,

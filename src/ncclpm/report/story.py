@@ -14,6 +14,8 @@ from typing import Any
 
 import polars as pl
 
+from ncclpm.analysis import Analysis
+from ncclpm.analysis.activity import FinishedWork
 from ncclpm.model import Finding, Moment, rank_span
 from ncclpm.model import said as quote_line
 from ncclpm.tables import Tables
@@ -67,30 +69,43 @@ def _line(t: Tables, source: str, line: int | None) -> dict[str, Any] | None:
 def _verb(event: dict[str, Any] | None) -> str:
     if event is None:
         return "shows"
-    if event["kind"] in (K.activity, K.progress):
+    if event["kind"] in (K.activity, K.progress, K.data_wait):
         return "last logged"
     return "failed:" if event["severity"] == "error" else "reported"
 
 
+def _nothing_more(t: Tables, row: dict[str, Any], text: str | None) -> bool:
+    """`text` is the rank's last line across every file, proven so (no line of the rank left unplaced)."""
+    return bool(row.get("last_line_proven")) and text is not None and said(t, row.get("last_line")) == said(t, text)
+
+
 def _culprit_moments(t: Tables, primary: Finding, rows: dict[int, dict], waited: bool) -> list[Moment]:
     out: list[Moment] = []
-    ends = {_ref(s, n) for s, n in t.elastic.select("source", "line").iter_rows()}
+    ends = {_ref(s, n) for s, *lines in t.elastic.select("source", "line", "exit_line").iter_rows() for n in lines}
     for rank in primary.culprit_ranks[:4]:
         row = rows.get(rank, {})
         reason = next((e for e in primary.evidence if e.rank == rank and e.ref not in ends), None)
         event = _line(t, reason.file, reason.line) if reason is not None else None
-        act, act_ts = row.get("last_activity"), row.get("last_activity_ts")
-        if act and (reason is None or said(t, reason.text) != said(t, act)):
-            away = " and nothing more" if waited and not row.get("timed_out") else ""
-            text = f"{who([rank], rows)} last logged `{said(t, act)}`{away}"
-            out.append(_moment(rows, act_ts, text, [rank], [row.get("last_activity_ref")], "last_activity"))
+        # what it did last: its last line across its files when it did not fail (after an error, its last lines are
+        # the error's own), else its last activity
+        key = "last_line" if not row.get("first_error") else "last_calm"
+        key = key if row.get(key) else "last_activity"
+        last, last_ts, last_ref = row.get(key), row.get(f"{key}_ts"), row.get(f"{key}_ref")
+        if last and (reason is None or said(t, reason.text) != said(t, last)):
+            away = " and nothing more" if waited and not row.get("timed_out") and _nothing_more(t, row, last) else ""
+            text = f"{who([rank], rows)} last logged `{said(t, last)}`{away}"
+            out.append(_moment(rows, last_ts, text, [rank], [last_ref], "last_activity"))
         if reason is not None and not row.get("timed_out"):
             ts = event["ts"] if event is not None else None
             whose = who([rank], rows, detail=not out)
             if event is None and reason.line is None:  # a whole-file source: a flight-recorder dump
                 whose += f"'s {reason.file.rsplit('/', 1)[-1]}"
-            away = " and nothing more" if waited and _verb(event) == "last logged" else ""
-            text = f"{whose} {_verb(event)} `{said(t, reason.text)}`{away}"
+            verb = _verb(event)
+            is_last = row.get("last_line") is None or said(t, row.get("last_line")) == said(t, reason.text)
+            if verb == "last logged" and not is_last:
+                verb = "logged"  # the rank went on after it: its last line is another (said above)
+            quiet = waited and verb == "last logged" and _nothing_more(t, row, reason.text)
+            text = f"{whose} {verb} `{said(t, reason.text)}`{' and nothing more' if quiet else ''}"
             out.append(
                 _moment(
                     rows, ts, text, [rank], [reason.ref], "error" if _verb(event) != "last logged" else "last_activity"
@@ -205,7 +220,7 @@ def _end_moments(t: Tables, rows: dict[int, dict], culprits: set[int]) -> list[M
             if root and culprits and not set(root) & culprits:
                 note = ' (torchrun\'s "first observed failure": a waiting rank, not the cause)'
             parts.append(f"{rank_span(members)} ended with {_exit_text(code, signal)}{note}")
-        ref = _ref(at["source"][0], at["line"][0])
+        ref = _ref(at["source"][0], at["exit_line"][0] if at["exit_line"][0] is not None else at["line"][0])
         out.append(_moment(rows, at["ts"][0], "; ".join(parts), ranks, [ref], "end"))
     return out
 
@@ -241,15 +256,27 @@ def _order(moments: list[Moment]) -> list[Moment]:
     return [k[-1] for k in sorted(keyed, key=lambda k: k[:3])]
 
 
+def _finished_moment(t: Tables, done: FinishedWork | None, rows: dict[int, dict]) -> list[Moment]:
+    """The work was done before the job failed: said first, with the last step reached."""
+    if done is None:
+        return []
+    whom = who(list(done.ranks), rows, detail=False) if done.ranks else "the job"
+    step = f" after `{said(t, done.last_step)}`" if done.last_step else ""
+    text = f"{whom} finished {'its' if len(done.ranks) <= 1 else 'their'} work: `{said(t, done.text)}`{step}"
+    refs = [r for r in (done.last_step_ref, done.ref) if r]
+    return [_moment(rows, done.ts, text, done.ranks, refs, "finished")]
+
+
 def build_story(
-    t: Tables, primary: Finding, rank_rows: tuple[dict[str, Any], ...], failing: dict[str, Any] | None = None
+    facts: Analysis, primary: Finding, rank_rows: tuple[dict[str, Any], ...], failing: dict[str, Any] | None = None
 ) -> tuple[Moment, ...]:
+    t = facts.t
     rows = {r["rank"]: r for r in rank_rows}
     culprits = set(primary.culprit_ranks)
     waits = _wait_moments(t, primary, rows, failing)
     moments = _culprit_moments(t, primary, rows, waited=bool(waits)) + waits
     moments += _victim_errors(t, rows, culprits)
     taken = {ref for m in moments for ref in m.refs}
-    moments = _reason_moment(t, primary, rows, taken) + moments
+    moments = _finished_moment(t, facts.finished_work, rows) + _reason_moment(t, primary, rows, taken) + moments
     moments += _end_moments(t, rows, culprits)
     return tuple(_order(moments)[:MAX_MOMENTS])

@@ -15,6 +15,17 @@ from ncclpm.tables.kinds import K
 from ncclpm.tables.schema import Category
 
 
+def _how(row: dict, envelopes: str) -> str:
+    """How the first rank died, in prose: its own line quoted, or the launcher's report of its exit in words (that
+    report's lines are the evidence)."""
+    if row["how"] != "exit":
+        return f"`{said(row['text'], envelopes)}`"
+    code = row.get("exit_code")
+    signal = row.get("signal")
+    how = f"{signal} (exit code {code})" if signal and code is not None else signal or f"exit code {code}"
+    return f"the launcher saw it end with {how}"
+
+
 class RankDiedFirst(Rule):
     """One rank died (exception, segfault, SIGKILL, exit) before the others, which then timed out waiting.
 
@@ -53,6 +64,12 @@ class RankDiedFirst(Rule):
             when="the rank died of a CUDA error a failing GPU raises as well as a bug",
         ),
         "bus_error": BUS_ERROR,
+        "teardown": Fix(
+            "The work finished before the crash (its results are written): fix the shutdown - wait for every rank "
+            "(`dist.barrier()`) before `dist.destroy_process_group()`, join or stop background threads (data "
+            "prefetchers, loggers, async checkpoint writers) before the interpreter exits.",
+            when="the job logged the end of its work before the crash",
+        ),
         "fix_crash": Fix(
             "Fix the failure on the culprit rank (its traceback above); for SIGKILL check the host's "
             "kernel log (`dmesg -T | grep -i 'killed process'`) for the OOM killer."
@@ -81,10 +98,18 @@ class RankDiedFirst(Rule):
             conf += 0.2  # the kernel names the culprit's own pid: the reason is known
         gpu_fault = shown["strength"].drop_nulls()  # a CUDA error a failing GPU raises as well as a code bug
         conf = min(conf, gpu_fault.min()) if gpu_fault.len() else conf  # type: ignore[type-var]
+        done = self.facts.finished_work  # the work was done first: the crash is at teardown
+        first = (
+            f"The work was done (`{said(done.text, t.line_prefix, 60)}`"
+            + (f" after `{said(done.last_step, t.line_prefix, 60)}`" if done.last_step else "")
+            + f") when {ranks_text(culprits)} died at teardown"
+            if done is not None
+            else f"{ranks_text(culprits).capitalize()} died first"
+        )
         return self.finding(
             confidence=conf,
             culprit_ranks=culprits,
-            summary=f"{ranks_text(culprits).capitalize()} died first ({said(shown['text'][0], t.line_prefix)})"
+            summary=f"{first} ({_how(shown.row(0, named=True), t.line_prefix)})"
             + (" - killed by the kernel's OOM killer (host memory, not GPU memory)" if oom_hit else "")
             + (f"; {ranks_text(sorted(others))} then failed waiting for it." if others else "."),
             explanation="The first rank to fail on its own is the cause; timeouts and 'connection closed by "
@@ -96,6 +121,7 @@ class RankDiedFirst(Rule):
                 *quotes(self.facts.victim_lines.filter(pl.col("rank").is_in(list(others))), 2),
             ),
             fixes=self.fixes(
+                *(["teardown"] if done is not None else []),
                 *([] if oom.is_empty() else ["host_memory"]),
                 *(["gpu_fault"] if gpu_fault.len() else []),
                 *(["bus_error"] if (shown["signal"] == "SIGBUS").any() else []),
@@ -111,7 +137,7 @@ class RankDiedFirst(Rule):
                 "after the fix the job passes the step where it died.",
             ),
             # SIGKILL (the launcher's -9, mpirun's or the shell's `Killed`) comes from outside the process
-            facts={"victim_ranks": sorted(others), "killed": oom_hit or _killed(shown)},
+            facts={"victim_ranks": sorted(others), "killed": oom_hit or _killed(shown), "after_work": done is not None},
         )
 
     def why_not(self, t: Tables, winner: Finding, mine: Finding | None) -> str | None:
