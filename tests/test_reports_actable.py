@@ -72,9 +72,79 @@ def test_a_job_that_finished_then_aborted_at_teardown_says_it_finished_first() -
 
 
 @pytest.mark.parametrize(
-    "case", ["real_teardown_abort_after_training_done", "real_dataloader_stall_split_files", "excerpt_ib_async_port_error"]
+    "case",
+    ["real_teardown_abort_after_training_done", "real_dataloader_stall_split_files", "excerpt_ib_async_port_error"],
 )
 def test_why_not_the_others_never_argues_against_the_verdicts_own_category(case: str) -> None:
     d = _case(case)
     assert all(r.finding.category != d.category for r in d.rivals), [r.finding.rule for r in d.rivals]
     assert all(r.category != str(d.category) for r in d.ruled_out), [r.rule for r in d.ruled_out]
+
+
+# ------------------------------------------------------------------------------- 6. network scope by host
+
+
+def test_an_ib_port_error_on_one_host_names_that_host_and_its_ranks() -> None:
+    d = _case("excerpt_ib_port_error_one_host")
+    assert d.culprit_hosts == ("h100-c07",) and list(d.culprit_ranks) == [4, 5, 6, 7], (
+        d.culprit_hosts,
+        d.culprit_ranks,
+    )
+    assert str(d.action) == "exclude_node" and "no node to blame" not in d.action_reason, d.action_reason
+
+
+@pytest.mark.parametrize(
+    ("case", "inside"), [("excerpt_ib_port_error_one_host", [6]), ("issue4_ib_error_one_host", [8, 11])]
+)
+def test_a_rank_that_failed_inside_the_collective_is_not_said_to_have_never_joined(
+    case: str, inside: list[int]
+) -> None:
+    d = _case(case)
+    wait = next(m for m in d.story if m.kind == "wait")
+    assert "failed inside it" in wait.text, wait.text
+    never = wait.text.split("which never joined")[0] if "which never joined" in wait.text else ""
+    assert not any(f"rank {r}" in never or f" {r}," in never for r in inside), wait.text
+
+
+def test_the_c10_stack_under_an_error_is_not_glued_to_the_error_line(tmp_path: Path) -> None:
+    """`Exception raised from ...` opens the C++ stack torch prints under a message: never the tail of a line that
+    happens to be as long as a terminal is wide (200 columns) and to end inside a token."""
+    head = "[rank6]:NET/IB : Got async event : port error on mlx5_2:1 localGid ::ffff:10.40.1.7 remoteGid fe80::a288:c203:61f1"
+    head += " lid 0x3f21 qpn 0x0001a2b4 psn 0x9c1f0e2d remote qpn 0x0001c7e9 gid 3 err 0x81 0x061f1"
+    assert len(head) == 200, len(head)
+    (tmp_path / "rank6.log").write_text(
+        "[rank6]:[E412 02:31:47.218533071 ProcessGroupNCCL.cpp:1595] [PG 0 (default_pg) Rank 6] Process group watchdog "
+        "thread terminated with exception: NCCL error: remote process exited or there was a network error\n"
+        f"{head}\nException raised from checkForNCCLErrorsInternal at ../torch/csrc/distributed/c10d/NCCLUtils.cpp:275"
+        " (most recent call first):\n"
+    )
+    t = build([tmp_path])
+    glued = t.lines.filter(t.lines["message"].str.contains(r"\S+Exception raised from"))
+    assert glued.is_empty(), glued["message"].to_list()
+
+
+def test_fixed_format_lines_of_one_length_are_not_glued_as_hard_wrapped() -> None:
+    """A per-rank stdout.log of progress lines all as long as each other is no terminal-wrapped text."""
+    t = build([CASES / "real_dataloader_stall_split_files" / "input"])
+    assert not t.lines.filter(t.lines["message"].str.count_matches("Epoch: ") > 1).height
+
+
+def test_the_timeline_draws_each_ranks_exit_at_its_time() -> None:
+    from ncclpm.render.timeline import build_timeline
+
+    d = _case("excerpt_ib_port_error_one_host")
+    tl = build_timeline(d)
+    assert tl is not None and tl.scaled
+    row6 = next(r for r in tl.rows if r.full_label == "6")
+    exits = [m for m in row6.marks if m.kind == "exit"]
+    fired = max(m.x for r in tl.rows if r.role == "waiting" for m in r.marks if m.kind == "timeout")
+    assert exits and exits[0].x < fired < tl.plot_x + tl.plot_w, (exits, fired)
+
+
+# ------------------------------------------------------------------------------- 7. hosts the logs name
+
+
+def test_a_driver_failure_names_the_host_srun_names_for_its_rank() -> None:
+    d = _case("excerpt_srun_nvml_failure_host_named")
+    assert str(d.action) == "exclude_node" and d.culprit_hosts == ("h100-c07",), (d.action, d.culprit_hosts)
+    assert "h100-c07" in render(d, "text").split("\n")[4]  # on the action line: `→ exclude_node h100-c07 — ...`

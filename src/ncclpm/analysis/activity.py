@@ -37,7 +37,7 @@ LAST_SCHEMA = {
     "last_line": pl.String(),
     "last_line_ts": pl.Datetime("us"),
     "last_line_proven": pl.Boolean(),
-    "last_calm_ref": pl.String(),  # its last line that is no error: what it did before it failed
+    "last_calm_ref": pl.String(),  # its last line before its first error: what it did before it failed
     "last_calm": pl.String(),
     "last_calm_ts": pl.Datetime("us"),
 }
@@ -93,8 +93,12 @@ def last_lines(t: Tables, placed: pl.DataFrame, unplaced: pl.DataFrame) -> pl.Da
     ordered = placed.sort("rank", "pos", "source", "line")
     last = ordered.group_by("rank", maintain_order=True).last()
     errors = t.events.filter(pl.col("severity") == "error").select("source", "line").unique()
+    failed_at = (
+        ordered.join(errors, on=["source", "line"], how="semi").group_by("rank").agg(pl.col("pos").min().alias("_err"))
+    )
     calm = (
-        ordered.join(errors, on=["source", "line"], how="anti")
+        ordered.join(failed_at, on="rank", how="left")
+        .filter(pl.col("_err").is_null() | (pl.col("pos") < pl.col("_err")))
         .group_by("rank", maintain_order=True)
         .last()
         .select(
@@ -194,4 +198,21 @@ def finished_work(t: Tables, placed: pl.DataFrame) -> FinishedWork | None:
         ts=first["ts"],
         last_step=str(step["text"]) if step else None,
         last_step_ref=f"{step['source']}:{step['line']}" if step else None,
+    )
+
+
+def task_hosts(t: Tables) -> pl.DataFrame:
+    """(rank, host) from srun's task lines (`srun: error: HOST: task N: ...`: `value` the host, `detail` the task)
+    when srun launched the ranks themselves - no torchrun summary in the job, whose agents would be srun's tasks."""
+    empty = pl.DataFrame(schema={"rank": pl.Int32(), "host": pl.String()})
+    if not t.elastic.is_empty():
+        return empty
+    tasks = pl.col("value").is_not_null() & pl.col("detail").str.contains(r"^\d+$")
+    rows = t.kinds(K.scheduler_task_exit).filter(tasks)
+    if rows.is_empty():
+        return empty
+    return (
+        rows.select(pl.col("detail").cast(pl.Int32).alias("rank"), pl.col("value").alias("host"))
+        .unique("rank", keep="first", maintain_order=True)
+        .sort("rank")
     )

@@ -114,6 +114,12 @@ class Analysis:
         return activity.last_activity(self.t, self.line_order[0])
 
     @cached_property
+    def task_hosts(self) -> pl.DataFrame:
+        """(rank, host) the scheduler's own lines name (`srun: error: h100-c07: task 3: Exited ...`) when srun launched
+        the ranks themselves (no torchrun summary in the job: srun's tasks are then the ranks)."""
+        return activity.task_hosts(self.t)
+
+    @cached_property
     def finished_work(self) -> activity.FinishedWork | None:
         """The work was done before anything failed (`training done`...), with the last step reached; else None."""
         return activity.finished_work(self.t, self.line_order[0])

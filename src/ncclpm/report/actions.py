@@ -43,6 +43,8 @@ def _network(f: Finding) -> tuple[Action, str] | None:
     if classes and classes <= {"interface"}:
         return Action.FIX_CONFIG, "no usable network interface: NCCL_SOCKET_IFNAME / NCCL_IB_HCA"
     if len(f.facts.get("hosts", [])) == 1:
+        if not f.facts.get("host_pairs"):
+            return Action.EXCLUDE_NODE, "the host's own network adapter reported the failure: drain it"
         return Action.EXCLUDE_NODE, "every failing connection goes through one host: drain it"
     return None
 

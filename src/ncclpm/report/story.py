@@ -88,12 +88,16 @@ def _culprit_moments(t: Tables, primary: Finding, rows: dict[int, dict], waited:
         event = _line(t, reason.file, reason.line) if reason is not None else None
         # what it did last: its last line across its files when it did not fail (after an error, its last lines are
         # the error's own), else its last activity
-        key = "last_line" if not row.get("first_error") else "last_calm"
-        key = key if row.get(key) else "last_activity"
-        last, last_ts, last_ref = row.get(key), row.get(f"{key}_ts"), row.get(f"{key}_ref")
+        # its last activity across its files in time order; its last line too when it logged more after it and
+        # did not fail (after an error, the lines that follow are the error's own)
+        last, last_ts, last_ref = row.get("last_activity"), row.get("last_activity_ts"), row.get("last_activity_ref")
         if last and (reason is None or said(t, reason.text) != said(t, last)):
             away = " and nothing more" if waited and not row.get("timed_out") and _nothing_more(t, row, last) else ""
             text = f"{who([rank], rows)} last logged `{said(t, last)}`{away}"
+            after = row.get("last_line")
+            if after and not row.get("first_error") and said(t, after) != said(t, last):
+                which = "its last line" if row.get("last_line_proven") else "the last line of it read"
+                text += f"; {which}: `{said(t, after)}` ({row.get('last_line_ref')})"
             out.append(_moment(rows, last_ts, text, [rank], [last_ref], "last_activity"))
         if reason is not None and not row.get("timed_out"):
             ts = event["ts"] if event is not None else None
@@ -156,28 +160,53 @@ def _fired(g: dict[str, Any], wait: timedelta | None) -> str:
     )
 
 
+AWAY_CATEGORIES = ("slow_rank_work", "dataloader_hang")  # verdicts that say the culprit never entered the collective
+
+
+def _inside(row: dict[str, Any], seq: int | None, start: datetime | None, fired: datetime | None) -> bool:
+    """The rank was in the collective when it failed: its watchdog had enqueued it, or it failed while the others
+    waited in it."""
+    if seq is not None and row.get("last_enqueued") is not None and row["last_enqueued"] >= seq:
+        return True
+    err = row.get("first_error_ts")
+    return isinstance(err, datetime) and start is not None and fired is not None and start <= err <= fired
+
+
 def _wait_moments(t: Tables, primary: Finding, rows: dict[int, dict], failing: dict | None) -> list[Moment]:
     out: list[Moment] = []
     groups = _timeout_groups(t)
     joined = {r for g in groups for r in g["rank"]}
-    absent = sorted(set(primary.culprit_ranks) - joined)
-    seen = [rows[r].get("last_activity_ts") for r in absent if r in rows]
-    last_seen = [ts for ts in seen if isinstance(ts, datetime)]
     for g in groups:
         wait = timedelta_ms(g["timeout_ms"]) if g["timeout_ms"] else None
         start = shift(g["first"], -wait) if wait is not None and g["first"] is not None else None
-        never = f" for {rank_span(absent)}, which never joined" if absent else ""
-        text = f"{who(g['rank'], rows)} entered {_what(g, failing)} and waited{never}"
+        others = [r for r in sorted(set(primary.culprit_ranks) - joined) if r in rows or not rows]
+        inside = [r for r in others if _inside(rows.get(r, {}), g["seq"], start, g["first"])]
+        rest = [r for r in others if r not in inside]
+        seen = [rows[r].get("last_activity_ts") for r in rest if r in rows]
+        last_seen = [ts for ts in seen if isinstance(ts, datetime)]
+        # "never joined" is said of a rank the verdict says was elsewhere, or whose last line is before the wait
+        away = [
+            r
+            for r in rest
+            if str(primary.category) in AWAY_CATEGORIES
+            or (isinstance(rows.get(r, {}).get("last_activity_ts"), datetime) and start is not None
+                and rows[r]["last_activity_ts"] < start)
+        ]  # fmt: skip
+        waited = [*(f"{rank_span(away)}, which never joined" for _ in away[:1])]
+        waited += [rank_span(r) for r in ([x for x in rest if x not in away],) if r and rank_span(r) != "no rank"]
+        waited += [f"{rank_span(inside)}, which failed inside it" for _ in inside[:1]]
+        text = f"{who(g['rank'], rows)} entered {_what(g, failing)} and waited"
+        text += f" for {' and '.join(waited)}" if waited else ""
         out.append(_moment(rows, start, text, g["rank"], [], "wait", approx=True))
         if g["first"] is None:
             continue
-        away = ""
+        away_text = ""
         since = min(last_seen) if last_seen else start
-        if absent and since is not None and g["first"] >= since:
+        if away and since is not None and g["first"] >= since:
             busy = human_duration((g["first"] - since).total_seconds())
-            away = f": {rank_span(absent)} had been away for {'' if last_seen else 'at least '}{busy}"
+            away_text = f": {rank_span(away)} had been away for {'' if last_seen else 'at least '}{busy}"
         refs = [_ref(g["source"], g["line"])]
-        out.append(_moment(rows, g["first"], _fired(g, wait) + away, g["rank"], refs, "timeout"))
+        out.append(_moment(rows, g["first"], _fired(g, wait) + away_text, g["rank"], refs, "timeout"))
     return out
 
 
