@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ncclpm.api import build, diagnose
 from ncclpm.analysis import analyse
+from ncclpm.api import build, diagnose
 from ncclpm.render import render
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -37,9 +37,6 @@ LAST_SCHEMA = {
     "last_line": pl.String(),
     "last_line_ts": pl.Datetime("us"),
     "last_line_proven": pl.Boolean(),
-    "last_calm_ref": pl.String(),  # its last line before its first error: what it did before it failed
-    "last_calm": pl.String(),
-    "last_calm_ts": pl.Datetime("us"),
 }
 
 
@@ -85,29 +82,12 @@ def rank_line_order(t: Tables) -> tuple[pl.DataFrame, pl.DataFrame]:
     return placed.sort("rank", "pos", "source", "line"), unplaced.select(cols)
 
 
-def last_lines(t: Tables, placed: pl.DataFrame, unplaced: pl.DataFrame) -> pl.DataFrame:
-    """Per rank: its last line (text, file:line, time) in time order, whether it is proven the last, and its last
-    line that is no error (what it did before it failed)."""
+def last_lines(placed: pl.DataFrame, unplaced: pl.DataFrame) -> pl.DataFrame:
+    """Per rank: its last line (text, file:line, time) in time order, and whether it is proven the last."""
     if placed.is_empty():
         return pl.DataFrame(schema=LAST_SCHEMA)
     ordered = placed.sort("rank", "pos", "source", "line")
     last = ordered.group_by("rank", maintain_order=True).last()
-    errors = t.events.filter(pl.col("severity") == "error").select("source", "line").unique()
-    failed_at = (
-        ordered.join(errors, on=["source", "line"], how="semi").group_by("rank").agg(pl.col("pos").min().alias("_err"))
-    )
-    calm = (
-        ordered.join(failed_at, on="rank", how="left")
-        .filter(pl.col("_err").is_null() | (pl.col("pos") < pl.col("_err")))
-        .group_by("rank", maintain_order=True)
-        .last()
-        .select(
-            "rank",
-            pl.format("{}:{}", "source", "line").alias("last_calm_ref"),
-            pl.col("text").alias("last_calm"),
-            pl.col("ts").alias("last_calm_ts"),
-        )
-    )
     loose = unplaced.group_by("rank").len()
     return (
         last.join(loose, on="rank", how="left")
@@ -118,7 +98,6 @@ def last_lines(t: Tables, placed: pl.DataFrame, unplaced: pl.DataFrame) -> pl.Da
             pl.col("ts").alias("last_line_ts"),
             pl.col("len").is_null().alias("last_line_proven"),
         )
-        .join(calm, on="rank", how="left")
         .cast(LAST_SCHEMA)  # type: ignore[arg-type]
     )
 

@@ -69,7 +69,7 @@ def rank_local_work(
         mine = mine.cast({"rank": pl.Int32}).join(where, on=["rank", "source", "line"], how="left")
         mine = _with_elapsed(t, mine.join(last_progress, on="rank", how="left"))
         after = mine.filter(
-            pl.col("_last_progress").is_null() | pl.col("pos").is_null() | (pl.col("pos") > pl.col("_last_progress"))
+            pl.col("_last_progress").is_null() | pl.col("pos").is_null() | (pl.col("pos") >= pl.col("_last_progress"))
         ).drop("pos")
         mine = mine.drop("pos")
     else:

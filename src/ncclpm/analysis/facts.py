@@ -106,7 +106,7 @@ class Analysis:
     @cached_property
     def last_lines(self) -> pl.DataFrame:
         """Per rank: its last line across every file, and whether it is proven the last (nothing after it)."""
-        return activity.last_lines(self.t, *self.line_order)
+        return activity.last_lines(*self.line_order)
 
     @cached_property
     def last_activity(self) -> pl.DataFrame:

@@ -92,29 +92,37 @@ def _culprit_moments(t: Tables, primary: Finding, rows: dict[int, dict], waited:
         # did not fail (after an error, the lines that follow are the error's own)
         last, last_ts, last_ref = row.get("last_activity"), row.get("last_activity_ts"), row.get("last_activity_ref")
         if last and (reason is None or said(t, reason.text) != said(t, last)):
-            away = " and nothing more" if waited and not row.get("timed_out") and _nothing_more(t, row, last) else ""
-            text = f"{who([rank], rows)} last logged `{said(t, last)}`{away}"
+            refs = [last_ref]
             after = row.get("last_line")
             if after and not row.get("first_error") and said(t, after) != said(t, last):
-                which = "its last line" if row.get("last_line_proven") else "the last line of it read"
-                text += f"; {which}: `{said(t, after)}` ({row.get('last_line_ref')})"
-            out.append(_moment(rows, last_ts, text, [rank], [last_ref], "last_activity"))
+                last, refs = after, [last_ref, row.get("last_line_ref")]  # it went on: `A` then `B`
+                text = f"{who([rank], rows)} last logged `{said(t, row['last_activity'])}` then `{said(t, after)}`"
+            else:
+                text = f"{who([rank], rows)} last logged `{said(t, last)}`"
+            if waited and not row.get("timed_out") and _nothing_more(t, row, last):
+                text += " and nothing more"
+            out.append(_moment(rows, last_ts, text, [rank], refs, "last_activity"))
         if reason is not None and not row.get("timed_out"):
             ts = event["ts"] if event is not None else None
             whose = who([rank], rows, detail=not out)
             if event is None and reason.line is None:  # a whole-file source: a flight-recorder dump
                 whose += f"'s {reason.file.rsplit('/', 1)[-1]}"
-            verb = _verb(event)
-            is_last = row.get("last_line") is None or said(t, row.get("last_line")) == said(t, reason.text)
-            if verb == "last logged" and not is_last:
-                verb = "logged"  # the rank went on after it: its last line is another (said above)
-            quiet = waited and verb == "last logged" and _nothing_more(t, row, reason.text)
-            text = f"{whose} {verb} `{said(t, reason.text)}`{' and nothing more' if quiet else ''}"
-            out.append(
-                _moment(
-                    rows, ts, text, [rank], [reason.ref], "error" if _verb(event) != "last logged" else "last_activity"
-                )
-            )
+            verb, refs = _verb(event), [reason.ref]
+            text = f"{whose} {verb} `{said(t, reason.text)}`"
+            after = row.get("last_line")
+            if verb == "last logged" and after and said(t, after) != said(t, reason.text):
+                if row.get("first_error"):
+                    text = f"{whose} logged `{said(t, reason.text)}`"  # the lines after it are its failure's
+                else:  # it went on: `A` then `B`, its last line
+                    text += f" then `{said(t, after)}`"
+                    refs.append(row.get("last_line_ref"))
+                    reason_last = after
+            else:
+                reason_last = reason.text
+            if waited and verb == "last logged" and not row.get("first_error") and _nothing_more(t, row, reason_last):
+                text += " and nothing more"
+            kind = "error" if verb != "last logged" else "last_activity"
+            out.append(_moment(rows, ts, text, [rank], refs, kind))
     return out
 
 

@@ -20,10 +20,9 @@ def _how(row: dict, envelopes: str) -> str:
     report's lines are the evidence)."""
     if row["how"] != "exit":
         return f"`{said(row['text'], envelopes)}`"
-    code = row.get("exit_code")
-    signal = row.get("signal")
-    how = f"{signal} (exit code {code})" if signal and code is not None else signal or f"exit code {code}"
-    return f"the launcher saw it end with {how}"
+    code, signal = row.get("exit_code"), row.get("signal")
+    how = f"exit code {code} = {signal}" if signal and code is not None else signal or f"exit code {code}"
+    return f"{how}, says the launcher"
 
 
 class RankDiedFirst(Rule):
