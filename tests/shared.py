@@ -7,8 +7,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 ABSENT = "shared corpus absent"
 
@@ -25,8 +23,3 @@ SHARED = _find()
 def corpus(*parts: str) -> Path:
     """A path in the shared corpus; when the corpus is absent, one that does not exist (`../shared/corpus/...`)."""
     return (SHARED or ROOT.parent / "shared").joinpath("corpus", *parts)
-
-
-def needs(path: Path) -> pytest.MarkDecorator:
-    """Skip unless `path` (in the shared corpus) exists."""
-    return pytest.mark.skipif(not path.exists(), reason=f"{ABSENT} (needs .../{'/'.join(path.parts[-3:])})")

@@ -162,10 +162,10 @@ if os.environ.get("NCCLPM_TEST_POISON"):
 
     real = worker.triage_job
 
-    def triage_job(path, name=None):
+    def triage_job(path, name=None, **options):
         if path.endswith("poison"):
             os.abort()
-        return real(path, name)
+        return real(path, name, **options)
 
     worker.triage_job = runner.triage_job = triage_job
 """

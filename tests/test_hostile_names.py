@@ -114,8 +114,8 @@ def _in_process(monkeypatch: pytest.MonkeyPatch) -> None:
     """Triage without worker processes (their start-up costs seconds; the runner is tested in test_triage.py)."""
     import ncclpm.triage
 
-    def run_local(jobs, workers=None, on_done=None):
-        return [triage_job(j.path, j.name) for j in jobs]
+    def run_local(jobs, workers=None, on_done=None, options=None):
+        return [triage_job(j.path, j.name, **(options or {})) for j in jobs]
 
     monkeypatch.setattr(ncclpm.triage, "run_local", run_local)
 

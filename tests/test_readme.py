@@ -1,5 +1,5 @@
-"""The README's rule table is generated from the registry; regenerate with
-`python -c "from pathlib import Path; from ncclpm.ruledocs.readme import update_readme as u; p=Path('README.md'); p.write_text(u(p.read_text()))"`."""
+"""The README's rule table is generated from the registry; regenerate it (and everything else generated) with
+`python scripts/regenerate.py`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 def test_readme_rule_table_is_current() -> None:
     text = README.read_text()
     assert BEGIN in text and END in text
-    assert update_readme(text) == text, "README rule table is stale: regenerate it (see this module's docstring)"
+    assert update_readme(text) == text, "README rule table is stale: run `python scripts/regenerate.py`"
 
 
 def test_readme_test_command_is_what_ci_runs() -> None:

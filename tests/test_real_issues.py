@@ -60,7 +60,7 @@ def test_real_issues_summary(capsys: pytest.CaptureFixture[str]) -> None:
     fresh = doc_with(results, text)
     if os.environ.get("NCCLPM_UPDATE_DOCS"):
         DOC.write_text(fresh, encoding="utf-8")
-    assert fresh == text, "docs/REAL_ISSUES.md is stale: rerun with NCCLPM_UPDATE_DOCS=1"
+    assert fresh == text, "docs/REAL_ISSUES.md is stale: run `python scripts/regenerate.py` (or NCCLPM_UPDATE_DOCS=1)"
 
 
 @needs_corpus

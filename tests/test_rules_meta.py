@@ -56,6 +56,12 @@ def test_every_rule_fires_in_some_case(rule: type[Rule]) -> None:
     assert any(rule.id in c.get("must_fire", []) for c in _expected_cases()), f"no case shows {rule.id} firing"
 
 
+@pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.id)
+def test_every_rule_must_stay_silent_in_some_case(rule: type[Rule]) -> None:
+    """A near miss: a real case that looks like the rule's and where it must not fire (its `must_not_fire`)."""
+    assert any(rule.id in c.get("must_not_fire", []) for c in _expected_cases()), f"no case keeps {rule.id} silent"
+
+
 def test_by_id_accepts_ids_and_names() -> None:
     assert by_id("st01") is by_id("rank-busy-outside-collectives")
     with pytest.raises(KeyError):

@@ -83,10 +83,10 @@ def test_triage_outputs_are_checked_again_when_written(tmp_path: Path, monkeypat
     table, summary, target = tmp_path / "t.csv", tmp_path / "s.md", tmp_path / "precious.txt"
     target.write_text("keep me")
 
-    def run_local(jobs, workers=None, on_done=None):
+    def run_local(jobs, workers=None, on_done=None, options=None):
         table.symlink_to(target)
         summary.symlink_to(target)
-        return [triage_job(j.path, j.name) for j in jobs]
+        return [triage_job(j.path, j.name, **(options or {})) for j in jobs]
 
     monkeypatch.setattr(ncclpm.triage, "run_local", run_local)
     res = CliRunner().invoke(main, ["triage", str(CASE), "-o", str(table), "--summary", str(summary)])

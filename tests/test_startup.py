@@ -62,12 +62,12 @@ def test_the_band_list_is_the_bands() -> None:
 
 
 def test_the_rules_index_is_the_registry() -> None:
-    """`rules` and `explain` answer from rules_index.json: regenerate it (`python -m ncclpm.ruledocs.index`) when a
+    """`rules` and `explain` answer from rules_index.json: regenerate it (`python scripts/regenerate.py`) when a
     rule's id, name, category or documentation changes."""
     from ncclpm.precedence import PRECEDENCE
     from ncclpm.ruledocs.index import INDEX, generate, load
 
-    assert INDEX.read_text(encoding="utf-8") == generate(), "stale: run `python -m ncclpm.ruledocs.index`"
+    assert INDEX.read_text(encoding="utf-8") == generate(), "stale: run `python scripts/regenerate.py`"
     assert sorted(load()) == sorted(rule_id for rule_id, _ in PRECEDENCE)
 
 

@@ -254,7 +254,7 @@ def test_a_dead_worker_costs_only_its_own_job(monkeypatch: pytest.MonkeyPatch) -
         def __exit__(self, *_a) -> None:
             return None
 
-        def submit(self, _fn, path: str, name: str) -> Future:
+        def submit(self, _fn, path: str, name: str, _options: dict) -> Future:
             fut: Future = Future()
             pools[-1].append(name)
             if name == "job2" or self.dead:
@@ -269,7 +269,7 @@ def test_a_dead_worker_costs_only_its_own_job(monkeypatch: pytest.MonkeyPatch) -
 
     alone: list[str] = []
 
-    def run_alone(job: JobRef) -> dict:
+    def run_alone(job: JobRef, options: dict) -> dict:
         alone.append(job.name)
         return runner._error_row(job, "the worker process died while reading this job (killed? out of memory?)")
 

@@ -436,19 +436,77 @@ def tables(paths: tuple[str, ...], name: str, fmt: str | None, output: Path | No
         )
 
 
+TRIAGE_FORMATS = ("csv", "html", "md", "ndjson", "parquet")  # -o's format; by its extension when -f is not given
+
+
+def _triage_format(output: Path | None, fmt: str | None) -> str | None:
+    """The format of `triage -o`: `-f`, else the extension (.html/.htm: the fleet page, .md: the summary, else a
+    table format); None without -o and -f (the summary on stdout)."""
+    from ncclpm.triage.table import table_format
+
+    if fmt is not None or output is None:
+        return fmt
+    suffix = output.suffix.lower()
+    if suffix in (".html", ".htm"):
+        return "html"
+    if suffix in (".md", ".markdown"):
+        return "md"
+    try:
+        return table_format(output)
+    except ValueError:
+        raise click.UsageError(
+            f"{output}: the format comes from the extension (.html, .md, .parquet, .csv, .ndjson) or -f"
+        ) from None
+
+
+def _reports_dir(reports: Path | None, force: bool) -> str | None:
+    """`--reports DIR`: made if missing (its parent must exist), never a file or a symlink; a folder that already
+    holds files is written into only with --force (reports of an earlier run would be overwritten)."""
+    if reports is None:
+        return None
+    if reports.is_symlink() or (reports.exists() and not reports.is_dir()):
+        raise click.UsageError(f"--reports {reports}: not a folder")
+    if reports.is_dir() and not force and any(reports.iterdir()):
+        raise click.UsageError(f"--reports {reports}: the folder is not empty (use --force to write into it)")
+    if not reports.exists():
+        if not reports.parent.is_dir():
+            raise click.UsageError(f"--reports {reports}: {reports.parent} does not exist")
+        reports.mkdir()
+    return str(reports.resolve())
+
+
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "-o",
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="The table, one row per job: .parquet, .csv or .ndjson (by extension).",
+    help="Write here: the fleet page (.html), the summary (.md) or the table, one row per job (.parquet, .csv, "
+    ".ndjson) - by extension, or -f.",
 )
+@click.option("-f", "--format", "fmt", type=click.Choice(TRIAGE_FORMATS), help="The format of -o (or of stdout).")
 @click.option(
     "--summary",
     "summary_out",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the Markdown summary here (default: stdout when there is no -o).",
+)
+@click.option(
+    "--table",
+    "table_out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the table here (.parquet, .csv, .ndjson), e.g. beside -o fleet.html.",
+)
+@click.option(
+    "--hosts",
+    "hosts_out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the per-host roll-up here (.parquet, .csv, .ndjson): one row per culprit host.",
+)
+@click.option(
+    "--reports",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write each job's own HTML report into this folder; the fleet page links to them.",
 )
 @click.option("-j", "--jobs", "workers", type=click.IntRange(min=1), help="Parallel processes [default: all cores].")
 @click.option("--ray", "ray_address", metavar="ADDRESS", help="Run on Ray: auto, local, ray://host:port, host:port.")
@@ -458,30 +516,59 @@ def tables(paths: tuple[str, ...], name: str, fmt: str | None, output: Path | No
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="An earlier triage table (.parquet/.csv/.ndjson): failure signatures it never had are marked new.",
 )
+@click.option("--select", multiple=True, help="Only these rules: ids or names, comma-separated or repeated.")
+@click.option("--ignore", multiple=True, help="Skip these rules: ids or names, comma-separated or repeated.")
+@click.option(
+    "--patterns",
+    multiple=True,
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    help="Extra folder of TOML pattern catalogs.",
+)
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("--progress-every", type=float, default=10.0, hidden=True, help="Seconds between progress lines.")
 @click.option("--force", is_flag=True, help="Overwrite outputs that exist.")
 @click.option("-q", "--quiet", is_flag=True, help="No warnings on stderr: errors only.")
 def triage(
     paths: tuple[Path, ...],
     output: Path | None,
+    fmt: str | None,
     summary_out: Path | None,
+    table_out: Path | None,
+    hosts_out: Path | None,
+    reports: Path | None,
     workers: int | None,
     ray_address: str | None,
     baseline_path: Path | None,
-    force: bool,
+    select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    patterns: tuple[Path, ...],
     quiet: bool,
+    progress_every: float,
+    force: bool,
 ) -> None:
-    """Triage many jobs: PATHS are jobs (folders, archives) or folders of jobs; one row per job."""
-    from ncclpm.triage import Interrupted, find_jobs, render_summary, run_local, run_ray, to_frame, write_table
+    """Triage many jobs: PATHS are jobs (folders, archives) or folders of jobs; one row per job. `-o fleet.html`
+    writes one page for the people who run the cluster (counts, failures over time, clusters, culprit hosts, every
+    job); `-o table.parquet` the table; the Markdown summary goes to stdout when there is no -o."""
+    from ncclpm.triage import find_jobs, to_frame
     from ncclpm.triage.baseline import BaselineError, baseline_context, mark_new, read_baseline
     from ncclpm.triage.table import table_format
 
-    for out in (output, summary_out):
+    fmt = _triage_format(output, fmt)
+    for out in (output, summary_out, table_out, hosts_out):
         _check_output(out, force)
-    if output is not None:
-        try:
-            table_format(output)
-        except ValueError as exc:
-            raise click.UsageError(str(exc)) from None
+    for out in (table_out, hosts_out):
+        if out is not None:
+            try:
+                table_format(out)
+            except ValueError as exc:
+                raise click.UsageError(str(exc)) from None
+    options = {
+        "select": _rule_ids(select, "--select"),
+        "ignore": _rule_ids(ignore, "--ignore"),
+        "patterns": tuple(str(p) for p in patterns),
+        "reports": _reports_dir(reports, force),
+    }
+    _load_patterns(patterns)
     baseline = None
     if baseline_path is not None:
         try:
@@ -495,16 +582,7 @@ def triage(
     if not jobs:
         _say("ncclpm: error: no job found in " + ", ".join(str(p) for p in paths))
         sys.exit(EXIT_INPUT)
-    interrupted = False
-    with click.progressbar(length=len(jobs), label=f"triage {len(jobs)} jobs", file=sys.stderr) as bar:
-
-        def tick(_row: dict) -> None:
-            bar.update(1)
-
-        try:
-            rows = run_ray(jobs, ray_address, tick) if ray_address else run_local(jobs, workers, tick)
-        except Interrupted as stop:  # Ctrl-C: the pending jobs were cancelled; keep the finished ones
-            rows, interrupted = stop.rows, True
+    rows, interrupted = _run_triage(jobs, workers, ray_address, options, quiet, progress_every)
     frame = to_frame(rows)
     context = None
     if baseline is not None and baseline_path is not None:
@@ -512,15 +590,13 @@ def triage(
         context = baseline_context(frame, baseline, baseline_path.name)
     if interrupted:
         _say(f"ncclpm: interrupted after {frame.height} of {len(jobs)} jobs; pending jobs cancelled")
-    if output is not None:
-        try:
-            write_table(frame, output, force)
-        except OutputError as exc:
-            raise click.UsageError(str(exc)) from None
-        _say(f"wrote {output}{' (partial: interrupted)' if interrupted else ''}")
+    partial = " (partial: interrupted)" if interrupted else ""
+    _write_triage_outputs(frame, context, fmt, output, table_out, hosts_out, force, partial, reports)
     failed = frame["error"].is_not_null().sum()
     nothing = frame.height == 0 or failed == frame.height  # nothing readable: an input error, no summary on stdout
-    if summary_out is not None or (output is None and not interrupted and not nothing):
+    if summary_out is not None or (output is None and fmt is None and not interrupted and not nothing):
+        from ncclpm.triage import render_summary
+
         _write(render_summary(frame, baseline=context), summary_out, force, quiet=quiet)
     _say(f"ncclpm: {frame.height} jobs, {failed} unreadable, {frame['seconds'].sum():.1f} s of work")
     if nothing and not interrupted:
@@ -530,6 +606,75 @@ def triage(
         sys.exit(EXIT_INPUT)
     if interrupted:
         sys.exit(EXIT_INTERRUPTED)
+
+
+def _run_triage(
+    jobs: list, workers: int | None, ray_address: str | None, options: dict, quiet: bool, every: float
+) -> tuple[list[dict], bool]:
+    """Run the jobs with progress on stderr: a bar on a terminal, a line every `every` seconds elsewhere (a cron
+    job's or CI's log), nothing with -q. Returns (rows, interrupted)."""
+    from contextlib import nullcontext
+
+    from ncclpm.triage import Interrupted, run_local, run_ray
+    from ncclpm.triage.progress import ProgressLines
+
+    bar_ctx = (
+        click.progressbar(length=len(jobs), label=f"triage {len(jobs)} jobs", file=sys.stderr)
+        if not quiet and sys.stderr.isatty()
+        else nullcontext()
+    )
+    lines = ProgressLines(len(jobs), _say, every) if not quiet and not sys.stderr.isatty() else None
+    with bar_ctx as bar:
+
+        def tick(_row: dict) -> None:
+            if bar is not None:
+                bar.update(1)
+            if lines is not None:
+                lines.tick()
+
+        try:
+            if ray_address:
+                return run_ray(jobs, ray_address, tick, options), False
+            return run_local(jobs, workers, tick, options), False
+        except Interrupted as stop:  # Ctrl-C: the pending jobs were cancelled; keep the finished ones
+            return stop.rows, True
+
+
+def _write_triage_outputs(
+    frame, context, fmt: str | None, output: Path | None, table_out: Path | None, hosts_out: Path | None,
+    force: bool, partial: str, reports: Path | None,
+) -> None:  # fmt: skip
+    """-o in its format (the fleet page, the summary, the table; stdout for -f without -o), --table, --hosts."""
+    from ncclpm.triage import write_table
+    from ncclpm.triage.hosts import write_hosts
+
+    if fmt in ("html", "md"):
+        if fmt == "html":
+            from ncclpm.render.fleet import render_fleet
+            from ncclpm.triage.fleet import fleet_context
+
+            text = render_fleet(fleet_context(frame, baseline=context, reports=reports, output=output))
+        else:
+            from ncclpm.triage import render_summary
+
+            text = render_summary(frame, baseline=context)
+        _write(text, output, force, fmt)
+    elif fmt is not None:
+        if output is None:
+            raise click.UsageError(f"-f {fmt}: a table is written to a file: give -o")
+        _write_frame(lambda: write_table(frame, output, force, fmt), output, partial)
+    if table_out is not None:
+        _write_frame(lambda: write_table(frame, table_out, force), table_out, partial)
+    if hosts_out is not None:
+        _write_frame(lambda: write_hosts(frame, hosts_out, force), hosts_out, partial)
+
+
+def _write_frame(write, path: Path, partial: str) -> None:
+    try:
+        write()
+    except OutputError as exc:
+        raise click.UsageError(str(exc)) from None
+    _say(f"wrote {path}{partial}")
 
 
 @main.group()

@@ -138,7 +138,7 @@ def choose(
         primary = _run_fallback(fallback, facts, warnings)
     else:
         raise ValueError("no rule found anything and the fallback rule was not selected")
-    victims = set(primary.facts.get("victim_ranks", []))
+    victims = set(primary.victim_ranks)
     symptoms, rivals, supporting = [], [], []
     for f in findings:
         if f is primary:

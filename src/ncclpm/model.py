@@ -126,6 +126,37 @@ class Finding:
     def band(self) -> Band:
         return Band.of(self.confidence)
 
+    # The facts the engine and the report read, typed (`facts` is what the JSON report carries, by these keys).
+    @property
+    def victim_ranks(self) -> tuple[int, ...]:
+        """The ranks that waited on the culprit (folded under it as symptoms; `waiting` in the rank table)."""
+        return tuple(self.facts.get("victim_ranks", ()))
+
+    @property
+    def named_hosts(self) -> tuple[str, ...]:
+        """Hosts the finding blames itself (a network or hardware fault's node), besides its culprits' hosts."""
+        return tuple(str(h) for h in self.facts.get("hosts") or () if h)
+
+    @property
+    def net_classes(self) -> frozenset[str]:
+        """The kinds of network failure a transport finding read (`ib`, `connect`, `interface`...)."""
+        return frozenset(self.facts.get("classes", ()))
+
+    @property
+    def killed(self) -> bool:
+        """The culprit was killed from outside (SIGKILL, the OOM killer), not ended by its own error."""
+        return bool(self.facts.get("killed"))
+
+    @property
+    def host_pairs(self) -> tuple[tuple[str, ...], ...]:
+        """The failing connections a network finding read, as host pairs (none: a host's own adapter failed)."""
+        return tuple(tuple(p) for p in self.facts.get("host_pairs") or ())
+
+    @property
+    def after_work(self) -> bool:
+        """The job logged the end of its work before this failure (a crash at teardown)."""
+        return bool(self.facts.get("after_work"))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "rule": self.rule,

@@ -47,6 +47,11 @@ def _md_quote(e: Any) -> escape.Escaped:
     return escape.Escaped(f"{where}{rank}{also}\n\n    {escape.md_block(e.text)}")
 
 
+def _ts_full(value: Any) -> str:
+    """A date and time to the minute (`2025-11-14 03:12`), "" for none."""
+    return value.strftime("%Y-%m-%d %H:%M") if isinstance(value, datetime) else ""
+
+
 @pass_context
 def _finalize(ctx: Context, value: Any) -> Any:
     if value is None or isinstance(value, bool | int | float | escape.Escaped | Markup):
@@ -74,6 +79,7 @@ def environment() -> Environment:
     filters = {
         "duration_ms": _duration_ms,
         "ts": _ts,
+        "ts_full": _ts_full,
         "md_text": escape.md_text,
         "md_cell": escape.md_cell,
         "md_span": escape.md_span,

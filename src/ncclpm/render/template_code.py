@@ -25,6 +25,7 @@ FORMAT = 1
 FILTER_NAMES = (
     "duration_ms",
     "ts",
+    "ts_full",
     "md_text",
     "md_cell",
     "md_span",

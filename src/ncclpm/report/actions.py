@@ -39,11 +39,11 @@ BY_CATEGORY: dict[str, tuple[Action, str]] = {
 
 
 def _network(f: Finding) -> tuple[Action, str] | None:
-    classes = set(f.facts.get("classes", []))
+    classes = f.net_classes
     if classes and classes <= {"interface"}:
         return Action.FIX_CONFIG, "no usable network interface: NCCL_SOCKET_IFNAME / NCCL_IB_HCA"
-    if len(f.facts.get("hosts", [])) == 1:
-        if not f.facts.get("host_pairs"):
+    if len(f.named_hosts) == 1:
+        if not f.host_pairs:
             return Action.EXCLUDE_NODE, "the host's own network adapter reported the failure: drain it"
         return Action.EXCLUDE_NODE, "every failing connection goes through one host: drain it"
     return None
@@ -56,9 +56,9 @@ def _scheduler(f: Finding) -> tuple[Action, str] | None:
 
 
 def _killed(f: Finding) -> tuple[Action, str] | None:
-    if f.facts.get("after_work"):
+    if f.after_work:
         return Action.FIX_CODE, "the work was done, the crash is at teardown: the job owner fixes the shutdown"
-    if f.facts.get("killed"):
+    if f.killed:
         return (
             Action.FIX_CONFIG,
             "a process killed from outside (host memory, most often): find the sender, use less RAM",

@@ -105,7 +105,7 @@ def _finer_first_errors(t: Tables, table: pl.DataFrame) -> pl.DataFrame:
 def rank_rows(facts: Analysis, primary: Finding) -> tuple[dict, ...]:
     t = facts.t
     culprits = set(primary.culprit_ranks)
-    victims = set(primary.facts.get("victim_ranks", [])) | set(
+    victims = set(primary.victim_ranks) | set(
         t.events.filter(pl.col("kind") == K.collective_timeout)["rank"].drop_nulls().to_list()
     )
     table = _finer_first_errors(t, t.ranks)
@@ -187,8 +187,7 @@ def culprit_hosts(primary: Finding, rows: tuple[dict, ...]) -> tuple[str, ...]:
     """Hosts of the culprit ranks, and the hosts a hardware or network finding names itself."""
     culprits = set(primary.culprit_ranks)
     hosts = {r["host"] for r in rows if r["rank"] in culprits and r.get("host")}
-    named = primary.facts.get("hosts") or []
-    return tuple(sorted(hosts | {str(h) for h in named if h}))
+    return tuple(sorted(hosts | set(primary.named_hosts)))
 
 
 _NUMBERS = re.compile(r"\d+")

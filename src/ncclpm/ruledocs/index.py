@@ -1,6 +1,7 @@
 """What `ncclpm rules` and `ncclpm explain` print, without importing the rules (they import polars: most of a
 short command's time). `rules_index.json` holds each registered rule's id, name, category and documentation;
-it is generated from the registry (`python -m ncclpm.ruledocs.index` rewrites it) and tests/test_startup.py fails
+it is generated from the registry (`python scripts/regenerate.py` rewrites it, with everything else generated)
+and tests/test_startup.py fails
 when it no longer matches the rules."""
 
 from __future__ import annotations

@@ -69,12 +69,12 @@ def _init_worker(started: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it kills the workers
 
 
-def _triage_reporting(path: str, name: str) -> Row:
+def _triage_reporting(path: str, name: str, options: dict[str, Any]) -> Row:
     """`triage_job` in a pool worker, first telling the parent which job it starts (SimpleQueue.put writes
     straight to the pipe, so the report survives the worker being killed right after)."""
     if _started is not None:
         _started.put(path)
-    return triage_job(path, name)
+    return triage_job(path, name, **options)
 
 
 @contextmanager
@@ -99,11 +99,11 @@ def _pool(workers: int, started: Any = None) -> Iterator[ProcessPoolExecutor]:
     pool.shutdown(wait=True)
 
 
-def _alone(job: JobRef) -> Row:
+def _alone(job: JobRef, options: dict[str, Any]) -> Row:
     """Re-run one job in its own process after a pool broke: its result, or why its worker died."""
     try:
         with _pool(1) as pool:
-            fut = pool.submit(triage_job, job.path, job.name)
+            fut = pool.submit(triage_job, job.path, job.name, **options)
             while not wait([fut], timeout=TICK).done:  # wake up now and then: see TICK
                 pass
             return fut.result()
@@ -111,14 +111,18 @@ def _alone(job: JobRef) -> Row:
         return _error_row(job, "the worker process died while reading this job (killed? out of memory?)")
 
 
-def _round(jobs: Sequence[JobRef], workers: int, finish: Callable[[JobRef, Row], None]) -> set[str]:
+def _round(
+    jobs: Sequence[JobRef], workers: int, finish: Callable[[JobRef, Row], None], options: dict[str, Any]
+) -> set[str]:
     """Run `jobs` on a fresh pool until all are done or the pool breaks. Returns the paths of the jobs that had
     started but not finished when it broke (the one that killed its worker is among them)."""
     started = multiprocessing.get_context("spawn").SimpleQueue()
     finished: set[str] = set()
     with _pool(workers, started) as pool:
         with _env("POLARS_MAX_THREADS", str(max(1, (os.cpu_count() or 1) // workers))):  # spawned on submit
-            futures: dict[Future[Row], JobRef] = {pool.submit(_triage_reporting, j.path, j.name): j for j in jobs}
+            futures: dict[Future[Row], JobRef] = {
+                pool.submit(_triage_reporting, j.path, j.name, options): j for j in jobs
+            }
         pending = set(futures)
         while pending:
             done, pending = wait(pending, timeout=TICK, return_when=FIRST_COMPLETED)
@@ -136,14 +140,21 @@ def _round(jobs: Sequence[JobRef], workers: int, finish: Callable[[JobRef, Row],
     return suspects - finished
 
 
-def run_local(jobs: Sequence[JobRef], workers: int | None = None, on_done: OnDone | None = None) -> list[Row]:
-    """Triage `jobs` on `workers` processes (default: every core), always in worker processes.
+def run_local(
+    jobs: Sequence[JobRef],
+    workers: int | None = None,
+    on_done: OnDone | None = None,
+    options: dict[str, Any] | None = None,
+) -> list[Row]:
+    """Triage `jobs` on `workers` processes (default: every core), always in worker processes. `options`:
+    keyword arguments of `triage_job` (select, ignore, patterns, reports).
 
     When a worker dies, the jobs that were running in the pool are re-run one by one in their own process (the
     one that kills it again gets an error row) and the jobs not started yet go to a fresh pool. Ctrl-C raises
     `Interrupted` with the rows finished so far.
     """
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs) or 1))
+    options = options or {}
     done: dict[str, Row] = {}
 
     def finish(job: JobRef, row: Row) -> None:
@@ -156,19 +167,24 @@ def run_local(jobs: Sequence[JobRef], workers: int | None = None, on_done: OnDon
         for _ in range(MAX_ROUNDS):
             if not todo:
                 break
-            suspects = _round(todo, workers, finish)
+            suspects = _round(todo, workers, finish, options)
             for job in todo:
                 if job.path in suspects:
-                    finish(job, _alone(job))
+                    finish(job, _alone(job, options))
             todo = [j for j in todo if j.path not in done]
         for job in todo:  # pools kept breaking without a suspect: isolate everything left
-            finish(job, _alone(job))
+            finish(job, _alone(job, options))
     except KeyboardInterrupt:
         raise Interrupted([done[j.path] for j in jobs if j.path in done]) from None
     return [done[j.path] for j in jobs]
 
 
-def run_ray(jobs: Sequence[JobRef], address: str | None = "auto", on_done: OnDone | None = None) -> list[Row]:
+def run_ray(
+    jobs: Sequence[JobRef],
+    address: str | None = "auto",
+    on_done: OnDone | None = None,
+    options: dict[str, Any] | None = None,
+) -> list[Row]:
     """Triage `jobs` as Ray tasks: `address` "auto" (a running cluster), "local" (start one here), "ray://..."
     or host:port; a Ray already initialised by the caller is used as is. Workers read the jobs by path, so the
     paths must be reachable from every node (shared storage) and ncclpm installed there."""
@@ -180,7 +196,7 @@ def run_ray(jobs: Sequence[JobRef], address: str | None = "auto", on_done: OnDon
         ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, **local)
     try:
         task = ray.remote(num_cpus=1, max_retries=1)(triage_job)
-        pending = {task.remote(j.path, j.name): j for j in jobs}
+        pending = {task.remote(j.path, j.name, **(options or {})): j for j in jobs}
         done: dict[str, Row] = {}
         waiting = list(pending)
         try:

@@ -1,6 +1,7 @@
 """The Markdown summary of a triage run (`templates/summary.md`): counts per category, the jobs of each category,
 the unexplained failures (category `unknown`, readable) clustered by signature - a new failure mode shows up as
-one cluster of many jobs - and the jobs that could not be read, clustered by their error."""
+one cluster of many jobs -, the hosts to drain and the per-host roll-up (`hosts.py`), the restart storms, and the
+jobs that could not be read, clustered by their error."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import polars as pl
 
 from ncclpm.render.jinja import environment
 from ncclpm.tables.schema import Category
+from ncclpm.triage.hosts import hosts_context
 
 MAX_JOBS_LISTED = 50
 MAX_CLUSTERS = 30
+MAX_HOSTS = 40
 
 
 def _clusters(frame: pl.DataFrame) -> list[dict[str, Any]]:
@@ -60,7 +63,14 @@ def summary_context(frame: pl.DataFrame) -> dict[str, Any]:
             }
         )
     unknown = readable.filter(pl.col("category") == str(Category.UNKNOWN))
+    storms = readable.filter(pl.col("restart_storm").fill_null(False)).sort("job")
+    dated = readable["failed_at"].drop_nulls()
     return {
+        **hosts_context(frame),
+        "storms": list(storms.iter_rows(named=True)),
+        "first": dated.min() if dated.len() else None,
+        "last": dated.max() if dated.len() else None,
+        "n_dated": dated.len(),
         "total": frame.height,
         "n_failed": failed.height,
         "counts": list(counts.iter_rows(named=True)),
@@ -69,6 +79,7 @@ def summary_context(frame: pl.DataFrame) -> dict[str, Any]:
         "n_unknown": unknown.height,
         "error_clusters": _clusters(failed),
         "max_clusters": MAX_CLUSTERS,
+        "max_hosts": MAX_HOSTS,
     }
 
 

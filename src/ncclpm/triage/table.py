@@ -40,6 +40,17 @@ TABLE_SCHEMA = pl.Schema(
         "n_warnings": pl.Int64(),
         "error": pl.String(),
         "seconds": pl.Float64(),
+        "started_at": pl.Datetime("us"),
+        "failed_at": pl.Datetime("us"),
+        "failed_clock": pl.String(),
+        "duration_s": pl.Float64(),
+        "own_hosts": pl.List(pl.String()),
+        "attempts": pl.Int64(),
+        "restart_storm": pl.Boolean(),
+        "storm_attempts": pl.Int64(),
+        "storm_node_hours": pl.Float64(),
+        "hosts_every_attempt": pl.List(pl.String()),
+        "report": pl.String(),
         "baseline": pl.String(),
     }
 )
@@ -60,20 +71,28 @@ def table_format(path: Path) -> str:
         raise ValueError(f"{path}: the table format comes from the extension: {', '.join(sorted(FORMATS))}") from None
 
 
-def write_table(frame: pl.DataFrame, path: Path, force: bool = False) -> None:
-    """Write the table where asked, atomically and never through a symlink (`outfile.py`); CSV cells are made
-    formula-safe (`export.csv_safe`)."""
+LIST_COLUMNS = ("culprit_ranks", "culprit_hosts", "own_hosts", "hosts_every_attempt")
+
+
+def write_frame(
+    frame: pl.DataFrame, path: Path, force: bool = False, lists: tuple[str, ...] = (), fmt: str | None = None
+) -> None:
+    """Write a table where asked (`fmt`, default: by extension), atomically and never through a symlink
+    (`outfile.py`); in CSV the `lists` columns are joined with "," and cells are made formula-safe
+    (`export.csv_safe`)."""
     from ncclpm.tables.export import csv_safe
     from ncclpm.util.outfile import write_output
 
-    fmt = table_format(path)
+    fmt = fmt or table_format(path)
     if fmt == "parquet":
         write_output(path, frame.write_parquet, force)
     elif fmt == "ndjson":
         write_output(path, frame.write_ndjson, force)
     else:
-        flat = frame.with_columns(
-            pl.col("culprit_ranks").list.eval(pl.element().cast(pl.String)).list.join(","),
-            pl.col("culprit_hosts").list.join(","),
-        )
+        flat = frame.with_columns(pl.col(c).list.eval(pl.element().cast(pl.String)).list.join(",") for c in lists)
         write_output(path, csv_safe(flat).write_csv, force)
+
+
+def write_table(frame: pl.DataFrame, path: Path, force: bool = False, fmt: str | None = None) -> None:
+    """The triage table (`write_frame`: lists joined in CSV, formula-safe cells)."""
+    write_frame(frame, path, force, lists=LIST_COLUMNS, fmt=fmt)
