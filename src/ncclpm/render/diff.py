@@ -46,7 +46,8 @@ def render_text(r: DiffReport, color: bool = False, width: int = 100) -> str:
     out = [p("ncclpm diff", "2")]
     for label, s in (("GOOD", r.good), ("BAD ", r.bad)):
         verdict = f"{s.category} {s.confidence:.2f}" if s.failed else "no failure found"
-        out.append(f"  {p(label, '1')}  {one_line(s.job)}  [{one_line(verdict)}, {s.sources} files]")
+        files = f"{s.sources} file{'s' if s.sources != 1 else ''}"
+        out.append(f"  {p(label, '1')}  {one_line(s.job)}  [{one_line(verdict)}, {files}]")
     out += ["", *_wrap(text_prose(r.headline), width, "")]
     for n in r.notes:
         out += ["", *_wrap("note: " + text_prose(n), width, "      ", first="")]
