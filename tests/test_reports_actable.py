@@ -148,3 +148,46 @@ def test_a_driver_failure_names_the_host_srun_names_for_its_rank() -> None:
     d = _case("excerpt_srun_nvml_failure_host_named")
     assert str(d.action) == "exclude_node" and d.culprit_hosts == ("h100-c07",), (d.action, d.culprit_hosts)
     assert "h100-c07" in render(d, "text").split("\n")[4]  # on the action line: `→ exclude_node h100-c07 — ...`
+
+
+# ------------------------------------------------------------------------------------------------ 8. the CLI
+
+
+def _cli(*args: str):
+    from click.testing import CliRunner
+
+    from ncclpm.cli import main
+
+    return CliRunner().invoke(main, list(args))
+
+
+PAIR = CASES.parent / "diff_cases" / "pg_timeout_env"
+
+
+def test_quiet_prints_no_warning_and_warnings_about_many_files_fold_into_one() -> None:
+    job = str(CASES.parent / "diff_cases" / "timeout" / "good")  # three empty stderr.log files
+    loud = _cli("diagnose", job, "-f", "json")
+    warned = [line for line in loud.stderr.splitlines() if "warning" in line]
+    assert any("empty files in" in line for line in warned), warned  # `3 empty files in torchrun_logs/...: ...`
+    assert not any(line.endswith(": empty file") for line in warned), warned
+    quiet = _cli("diagnose", job, "-f", "json", "-q")
+    assert quiet.exit_code == 0 and "warning" not in quiet.stderr, quiet.stderr
+    diffed = _cli("diff", str(PAIR / "good"), str(PAIR / "bad"), "-q", "-f", "json")
+    assert diffed.exit_code == 0 and "warning" not in diffed.stderr, diffed.stderr
+
+
+def test_diff_has_the_terminal_format_and_colour_of_diagnose() -> None:
+    coloured = _cli("diff", str(PAIR / "good"), str(PAIR / "bad"), "-f", "text", "--color", "always")
+    assert coloured.exit_code == 0 and "\x1b[" in coloured.stdout and "DIFFERENCES THAT CAN EXPLAIN" in coloured.stdout
+    plain = _cli("diff", str(PAIR / "good"), str(PAIR / "bad"), "-f", "text", "--color", "never")
+    assert "\x1b[" not in plain.stdout and "PG_TIMEOUT_S" in plain.stdout
+    piped = _cli("diff", str(PAIR / "good"), str(PAIR / "bad"))  # no terminal: Markdown, as diagnose does
+    assert piped.stdout.startswith("# ncclpm diff")
+
+
+def test_the_terminal_report_shows_the_stack_tree_compact() -> None:
+    d = _case("stacks__checkpoint_pyspy_with_logs")
+    text = render(d, "text")
+    tree = text.split("WHERE EACH RANK WAS STUCK", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    assert any("odd one out" in line and "save_checkpoint" in line for line in tree), tree
+    assert all(len(line) <= 100 for line in tree)
