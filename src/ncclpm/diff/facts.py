@@ -94,6 +94,8 @@ def version_facts(t: Tables) -> list[Fact]:
     libs = t.events.filter((pl.col("kind") == K.library_version) & pl.col("detail").is_not_null())
     for name, rows in sorted(libs.group_by("detail"), key=lambda g: str(g[0][0])):
         lib = str(name[0]).lower().replace("_", "-")
+        if lib == "torch" and not torch.is_empty():
+            continue  # the torch version, said above
         fact = Fact(f"version:lib:{lib}", lib, "library_version", "versions", listed(rows["version"]))
         facts.append(_with_evidence(fact, rows))
     return facts

@@ -58,7 +58,8 @@ def render_text(r: DiffReport, color: bool = False, width: int = 100) -> str:
         head = f"{i:2d}. {p('[' + d.relevance.upper() + ']', RELEVANCE_COLOUR[d.relevance])} {one_line(d.what)}{of}: "
         head += f"{_value(d.good)} → {_value(d.bad)}{linked}"
         out.append(head)
-        why = text_prose(d.why) + "." + (f" It is {text_prose(d.controls)}." if d.controls else "")
+        why = text_prose(d.why[:1].upper() + d.why[1:]) + "."
+        why += f" It is {text_prose(d.controls)}." if d.controls else ""
         out += _wrap(why, width, "    ")
         for label, q in (("GOOD", d.good_evidence), ("BAD ", d.bad_evidence), ("read by", d.controls_evidence)):
             if q is not None:
@@ -88,7 +89,10 @@ def render_text(r: DiffReport, color: bool = False, width: int = 100) -> str:
 
 
 def _value(v: str | None, limit: int = 120) -> str:
-    return "(not seen)" if v is None else _quoted(v, limit)
+    return "(not seen)" if v is None else "(not set)" if v == NOT_SET else _quoted(v, limit)
+
+
+NOT_SET = "not set"  # (the diff's word for a variable or argument the other run's files show unset)
 
 
 def render_html(r: DiffReport) -> str:
