@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from functools import cache
 from pathlib import Path
 
@@ -46,10 +47,13 @@ def _quoted(job: Path, e: Evidence) -> str | None:
     path = _file(job, e.file)
     if path is None:
         return None  # an archive member or a pasted source: not checked here
-    if path.suffix == ".json":  # an error file: a field of it, as the JSON holds it
+    if path.suffix == ".json":  # an error file or a JSON stack dump: its fields, as the JSON holds them
         values = _strings(json.loads(path.read_bytes()))
         if any(_squash(e.text)[:60] in _squash(v) for v in values):
-            return None
+            return None  # a field (an error file's message)
+        words = set(re.findall(r"[\w.]+", " ".join(values)))
+        if set(re.findall(r"[\w.]+", e.text)) <= words:
+            return None  # a frame: its own name, file and line fields (`main (train.py:101)`)
         return f"{e.text[:80]!r} is not a field of {e.file}"
     if e.line is None:
         if e.text.startswith("entry "):  # a flight-recorder dump: the entry's own fields

@@ -23,6 +23,7 @@ import click
 
 from ncclpm import __version__
 from ncclpm.util.escape import terminal, terminal_json
+from ncclpm.util.folding import fold_warnings
 from ncclpm.util.outfile import OutputError, check_output, write_text
 
 if TYPE_CHECKING:  # (no polars at start-up)
@@ -241,7 +242,7 @@ def diagnose(
 
     d = diagnose_tables(tables, select, ignore)
     del tables  # the report needs only the diagnosis: the tables' memory (a job's dumps) goes back before it
-    for w in () if quiet else d.warnings:
+    for w in () if quiet else fold_warnings(d.warnings):
         _say(f"ncclpm: warning: {w}")
     if d.n_sources == 0:  # an error: said on stderr, nothing on stdout (a pipe reading the report gets nothing)
         _say("ncclpm: error: nothing readable in the input (see warnings above)")
@@ -362,7 +363,7 @@ def diff_runs(
         stdin_bytes=_read_stdin() if stdin_side else None,
         stdin_side=stdin_side,
     )
-    for w in () if quiet else report.warnings:
+    for w in () if quiet else fold_warnings(report.warnings):
         _say(f"ncclpm: warning: {w}")
     fmt = fmt or _default_format(output)
     coloured = fmt == "text" and _use_colour(colour, output)

@@ -31,7 +31,6 @@ from ncclpm.report.noticed import who_noticed
 from ncclpm.report.settings import settings_rows
 from ncclpm.report.stacks import stack_report
 from ncclpm.report.story import build_story
-from ncclpm.report.warnings import fold_warnings
 from ncclpm.rules import ALL_RULES, by_id
 from ncclpm.rules.base import Finding, Rule
 from ncclpm.tables import Tables
@@ -190,7 +189,7 @@ def diagnose_facts(facts: Analysis, select: Iterable[str] = (), ignore: Iterable
         world_size_declared=t.world_size_declared,
         ranks=rows,
         decisive=decisive,
-        warnings=fold_warnings(tuple(t.warnings) + tuple(warnings)),
+        warnings=tuple(t.warnings) + tuple(warnings),
         not_evaluated=tuple(skipped),
         versions=versions(t),
         n_sources=len(t.sources),

@@ -23,6 +23,7 @@ from ncclpm.render.template_code import new_environment, read_snapshot
 from ncclpm.render.words import facts_line, story_date, story_times
 from ncclpm.util import escape
 from ncclpm.util.durations import duration_text
+from ncclpm.util.folding import fold_warnings
 from ncclpm.util.resources import data_dir
 
 
@@ -90,6 +91,7 @@ def environment() -> Environment:
         "md_quote": _md_quote,
         "plain": escape.controls_shown,  # the diff's templates
         "prose": _prose,
+        "folded": fold_warnings,
     }
     return new_environment(data_dir("templates"), _finalize, filters, read_snapshot())
 

@@ -36,6 +36,7 @@ FILTER_NAMES = (
     "md_quote",
     "plain",
     "prose",
+    "folded",
 )
 CONTEXT_FILTERS = ("prose",)  # filters that take the template's context (Jinja compiles their calls differently)
 

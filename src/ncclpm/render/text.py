@@ -15,6 +15,7 @@ from ncclpm.model import Diagnosis
 from ncclpm.render.rankview import rank_table
 from ncclpm.render.words import facts_line, story_date, story_times
 from ncclpm.util.escape import TEXT_QUOTES, one_line, plain, text_prose
+from ncclpm.util.folding import fold_warnings
 
 WIDTH = 100
 BAND_COLOUR = {"conclusive": "1;31", "likely": "1;33", "possible": "1"}
@@ -109,7 +110,7 @@ def _stacks(d: Diagnosis, p: _Paint, width: int) -> list[str]:
     st = d.stack_tree
     if not st or not st.get("lines"):
         return []
-    source = "flight recorder" if st.get("source") == "fr" else ", ".join(st.get("formats") or ())
+    source = "flight recorder" if st.get("source") == "fr" else one_line(", ".join(map(str, st.get("formats") or ())))
     out = _heading(p, "Where each rank was stuck", source)
     tree = [one_line(line) for line in st["lines"]]
     for line in tree[:STACK_LINES]:
@@ -151,7 +152,7 @@ def render_text(d: Diagnosis, verbose: bool = False, color: bool = False, width:
     lines += _bullets("Verify", d.primary.verify, p, width)
     lines += _stacks(d, p, width)
     lines += _ranks(d, p, width)
-    notes = d.warnings + (tuple(f"not evaluated: {n}" for n in d.not_evaluated) if verbose else ())
+    notes = fold_warnings(d.warnings) + (tuple(f"not evaluated: {n}" for n in d.not_evaluated) if verbose else ())
     lines += _bullets("Notes", notes, p, width)
     rule = one_line(d.primary.rule)
     explain = text_prose(f"`ncclpm explain {rule}`")

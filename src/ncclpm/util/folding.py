@@ -1,5 +1,6 @@
-"""Warnings folded for people: the same complaint about many files is one line that names them
-(`12 empty files in torchrun_logs/1f2e.../attempt_0: 0/stderr.log, 1/stderr.log, ... (+9 more)`), not twelve lines.
+"""Warnings folded for people (the terminal's stderr, the reports' notes; the JSON keeps every one): the same
+complaint about many files is one line that names them (`12 empty files in torchrun_logs/1f2e.../attempt_0:
+0/stderr.log, 1/stderr.log, ... (+9 more)`), not twelve lines.
 
 A warning about a file reads `NAME: REASON` (sources/discover.py, ingest/...). Warnings whose REASON is the same
 word for word fold together when there are at least `FOLD_AT` of them; anything else is kept as it is, in order."""
