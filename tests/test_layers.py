@@ -90,6 +90,7 @@ ORDER = (
     "ruledocs",
     "api",
     "triage",
+    "watch",
     "cli",
     "__main__",
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,6 +14,8 @@ from ncclpm.sources.paste import normalise_paste_bytes
 from ncclpm.tables import Tables
 
 if TYPE_CHECKING:  # the rules and the reports are imported when used: `build` alone needs neither
+    import polars as pl
+
     from ncclpm.diff_model import DiffReport
     from ncclpm.model import Diagnosis
 
@@ -43,6 +45,26 @@ def build(
             stdin_bytes = normalise_paste_bytes(stdin_bytes, cat.head_regex())
         job = collect(paths, stdin_bytes=stdin_bytes, name=name)
     return build_tables(job, cat, fr_columns=fr_columns)
+
+
+def read_lines(
+    source: str, lines: Sequence[str], numbers: Sequence[int], *, patterns: tuple[Path, ...] = ()
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Some lines of one log, read as `build` reads a job's text: their `lines` rows (rank, host, pid, time, level,
+    message) and `events` rows (kind and typed fields). `source` is the file's name as a job would call it
+    (`attempt_0/3/stderr.log`, `rank3.log` give the rank); `numbers` the lines' numbers in it. For a log followed
+    while it grows (`ncclpm watch`): no tracebacks, no cross-file facts, no analysis."""
+    import polars as pl
+
+    from ncclpm.ingest.text.extract import extract_events, lines_table, parse_lines
+
+    cat = catalog(patterns)
+    kept = pl.DataFrame(
+        {"source": [source] * len(lines), "line": list(numbers), "raw": list(lines)},
+        schema={"source": pl.String(), "line": pl.Int64(), "raw": pl.String()},
+    )
+    parsed = parse_lines(kept, cat)
+    return lines_table(parsed), extract_events(parsed, cat)
 
 
 def diagnose(

@@ -1,4 +1,4 @@
-"""Command line: `ncclpm diagnose`, `diff`, `triage`, `rules`, `explain`, `tables`, `catalog check`.
+"""Command line: `ncclpm diagnose`, `diff`, `triage`, `watch`, `rules`, `explain`, `tables`, `catalog check`.
 
 Data goes to stdout (or `-o FILE`), diagnostics to stderr. Exit codes: 0 diagnosed, 1 a `--fail-on` threshold
 was met, 2 usage or input error (nothing readable, an output file that exists without `--force`), 3 internal
@@ -676,6 +676,140 @@ def _write_frame(write, path: Path, partial: str) -> None:
     except OutputError as exc:
         raise click.UsageError(str(exc)) from None
     _say(f"wrote {path}{partial}")
+
+
+def _signal_number(value: str | None) -> int | None:
+    """`USR1`, `SIGUSR1` or `10` -> the signal's number (a usage error for anything else)."""
+    import signal
+
+    if value is None:
+        return None
+    name = value.strip().upper()
+    try:
+        return (
+            int(signal.Signals(int(name)))
+            if name.isdigit()
+            else int(signal.Signals[name if name.startswith("SIG") else f"SIG{name}"])
+        )
+    except (KeyError, ValueError):
+        raise click.UsageError(f"--signal: no signal {value!r} (e.g. USR1)") from None
+
+
+@main.command()
+@click.argument("jobdir", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option(
+    "--pid",
+    "pids",
+    multiple=True,
+    type=click.IntRange(min=1),
+    help="The launcher or a rank (repeatable): its process tree is watched "
+    "[default: the processes working in JOBDIR or writing logs there].",
+)
+@click.option(
+    "--idle",
+    "idle_s",
+    type=click.FloatRange(min=0.5),
+    default=300.0,
+    show_default=True,
+    help="A hang: no rank logged a line for this many seconds while the ranks sit idle (no CPU).",
+)
+@click.option(
+    "--open-share",
+    type=click.FloatRange(min=0.01, max=1.0),
+    default=0.5,
+    show_default=True,
+    help="A hang: a collective the logs show started is still open after this share of its timeout.",
+)
+@click.option("--once", is_flag=True, help="Exit after the first collection.")
+@click.option("--native", is_flag=True, help="py-spy --native: C/C++ frames too (slower).")
+@click.option(
+    "--signal",
+    "signal_name",
+    metavar="SIG",
+    help="Also send SIG (e.g. USR1) to every rank that handles it, for the job's own faulthandler.register(SIG) dump.",
+)
+@click.option(
+    "--debug-server/--no-debug-server",
+    default=True,
+    show_default=True,
+    help="Ask torch's debug server (where the job started one) for its stacks and flight recorder.",
+)
+@click.option("--post", metavar="URL", help="Send the report as Slack JSON to this webhook after each collection.")
+@click.option(
+    "--out",
+    "out_root",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where collections go [default: JOBDIR/ncclpm-watch].",
+)
+@click.option(
+    "--poll",
+    "poll_s",
+    type=click.FloatRange(min=0.05, max=60),
+    default=0.5,
+    show_default=True,
+    help="Seconds between two looks at the logs and processes.",
+)
+@click.option(
+    "--start-timeout",
+    "start_timeout_s",
+    type=click.FloatRange(min=1),
+    default=600.0,
+    show_default=True,
+    help="Give up when no process of the job shows up within this many seconds.",
+)
+def watch(
+    jobdir: Path,
+    pids: tuple[int, ...],
+    idle_s: float,
+    open_share: float,
+    once: bool,
+    native: bool,
+    signal_name: str | None,
+    debug_server: bool,
+    post: str | None,
+    out_root: Path | None,
+    poll_s: float,
+    start_timeout_s: float,
+) -> None:
+    """Watch a running job beside it and catch a hang while it happens: when a timeout line appears, a collective
+    stays open too long, or no rank logs while the ranks sit idle, collect every rank's stacks (py-spy), torch's
+    debug-server dumps, the host's context into JOBDIR/ncclpm-watch/<UTC time>/ with a manifest, diagnose the job
+    and print the report. Exits when the job ends. Needs the `watch` extra: pip install 'nccl-postmortem[watch]'."""
+    from ncclpm.watch.deps import MissingDependency, check
+
+    try:
+        tools = check()
+    except MissingDependency as exc:
+        raise click.UsageError(str(exc)) from None
+    from ncclpm.watch.runner import Settings, Watcher, quiet_down
+
+    if post is not None and not post.startswith(("http://", "https://")):
+        raise click.UsageError(f"--post: {post!r} is not an http(s) URL")
+    quiet_down()
+    settings = Settings(
+        jobdir=jobdir,
+        out_root=out_root if out_root is not None else jobdir / "ncclpm-watch",
+        pids=pids,
+        idle_s=idle_s,
+        open_share=open_share,
+        once=once,
+        native=native,
+        signal=_signal_number(signal_name),
+        post=post,
+        poll_s=poll_s,
+        start_timeout_s=start_timeout_s,
+        debug_server=debug_server,
+    )
+
+    def say(text: str) -> None:
+        _say(f"ncclpm watch: {text}")
+
+    def show(text: str) -> None:
+        click.echo(terminal(text), nl=not text.endswith("\n"))
+
+    outcome = Watcher(settings, tools, say, show).run()
+    say(outcome.reason + (f"; {len(outcome.collections)} collection(s)" if outcome.collections else ""))
+    sys.exit(outcome.code)
 
 
 @main.group()

@@ -24,6 +24,7 @@ from ncclpm.sources import archives, sparse
 from ncclpm.sources.code import code_language
 from ncclpm.sources.fr_sniff import looks_like_fr_dump
 from ncclpm.sources.names import unique_names
+from ncclpm.sources.own_reports import is_own_report
 from ncclpm.sources.stack_sniff import looks_like_stack_dump
 from ncclpm.util.escape import clean_name
 
@@ -305,6 +306,9 @@ def _add_sparse(path: Path, st: os.stat_result, display: str, job: Job) -> bool:
 def _add_classified(display: str, head: bytes, job: Job, path: Path | None = None, data: bytes | None = None) -> None:
     if not head:
         job.warnings.append(f"{display}: empty file")
+        return
+    if is_own_report(head):
+        job.warnings.append(f"{display}: a report ncclpm wrote - not read as evidence")
         return
     kind = classify(display, head)
     if kind is None:
