@@ -57,6 +57,18 @@ def test_nothing_more_is_said_only_where_no_line_of_the_rank_is_left_unplaced(tm
     assert not any("nothing more" in m.text for m in d.story if 1 in m.ranks), d.story
 
 
+def test_work_a_dated_log_cannot_place_against_undated_progress_is_not_what_the_rank_was_busy_with() -> None:
+    """Real run: rank 1's progress lines are undated (stdout.log), its `running evaluation` lines dated in its own
+    log file, each followed there by the evaluation's result; which came last cannot be known, so no report says
+    rank 1 was running an evaluation, and its last line is never said to be the last."""
+    d = _case("real_dated_log_beside_undated_progress")
+    said = " ".join([d.summary, *(m.text for m in d.story), *(e.text for r in d.rivals for e in r.finding.evidence)])
+    assert "evaluation" not in said.lower(), said
+    st01 = next(r.finding for r in d.rivals if r.finding.rule == "ST01")
+    assert "evaluation" not in st01.summary and "No line says what it was doing" in st01.explanation, st01
+    assert not any("nothing more" in m.text for m in d.story if 1 in m.ranks), d.story
+
+
 # --------------------------------------------------------- 5. the work was done, then a crash at teardown
 
 

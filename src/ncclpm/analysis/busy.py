@@ -66,12 +66,21 @@ def rank_local_work(
             progress.cast({"rank": pl.Int32}).join(where, on=["rank", "source", "line"]).group_by("rank")
             .agg(pl.col("pos").max().alias("_last_progress"))
         )  # fmt: skip
+        in_file = progress.group_by("rank", "source").agg(pl.col("line").max().alias("_file_progress"))
         mine = mine.cast({"rank": pl.Int32}).join(where, on=["rank", "source", "line"], how="left")
+        mine = mine.join(in_file.cast({"rank": pl.Int32}), on=["rank", "source"], how="left")
         mine = _with_elapsed(t, mine.join(last_progress, on="rank", how="left"))
-        after = mine.filter(
-            pl.col("_last_progress").is_null() | pl.col("pos").is_null() | (pl.col("pos") >= pl.col("_last_progress"))
-        ).drop("pos")
-        mine = mine.drop("pos")
+        # A line no order could place (a dated log beside undated progress lines) may have come before or after the
+        # rank's last progress: it is the work only where no placed progress line could have followed it, and
+        # nothing of its own file's progress did.
+        unplaced = pl.col("pos").is_null() & pl.col("_last_progress").is_null() & (
+            pl.col("_file_progress").is_null() | (pl.col("line") > pl.col("_file_progress"))
+        )
+        placed = pl.col("pos").is_not_null() & (
+            pl.col("_last_progress").is_null() | (pl.col("pos") >= pl.col("_last_progress"))
+        )
+        after = mine.filter(placed | unplaced).drop("pos", "_file_progress")
+        mine = mine.drop("pos", "_file_progress")
     else:
         by_file = progress.group_by("rank", "source").agg(pl.col("line").max().alias("_last_progress"))
         mine = _with_elapsed(t, mine.join(by_file, on=["rank", "source"], how="left"))
