@@ -73,8 +73,10 @@ def rank_local_work(
         # A line no order could place (a dated log beside undated progress lines) may have come before or after the
         # rank's last progress: it is the work only where no placed progress line could have followed it, and
         # nothing of its own file's progress did.
-        unplaced = pl.col("pos").is_null() & pl.col("_last_progress").is_null() & (
-            pl.col("_file_progress").is_null() | (pl.col("line") > pl.col("_file_progress"))
+        unplaced = (
+            pl.col("pos").is_null()
+            & pl.col("_last_progress").is_null()
+            & (pl.col("_file_progress").is_null() | (pl.col("line") > pl.col("_file_progress")))
         )
         placed = pl.col("pos").is_not_null() & (
             pl.col("_last_progress").is_null() | (pl.col("pos") >= pl.col("_last_progress"))
