@@ -8,7 +8,8 @@ controls where the files say so:
   reads it, directly or through the name the read is assigned to (`timeout = timedelta(seconds=int(...))` then
   `init_process_group(..., timeout=timeout)`): `PG_TIMEOUT_S` is the process-group timeout, in seconds;
 - a launcher option: what it does (`[launcher_notes]` of the readings);
-- a script argument: its argparse definition and help text in the script.
+- a script argument: its argparse definition and help text in the script, and the setting whose call reads it
+  (`--pg-timeout` is `args.pg_timeout` in `init_process_group(timeout=timedelta(seconds=args.pg_timeout))`).
 A variable only an env dump holds is kept when the code reads it or torch/NCCL/gloo do (`code.env.shell`'s names): a
 dump holds every variable of the shell (PATH, HOSTNAME...), which configures nothing of the job.
 """
@@ -167,6 +168,25 @@ def _launcher_settings(code: pl.DataFrame) -> list[JobSetting]:
     return out
 
 
+def _arg_seconds_factor(statement: str, dest: str) -> float | None:
+    """How an argument's value becomes a duration: `timedelta(seconds=args.pg_timeout)`."""
+    m = re.search(
+        rf"\b(seconds|minutes|hours|days|milliseconds)\s*=\s*(?:[\w.]+\s*\(\s*)*[\w.]*\.{re.escape(dest)}(?!\w)",
+        statement,
+    )
+    return _UNIT_SECONDS[m.group(1)] if m else None
+
+
+def _arg_feeds(code: pl.DataFrame, script: str, flag: str) -> dict[str, Any] | None:
+    """The known setting of the script whose value reads the argument (`args.pg_timeout` for `--pg-timeout`)."""
+    dest = flag.lstrip("-").replace("-", "_")
+    if not dest.isidentifier():
+        return None
+    use = re.compile(rf"\.{re.escape(dest)}(?!\w)")
+    mine = code.filter(pl.col("setting").is_in(list(FEEDS)) & pl.col("source").str.ends_with(script))
+    return next((r for r in mine.sort("line").iter_rows(named=True) if use.search(r["value"] or "")), None)
+
+
 def _script_settings(code: pl.DataFrame) -> list[JobSetting]:
     defs = code.filter(pl.col("setting") == "arg_def")
     out = []
@@ -179,6 +199,15 @@ def _script_settings(code: pl.DataFrame) -> list[JobSetting]:
             controls = f"`{script}`'s argument{meaning} ({defined['source']}:{defined['line']})"
         else:
             controls = f"an argument of `{script}`"
+        where = defined
+        fed = _arg_feeds(code, script, flag) if defined is not None else None
+        feeds, seconds = "", None
+        if fed is not None:  # the code hands it to a setting it knows: that is what it controls
+            feeds, where = fed["setting"], fed
+            factor = _arg_seconds_factor(fed["text"] or "", flag.lstrip("-").replace("-", "_"))
+            n = _number(r["value"] or "")
+            seconds = n * factor if n is not None and factor is not None else None
+            controls = f"{FEEDS[feeds]}: `{fed['name']}` ({fed['source']}:{fed['line']})"
         out.append(
             JobSetting(
                 key=f"arg:{r['name']}",
@@ -189,10 +218,12 @@ def _script_settings(code: pl.DataFrame) -> list[JobSetting]:
                 file=str(r["source"]),
                 line=r["line"],
                 text=str(r["text"] or ""),
+                feeds=feeds,
+                seconds=seconds,
                 controls=controls,
-                controls_file=str(defined["source"]) if defined else "",
-                controls_line=defined["line"] if defined else None,
-                controls_text=str(defined["text"] or "") if defined else "",
+                controls_file=str(where["source"]) if where else "",
+                controls_line=where["line"] if where else None,
+                controls_text=str(where["text"] or "") if where else "",
             )
         )
     return out

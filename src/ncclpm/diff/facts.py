@@ -146,7 +146,8 @@ def file_setting_facts(settings: tuple[JobSetting, ...]) -> list[Fact]:
             option = s.name.lstrip("-").replace("-", "_")
             key, section, family = f"launcher:{option}", "launcher", launcher_family(option)
         else:
-            key, section, family = f"arg:{s.tool} {s.name}", "launcher", "script_argument"
+            key, section = f"arg:{s.tool} {s.name}", "launcher"
+            family = FEED_FAMILY.get(s.feeds, "script_argument")
         out.append(
             Fact(
                 key, s.name, family, section, s.value, ev, of=s.tool, controls=s.controls,
@@ -214,7 +215,8 @@ def timeout_fact(t: Tables, settings: tuple[JobSetting, ...] = ()) -> Fact | Non
             return _timeout(secs, quote(r))
     for s in settings:
         if s.feeds == "pg_timeout" and s.seconds is not None:
-            return replace(_timeout(s.seconds, Quote(s.file, s.line, s.text)), via=f"setting:{s.name}")
+            via = f"arg:{s.tool} {s.name}" if s.kind == "script_arg" else f"setting:{s.name}"
+            return replace(_timeout(s.seconds, Quote(s.file, s.line, s.text)), via=via)
     if t.fr is not None and not t.fr.compact.is_empty():
         ms = t.fr.expand(t.fr.compact.filter(pl.col("timeout_ms").is_not_null() & (pl.col("timeout_ms") > 0)))
         if not ms.is_empty():
