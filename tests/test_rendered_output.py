@@ -36,6 +36,9 @@ CASES = [
         "excerpt_ib_async_port_error",
         "rank_crash__exception_4ranks",
         "issue4_slurm_time_limit",
+        "real_teardown_abort_after_training_done",
+        "real_dataloader_stall_split_files",
+        "excerpt_ib_port_error_one_host",
     )
 ]
 PAIRS = sorted(p.parent for p in (ROOT / "tests" / "diff_cases").glob("*/expected.toml"))

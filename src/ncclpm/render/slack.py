@@ -105,8 +105,9 @@ def slack_payload(d: Diagnosis) -> dict[str, Any]:
         if blocks[name]
     ]
     sections.append({"type": "context", "elements": [{"type": "mrkdwn", "text": blocks["footer"][:MAX_CHARS]}]})
-    fallback = f"{d.category}: {_cut(d.summary, 200)}"
-    return {"text": escape(fallback), "blocks": sections}
+    # the notification's text is mrkdwn too: the summary's code spans are Slack's, never cut open
+    fallback = f"{escape(d.category)}: {slack_prose(cut_prose(d.summary, 200))}"
+    return {"text": fallback, "blocks": sections}
 
 
 def render_slack_json(d: Diagnosis) -> str:
