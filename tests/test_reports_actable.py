@@ -69,6 +69,38 @@ def test_work_a_dated_log_cannot_place_against_undated_progress_is_not_what_the_
     assert not any("nothing more" in m.text for m in d.story if 1 in m.ranks), d.story
 
 
+def _progress_job(tmp_path: Path, last_of_rank1: list[str]) -> Path:
+    """Two ranks of pytorch/examples imagenet (progress lines only); rank 0 times out in all_reduce, rank 1's lines end
+    with `last_of_rank1`."""
+    step = "Epoch: [3][{:>2}/20]\tTime  0.036 ( 0.042)\tData  0.003 ( 0.002)\tLoss 2.2621e+00 (2.2166e+00)"
+    lines = [step.format(i) for i in (0, 5)]
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "rank0.log").write_text(
+        "\n".join(
+            [
+                *(f"[rank0]: {x}" for x in lines),
+                "[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/"
+                "gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 20000ms for recv operation to complete",
+            ]
+        )
+        + "\n"
+    )
+    (job / "rank1.log").write_text("\n".join(f"[rank1]: {x}" for x in [*lines, *last_of_rank1]) + "\n")
+    return job
+
+
+def test_a_stalled_dataloader_is_read_from_the_last_progress_line_without_any_work_line(tmp_path: Path) -> None:
+    stalled = "Epoch: [3][10/20]\tTime  6.212 ( 1.017)\tData  6.201 ( 0.984)\tLoss 2.1864e+00 (2.1927e+00)"
+    d = diagnose([_progress_job(tmp_path, [stalled])])
+    assert "DataLoader" in d.summary and list(d.culprit_ranks) == [1], (d.summary, d.culprit_ranks)
+
+
+def test_a_line_saying_the_evaluation_ended_is_not_what_the_rank_was_busy_with(tmp_path: Path) -> None:
+    d = diagnose([_progress_job(tmp_path, [" * Acc@1 9.375 Acc@5 50.000", "*** Finished validating ***"])])
+    assert "validating" not in d.summary.lower() and "evaluat" not in d.summary.lower(), d.summary
+
+
 # --------------------------------------------------------- 5. the work was done, then a crash at teardown
 
 

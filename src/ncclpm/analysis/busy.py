@@ -51,8 +51,8 @@ def rank_local_work(
         mine = pl.concat(
             [mine, loose.with_columns(pl.lit(owner, pl.Int32).alias("rank"), pl.lit(True).alias("attributed"))]
         )
-    if mine.is_empty():
-        return _with_elapsed(t, mine)
+    if mine.is_empty():  # no work line: a stalled DataLoader is still read from the rank's last progress line
+        return data_stalls(t, ranks, order) if order is not None and not order.is_empty() else _with_elapsed(t, mine)
     # Only work that started before the others gave up counts (it is what they were waiting for).
     if first is not None:
         mine = mine.filter(pl.col("ts").is_null() | (pl.col("ts") <= first))
