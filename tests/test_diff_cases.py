@@ -76,3 +76,13 @@ def test_the_world_size_is_compared_only_where_both_runs_state_it(pair) -> None:
     for d in report.differences:
         if d.family == "world_size" and d.good is not None and d.bad is not None:
             assert d.good_evidence is not None and d.bad_evidence is not None, d
+
+
+@pytest.mark.parametrize("case", [p for p in PAIRS if (p / "good" / "run.sh").is_file()], ids=lambda p: p.name)
+def test_ranks_per_host_is_stated_not_counted_from_the_ranks_a_summary_lists(case: Path) -> None:
+    """torchrun's failure summary lists the ranks that failed, a healthy run lists none: the ranks per host are the
+    launch line's `--nproc_per_node` (or every rank of a stated world size placed), never a count of what was shown.
+    Both sides of a pair launched by a script state it."""
+    report = diff([case / "good"], [case / "bad"])
+    shown = [d for d in report.differences if d.family == "ranks_per_host" and (d.good is None or d.bad is None)]
+    assert not shown, [(d.good, d.bad) for d in shown]

@@ -249,6 +249,23 @@ def _launched_world(settings: tuple[JobSetting, ...]) -> Fact | None:
     )
 
 
+def _ranks_per_host(t: Tables, settings: tuple[JobSetting, ...]) -> Fact | None:
+    """The ranks per host as the launch line states them (`--nproc_per_node`), else counted where the logs place every
+    rank of a stated world size on its host: the ranks a launcher's failure summary happens to list are no count."""
+    nproc = next((s for s in settings if s.kind == "launcher" and s.name.lstrip("-") == "nproc_per_node"), None)
+    if nproc is not None and nproc.value.isdigit():
+        return Fact(
+            "shape:ranks_per_host", "ranks per host", "ranks_per_host", "shape", nproc.value,
+            Quote(nproc.file, nproc.line, nproc.text),
+        )  # fmt: skip
+    placed = t.ranks.filter(pl.col("host").is_not_null())
+    if not t.world_size_declared or t.world_size is None or placed["rank"].n_unique() < t.world_size:
+        return None
+    per_host = placed.unique("rank").group_by("host").len()
+    value = listed(str(n) for n in per_host["len"].to_list())
+    return Fact("shape:ranks_per_host", "ranks per host", "ranks_per_host", "shape", value)
+
+
 def shape_facts(t: Tables, settings: tuple[JobSetting, ...] = ()) -> list[Fact]:
     """The job's shape. The world size only where a line or the launch states it: the highest rank a run's logs
     happen to show is no world size (a script that logs on rank 0 only shows one rank of many)."""
@@ -266,10 +283,8 @@ def shape_facts(t: Tables, settings: tuple[JobSetting, ...] = ()) -> list[Fact]:
     if hosts:
         facts.append(Fact("shape:hosts", "hosts", "hosts", "shape", listed(hosts)))
         facts.append(Fact("shape:nodes", "nodes", "nodes", "shape", str(len(hosts))))
-    per_host = t.ranks.filter(pl.col("host").is_not_null()).group_by("host").len()
-    if not per_host.is_empty():
-        value = listed(str(n) for n in per_host["len"].to_list())
-        facts.append(Fact("shape:ranks_per_host", "ranks per host", "ranks_per_host", "shape", value))
+    if (per_host := _ranks_per_host(t, settings)) is not None:
+        facts.append(per_host)
     if comms is not None and not comms.is_empty():
         gpus = comms.filter(pl.col("host").is_not_null()).group_by("host").agg(pl.col("cuda_dev").n_unique())
         if not gpus.is_empty():
