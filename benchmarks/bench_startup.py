@@ -5,7 +5,8 @@ Usage: python benchmarks/bench_startup.py [--runs 21] [--baseline OTHER_CHECKOUT
 Each command runs as a fresh process, as a user runs it: this checkout through its `ncclpm` console entry
 (`ncclpm.cli:run`, or `main` in a checkout without it), the baseline with its `src` first on `sys.path` (its C
 modules are this checkout's when it has none built: they are the same sources). The tiny job is 21 lines of
-`sample_logs/nccl_rank0_sample_generation` (a timeout, a checkpointing rank, torchrun's summary). Bytecode is
+`sample_logs/nccl_rank0_sample_generation` (a timeout, a checkpointing rank, torchrun's summary); the NCCL job is
+a WARN and torch's exception quoting it, which loads NCCL's declared messages (parsers/nccl/). Bytecode is
 written and warm (a first untimed run of each command), as after `pip install`. Prints the median and the
 minimum of wall and CPU time (user + system of the child) and the load average.
 """
@@ -38,6 +39,28 @@ def _tiny_job(folder: Path) -> Path:
     return out
 
 
+def _nccl_job(folder: Path) -> Path:
+    """A rank's NCCL WARN and torch's exception quoting it (`Last error:`): the job that loads NCCL's declared
+    messages (parsers/nccl/), which a job without such a line never does."""
+    out = folder / "nccl.log"
+    out.write_text(
+        "node03:23440:23664 [3] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.0.3.14<41524> failed : "
+        "Connection refused\n"
+        "node03:23440:23664 [3] NCCL INFO misc/socket.cc:567 -> 6\n"
+        "[rank3]:Traceback (most recent call last):\n"
+        '[rank3]:  File "/workspace/train.py", line 88, in <module>\n'
+        "[rank3]:    dist.all_reduce(grad)\n"
+        "[rank3]:torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/"
+        "ProcessGroupNCCL.cpp:3690, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version "
+        "2.27.7\n"
+        "[rank3]:ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error.\n"
+        "[rank3]:Last error:\n"
+        "[rank3]:socketStartConnect: Connect to 10.0.3.14<41524> failed : Connection refused\n",
+        encoding="utf-8",
+    )
+    return out
+
+
 def _one(checkout: Path, args: list[str], env: dict[str, str]) -> tuple[float, float]:
     start = time.perf_counter()
     proc = subprocess.Popen(
@@ -58,8 +81,10 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # as after `pip install`
     with tempfile.TemporaryDirectory(prefix="ncclpm-startup-") as tmp:
         job = _tiny_job(Path(tmp))
+        nccl = _nccl_job(Path(tmp))
         commands = {
             "diagnose a 21-line log (-f json)": ["diagnose", str(job), "-f", "json"],
+            "diagnose an NCCL WARN + Last error (11 lines)": ["diagnose", str(nccl), "-f", "json"],
             "rules": ["rules"],
             "explain CR01": ["explain", "CR01"],
             "--help": ["--help"],

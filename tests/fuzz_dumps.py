@@ -122,6 +122,10 @@ def _cycle(kind: int) -> object:
 
 
 def run_self_reference(args: tuple[int, int, int, int, int]) -> str:
+    return _finish(*make_self_reference(args))
+
+
+def make_self_reference(args: tuple[int, int, int, int, int]) -> tuple[bytes, str]:
     kind, place_i, index, protocol, whole = args
     dump = real_dict()
     if whole % 3 == 0:
@@ -130,7 +134,7 @@ def run_self_reference(args: tuple[int, int, int, int, int]) -> str:
         _put(dump, PLACES[place_i % len(PLACES)], index, dump)  # the dump holds itself
     else:
         _put(dump, PLACES[place_i % len(PLACES)], index, dump.get("entries"))  # an entry holds the entry list
-    return _finish(pickle.dumps(dump, protocol=2 + protocol % 4), "self_ref_trace_rank_0")
+    return pickle.dumps(dump, protocol=2 + protocol % 4), "self_ref_trace_rank_0"
 
 
 # ----------------------------------------------------------------------------------------------------- depth
@@ -161,6 +165,10 @@ def _deep_opcodes(depth: int, kind: int) -> bytes:
 
 
 def run_depth(args: tuple[int, int, int, int, bool]) -> str:
+    return _finish(*make_depth(args))
+
+
+def make_depth(args: tuple[int, int, int, int, bool]) -> tuple[bytes, str]:
     depth_i, kind, place_i, index, as_json = args
     depth = [20, 31, 33, 64, 900, 5000, 100_000, 200_000][depth_i % 8]
     dump = real_dict()
@@ -169,10 +177,10 @@ def run_depth(args: tuple[int, int, int, int, bool]) -> str:
         doc = json.dumps(dump, default=repr)
         nest = ("[" * depth + "]" * depth) if kind % 2 == 0 else ('{"k": ' * depth + "{}" + "}" * depth)
         data = doc.replace(json.dumps(MARK), nest, 1).encode()
-        return _finish(data, "deep_trace_rank_0.json")
+        return data, "deep_trace_rank_0.json"
     data = pickle.dumps(dump, protocol=2)
     assert data.count(_text_op(MARK)) == 1
-    return _finish(data.replace(_text_op(MARK), _deep_opcodes(depth, kind % 4)), "deep_trace_rank_0")
+    return data.replace(_text_op(MARK), _deep_opcodes(depth, kind % 4)), "deep_trace_rank_0"
 
 
 # ------------------------------------------------------------------------------------------- reference bombs
@@ -186,6 +194,10 @@ def _bomb(levels: int, fan: int, base: int, leaf: int) -> object:
 
 
 def run_reference_bomb(args: tuple[int, int, int, int, int, int, int]) -> str:
+    return _finish(*make_reference_bomb(args))
+
+
+def make_reference_bomb(args: tuple[int, int, int, int, int, int, int]) -> tuple[bytes, str]:
     shape, levels, fan, base, place_i, index, protocol = args
     dump = real_dict()
     if shape % 4 == 0:  # a shared value referenced again and again, at one place
@@ -199,8 +211,8 @@ def run_reference_bomb(args: tuple[int, int, int, int, int, int, int]) -> str:
     else:  # a memo index far past the values memoised (a huge memo table)
         data = pickle.dumps({**dump, "pg_status": MARK}, protocol=2)
         put = b"]r" + ((fan * base) << (levels % 4 * 7)).to_bytes(8, "little")[:4]
-        return _finish(data.replace(_text_op(MARK), put), "bomb_trace_rank_0")
-    return _finish(pickle.dumps(dump, protocol=2 + protocol % 4), "bomb_trace_rank_0")
+        return data.replace(_text_op(MARK), put), "bomb_trace_rank_0"
+    return pickle.dumps(dump, protocol=2 + protocol % 4), "bomb_trace_rank_0"
 
 
 # -------------------------------------------------------------------------------------------- wrong metadata
@@ -316,3 +328,25 @@ TARGET_SPECS = {
         (([(13, 1)], 0, 1), ([(5, 7)], 0, 1), ([(4, 9)], 0, 1), ([(1, 15)], 0, 1)),  # item 6's four examples
     ),
 }
+
+
+def hostile_pickles() -> dict[str, bytes]:
+    """A fixed sample of the pickle shapes above (the C decoder's tests run it without the fuzzer): every cycle kind
+    at several places and protocols, every nesting kind at depths around the scan's limit, every bomb shape."""
+    out: dict[str, bytes] = {}
+    for kind in range(5):
+        for place_i in (0, 2, 4, 7, 8):
+            for whole in range(3):
+                args = (kind, place_i, 3, kind + place_i, whole)
+                out[f"self_ref_{args}"] = make_self_reference(args)[0]
+    for depth_i in range(5):
+        for kind in range(4):
+            for place_i in (0, 2, 4, 7, 9, 11):
+                args = (depth_i, kind, place_i, 1, False)
+                out[f"depth_{args}"] = make_depth(args)[0]
+    for shape in range(4):
+        for levels, fan, base in ((1, 3, 5), (2, 40, 30), (3, 60, 200)):
+            for place_i in (0, 2, 8):
+                args = (shape, levels, fan, base, place_i, 2, shape + levels)
+                out[f"bomb_{args}"] = make_reference_bomb(args)[0]
+    return out

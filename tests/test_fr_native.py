@@ -14,7 +14,9 @@ import pytest
 from ncclpm.ingest.flight_recorder import decode as fr_decode
 from ncclpm.ingest.flight_recorder import native as fr_native
 from ncclpm.ingest.flight_recorder.load import load_fr_dumps
+from ncclpm.ingest.flight_recorder.scan import Refused, scan
 from ncclpm.tables.fr import FRLoad
+from tests import fuzz_dumps
 from tests.shared import corpus
 from tests.synth.fr_dumps import FAULTS, generate
 from tests.test_fr_bounds import REAL_DUMP, _mutations, hostile_dumps, wrong_metadata
@@ -27,15 +29,15 @@ CORPUS = corpus()  # reference material beside the checkout; absent elsewhere
 def _load(items: list, native: bool, monkeypatch: pytest.MonkeyPatch, **kw: str) -> tuple[FRLoad, int]:
     """(the load, how many dumps the C decoder read)."""
     read = [0]
-    real = fr_native.decode
+    real = fr_native.NativeLoad.decode
 
-    def counted(data: bytes, keep: int) -> tuple | str:
-        got = real(data, keep)
+    def counted(self: fr_native.NativeLoad, data: bytes) -> tuple | str:
+        got = real(self, data)
         read[0] += not isinstance(got, str)
         return got
 
     with monkeypatch.context() as m:
-        m.setattr(fr_native, "decode", counted)
+        m.setattr(fr_native.NativeLoad, "decode", counted)
         if not native:
             m.setenv("NCCLPM_FR_PYTHON", "1")
         return load_fr_dumps(items, **kw), read[0]
@@ -173,33 +175,56 @@ def test_unusual_values_read_the_same_both_ways(monkeypatch: pytest.MonkeyPatch)
     assert _same([(f"p{i}/fr_trace_rank_{i}", d) for i, d in enumerate(copies)], monkeypatch) == len(copies)
 
 
+def _decoded(data: bytes, keep: int = -1) -> tuple[object, dict | None]:
+    """(what `Job.decode` gives, what `take` gives after adding it: None when the dump is left to Python)."""
+    job = fr_native._frdecode.Job(keep)
+    got = job.decode(data)
+    if isinstance(got, str):
+        return got, None
+    job.add(got[4], 0, 0)
+    return got, job.take()
+
+
 def test_the_decoders_keys_are_pythons_repr() -> None:
     checked = 0
     for p in sorted((ROOT / "tests" / "cases").rglob("fr_trace_rank_*")):
         if p.suffix != ".json":
-            got = fr_native.decode(p.read_bytes(), -1)
-            assert not isinstance(got, str) or got == "no entries", (p, got)  # an empty dump is Python's
-            for keys, values, _ in got[9] if isinstance(got, tuple) else ():
+            got, taken = _decoded(p.read_bytes())
+            assert taken is not None or got == "no entries", (p, got)  # an empty dump is Python's
+            for k in ("input_sizes", "input_dtypes", "frames") if taken else ():
+                _, keys, values = taken[k]
                 assert keys == [repr(v) for v in values]
                 checked += len(keys)
     assert checked > 100
 
 
-def test_the_decoder_survives_arbitrary_bytes() -> None:
-    """No scan first: the decoder's own bounds must hold on anything (mutations, truncations, random bytes)."""
+def _scan_admits(data: bytes) -> bool:
+    try:
+        scan(data)
+    except Refused:
+        return False
+    return True
+
+
+def test_the_decoder_survives_arbitrary_bytes_and_reads_only_what_the_scan_admits() -> None:
+    """The decoder runs the scan's bounds in its own pass (no separate scan): it must hold on anything (mutations,
+    truncations, random bytes, every hostile shape) and read no dump the scan refuses."""
     rng = random.Random(5)
-    inputs = _mutations(23, 1500) + list(hostile_dumps().values())
+    inputs = _mutations(23, 1500) + list(hostile_dumps().values()) + list(wrong_metadata().values())
     real = REAL_DUMP.read_bytes()
     inputs += [real[:k] for k in range(0, len(real), max(1, len(real) // 300))]
     inputs += [b"\x80\x04" + rng.randbytes(rng.randint(0, 400)) for _ in range(1500)]
-    read = 0
+    inputs += [fuzz_dumps.hostile_pickles()[k] for k in sorted(fuzz_dumps.hostile_pickles())]
+    read = refused = 0
     for data in inputs:
+        admitted = _scan_admits(data)
+        refused += not admitted
         for keep in (-1, 0, 64):
-            got = fr_native._frdecode.decode(data, keep)
+            got, taken = _decoded(data, keep)
             assert isinstance(got, str | tuple)
-            read += isinstance(got, tuple)
-    assert read > 100
-    fr_native.release()
+            assert taken is None or admitted, data[:80]
+            read += taken is not None
+    assert read > 100 and refused > 300
 
 
 def test_the_python_path_can_be_forced(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,6 +10,8 @@ import polars as pl
 import pytest
 
 from ncclpm.ingest.flight_recorder import decode as fr_decode
+from ncclpm.ingest.flight_recorder import load as fr_load
+from ncclpm.ingest.flight_recorder import native as fr_native
 from ncclpm.ingest.flight_recorder.load import load_fr_dumps
 from ncclpm.tables.fr import FRLoad
 from tests.synth.fr_dumps import generate
@@ -56,6 +58,7 @@ def test_chunk_size_does_not_change_the_load(monkeypatch: pytest.MonkeyPatch, tm
     items, targets = _mixed(tmp_path)
     whole = load_fr_dumps(items, frames=frames)
     monkeypatch.setattr(fr_decode, "_CHUNK_ROWS", 50)  # a chunk every dump or so
+    monkeypatch.setattr(fr_decode, "NATIVE_ROWS", 50)  # the C decoder's rows framed after every dump
     _same(whole, load_fr_dumps(items, frames=frames))
     assert whole.entries.height == 12 * 80  # the 4 JSON dumps duplicate ranks 0-3 and are superseded
     assert any("4 older or duplicate flight-recorder dump(s)" in w for w in whole.warnings)
@@ -74,9 +77,11 @@ def test_all_columns_hold_the_analysis_columns(tmp_path: Path) -> None:
     assert short.entries.schema == fr_decode.FR_ANALYSIS_SCHEMA
 
 
-def test_bytes_are_read_lazily_one_dump_at_a_time() -> None:
-    """Callables are called when their turn comes, each once; one that fails only skips its dump."""
-    dumps = list(generate(6, 40, 2, "never_joined").items())
+@pytest.mark.parametrize("ranks", [6, 40])
+def test_bytes_are_read_lazily_a_few_dumps_at_a_time(ranks: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Callables are called when their turn comes, each once, in order; one that fails only skips its dump. At most
+    one dump's bytes are held at a time by one decoding thread, a few per thread when several decode ahead."""
+    dumps = list(generate(ranks, 40, 2, "never_joined").items())
     live, peak, calls = [0], [0], []
 
     def reader(name: str, data: bytes):
@@ -91,7 +96,7 @@ def test_bytes_are_read_lazily_one_dump_at_a_time() -> None:
     def gone() -> bytes:
         raise FileNotFoundError("vanished")
 
-    orig, orig_native = fr_decode.read_dump, fr_decode.read_native
+    orig, orig_add = fr_decode.read_dump, fr_native.NativeLoad.add
 
     def counted(*a: object, **k: object):
         try:
@@ -99,20 +104,21 @@ def test_bytes_are_read_lazily_one_dump_at_a_time() -> None:
         finally:
             live[0] -= 1
 
-    def counted_native(*a: object, **k: object):
-        got = orig_native(*a, **k)
-        if got is not None:  # read by the C decoder; otherwise read_dump comes next
-            live[0] -= 1
-        return got
+    def counted_add(*a: object, **k: object) -> None:
+        live[0] -= 1  # read by the C decoder: its bytes are let go
+        orig_add(*a, **k)
 
-    fr_decode.read_dump, fr_decode.read_native = counted, counted_native
-    try:
-        load = load_fr_dumps([*((n, reader(n, b)) for n, b in dumps), ("gone_rank_9", gone)])
-    finally:
-        fr_decode.read_dump, fr_decode.read_native = orig, orig_native
-    assert sorted(calls) == sorted(n for n, _ in dumps) and peak[0] == 1
-    assert load.entries.height == 6 * 40
-    assert any(w.startswith("gone_rank_9: flight-recorder dump unreadable") for w in load.warnings)
+    monkeypatch.setattr(fr_decode, "read_dump", counted)
+    monkeypatch.setattr(fr_native.NativeLoad, "add", counted_add)
+    items = [*((n, reader(n, b)) for n, b in dumps), ("gone_rank_9999", gone)]
+    load = load_fr_dumps(items)
+    monkeypatch.undo()
+    assert calls == [n for n, _ in fr_load._in_rank_order(dumps)]
+    threads = fr_decode._threads(len(items)) if fr_native.enabled(False) else 1
+    assert peak[0] == 1 if threads == 1 else 1 <= peak[0] <= 2 * threads + 1
+    assert live[0] == 0
+    assert load.entries.height == ranks * 40
+    assert any(w.startswith("gone_rank_9999: flight-recorder dump unreadable") for w in load.warnings)
     assert load.entries.equals(load_fr_dumps(dumps).entries)
 
 
@@ -123,6 +129,7 @@ def test_counters_past_32_bits_widen_the_column(monkeypatch: pytest.MonkeyPatch)
 
     dumps = list(generate(8, 60, 2, "never_joined").items())
     monkeypatch.setattr(fr_decode, "_CHUNK_ROWS", 100)  # the wide dump gets a chunk of its own, the others Int32
+    monkeypatch.setattr(fr_decode, "NATIVE_ROWS", 100)
     plain = load_fr_dumps(dumps)
     narrow = {k: t for k, t in fr_decode.NARROW.items() if k in plain.compact.columns}
     assert {k: plain.compact.schema[k] for k in narrow} == narrow and len(narrow) == 6
@@ -158,3 +165,19 @@ def test_a_chunk_narrows_only_the_columns_whose_values_fit() -> None:
     assert slim.schema["pg_id"] == pl.Int32 and slim.schema["collective_seq_id"] == pl.Int32
     assert slim.schema["input_sizes_id"] == pl.UInt16
     assert slim.cast(chunk.schema).equals(chunk)  # same values; group_key kept (it differs from pg_name)
+
+
+@pytest.mark.parametrize("helper", ["absent", "stale"])
+def test_without_the_c_decoder_the_python_path_reads_everything(
+    helper: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An install without a compiler has no `_frdecode`; one built from older sources has no `Job`: either way the
+    load is the Python path's, the same as with the decoder (or without it, in an install that has none)."""
+    items, targets = _mixed(tmp_path)
+    built = load_fr_dumps(items)
+    stale = type("Stale", (), {"release": staticmethod(lambda: None)})  # an old build: release() but no Job
+    monkeypatch.setattr(fr_native, "_frdecode", None if helper == "absent" else stale)
+    assert not fr_native.enabled(False)
+    fallback = load_fr_dumps(items)
+    _same(built, fallback)
+    assert fallback.entries.height == 12 * 80 and not any(t.exists() for t in targets)

@@ -318,7 +318,7 @@ def frame_summary(*frames: pl.DataFrame) -> str:
 
 
 def run_parse_one(line: str) -> str:
-    parsed, events = parse_one(catalog(), line)
+    parsed, events = parse_one(catalog(), line, messages=True)
     return frame_summary(parsed, events)
 
 

@@ -114,6 +114,8 @@ def test_readings_computed_on_their_kinds_rows_only_give_the_same_events(tmp_pat
 
     cat = catalog()
     events = build_tables(collect([_case_job(tmp_path)]), cat).events
+    # (NCCL's declared messages set their attributes themselves, over the readings: parsers/nccl/)
+    events = events.filter(~pl.col("event").str.contains(r"^nccl\.(?:warn|hand)\."))
     assert events.height > 500 and events["net_class"].is_not_null().any()
     captured = {f for p in cat.patterns for f in p.fields}  # a reading may name what a line says (`signal`)
     attrs = {a for k in cat.kinds.values() for r in k.readings for a in r.set} - {"victim"} - captured

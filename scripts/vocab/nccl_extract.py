@@ -134,12 +134,12 @@ class Git:
             return None
 
 
-def release_tags(git: Git) -> list[str]:
-    """Every v2.X.Y-Z tag from 2.18 on, oldest first."""
+def release_tags(git: Git, first_minor: int = FIRST_MINOR) -> list[str]:
+    """Every v2.X.Y-Z tag from 2.`first_minor` on (2.18 by default), oldest first."""
     tags = []
     for t in git.run("tag", "--list", "v2.*").split():
         m = _TAG.match(t)
-        if m and int(m[1]) >= FIRST_MINOR:
+        if m and int(m[1]) >= first_minor:
             tags.append(((int(m[1]), int(m[2]), int(m[3])), t))
     return [t for _, t in sorted(tags)]
 
@@ -280,9 +280,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("repo", type=Path, help="an NVIDIA/nccl clone (or bare git dir) with its tags")
     ap.add_argument("--out", type=Path, default=DATA, help="output directory (default: scripts/vocab/data)")
     ap.add_argument("--check", action="store_true", help="compare with the files in --out instead of writing")
+    ap.add_argument(
+        "--first-minor",
+        type=int,
+        default=None,
+        help="oldest 2.X to read (3: the formats only NCCL 2.3-2.17 printed, for nccl_catalog.py --legacy; write "
+        "them with --out elsewhere, the committed data starts at 2.18)",
+    )
     ns = ap.parse_args(argv)
     git = Git(ns.repo)
-    all_tags = release_tags(git)
+    all_tags = release_tags(git, ns.first_minor or FIRST_MINOR)
     tags = scanned_tags(all_tags)
     if PINNED not in all_tags:
         print(f"the pinned tag {PINNED} is not in {ns.repo}", file=sys.stderr)

@@ -24,6 +24,26 @@ EXPLAINED_KINDS = [
     K.rendezvous_timeout,
     K.store_error,
 ]
+# NCCL messages (parsers/nccl/) that name a cause other rules read: the rank that printed one and then raised did not
+# die "of its own error" - torch's exception wraps the message (the message wins over its wrapper). Lines too weak to
+# name a cause alone (a closed socket a dead peer leaves) do not count.
+MESSAGE_CAUSES = [
+    K.network_error,
+    K.shm_error,
+    K.p2p_error,
+    K.topology_error,
+    K.nccl_config,
+    K.gpu_not_visible,
+    K.gpu_fabric_error,
+    K.gpu_hw_error,
+    K.world_size_mismatch,
+    K.version_mismatch,
+    K.cuda_build_mismatch,
+    K.duplicate_gpu,
+]
+NAMES_A_CAUSE = 0.5  # the message's strength alone (parsers/nccl/: `alone`) from which it explains its rank's death
+# What says why something failed, so that NCCL's bare result class (ncclSystemError with no message) adds nothing
+NAMED_CAUSES = [*EXPLAINED_KINDS, *MESSAGE_CAUSES, K.bootstrap_error, K.nccl_fatal, K.cuda_error, K.gpu_unavailable]
 FATAL_SIGNALS = ["SIGKILL", *NATIVE_CRASHES]
 OWN_ERROR = 1  # a Python process's exit code after an uncaught exception (a timeout's included)
 TORN_DOWN = -15  # SIGTERM: the launcher ending a worker that was still running
@@ -60,11 +80,12 @@ def own_errors(t: Tables) -> pl.DataFrame:
 def crashes(t: Tables, victim_lines: pl.DataFrame, errors: pl.DataFrame, exits: pl.DataFrame) -> pl.DataFrame:
     """Each rank's own failures (`how`: exception, signal, exit) before it waited on anyone, first first: the ranks
     that died of their own error (an exception, a segfault, a kill) while the others were still fine."""
-    explained = set(t.kinds(*EXPLAINED_KINDS)["rank"].drop_nulls().to_list())
+    named = t.kinds(*MESSAGE_CAUSES).filter(pl.col("strength").fill_null(1.0) >= NAMES_A_CAUSE)
+    explained = set(t.kinds(*EXPLAINED_KINDS)["rank"].drop_nulls().to_list()) | set(named["rank"].drop_nulls())
     victims_at = victim_lines.group_by("rank").agg(pl.col("ts").min().alias("victim_ts"))
     exc = errors.with_columns(pl.lit("exception").alias("how"))
     sig = (
-        t.kinds(K.crash_signal, K.cuda_error)
+        t.kinds(K.crash_signal, K.cuda_error, K.nccl_fatal)
         .filter(pl.col("rank").is_not_null() & ~pl.col("error_type").fill_null("").str.contains("DistBackendError"))
         .with_columns(pl.lit("signal").alias("how"))
     )

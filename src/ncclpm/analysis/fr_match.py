@@ -374,8 +374,11 @@ def _sink_ranks(missing: pl.DataFrame) -> set[int]:
         graph.setdefault(src, set()).add(dst)
         graph.setdefault(dst, set())
     comp = _scc(graph)
+    groups: dict[int, list[int]] = {}  # component -> its ranks, in one pass (one pass per component was N^2)
+    for n in graph:
+        groups.setdefault(comp[n], []).append(n)
     sinks: set[int] = set()
-    for members in {c: [n for n in graph if comp[n] == c] for c in set(comp.values())}.values():
+    for members in groups.values():
         if all(comp[d] == comp[members[0]] for n in members for d in graph[n]):
             sinks.update(members)
     return sinks & set(missing["missing_rank"].to_list())

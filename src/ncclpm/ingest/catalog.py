@@ -22,6 +22,7 @@ import polars as pl
 
 from ncclpm.ingest import envelopes as env_mod
 from ncclpm.ingest.envelopes import Envelope
+from ncclpm.ingest.text.nccl_messages import MessageError, Vocabulary, load_messages
 from ncclpm.tables.kinds import KINDS_FILE, KindDecl, KindError, load_kinds, merge_kinds, unknown_kind_message
 from ncclpm.tables.schema import DTYPE_NAMES, EVENT_FIELDS
 from ncclpm.util.ascii_classes import ascii_classes
@@ -66,6 +67,17 @@ class Catalog:
     envelopes: tuple[Envelope, ...]
     keep_anchors: tuple[str, ...] = field(default=())
     kinds: dict[str, KindDecl] = field(default_factory=dict)
+    dirs: tuple[Path, ...] = ()  # the catalog directories (shipped first): their nccl/ folders hold NCCL's messages
+    _vocabulary: list = field(default_factory=list, compare=False, repr=False)
+
+    def vocabulary(self) -> Vocabulary:
+        """NCCL's declared messages (parsers/nccl/), loaded the first time a job has an NCCL message to read."""
+        if not self._vocabulary:
+            try:
+                self._vocabulary.append(Vocabulary(load_messages(self.dirs or (data_dir("parsers"),), self.kinds)))
+            except MessageError as exc:
+                raise CatalogError(str(exc)) from exc
+        return self._vocabulary[0]
 
     @property
     def anchors(self) -> list[str]:
@@ -232,4 +244,4 @@ def load_catalog(extra_dirs: tuple[Path, ...] = (), *, compile_shipped: bool = F
     if dupes:
         raise CatalogError(f"duplicate pattern ids: {dupes}")
     env_mod.check_envelopes(tuple(envelopes), CatalogError)
-    return Catalog(tuple(patterns), tuple(envelopes), tuple(keep), kinds)
+    return Catalog(tuple(patterns), tuple(envelopes), tuple(keep), kinds, dirs)

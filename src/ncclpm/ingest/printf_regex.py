@@ -59,21 +59,16 @@ def conversions(fmt: str) -> list[Conversion]:
     return out
 
 
+_ESCAPES = {ord(ch): "\\" + ch for ch in _META} | {
+    **{c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]},
+    ord("\n"): r"\n",
+    ord("\t"): r"\t",
+}
+
+
 def escape(text: str) -> str:
     """`text` as a literal in both dialects (Rust rejects some escapes Python's re.escape writes, e.g. `\\ `)."""
-    out = []
-    for ch in text:
-        if ch in _META:
-            out.append("\\" + ch)
-        elif ch == "\n":
-            out.append(r"\n")
-        elif ch == "\t":
-            out.append(r"\t")
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\x{ord(ch):02x}")
-        else:
-            out.append(ch)
-    return "".join(out)
+    return text.translate(_ESCAPES)
 
 
 # --- what an argument holds -------------------------------------------------------------------------------------
@@ -184,12 +179,20 @@ def field_names(fmt: str, args: Sequence[str] | None) -> list[str | None]:
     return names
 
 
-def printf_regex(fmt: str, args: Sequence[str] | None = None, *, named: bool = True) -> str:
+def printf_regex(
+    fmt: str, args: Sequence[str] | None = None, *, named: bool = True, names: Sequence[str | None] | None = None
+) -> str:
     """The regex matching what `printf(fmt, ...)` prints (unanchored; a trailing newline is the line's end and is
-    left out). Named groups where `args` tell what a conversion holds."""
+    left out). Named groups where `args` tell what a conversion holds, or as `names` says (one per conversion,
+    None or "" for none: a catalog entry's declared fields)."""
     fmt = fmt.rstrip("\n")
     convs = conversions(fmt)
-    names = field_names(fmt, args) if named else [None] * len(convs)
+    if names is not None:
+        if len(names) != len(convs):
+            raise ValueError(f"{len(names)} names for the {len(convs)} conversions of {fmt!r}")
+        names = [n or None for n in names]
+    else:
+        names = field_names(fmt, args) if named else [None] * len(convs)
     out, pos = [], 0
     for c, name in zip(convs, names, strict=True):
         out.append(escape(fmt[pos : c.start]))

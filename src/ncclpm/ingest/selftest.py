@@ -10,10 +10,11 @@ from ncclpm.ingest.text.extract import extract_events, parse_lines
 ENVELOPE_KEYS = frozenset({"rank", "level", "host", "pid", "message"})
 
 
-def parse_one(catalog: Catalog, line: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+def parse_one(catalog: Catalog, line: str, *, messages: bool = False) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """One line's parse and events: what the catalog's patterns read (`messages`: and NCCL's declared messages)."""
     kept = pl.DataFrame({"source": ["example.log"], "line": [1], "raw": [line]})
     parsed = parse_lines(kept, catalog)
-    return parsed, extract_events(parsed, catalog)
+    return parsed, extract_events(parsed, catalog, messages=messages)
 
 
 def _mismatches(row: dict, expect: dict, keys: set[str], where: str) -> list[str]:

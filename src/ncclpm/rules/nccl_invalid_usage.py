@@ -6,6 +6,7 @@ from typing import ClassVar
 
 import polars as pl
 
+from ncclpm.ingest.text.nccl_messages import reading
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
@@ -16,13 +17,15 @@ REFUSALS = ["invalid usage", "invalid argument"]
 
 
 class NcclInvalidUsage(Rule):
-    """NCCL refused how it was called (`invalid usage`), and nothing in the logs says more.
+    """NCCL refused how it was called (`invalid usage`), or its own message names a set-up mistake.
 
     ## What it detects
-    `NCCL error in: ...: invalid usage` / `ncclInvalidUsage` (torch's `DistBackendError`, NCCL error 5) or
-    `invalid argument` / `ncclInvalidArgument` (error 4) with no
-    more specific reading of the same job (two ranks on one GPU, ranks disagreeing on the job's size), which
-    CF01/CF02 name outright.
+    NCCL's own WARN (or torch's `Last error:`) naming a set-up mistake (parsers/nccl/, kind `nccl_config`): an
+    NCCL_* setting or communicator option it rejects, an address it cannot use, two processes with one rank, a
+    locked-memory limit too low for RDMA, a topology file that does not fit, a NIC selection that differs between
+    hosts. Else `NCCL error in: ...: invalid usage` / `ncclInvalidUsage` (torch's `DistBackendError`, NCCL error 5)
+    or `invalid argument` / `ncclInvalidArgument` (error 4) with no more specific reading of the same job (two
+    ranks on one GPU, ranks disagreeing on the job's size), which CF01/CF02 name outright.
 
     ## Why it matters
     NCCL returns `invalid usage` when the call itself is wrong, not when hardware or the network fails: most
@@ -41,6 +44,10 @@ class NcclInvalidUsage(Rule):
     base_confidence = 0.6  # NCCL's own word for a wrong call: which mistake is not said
     explains = ("CT01", "CR01", "CR02", "IN01")
     FIXES: ClassVar[dict[str, Fix]] = {
+        "message": Fix(
+            "{fix|What NCCL's message's declared entry says to change (parsers/nccl/)}",
+            when="NCCL's own message names the mistake",
+        ),
         "warn": Fix(
             "Rerun with `NCCL_DEBUG=WARN`: NCCL's WARN line before the error says what it refused (`Duplicate GPU "
             "detected`, a device mismatch, a bad argument)."
@@ -52,15 +59,15 @@ class NcclInvalidUsage(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        return (
-            t.kinds(K.nccl_error)
-            .filter(pl.col("error_type").is_in(REFUSALS))
-            .sort("ts", "source", "line", nulls_last=True)
-        )
+        named = t.kinds(K.nccl_config).sort("strength", descending=True, nulls_last=True)
+        refused = t.kinds(K.nccl_error).filter(pl.col("error_type").is_in(REFUSALS))
+        return pl.concat([named, refused.sort("ts", "source", "line", nulls_last=True)])
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         ranks = tuple(sorted(set(ev["rank"].drop_nulls().to_list())))
         who = ranks_text(ranks) if ranks else "a rank"
+        if ev["kind"][0] == K.nccl_config:
+            return self._named(t, ev, who, ranks)
         said = ev["error_type"][0]
         return self.finding(
             culprit_ranks=ranks,
@@ -70,7 +77,26 @@ class NcclInvalidUsage(Rule):
             explanation="`invalid usage` is NCCL's answer to a wrong call: two ranks on one device, a communicator "
             "created differently on different ranks, a buffer on another GPU. It fails the same way on every run.",
             evidence=quotes(ev, 3),
-            fixes=self.fixes(),
+            fixes=self.fixes("warn", "set_device"),
             dont=("Do not drain nodes or change network settings: NCCL rejected the call before any transfer.",),
             verify=("With `NCCL_DEBUG=WARN`, the failing run prints the reason on the line before the error.",),
+        )
+
+    def _named(self, t: Tables, ev: pl.DataFrame, who: str, ranks: tuple[int, ...]) -> Finding:
+        """NCCL's own message names the mistake: its meaning and fix (parsers/nccl/) are the finding's."""
+        row = ev.row(0, named=True)
+        msg = reading(row["event"])
+        what = msg["meaning"] if msg is not None else "NCCL rejected its set-up"
+        refused = ev.filter(pl.col("kind") == K.nccl_error)["error_type"]
+        result = f" (NCCL's result: `{refused[0]}`)" if not refused.is_empty() else ""
+        return self.finding(
+            confidence=float(row["strength"] if row["strength"] is not None else self.base_confidence),
+            culprit_ranks=ranks,
+            summary=f"NCCL names a set-up mistake on {who}: `{row['detail']}`{result} - {what[:1].lower()}{what[1:]}",
+            explanation="NCCL's own message says what it could not use or refused; it fails the same way on "
+            "every run until the setting, limit or call is fixed.",
+            evidence=quotes(ev, 3),
+            fixes=self.fixes("message", fix=msg["fix"]) if msg is not None else self.fixes("warn"),
+            dont=("Do not drain nodes for it: the set-up is wrong, not the hardware.",),
+            verify=("The next run prints no NCCL WARN at communicator creation (`NCCL_DEBUG=WARN`).",),
         )

@@ -6,6 +6,7 @@ from typing import ClassVar
 
 import polars as pl
 
+from ncclpm.analysis.crashes import NAMED_CAUSES, NAMES_A_CAUSE
 from ncclpm.model import said
 from ncclpm.rules._hosts import ranks_on, where
 from ncclpm.rules._links import failing_pairs, implicated_hosts, link_ends
@@ -29,6 +30,7 @@ IB_STATUS = {
 WRONG_ADDRESS = r"^(?:127\.0\.1\.1\b|169\.254\.|172\.17\.|fe80:)"
 
 
+CLASS_ONLY = "system"  # ncclSystemError with no NCCL message read (kinds.toml): the class's lead alone
 STRONG = 0.85  # IB completion errors and missing interfaces blame the network even next to a dead process
 NCCL_FIXES = ("check_ports", "nccl_tests", "interfaces")
 
@@ -95,6 +97,11 @@ class NcclTransportError(Rule):
         # net_class / strength are the kinds' readings (parsers/kinds.toml); strongest kind of line first (an IB
         # completion error says more than torch's summary of it)
         ev = t.kinds(K.network_error, K.nccl_error).filter(pl.col("net_class").is_not_null())
+        # the bare class is a lead only where nothing says what failed: a network line, or an NCCL message another
+        # rule reads (/dev/shm, a set-up mistake...), makes it add nothing
+        named = t.kinds(*NAMED_CAUSES).filter(pl.col("strength").fill_null(1.0) >= NAMES_A_CAUSE)
+        if (ev["net_class"] != CLASS_ONLY).any() or not named.is_empty():
+            ev = ev.filter(pl.col("net_class") != CLASS_ONLY)
         wrong = (pl.col("net_class") == "connect") & pl.col("peer").fill_null("").str.contains(WRONG_ADDRESS)
         ev = ev.with_columns(
             pl.when(wrong).then(pl.lit("interface")).otherwise("net_class").alias("net_class"),
@@ -110,6 +117,12 @@ class NcclTransportError(Rule):
                 f"A peer advertised {', '.join(sorted(advertised))} for cross-host connections - a loopback, "
                 "link-local or docker-bridge address no other host can reach: the wrong network interface was "
                 f"picked (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME unset or wrong). {detail}"
+            )
+        if set(ev["net_class"].to_list()) <= {CLASS_ONLY}:
+            return (
+                f"NCCL failed with a system error{f' on {where(t, reporters)}' if reporters else ''} (ncclSystemError: "
+                "a socket, InfiniBand verbs, /dev/shm or memory call) and no NCCL message says which: most often "
+                "the network. Rerun with NCCL_DEBUG=WARN to see NCCL's own line."
             )
         if set(ev["net_class"].to_list()) <= {"interface"}:
             ifname = (

@@ -65,7 +65,8 @@ class ProcessDiedRankUnknown(Rule):
         # The launcher's `closing signal SIGTERM` to the other workers follows a failure: nobody waited there.
         waited = t.events.filter(pl.col("victim") & (pl.col("kind") != K.agent_signal))
         own_kinds = [  # srun's `task 5: Segmentation fault` / `Exited with exit code 1` is scheduler_task_exit
-            *(K.exception, K.dataloader_reraise, K.crash_signal, K.cuda_error, K.oom_killer, K.xid_app),
+            *(K.exception, K.dataloader_reraise, K.crash_signal, K.cuda_error, K.nccl_fatal, K.oom_killer),
+            K.xid_app,
             K.scheduler_task_exit,
         ]
         ranked = t.events.filter(pl.col("rank").is_not_null() & pl.col("kind").is_in([*own_kinds, K.worker_exit]))

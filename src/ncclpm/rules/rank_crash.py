@@ -14,6 +14,12 @@ from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
 from ncclpm.tables.schema import Category
 
+# torch's exception around an NCCL result (`DistBackendError: NCCL error in: ...`, `ncclSystemError: ...`): when it is
+# all a rank's error says, which rank is known but not why - a lead, below the class's own reading (NW01's
+# ncclSystemError) and any NCCL message read
+NCCL_WRAPPER = r"NCCL error|nccl[A-Z]\w*Error|DistBackendError"
+ONLY_NCCL_CLASS = 0.55
+
 
 def _how(row: dict, envelopes: str) -> str:
     """How the first rank died, in prose: its own line quoted, or the launcher's report of its exit in words (that
@@ -97,6 +103,8 @@ class RankDiedFirst(Rule):
             conf += 0.2  # the kernel names the culprit's own pid: the reason is known
         gpu_fault = shown["strength"].drop_nulls()  # a CUDA error a failing GPU raises as well as a code bug
         conf = min(conf, gpu_fault.min()) if gpu_fault.len() else conf  # type: ignore[type-var]
+        if shown["text"].fill_null("").str.contains(NCCL_WRAPPER).all():
+            conf = min(conf, ONLY_NCCL_CLASS)  # the rank's own error is NCCL's result class, nothing says why
         done = self.facts.finished_work  # the work was done first: the crash is at teardown
         first = (
             f"The work was done (`{said(done.text, t.line_prefix, 60)}`"

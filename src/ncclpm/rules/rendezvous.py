@@ -37,9 +37,11 @@ class ProcessGroupNeverFormed(Rule):
     port)`, `The server socket has failed to listen ... EADDRINUSE`, `RendezvousTimeoutError`, the elastic
     agent's own store timeouts (`Socket Timeout` under `_assign_worker_ranks`), and a connection error raised
     inside `init_process_group`'s frames (`DistNetworkError: Connection reset by peer`: likely only, it does not
-    say why). Store waits after the group formed (a rank waiting for another's NCCL id or DataLoader seed,
-    torchrun's exit barrier) are WT01's: a busy rank, not a rendezvous; store and rendezvous errors after the
-    job made progress are not the group never forming either.
+    say why); NCCL's bootstrap refused or timed out connecting to the root of its unique id (`Connect to <addr>
+    failed : Connection refused` with bootstrap.cc in its return-code trace). Store waits after the group formed
+    (a rank waiting for another's NCCL id or DataLoader seed, torchrun's exit barrier) are WT01's: a busy rank,
+    not a rendezvous; store and rendezvous errors after the job made progress are not the group never forming
+    either.
 
     ## Why it matters
     Nothing ran yet: no NCCL or model problem is involved. The cause is in the launch - a rank that never
@@ -84,7 +86,9 @@ class ProcessGroupNeverFormed(Rule):
         in_init = in_context(t, raised, [K.frame_init, K.frame_rendezvous]).join(
             pl.concat([ev.select("source", "line"), later]), on=["source", "line"], how="anti"
         )
-        return pl.concat([ev, in_init]).sort("ts", "source", "line", nulls_last=True)
+        # NCCL's bootstrap failing to reach its root (parsers/nccl/: a refused connect in bootstrap.cc's trace)
+        boot = t.kinds(K.bootstrap_error)
+        return pl.concat([ev, in_init, boot]).sort("ts", "source", "line", nulls_last=True)
 
     def _culprits(self, t: Tables, ev: pl.DataFrame) -> tuple[tuple[int, ...], str]:
         # The server that cannot listen explains its clients' connect errors: check it first.
@@ -115,6 +119,12 @@ class ProcessGroupNeverFormed(Rule):
                 missing = ()  # the logs do not show enough ranks to tell which ones stayed away
             got = "some" if arrived is None else str(int(arrived))
             return missing, f"only {got} of {int(expected)} processes joined"
+        boot = ev.filter(pl.col("kind") == K.bootstrap_error)
+        if boot.height == ev.height:  # only NCCL's bootstrap: the communicator's root was not there
+            peer, said_it = boot["peer"][0], boot["error_type"][0]
+            at = f" at {peer}" if peer else ""
+            why = f" ({said_it})" if said_it else ""
+            return (), f"NCCL's bootstrap could not reach its root{at}{why}: not started, gone, or unreachable"
         raised = ev.filter(pl.col("kind") == K.exception)
         if raised.height == ev.height:  # only an error out of init_process_group's frames
             said_it = said(raised["text"][-1], t.line_prefix, 100)
@@ -124,7 +134,9 @@ class ProcessGroupNeverFormed(Rule):
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         culprits, how = self._culprits(t, ev)
         # an error out of init_process_group says the group did not form, not why (no store message): a lead
-        conf = self.base_confidence if (ev["kind"] != K.exception).any() else 0.6
+        conf = self.base_confidence if (~ev["kind"].is_in([K.exception, K.bootstrap_error])).any() else 0.6
+        if (ev["kind"] == K.bootstrap_error).all():  # how much NCCL's line proves alone (parsers/nccl/)
+            conf = float(ev["strength"].max() or 0.6)
         who = f" ({ranks_text(culprits)})" if culprits else ""
         return self.finding(
             confidence=conf,

@@ -48,7 +48,8 @@ class ShmOrP2pFailure(Rule):
 
     ## What it detects
     `Error while creating/attaching to shared memory segment /dev/shm/nccl-...`, `No space left on device` on
-    /dev/shm, `Cuda failure 'peer access is not supported between these two devices'`, CUDA IPC handle failures.
+    /dev/shm, `Cuda failure 'peer access is not supported between these two devices'`, CUDA IPC handle failures,
+    and NCCL's topology messages (`No transport found for rank ...`, a path or GPU its search cannot find).
 
     ## Why it matters
     Containers get a 64 MB /dev/shm by default; NCCL's SHM transport (and DataLoader workers) need far more.
@@ -78,8 +79,11 @@ class ShmOrP2pFailure(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        direct = t.kinds(K.shm_error, K.p2p_error).with_columns(pl.lit(self.base_confidence).alias("strength"))
-        hidden = t.kinds(K.gpu_not_visible).with_columns(pl.lit(0.8).alias("strength"))
+        # NCCL's declared messages carry how much they prove alone (parsers/nccl/); the older patterns do not
+        direct = t.kinds(K.shm_error, K.p2p_error, K.topology_error).with_columns(
+            pl.col("strength").fill_null(self.base_confidence)
+        )
+        hidden = t.kinds(K.gpu_not_visible).with_columns(pl.col("strength").fill_null(0.8))
         found = pl.concat([direct, hidden, sigbus_in_nccl(t)])
         if found.is_empty():
             found = pcie_host_bridge_paths(t)
@@ -100,6 +104,8 @@ class ShmOrP2pFailure(Rule):
             if K.gpu_not_visible in kinds
             else "GPU peer-to-peer access failed"
             if K.p2p_error in kinds
+            else "NCCL's topology detection found no usable path or transport between GPUs"
+            if K.topology_error in kinds
             else "the job hung and its GPUs reach each other only through a PCIe host bridge (no NVLink), where "
             "PCIe ACS / IOMMU redirection makes NCCL's P2P transport hang"
         )

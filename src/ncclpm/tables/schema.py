@@ -43,6 +43,8 @@ EVENT_FIELDS: dict[str, pl.DataType] = {
     "value": pl.String(),
     "subject_rank": pl.Int64(),
     "hca": pl.String(),  # an InfiniBand HCA a line names (`hca mlx5_3`)
+    "interface": pl.String(),  # a network interface a line names (`eth0`, NCCL_SOCKET_IFNAME's value)
+    "qp": pl.Int64(),  # an InfiniBand queue pair number
     "node": pl.String(),  # the host a kernel/syslog line names (`Apr  2 16:31:54 node7 kernel: ...`)
     "shape": pl.String(),  # a collective's tensor shape as printed (`[768]`)
     "dtype": pl.String(),  # a collective's tensor dtype as printed (`Float`)

@@ -53,13 +53,18 @@ def write_toml_snapshot(directory: Path, out: Path) -> int:
     exactly is left out); returns how many. Run at install time (`hatch_build.py` loads this module by path, so
     it imports nothing but the standard library)."""
     entries = {}
-    for path in sorted(directory.glob("*.toml")):
+    for path in sorted(directory.rglob("*.toml")):
         data = path.read_bytes()
         doc = tomllib.loads(_text(data))
         if _json_exact(doc):
-            entries[path.name] = [_digest(data), json.dumps(doc, ensure_ascii=False)]
+            entries[_key(path.relative_to(directory))] = [_digest(data), json.dumps(doc, ensure_ascii=False)]
     out.write_text(json.dumps({"format": 1, "files": entries}), encoding="utf-8")
     return len(entries)
+
+
+def _key(relative: Path) -> str:
+    """A file's key in the snapshot: its name, or `folder/name` in a sub-folder (parsers/nccl/net_ib.toml)."""
+    return relative.as_posix()
 
 
 @lru_cache(maxsize=1)
@@ -76,7 +81,8 @@ def read_toml(path: Path) -> dict[str, Any]:
     their parse recorded at install time is used for a file whose bytes still have the recorded hash, so an
     edited or a user's file is always read afresh. Raises what `tomllib.loads` and reading the file raise."""
     data = path.read_bytes()
-    entry = _snapshot().get(path.name)
+    snapshot = _snapshot()
+    entry = snapshot.get(path.name) or snapshot.get(f"{path.parent.name}/{path.name}")
     if entry is not None and len(entry) == 2 and entry[0] == _digest(data):
         return json.loads(entry[1])
     return tomllib.loads(_text(data))

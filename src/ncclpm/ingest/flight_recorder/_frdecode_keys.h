@@ -12,15 +12,40 @@ typedef struct {
     int64_t *slots; int64_t nslots; /* index + 1, 0 = empty */
 } Dict;
 
-static uint64_t hash_bytes(const char *p, int64_t n) {
-    uint64_t h = 1469598103934665603ULL;
-    for (int64_t i = 0; i < n; i++) h = (h ^ (unsigned char)p[i]) * 1099511628211ULL;
+/* seeded once per process (module init): keys come from the dump, and a fixed hash would let a hostile dump
+ * choose strings that all fall in one slot (quadratic probing) */
+static uint64_t hash_seed = 0x9E3779B97F4A7C15ULL;
+
+static uint64_t hash_bytes(const char *p, int64_t n) { /* 8 bytes a step, then murmur3's finaliser */
+    uint64_t h = hash_seed ^ ((uint64_t)n * 0xC2B2AE3D27D4EB4FULL), w;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0x100000001B3ULL;
+        h ^= h >> 29;
+    }
+    w = 0;
+    if (i < n) memcpy(&w, p + i, (size_t)(n - i));
+    h = (h ^ w) * 0x100000001B3ULL;
+    h ^= h >> 33; h *= 0xFF51AFD7ED558CCDULL; h ^= h >> 33; h *= 0xC4CEB9FE1A85EC53ULL; h ^= h >> 33;
     return h;
 }
 
 static void dict_free(Dict *t) {
     PyMem_RawFree(t->arena); PyMem_RawFree(t->off); PyMem_RawFree(t->len); PyMem_RawFree(t->node);
     PyMem_RawFree(t->slots);
+}
+
+/* the code of bytes p[0:n], or -1 when the dictionary does not hold them */
+static int64_t dict_find(const Dict *t, const char *p, int64_t n) {
+    if (!t->nslots) return -1;
+    uint64_t h = hash_bytes(p, n) & (uint64_t)(t->nslots - 1);
+    while (t->slots[h]) {
+        int64_t i = t->slots[h] - 1;
+        if (t->len[i] == n && memcmp(t->arena + t->off[i], p, (size_t)n) == 0) return i;
+        h = (h + 1) & (uint64_t)(t->nslots - 1);
+    }
+    return -1;
 }
 
 /* the code of bytes p[0:n] (added if new), -1 on out of memory */

@@ -1,4 +1,5 @@
-/* _frdecode, part 1: the pickle machine on C nodes, and reading the tree back (to Python objects). */
+/* _frdecode, part 1: the pickle machine on C nodes (with the opcode scan's bounds, in the same pass), and reading
+ * the tree back (to Python objects). */
 #ifndef NCCLPM_FRDECODE_TREE_H
 #define NCCLPM_FRDECODE_TREE_H
 #define PY_SSIZE_T_CLEAN
@@ -6,23 +7,36 @@
 #include <stdint.h>
 #include <string.h>
 
-#define MAX_DEPTH 40
-#define MEMO_SLACK 256
-#define MAX_NESTED 65536 /* fr_values.MAX_NESTED */
+#define MAX_DEPTH 40       /* reading the tree back (to_py); the machine stops at SCAN_DEPTH */
+#define SCAN_DEPTH 32      /* fr_scan.MAX_DEPTH */
+#define MEMO_SLACK 256     /* fr_scan.MEMO_SLACK */
+#define PER_BYTE 32        /* fr_scan.EXPANSION_PER_BYTE */
+#define MIN_BUDGET (1 << 20) /* fr_scan.MIN_BUDGET */
+#define MAX_NESTED 65536   /* fr_values.MAX_NESTED */
 #define MAX_KEY_BYTES (1 << 24)
+#define HOT static inline __attribute__((always_inline))
+#define LIKELY(c) __builtin_expect(!!(c), 1)
+#define UNLIKELY(c) __builtin_expect(!!(c), 0)
 
 enum { T_NONE, T_TRUE, T_FALSE, T_INT, T_FLOAT, T_STR, T_LIST, T_TUPLE, T_DICT };
-typedef struct { int64_t v, w; int64_t first, last; uint8_t t, ascii; int8_t field; } Node; /* STR: v=offset w=len; box: w=count */
-typedef struct { int64_t start, len, next; } Seg;                              /* a run of kids in the pool */
+enum { IMM = 0, MUT = 1, FROZEN = 2 }; /* fr_scan's flags: a list/dict is frozen once a second reference is taken */
+/* STR: v = offset, w = length; INT: v = value; containers: w = kid count, first/last = their segments.  size: what
+ * the value expands to counting references, as fr_scan counts it (a string 1 + len/8, a container 1 + its kids').
+ * Node ids are int32: a dump has fewer nodes than bytes, and the decoder takes at most MAX_BYTES. */
+typedef int32_t Id;
+#define MAX_BYTES (1 << 30)
+typedef struct { int64_t v, w; uint64_t size; Id first, last; uint8_t t, ascii, depth, flags; int8_t field; } Node;
+typedef struct { int32_t start, len; Id next; } Seg; /* a run of kids in the pool */
 
 typedef struct {
     const unsigned char *d; Py_ssize_t n;
     Node *nodes; int64_t nnode, capnode;
     Seg *segs; int64_t nseg, capseg;
-    int64_t *pool; int64_t npool, cappool;
-    int64_t *stack; int64_t sp, capstack;
+    Id *pool; int64_t npool, cappool;
+    Id *stack; int64_t sp, capstack;
     int64_t *marks; int64_t nmarks, capmarks;
-    int64_t *memo; int64_t capmemo, nmemo; /* memo[i] = node + 1, 0 = unset */
+    Id *memo; int64_t capmemo, nmemo, memo_hi; /* memo[i] = node + 1, 0 = unset; memo_hi: past the last set */
+    uint64_t budget; /* fr_scan.budget_for(n): what the dump may expand to, counting references */
     int64_t visits, limit; /* kids visited while reading the tree: shared values cost each time (a bomb) */
     const char *why;
 } Dec;
@@ -41,32 +55,58 @@ static int grow(void **buf, int64_t *cap, int64_t need, size_t item) {
 
 static int no(Dec *x, const char *why) { x->why = why; return -1; }
 
-static int64_t node(Dec *x, uint8_t t) {
-    if (GROW(x, nodes, nnode, capnode, x->nnode + 1) < 0) return no(x, "out of memory");
-    x->nodes[x->nnode] = (Node){0, 0, -1, -1, t, 1, -3};
-    return x->nnode++;
-}
+#define BLOCK 4096 /* opcodes read between two checks of room: each makes at most one node and one stack slot */
 
-static int push(Dec *x, int64_t r) {
-    if (r < 0) return -1;
-    if (GROW(x, stack, sp, capstack, x->sp + 1) < 0) return no(x, "out of memory");
-    x->stack[x->sp++] = r;
+/* room for BLOCK more nodes and stack slots */
+static int room(Dec *x) {
+    if (GROW(x, nodes, nnode, capnode, x->nnode + BLOCK) < 0 || GROW(x, stack, sp, capstack, x->sp + BLOCK) < 0)
+        return no(x, "out of memory");
     return 0;
 }
 
-static int64_t fence(Dec *x) { return x->nmarks ? x->marks[x->nmarks - 1] : 0; }
+HOT int64_t node(Dec *x, uint8_t t) { /* the caller made room */
+    x->nodes[x->nnode] = (Node){0, 0, 1, -1, -1, t, 1, 0, IMM, -3};
+    return x->nnode++;
+}
+
+HOT void push(Dec *x, int64_t r) { x->stack[x->sp++] = (Id)r; } /* the caller made room */
+
+HOT int64_t fence(Dec *x) { return x->nmarks ? x->marks[x->nmarks - 1] : 0; }
+
+
+static uint64_t sat_add(uint64_t a, uint64_t b) { return a + b < a ? UINT64_MAX : a + b; }
+
+/* fr_scan's bounds for container `c` holding stack[from:to] on top of what it holds: the size counting references
+ * and the depth; refused past the budget or SCAN_DEPTH */
+static int account(Dec *x, int64_t c, int64_t from, int64_t to) {
+    Node *nd = &x->nodes[c];
+    uint64_t size = nd->size;
+    int depth = nd->depth;
+    for (int64_t i = from; i < to; i++) {
+        const Node *it = &x->nodes[x->stack[i]];
+        size = sat_add(size, it->size);
+        if (it->depth >= depth) depth = it->depth + 1;
+    }
+    if (size > x->budget) return no(x, "expands too much (a reference bomb?)");
+    if (depth > SCAN_DEPTH) return no(x, "nested too deep");
+    nd->size = size;
+    nd->depth = (uint8_t)depth;
+    return 0;
+}
 
 /* stack[from:to] become kids of container `c` (appended as one segment) */
 static int add_kids(Dec *x, int64_t c, int64_t from, int64_t to) {
+    if (x->nodes[c].flags == FROZEN) return no(x, "a value changed after a second reference to it (a cycle?)");
+    if (account(x, c, from, to) < 0) return -1;
     if (to <= from) return 0;
     if (GROW(x, pool, npool, cappool, x->npool + (to - from)) < 0) return no(x, "out of memory");
     if (GROW(x, segs, nseg, capseg, x->nseg + 1) < 0) return no(x, "out of memory");
-    memcpy(x->pool + x->npool, x->stack + from, (size_t)(to - from) * sizeof(int64_t));
-    x->segs[x->nseg] = (Seg){x->npool, to - from, -1};
+    for (int64_t i = from; i < to; i++) x->pool[x->npool + i - from] = x->stack[i]; /* a few: no memcpy call */
+    x->segs[x->nseg] = (Seg){(int32_t)x->npool, (int32_t)(to - from), -1};
     x->npool += to - from;
     Node *nd = &x->nodes[c];
-    if (nd->last >= 0) x->segs[nd->last].next = x->nseg; else nd->first = x->nseg;
-    nd->last = x->nseg++;
+    if (nd->last >= 0) x->segs[nd->last].next = (Id)x->nseg; else nd->first = (Id)x->nseg;
+    nd->last = (Id)x->nseg++;
     nd->w += to - from;
     return 0;
 }
@@ -84,9 +124,11 @@ static int dict_items(Dec *x, int64_t c, int64_t from, int64_t to) {
     return add_kids(x, c, from, to);
 }
 
+/* a new container holding stack[from:to]; the caller made room for its node */
 static int64_t box(Dec *x, uint8_t t, int64_t from, int64_t to) {
     int64_t c = node(x, t);
-    if (c < 0) return -1;
+    Node *nd = &x->nodes[c];
+    nd->depth = 1; nd->flags = t == T_TUPLE ? IMM : MUT;
     if (t == T_DICT && dict_items(x, c, from, to) < 0) return -1;
     if (t != T_DICT && add_kids(x, c, from, to) < 0) return -1;
     return c;
@@ -99,23 +141,33 @@ static int pop_mark(Dec *x, int64_t *at) {
     return 0;
 }
 
-static int memo_put(Dec *x, uint64_t idx) {
+HOT int memo_put(Dec *x, uint64_t idx) {
     if (x->sp <= fence(x)) return no(x, "memo put on an empty stack");
     if (idx > (uint64_t)(x->nmemo + MEMO_SLACK)) return no(x, "memo index far ahead");
-    int64_t old = x->capmemo;
-    if (GROW(x, memo, nmemo, capmemo, (int64_t)idx + 1) < 0) return no(x, "out of memory");
-    if (x->capmemo > old) memset(x->memo + old, 0, (size_t)(x->capmemo - old) * sizeof(int64_t));
+    if ((int64_t)idx >= x->capmemo) {
+        int64_t old = x->capmemo;
+        if (GROW(x, memo, nmemo, capmemo, (int64_t)idx + 1) < 0) return no(x, "out of memory");
+        memset(x->memo + old, 0, (size_t)(x->capmemo - old) * sizeof(Id));
+    }
     if (!x->memo[idx]) x->nmemo++;
     x->memo[idx] = x->stack[x->sp - 1] + 1;
+    if ((int64_t)idx >= x->memo_hi) x->memo_hi = (int64_t)idx + 1;
     return 0;
 }
 
-static int memo_get(Dec *x, uint64_t idx) {
-    if (idx >= (uint64_t)x->capmemo || !x->memo[idx]) return no(x, "memo index never set");
-    return push(x, x->memo[idx] - 1);
+HOT void freeze(Dec *x, int64_t r) { /* a second reference: the list or dict may not change any more */
+    if (x->nodes[r].flags == MUT) x->nodes[r].flags = FROZEN;
 }
 
-static uint64_t le(const unsigned char *p, int w) {
+HOT int memo_get(Dec *x, uint64_t idx) {
+    if (idx >= (uint64_t)x->capmemo || !x->memo[idx]) return no(x, "memo index never set");
+    int64_t r = x->memo[idx] - 1;
+    freeze(x, r);
+    push(x, r);
+    return 0;
+}
+
+HOT uint64_t le(const unsigned char *p, int w) {
     uint64_t v = 0;
     for (int i = w - 1; i >= 0; i--) v = (v << 8) | p[i];
     return v;
@@ -125,6 +177,12 @@ static uint64_t le(const unsigned char *p, int w) {
 static int utf8_ok(const unsigned char *s, int64_t n, uint8_t *ascii) {
     int64_t i = 0;
     *ascii = 1;
+    while (i + 8 <= n) { /* ASCII 8 bytes at a time */
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        if (w & 0x8080808080808080ULL) break;
+        i += 8;
+    }
     while (i < n) {
         unsigned c = s[i];
         if (c < 0x80) { i++; continue; }
@@ -146,17 +204,25 @@ static int utf8_ok(const unsigned char *s, int64_t n, uint8_t *ascii) {
     return 1;
 }
 
-static int need(Dec *x, Py_ssize_t pos, uint64_t k) {
-    if (k > (uint64_t)(x->n - pos)) return no(x, "truncated");
+HOT int need(Dec *x, Py_ssize_t pos, uint64_t k) {
+    if (UNLIKELY(k > (uint64_t)(x->n - pos))) return no(x, "truncated");
     return 0;
 }
 
-/* the pickle machine, on nodes; returns the root node or -1 */
+/* The pickle machine, on nodes; returns the root node or -1.  It keeps fr_scan's bounds as it goes (what each value
+ * expands to counting references, nesting, memo indices, no change after a second reference), and reads a subset
+ * of the opcodes the scan admits, each at least as strictly (the stack below a MARK is out of reach), so a dump it
+ * reads is one the scan admits: tests/test_fr_native.py checks that on every input it has.  Called without the
+ * GIL: it touches only `x` and the bytes. */
 static int64_t run(Dec *x) {
     const unsigned char *d = x->d;
     Py_ssize_t n = x->n, pos = 0;
     int64_t at, r;
+    if (n > MAX_BYTES) return no(x, "too big for the decoder");
     while (pos < n) {
+      Py_ssize_t stop = n - pos > BLOCK ? pos + BLOCK : n;
+      if (room(x) < 0) return -1;
+      while (pos < stop) {
         int op = d[pos++];
         switch (op) {
         case 0x80: /* PROTO */
@@ -167,12 +233,17 @@ static int64_t run(Dec *x) {
             if (need(x, pos, 8) < 0) return -1;
             if (need(x, pos + 8, le(d + pos, 8)) < 0) return -1;
             pos += 8; break;
-        case 0x7D: if (push(x, node(x, T_DICT)) < 0) return -1; break;   /* EMPTY_DICT */
-        case 0x5D: if (push(x, node(x, T_LIST)) < 0) return -1; break;   /* EMPTY_LIST */
-        case 0x29: if (push(x, node(x, T_TUPLE)) < 0) return -1; break;  /* EMPTY_TUPLE */
-        case 0x4E: if (push(x, node(x, T_NONE)) < 0) return -1; break;   /* NONE */
-        case 0x88: if (push(x, node(x, T_TRUE)) < 0) return -1; break;   /* NEWTRUE */
-        case 0x89: if (push(x, node(x, T_FALSE)) < 0) return -1; break;  /* NEWFALSE */
+        case 0x7D: case 0x5D: /* EMPTY_DICT, EMPTY_LIST */
+            r = node(x, op == 0x7D ? T_DICT : T_LIST);
+            x->nodes[r].depth = 1; x->nodes[r].flags = MUT;
+            push(x, r); break;
+        case 0x29: /* EMPTY_TUPLE */
+            r = node(x, T_TUPLE);
+            x->nodes[r].depth = 1;
+            push(x, r); break;
+        case 0x4E: push(x, node(x, T_NONE)); break;  /* NONE */
+        case 0x88: push(x, node(x, T_TRUE)); break;  /* NEWTRUE */
+        case 0x89: push(x, node(x, T_FALSE)); break; /* NEWFALSE */
         case 0x28: /* MARK */
             if (GROW(x, marks, nmarks, capmarks, x->nmarks + 1) < 0) return no(x, "out of memory");
             x->marks[x->nmarks++] = x->sp; break;
@@ -204,9 +275,10 @@ static int64_t run(Dec *x) {
             }
             memcpy(&v, &u, sizeof v);
             pos += w;
-            if ((r = node(x, T_INT)) < 0) return -1;
+            r = node(x, T_INT);
             x->nodes[r].v = v;
-            if (push(x, r) < 0) return -1;
+            if (op == 0x8A) x->nodes[r].size = 1 + (uint64_t)w / 8; /* the scan counts LONG1 as 1 + len/8 */
+            push(x, r);
             break;
         }
         case 0x47: { /* BINFLOAT, big-endian */
@@ -214,9 +286,9 @@ static int64_t run(Dec *x) {
             uint64_t u = 0;
             for (int i = 0; i < 8; i++) u = (u << 8) | d[pos + i];
             pos += 8;
-            if ((r = node(x, T_FLOAT)) < 0) return -1;
+            r = node(x, T_FLOAT);
             memcpy(&x->nodes[r].v, &u, sizeof u);
-            if (push(x, r) < 0) return -1;
+            push(x, r);
             break;
         }
         case 0x8C: case 0x58: case 0x8D: { /* SHORT_BINUNICODE, BINUNICODE, BINUNICODE8 */
@@ -225,12 +297,12 @@ static int64_t run(Dec *x) {
             uint64_t len = le(d + pos, w);
             pos += w;
             if (need(x, pos, len) < 0) return -1;
-            if ((r = node(x, T_STR)) < 0) return -1;
+            r = node(x, T_STR);
             Node *s = &x->nodes[r];
-            s->v = pos; s->w = (int64_t)len;
+            s->v = pos; s->w = (int64_t)len; s->size = 1 + len / 8;
             if (!utf8_ok(d + pos, (int64_t)len, &s->ascii)) return no(x, "a string that is not UTF-8");
             pos += (Py_ssize_t)len;
-            if (push(x, r) < 0) return -1;
+            push(x, r);
             break;
         }
         case 0x85: case 0x86: case 0x87: { /* TUPLE1..3 */
@@ -238,14 +310,14 @@ static int64_t run(Dec *x) {
             if (x->sp - k < fence(x)) return no(x, "stack underflow");
             if ((r = box(x, T_TUPLE, x->sp - k, x->sp)) < 0) return -1;
             x->sp -= k;
-            if (push(x, r) < 0) return -1;
+            push(x, r);
             break;
         }
         case 0x74: case 0x6C: case 0x64: /* TUPLE, LIST, DICT */
             if (pop_mark(x, &at) < 0) return -1;
             if ((r = box(x, op == 0x74 ? T_TUPLE : op == 0x6C ? T_LIST : T_DICT, at, x->sp)) < 0) return -1;
             x->sp = at;
-            if (push(x, r) < 0) return -1;
+            push(x, r);
             break;
         case 0x61: /* APPEND */
             if (x->sp - 2 < fence(x)) return no(x, "stack underflow");
@@ -274,7 +346,8 @@ static int64_t run(Dec *x) {
             break;
         case 0x32: /* DUP */
             if (x->sp <= fence(x)) return no(x, "stack underflow");
-            if (push(x, x->stack[x->sp - 1]) < 0) return -1;
+            freeze(x, x->stack[x->sp - 1]);
+            push(x, x->stack[x->sp - 1]);
             break;
         case 0x2E: /* STOP */
             if (x->sp <= fence(x)) return no(x, "stack underflow");
@@ -282,6 +355,7 @@ static int64_t run(Dec *x) {
         default:
             return no(x, "an opcode the dump layout does not use");
         }
+      }
     }
     return no(x, "truncated");
 }
@@ -289,15 +363,15 @@ static int64_t run(Dec *x) {
 /* ---- reading the tree ---------------------------------------------------------------------------------- */
 
 typedef struct { int64_t seg, i; } Iter; /* walks a container's kids */
-static void iter(Dec *x, int64_t c, Iter *it) { it->seg = x->nodes[c].first; it->i = 0; }
-static int64_t next_kid(Dec *x, Iter *it) {
+HOT void iter(Dec *x, int64_t c, Iter *it) { it->seg = x->nodes[c].first; it->i = 0; }
+HOT int64_t next_kid(Dec *x, Iter *it) {
     while (it->seg >= 0 && it->i >= x->segs[it->seg].len) { it->seg = x->segs[it->seg].next; it->i = 0; }
     if (it->seg < 0) return -1;
-    if (++x->visits > x->limit) { x->why = "expands too much (a reference bomb?)"; it->seg = -1; return -1; }
+    if (UNLIKELY(++x->visits > x->limit)) { x->why = "expands too much (a reference bomb?)"; it->seg = -1; return -1; }
     return x->pool[x->segs[it->seg].start + it->i++];
 }
 
-static int str_is(Dec *x, int64_t k, const char *lit) {
+HOT int str_is(Dec *x, int64_t k, const char *lit) {
     Node *s = &x->nodes[k];
     size_t len = strlen(lit);
     return s->t == T_STR && (size_t)s->w == len && memcmp(x->d + s->v, lit, len) == 0;

@@ -23,7 +23,9 @@ import json
 import pickle
 import re
 import sys
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import chain
@@ -226,18 +228,6 @@ def _meta(name: str, obj: dict, shared: dict | None) -> tuple[Meta, list[str]]:
     return meta, warnings
 
 
-def read_native(name: str, data: bytes, keep_frames: int, shared: dict) -> tuple[Dump, tuple] | None:
-    """`read_dump` by the C decoder (`fr_native`), or None: this dump is for the Python path."""
-    if len(data) > MAX_DUMP_BYTES or (rank := rank_from_name(name)) is None:
-        return None
-    got = fr_native.decode(data, keep_frames)
-    if isinstance(got, str):
-        return None
-    meta, warnings = _meta(name, got[3], shared)
-    dump = Dump(name, rank, "pickle", meta, n=got[0], newest=(got[1], got[2]))
-    return dump, (got, warnings)
-
-
 _PLAIN = frozenset({int, float, str, bool, type(None)})
 
 
@@ -304,24 +294,11 @@ class Chunks:
         if self.rows >= _CHUNK_ROWS:
             self.flush()
 
-    def add_native(self, d: Dump, got: tuple, warnings: list[str]) -> None:
-        """`add` for a dump the C decoder read (no value can be of a wrong type: it would have left it to Python);
-        its rows are already compact (`fr_native.frame`)."""
-        try:
-            cols, bad = fr_native.frame(got, self.interners, _derive)
-            n = d.n
-            cols["rank"] = pl.repeat(d.rank, n, dtype=pl.Int32, eager=True).alias("rank")
-            cols["source"] = pl.Series("source", [d.source], dtype=pl.Categorical).new_from_index(0, n)
-            cols["_id"] = pl.repeat(d.uid, n, dtype=pl.Int64, eager=True).alias("_id")
-            rows = pl.DataFrame(cols).select(*self.schema.names(), "_id").cast({**dict(self.schema), "_id": pl.Int64})
-        except Exception as exc:  # not expected: the decoder's buffers are checked in C; never fatal either
-            warnings.append(f"{d.source}: skipped, unreadable columns ({type(exc).__name__}: {str(exc)[:120]})")
-            d.bad, d.used, d.note = True, False, "unreadable columns"
-            return
-        if bad:
-            warnings.append(f"{d.source}: malformed {', '.join(bad)} in some entries; shown as missing")
-        self.pending.append(rows)
-        self.rows += n
+    def add_frame(self, rows: pl.DataFrame) -> None:
+        """Rows the C decoder read, already compact (`fr_native.NativeLoad.frame`)."""
+        if rows.height:
+            self.pending.append(rows)
+            self.rows += rows.height
         if self.rows >= _CHUNK_ROWS:
             self.flush()
 
@@ -411,34 +388,106 @@ class Decoded:
     values: dict[str, pl.Series]  # nested column name -> its distinct values (index = id)
 
 
-def decode_all(
-    items: list[tuple[str, bytes | Callable[[], bytes]]], keep_frames: int, full: bool = False, native: bool = True
-) -> Decoded:
+NATIVE_ROWS = 1 << 17  # rows the C decoder gathers before they become one compact frame (~64 dumps of 2000)
+_MIN_THREADED = 8  # dumps: below this one thread decodes them (a pool's start costs more)
+
+
+def _threads(n_items: int) -> int:
+    """Threads decoding dumps at once: polars' pool size (`POLARS_MAX_THREADS`, which `triage` sets per worker
+    process and a small job sets to 1), at most 4."""
+    return 1 if n_items < _MIN_THREADED else max(1, min(4, pl.thread_pool_size()))
+
+
+def _native_ok(name: str, data: bytes) -> bool:
+    return data[:1] == b"\x80" and len(data) <= MAX_DUMP_BYTES and rank_from_name(name) is not None
+
+
+Item = tuple[str, bytes | Callable[[], bytes]]
+
+
+def _read(name: str, data: bytes | Callable[[], bytes]) -> bytes | str:
+    """The dump's bytes, or a warning when they cannot be read."""
+    try:
+        return data() if callable(data) else data
+    except (OSError, ValueError) as exc:
+        return f"{name}: flight-recorder dump unreadable ({exc}) - skipped"
+
+
+def _in_order(items: list[Item], load: fr_native.NativeLoad | None) -> Iterator[tuple[int, str, bytes | str, object]]:
+    """(uid, name, bytes or a read warning, what the C decoder made of it or None) for each item, in order. The bytes
+    are read here, in order; the decoding (no GIL) runs a few dumps ahead on `_threads` threads, so both cores work
+    while this thread adds the dumps before."""
+    workers = _threads(len(items)) if load is not None else 1
+
+    def decode(name: str, raw: bytes | str) -> object:
+        return load.decode(raw) if load is not None and isinstance(raw, bytes) and _native_ok(name, raw) else None
+
+    if workers == 1:
+        for uid, (name, data) in enumerate(items):
+            raw = _read(name, data)
+            yield uid, name, raw, decode(name, raw)
+        return
+    ahead: deque[tuple[int, str, bytes | str, Future]] = deque()
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ncclpm-fr") as pool:
+        for uid, (name, data) in enumerate(items):
+            raw = _read(name, data)
+            ahead.append((uid, name, raw, pool.submit(decode, name, raw)))
+            if len(ahead) > 2 * workers:
+                uid0, name0, raw0, fut = ahead.popleft()
+                yield uid0, name0, raw0, fut.result()
+        while ahead:
+            uid0, name0, raw0, fut = ahead.popleft()
+            yield uid0, name0, raw0, fut.result()
+
+
+def decode_all(items: list[Item], keep_frames: int, full: bool = False, native: bool = True) -> Decoded:
     """Every dump in turn (GC off: millions of short-lived containers), its objects dropped right after. Pickles go
-    to the C decoder when it is built (`fr_native`; ``native=False`` or NCCLPM_FR_PYTHON=1: never)."""
+    to the C decoder when it is built (`fr_native`; ``native=False`` or NCCLPM_FR_PYTHON=1: never), on several
+    threads; what it leaves goes to the Python path, in the same order."""
     native = native and fr_native.enabled(full)
     gc_was_on = gc.isenabled()
     gc.disable()
     warnings: list[str] = []
     dumps: list[Dump] = []
     chunks = Chunks(full)
+    load = (
+        fr_native.NativeLoad(keep_frames, chunks.interners, [n for n, _ in items], _derive, chunks.schema)
+        if native
+        else None
+    )
+    held: list[Dump] = []  # the dumps whose rows the C decoder holds
     shared: dict = {}  # member lists seen so far, shared between dumps
+
+    def frame_native() -> None:
+        if load is None or not held:
+            return
+        try:
+            chunks.add_frame(load.frame())
+        except Exception as exc:  # not expected: the decoder's buffers are checked in C; never fatal either
+            for d in held:
+                warnings.append(f"{d.source}: skipped, unreadable columns ({type(exc).__name__}: {str(exc)[:120]})")
+                d.bad, d.used, d.note = True, False, "unreadable columns"
+        held.clear()
+
     try:
-        for uid, (name, data) in enumerate(items):
-            try:
-                raw = data() if callable(data) else data
-            except (OSError, ValueError) as exc:
-                warnings.append(f"{name}: flight-recorder dump unreadable ({exc}) - skipped")
+        for uid, name, raw, got in _in_order(items, load):
+            if isinstance(raw, str):
+                warnings.append(raw)
                 continue
-            fast = read_native(name, raw, keep_frames, shared) if native else None
-            if fast is not None:
-                dump, (got, warns) = fast
-                del raw
+            if isinstance(got, tuple) and load is not None:
+                n, newest_t, newest_r, meta_obj, rows = got
+                meta, warns = _meta(name, meta_obj, shared)
+                rank = rank_from_name(name)
+                assert rank is not None  # `_native_ok` checked it
+                dump = Dump(name, rank, "pickle", meta, n=n, newest=(newest_t, newest_r), uid=uid)
+                load.add(rows, rank, uid)
                 warnings.extend(warns)
-                dump.uid = uid
                 dumps.append(dump)
-                chunks.add_native(dump, got, warnings)
+                held.append(dump)
+                if load.rows >= NATIVE_ROWS:
+                    frame_native()
                 continue
+            frame_native()  # the rows before this dump's, in order
             try:
                 dump, warns = read_dump(name, raw, keep_frames, full, shared)
             except Exception as exc:  # never fatal: an odd dump only skips this file
@@ -449,10 +498,13 @@ def decode_all(
                 dump.uid = uid
                 dumps.append(dump)
                 chunks.add(dump, warnings)
+        frame_native()
         chunks.flush()
         values = {k: i.values() for k, i in chunks.interners.items()}
         return Decoded(dumps, warnings, chunks.frames, values)
     finally:
+        if load is not None:
+            load.release()
         fr_native.release()
         if gc_was_on:
             gc.enable()

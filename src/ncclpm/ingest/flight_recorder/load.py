@@ -97,9 +97,11 @@ def _seen_groups(chunks: list[pl.DataFrame], used: list[Dump]) -> pl.DataFrame:
 
 def _groups_table(used: list[Dump], seen: pl.DataFrame) -> pl.DataFrame:
     cfg: dict[str, tuple[str, set[int]]] = {}
+    added: set[tuple[str, int]] = set()  # (group, member list): every dump repeats them (N dumps x N ranks otherwise)
     for d in used:
         for key, (desc, members) in d.meta.config.items():
-            if key and members:
+            if key and members and (key, id(members)) not in added:
+                added.add((key, id(members)))  # (the load shares one tuple per distinct list: `meta._members`)
                 cfg.setdefault(key, (desc, set()))[1].update(members)
     all_ranks = sorted({d.rank for d in used})
     rows: dict[str, list] = {k: [] for k in FR_GROUPS_SCHEMA.names()}

@@ -63,6 +63,24 @@ def _ranks(raw: object) -> tuple[list[int], bool]:
     return [], raw is None
 
 
+def _members(raw: object, shared: dict) -> tuple[tuple[int, ...], bool]:
+    """`_ranks` as a tuple, read once per distinct value of the load: every dump repeats the same groups (N dumps of
+    an N-rank job: parsing each dump's member lists was N^2 work, and one tuple per dump N^2 ints)."""
+    if isinstance(raw, str):
+        key: tuple = ("ranks", raw)
+    elif isinstance(raw, list) and set(map(type, raw)) <= {int}:  # (1 and True are equal keys: ints only)
+        key = ("ranks", tuple(raw))
+    else:  # read each time
+        ranks, ok = _ranks(raw)
+        members = tuple(ranks)
+        return shared.setdefault(members, members), ok
+    if key not in shared:
+        ranks, ok = _ranks(raw)
+        members = tuple(ranks)
+        shared[key] = (shared.setdefault(members, members), ok)
+    return shared[key]
+
+
 def _config(raw: object, problems: list[str], shared: dict) -> dict[str, tuple[str, tuple[int, ...]]]:
     if raw is None:
         return {}
@@ -76,12 +94,10 @@ def _config(raw: object, problems: list[str], shared: dict) -> dict[str, tuple[s
         if name is None or not isinstance(v, dict):
             bad = True
             continue
-        ranks, ok = _ranks(v.get("ranks"))
+        members, ok = _members(v.get("ranks"), shared)
         desc = _text(v.get("desc", ""))
         bad |= not ok or desc is None
-        members = tuple(ranks)
-        # every dump repeats the same groups: one tuple per distinct member list, not one per dump (N^2 ints)
-        out[name] = (desc or "", shared.setdefault(members, members))
+        out[name] = (desc or "", members)
     if bad:
         problems.append("pg_config")
     return out

@@ -21,6 +21,7 @@ import polars as pl
 from ncclpm.ingest.catalog import MESSAGE_RANK, Catalog, Pattern
 from ncclpm.ingest.envelopes import Envelope
 from ncclpm.ingest.readings import apply_readings
+from ncclpm.ingest.text.nccl_messages import read_messages
 from ncclpm.sources.discover import ANSI_CSI
 from ncclpm.tables.schema import DTYPE_NAMES, EVENT_FIELDS, EVENTS_SCHEMA, LINES_SCHEMA
 
@@ -381,21 +382,24 @@ def _patterns_with_anchor_hits(parsed: pl.DataFrame, patterns: Sequence[Pattern]
     return [p for p, _ in _pattern_rows(parsed, patterns)]
 
 
-def extract_events(parsed: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
-    """The `events` table: one row per (line, pattern) match, sorted by source and line.
+def extract_events(parsed: pl.DataFrame, catalog: Catalog, *, messages: bool = True) -> pl.DataFrame:
+    """The `events` table: one row per (line, pattern) match, sorted by source and line; then NCCL's messages read
+    by their declared entries (`messages`; the catalog's own examples are checked without them).
 
     Every pattern is one lazy plan over its rows (the lines holding one of its anchors), and all of them run in one
     `collect_all` (in parallel): one query instead of one per pattern, which was most of a small job's time."""
     plans = [_pattern_events(parsed[rows].lazy(), p) for p, rows in _pattern_rows(parsed, catalog.patterns)]
     frames = pl.collect_all(plans) if plans else []
     if not frames:  # (a select of literals on a frame without columns would make one row of nulls)
-        return apply_readings(pl.DataFrame(schema=EVENTS_SCHEMA), catalog.kinds)
+        events = apply_readings(pl.DataFrame(schema=EVENTS_SCHEMA), catalog.kinds)
+        return read_messages(parsed, events, catalog.vocabulary, catalog.kinds) if messages else events
     # Sorted before the fields no pattern declared are added: the sort copies every column it is given.
     got = _drop_superseded(pl.concat(frames, how="diagonal_relaxed"), catalog).sort("source", "line", "event")
     events = got.select(
         [pl.col(c) if c in got.columns else pl.lit(None, dtype).alias(c) for c, dtype in EVENTS_SCHEMA.items()]
     ).cast(EVENTS_SCHEMA)  # type: ignore[arg-type]
-    return apply_readings(events, catalog.kinds)
+    events = apply_readings(events, catalog.kinds)
+    return read_messages(parsed, events, catalog.vocabulary, catalog.kinds) if messages else events
 
 
 def lines_table(parsed: pl.DataFrame) -> pl.DataFrame:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from ncclpm.ingest.text.nccl_messages import LAST_ERROR
 from ncclpm.ingest.text.rawscan import (
     Block,
     Bytes,
@@ -93,12 +94,13 @@ def _keep(lf: pl.LazyFrame, anchors: list[str], line_start: str = "") -> pl.Lazy
     there is one (the cutter's rows), already says which lines hold an anchor (the regex is not run on them
     again before the tqdm bars are split)."""
     hit = pl.col("raw").str.contains(anchor_regex(tuple(anchors)))
+    found = pl.col("hit") if "hit" in lf.collect_schema() else hit
     return (
-        rejoin_wrapped(lf, pl.col("hit") if "hit" in lf.collect_schema() else hit, line_start)
+        rejoin_wrapped(lf.with_columns(_after_last_error().alias("_told")), found | pl.col("_told"), line_start)
         # A tqdm bar ends in "[elapsed<remaining, rate]"; text glued right after it is another line.
         .with_columns(pl.col("raw").str.replace_all(TQDM_END, "$1\r").str.split("\r"))
         .explode("raw")
-        .filter(hit)
+        .filter(hit | pl.col("_told"))
         .select(
             pl.col("source"),
             pl.col("line").cast(pl.Int64),
@@ -106,6 +108,17 @@ def _keep(lf: pl.LazyFrame, anchors: list[str], line_start: str = "") -> pl.Lazy
             (pl.col("raw").str.len_chars() > MAX_LINE_CHARS).alias("cut"),
         )
     )
+
+
+def _after_last_error() -> pl.Expr:
+    """The line after torch's `Last error:` (NCCL's last WARN message, on its own line since torch 2.0): kept with
+    the hit line before it, which the cutter already cuts out with the line after it."""
+    before = pl.col("raw").shift(1)
+    return (
+        (pl.col("source").shift(1) == pl.col("source"))
+        & (pl.col("line").shift(1) == pl.col("line") - 1)
+        & before.str.strip_chars_end().str.ends_with(LAST_ERROR)
+    ).fill_null(False)
 
 
 def _needs_python_decode(src: Source) -> bool:
