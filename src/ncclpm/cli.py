@@ -525,10 +525,9 @@ def _reports_dir(reports: Path | None, force: bool) -> str | None:
     type=click.Path(file_okay=False, exists=True, path_type=Path),
     help="Extra folder of TOML pattern catalogs.",
 )
-@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--progress-every", type=float, default=10.0, hidden=True, help="Seconds between progress lines.")
 @click.option("--force", is_flag=True, help="Overwrite outputs that exist.")
-@click.option("-q", "--quiet", is_flag=True, help="No warnings on stderr: errors only.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress and no warnings on stderr: errors only.")
 def triage(
     paths: tuple[Path, ...],
     output: Path | None,
