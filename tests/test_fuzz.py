@@ -37,6 +37,7 @@ from ncclpm.ingest.text.multiline import parse_elastic_summaries, stitch_traceba
 from ncclpm.sources.discover import Source, collect
 from tests.fuzz_dumps import TARGET_SPECS as DUMP_TARGETS
 from tests.fuzz_inputs import TARGET_SPECS as INPUT_TARGETS
+from tests.fuzz_round3 import TARGET_SPECS as ROUND3_TARGETS
 from tests.shared import corpus
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -532,6 +533,7 @@ TARGETS: dict[str, Target] = {
 
 TARGETS.update({name: Target(*spec) for name, spec in INPUT_TARGETS.items()})  # names, escapes, pastes
 TARGETS.update({name: Target(*spec) for name, spec in DUMP_TARGETS.items()})  # self-reference, depth, bombs, types
+TARGETS.update({name: Target(*spec) for name, spec in ROUND3_TARGETS.items()})  # bounds, code or log, identity
 
 CI = settings(
     deadline=None,

@@ -334,6 +334,7 @@ BAD_CATALOGS = {
     "not_utf8": b"# caf\xe9\n",
     "missing_key": b'[[pattern]]\nid = "x"\nkind = "k"\n',
     "not_a_table": b"pattern = 3\n",
+    "too_deep": b"pattern = " + b"[" * 5000 + b"]" * 5000 + b"\n",  # (round three: RecursionError, exit 3)
     "huge_regex": (
         b'[[pattern]]\nid = "big"\nkind = "exception"\nanchor = "xyz"\n'
         b'regex = "xyz(?<detail>(?:a{1,1000}){1,1000})"\nfields = {detail = "str"}\n'

@@ -91,15 +91,21 @@ def diff(
     stdin_side: str | None = None,
 ) -> DiffReport:
     """Compare a run that worked (GOOD) with one that failed (BAD); each side is a folder, files or an archive
-    (`stdin_side` = "good" or "bad" reads that side's pasted text from `stdin_bytes`)."""
+    (`stdin_side` = "good" or "bad" reads that side's pasted text from `stdin_bytes`). A side that holds several
+    jobs (`analysis/identity.py`) raises `SeveralJobsError`: a diff compares one run with one run."""
     from ncclpm.analysis import analyse
+    from ncclpm.analysis.identity import SeveralJobsError, describe
     from ncclpm.diff import compare
     from ncclpm.engine import diagnose_facts
 
     runs = []
     for side, paths in (("good", good), ("bad", bad)):
         data = stdin_bytes if stdin_side == side else None
+        paths = list(paths)
         facts = analyse(build(paths, stdin_bytes=data, patterns=patterns, name=None if paths else f"{side} (pasted)"))
+        if facts.identity.several:
+            root = str(paths[0]) if len(paths) == 1 else None
+            raise SeveralJobsError(f"{side.upper()}: {describe(facts.identity, root)}")
         runs.append((facts, diagnose_facts(facts)))
     (good_a, good_d), (bad_a, bad_d) = runs
     return compare(good_a, good_d, bad_a, bad_d)

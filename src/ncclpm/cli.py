@@ -27,8 +27,8 @@ from ncclpm.util.folding import fold_warnings
 from ncclpm.util.outfile import OutputError, check_output, write_text
 
 if TYPE_CHECKING:  # (no polars at start-up)
+    from ncclpm.analysis.identity import Identity
     from ncclpm.tables import Tables
-    from ncclpm.triage.several_jobs import SeveralJobs
 
 EXIT_OK, EXIT_FAIL_ON, EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_NO_FAILURE, EXIT_NOT_A_LOG = 4, 5  # diagnose: the logs show no failure / are not a distributed job's logs
@@ -264,39 +264,45 @@ def diagnose(
 
 
 def _one_job_only(tables: Tables, files: list[str], one_job: bool) -> Tables:
-    """Stop (exit 2) when the input is several jobs, saying which and how to diagnose them; with --one-job, go on
-    and say so in the report's warnings."""
+    """Stop (exit 2) when the input is several jobs (`analysis/identity.py`), saying which, why and how to diagnose
+    them; with --one-job, go on and say so in the report's warnings. Weak signs that it may be several runs are a
+    warning: the input is read as one job."""
     from dataclasses import replace
 
-    from ncclpm.triage.several_jobs import describe, several_jobs
+    from ncclpm.analysis.identity import describe, job_identity
 
-    found = several_jobs(tables.sources, tables.events)
-    if found is None:
-        return tables
-    said = describe(found, files[0] if len(files) == 1 else None)
+    found = job_identity(tables)
+    if not found.several:
+        said = [f"read as one job, though {w} (if these are separate runs, diagnose each)" for w in found.weak[:3]]
+        return replace(tables, warnings=(*tables.warnings, *said)) if said else tables
+    said_jobs = describe(found, files[0] if len(files) == 1 else None)
     if one_job:
-        return replace(tables, warnings=(*tables.warnings, said + " - read as one job (--one-job)"))
-    _say(f"ncclpm: error: {said}; one verdict for all of them would be wrong")
+        return replace(tables, warnings=(*tables.warnings, said_jobs + " - read as one job (--one-job)"))
+    _say(f"ncclpm: error: {said_jobs}; one verdict for all of them would be wrong")
     for stray in found.loose[:20]:
         _say(f"ncclpm: warning: {stray}: in none of the {len(found.jobs)} jobs (a stray file beside them)")
     if len(found.loose) > 20:
         _say(f"ncclpm: warning: ... and {len(found.loose) - 20} more files in none of the jobs")
-    _say(f"ncclpm:   diagnose each job:     {_triage_hint(found, files)}")
+    for hint in _job_hints(found, files):
+        _say(f"ncclpm:   diagnose each job:     {hint}")
     _say("ncclpm:   read them as one job:  add --one-job")
     sys.exit(EXIT_INPUT)
 
 
-def _triage_hint(found: SeveralJobs, files: list[str]) -> str:
-    """`ncclpm triage DIR` when triage splits DIR into the same jobs, else the job folders one by one."""
+def _job_hints(found: Identity, files: list[str]) -> list[str]:
+    """`ncclpm triage DIR` when triage splits DIR into the same jobs; else each job's own paths."""
     from ncclpm.triage.jobs import find_jobs
 
     if len(files) == 1 and Path(files[0]).is_dir():
         root = Path(files[0]) / found.prefix
-        if len(find_jobs([root])) > 1:
-            return f"ncclpm triage {root}"
-        listed = [str(root / j) for j in found.jobs[:3]]
-        return "ncclpm triage " + " ".join(listed) + (" ..." if len(found.jobs) > 3 else "")
-    return "ncclpm triage PATH... (each job a folder or an archive of its own)"
+        if len(find_jobs([root])) == len(found.jobs):
+            return [f"ncclpm triage {root}"]
+        if all(len(j) == 1 for j in found.jobs):
+            listed = [str(root / j[0]) for j in found.jobs[:6]]
+            return ["ncclpm triage " + " ".join(listed) + (" ..." if len(found.jobs) > 6 else "")]
+        hints = [f"ncclpm diagnose {' '.join(str(root / u) for u in j)}" for j in found.jobs[:3]]
+        return hints + (["..."] if len(found.jobs) > 3 else [])
+    return ["ncclpm triage PATH... (each job a folder or an archive of its own)"]
 
 
 @main.command("diff")
@@ -356,13 +362,19 @@ def diff_runs(
         raise click.UsageError("only one side can be read from stdin")
     _check_output(output, force)
     _load_patterns(patterns)
-    report = diff(
-        [p for p in good if p != "-"],
-        [p for p in bad if p != "-"],
-        patterns=patterns,
-        stdin_bytes=_read_stdin() if stdin_side else None,
-        stdin_side=stdin_side,
-    )
+    from ncclpm.analysis.identity import SeveralJobsError
+
+    try:
+        report = diff(
+            [p for p in good if p != "-"],
+            [p for p in bad if p != "-"],
+            patterns=patterns,
+            stdin_bytes=_read_stdin() if stdin_side else None,
+            stdin_side=stdin_side,
+        )
+    except SeveralJobsError as exc:
+        _say(f"ncclpm: error: {exc}; a diff compares one run with one run: give one job's folder or files per side")
+        sys.exit(EXIT_INPUT)
     for w in () if quiet else fold_warnings(report.warnings):
         _say(f"ncclpm: warning: {w}")
     fmt = fmt or _default_format(output)

@@ -11,6 +11,7 @@ import polars as pl
 
 from ncclpm.analysis import activity, busy, peers, stores, victims
 from ncclpm.analysis import crashes as own_failures
+from ncclpm.analysis.identity import Identity, job_identity
 from ncclpm.analysis.job import JobFacts
 from ncclpm.analysis.settings import EnvLint, env_lint
 from ncclpm.analysis.timeout import TimeoutInForce, timeout_in_force
@@ -152,6 +153,11 @@ class Analysis:
     @cached_property
     def job(self) -> JobFacts:
         return JobFacts.of(self.t, self.timeout)
+
+    @cached_property
+    def identity(self) -> Identity:
+        """One job or several, and the attempts of one job (`identity.py`)."""
+        return job_identity(self.t)
 
     @cached_property
     def settings(self) -> tuple[EnvLint, ...]:

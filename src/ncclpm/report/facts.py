@@ -9,6 +9,7 @@ from dataclasses import replace
 import polars as pl
 
 from ncclpm.analysis import Analysis
+from ncclpm.analysis.identity import attempts_caveat
 from ncclpm.model import Evidence, strip_prefix
 from ncclpm.rules.base import Finding, ranks_text
 from ncclpm.tables import Tables
@@ -158,8 +159,10 @@ def versions(t: Tables) -> dict[str, str]:
 
 
 def caveats(facts: Analysis) -> tuple[str, ...]:
-    """What the evidence cannot show: ranks whose flight-recorder dumps are missing, P2P entries not aligned..."""
-    return () if facts.fr is None else tuple(facts.fr.notes)
+    """What the evidence cannot show: ranks whose flight-recorder dumps are missing, P2P entries not aligned...;
+    and, for a job that ran several attempts (restarts, requeues), which attempt failed how."""
+    attempts = attempts_caveat(facts.identity)
+    return (() if facts.fr is None else tuple(facts.fr.notes)) + ((attempts,) if attempts else ())
 
 
 def cross_check(facts: Analysis, primary: Finding) -> str | None:

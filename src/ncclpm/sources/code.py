@@ -16,7 +16,6 @@ count.
 from __future__ import annotations
 
 import ast
-import json
 import re
 import tomllib
 from collections.abc import Iterator
@@ -24,11 +23,14 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from ncclpm.sources.line_tags import without_line_tags
+from ncclpm.util.structure import load_json, toml_too_deep
 
 LANGUAGES = ("python", "notebook", "shell", "yaml", "toml", "json", "dockerfile")
+MAX_CODE_BYTES = 32 * 1024**2  # a larger file is data or a log, never a script or a config: read as a log
 MAX_LINES = 400  # lines looked at: a code snapshot is code from its first line, a log is a log early on
 MAX_LINE = 2000  # characters of a line looked at: its start tells a log line from code
 PARSE_CHARS = 16384  # what the Python parser is given: enough to tell, and the parse stays a few ms
+PARSE_WHOLE = 4 * 1024**2  # a Python file with job lines is parsed whole up to this size (code quoting a log)
 _BY_SUFFIX = {
     ".py": "python",
     ".pyw": "python",
@@ -132,6 +134,52 @@ _STRONG_STATEMENTS = (
     ast.With,
     ast.Try,
 )
+
+
+# Lines that only a running job prints, whatever came before them in the file: a traceback (its head, its frames),
+# a rank or launcher prefix, a glog / ISO / NCCL stamp, Slurm's and Python logging's default prefixes, a C++ abort,
+# a tqdm bar. At the start of a line: in a config or a script such text is indented, quoted or in a comment.
+_JOB_LINE = re.compile(
+    r"""^(?:Traceback\ \(most\ recent\ call\ last\):
+    |\ {2}File\ "[^"\n]+",\ line\ \d+,\ in\s
+    |\[?(?:rank|default)\d+\]?:
+    |\[\d+,\d+\]<std(?:out|err)>:
+    |\[?[IWEF]\d{4}\ \d\d:\d\d:\d\d
+    |\[?\d{4}-\d\d-\d\d[T\ ]\d\d:\d\d:\d\d
+    |[\w.-]+:\d+:\d+\ \[\d+\]\ NCCL\ (?:INFO|WARN)
+    |(?:srun|slurmstepd):\ error:
+    |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:
+    |terminate\ called\ after
+    |[^\n]{0,80}?\d{1,3}%\|[^\n|]{0,200}\|\ *\d+/\d+\ \[)""",
+    re.X | re.M,
+)
+JOB_LINES = 2  # lines of a job that make a file a log
+
+
+def job_lines(text: str, limit: int = JOB_LINES) -> int:
+    """How many lines of `text` only a running job prints (`_JOB_LINE`), counting up to `limit`."""
+    n = 0
+    for _ in _JOB_LINE.finditer(without_line_tags(text)):
+        n += 1
+        if n >= limit:
+            break
+    return n
+
+
+def is_log_after_all(lang: str, text: str) -> bool:
+    """Whether a file whose head reads as code (`code_language` gave `lang`) is a log: the whole file holds lines
+    only a job prints (a training log that starts with its printed config - a Hydra/OmegaConf YAML dump, JSON, a
+    pprint'ed dict, an argparse Namespace - or an `env` dump, then its failure). A JSON document or a notebook that
+    parses, or a Python program that parses, holds such text only in strings: code."""
+    if lang in ("json", "notebook") or job_lines(text) < JOB_LINES:
+        return False
+    if lang == "python" and len(text) <= PARSE_WHOLE:
+        try:
+            ast.parse(text)
+            return False
+        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+            pass
+    return True
 
 
 def name_hint(name: str) -> str | None:
@@ -273,16 +321,18 @@ def _parses_as_python(text: str, truncated: bool) -> bool:
 
 
 def _json_kind(text: str, hint: str | None, truncated: bool) -> str | None:
+    """JSON and notebooks. Parsed with depth and integers bounded (`structure.load_json`): a file nested deeper
+    than any config is not parsed, and is only JSON when named so."""
     try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError):
+        doc = load_json(text)
+    except ValueError:  # (`structure.TooDeep` too)
         first = text.lstrip().split("\n", 1)[0]
         try:
             if first.strip() == text.strip():
                 raise ValueError("one line: already tried")
-            json.loads(first)
+            load_json(first)
             return None  # one JSON value per line: a structured log, not a config
-        except (ValueError, RecursionError):
+        except ValueError:
             pass
         return hint if truncated and hint in ("json", "notebook") else None
     if isinstance(doc, dict) and isinstance(doc.get("cells"), list):
@@ -294,10 +344,12 @@ def _structured(text: str, hint: str | None, t: _Tally, truncated: bool) -> str 
     """YAML, TOML and Dockerfiles: by name when the content does not look like a log, else by shape."""
     if hint == "toml":
         try:
-            tomllib.loads(text)
-            return "toml"
-        except tomllib.TOMLDecodeError:
-            return "toml" if truncated or t.log == 0 else None
+            if not toml_too_deep(text):  # tomllib recurses once per level: a 600-deep array is no config
+                tomllib.loads(text)
+                return "toml"
+        except (ValueError, RecursionError, MemoryError):  # (TOMLDecodeError is a ValueError; so is a 5000-digit int)
+            pass
+        return "toml" if truncated or t.log == 0 else None
     if hint in ("yaml", "dockerfile"):
         return hint
     if t.log:

@@ -21,7 +21,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from ncclpm.sources import archives, sparse
-from ncclpm.sources.code import code_language
+from ncclpm.sources.code import MAX_CODE_BYTES, code_language, is_log_after_all
 from ncclpm.sources.fr_sniff import looks_like_fr_dump
 from ncclpm.sources.names import unique_names
 from ncclpm.sources.own_reports import is_own_report
@@ -314,7 +314,38 @@ def _add_classified(display: str, head: bytes, job: Job, path: Path | None = Non
     if kind is None:
         job.warnings.append(f"{display}: binary content, not a log or a flight-recorder dump - skipped")
         return
+    if kind == SourceKind.CODE and _a_log_after_all(display, head, path, data):
+        kind = SourceKind.TEXT
     job.sources.append(Source(display, kind, path=path, data=data))
+
+
+def _a_log_after_all(display: str, head: bytes, path: Path | None, data: bytes | None) -> bool:
+    """Code or log is decided on the whole file, not its head (`code.is_log_after_all`): a file whose head reads
+    as code is a log when the rest of it holds a job's lines. A file larger than any code is a log too."""
+    if data is None and path is not None:
+        if len(head) < HEAD_BYTES and path.suffix != ".gz":
+            data = head  # (the head is the whole file)
+        else:
+            try:
+                data = _read_at_most(path, MAX_CODE_BYTES + 1)
+            except (OSError, EOFError, zlib.error):
+                return False  # (reading it again is where the warning comes)
+    if data is None or len(data) > MAX_CODE_BYTES:
+        return True
+    lang = code_language(display, head, truncated=len(head) >= HEAD_BYTES) or "python"
+    text = data.decode("utf-16" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else "utf-8", errors="replace")
+    return is_log_after_all(lang, text)
+
+
+def _read_at_most(path: Path, limit: int) -> bytes:
+    """At most `limit` bytes of a file (decompressed when gzipped)."""
+    with path.open("rb") as fh:
+        if fh.read(2) != b"\x1f\x8b":
+            fh.seek(0)
+            return fh.read(limit)
+        fh.seek(0)
+        with gzip.GzipFile(fileobj=fh, mode="rb") as gz:
+            return gz.read(limit)
 
 
 def _add_archive(data: bytes | Path, display: str, job: Job) -> None:

@@ -73,6 +73,7 @@ LINES_SCHEMA = pl.Schema(
         "source": pl.String(),
         "line": pl.Int64(),
         "rank": pl.Int32(),
+        "rank_local": pl.Boolean(),  # the rank is only a local rank or a file name's (not the job's global rank)
         "host": pl.String(),
         "pid": pl.Int64(),
         "ts": pl.Datetime("us"),

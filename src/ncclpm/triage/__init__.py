@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-# Loaded on first use: `diagnose` imports `triage.several_jobs` to refuse a folder of several jobs, and must not pay
+# Loaded on first use: `diagnose` imports `triage.jobs` to suggest how to triage several jobs, and must not pay
 # for the runner, the table writer and the summary's jinja2 (~25 ms of a tiny job's start).
 _WHERE = {
     "JobRef": "jobs",

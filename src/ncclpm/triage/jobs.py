@@ -2,7 +2,8 @@
 `.tar.gz`/`.tgz`, `.tar.zst`, `.tar.bz2`, `.tar.xz`, `.zip` - or a single log) or a folder that looks like one
 job; it is a folder of jobs when it holds archives and folders none of which is named like a part of one job.
 "Named like a part of one job": `logs`, `fr`, `torchrun_logs`, `traces`, `dumps`, `stdout`/`stderr`, `attempt_0`,
-`node3`, `rank12`, `host-a7`... or a bare number for a folder (torchrun's per-rank `--log-dir` folders). So:
+`node3`, `rank12`, `host-a7`, a Kubernetes pod `myjob-worker-3`... or a number of at most 3 digits for a folder
+(torchrun's per-rank `--log-dir` folders; a longer number is a Slurm job id: a job). So:
 
     triage/2025-11/job-1.tar.gz, job-2.zip, job-3/ (a folder with console.log)  -> a folder of 3 jobs
     job-3/console.log, job-3/logs/...                                          -> one job (a loose log)
@@ -24,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ncclpm.analysis.identity import PART_NAME
 from ncclpm.sources.archives import archive_kind
 from ncclpm.util.escape import clean_name
 
@@ -32,10 +34,10 @@ MIN_JOBS_FOR_STRAYS = 10
 STRAY_RATIO = 10
 EMPTY_SCAN_ENTRIES = 10_000  # entries looked at to tell whether a folder holds any file
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.zst", ".tzst", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".zip")
-_PARTS = r"logs?|fr|flight[_-]?recorder|traces?|dumps?|torchrun[_-]?logs|stdout|stderr|outputs?|err|out|"
-_PARTS += r"(?:attempt|node|host|rank|worker|proc|task|gpu)[_-]?\d+"
-PART_OF_A_JOB = re.compile(rf"^(?:{_PARTS}|\d+)$", re.IGNORECASE)
-ARCHIVED_PART = re.compile(rf"^(?:{_PARTS})(?:{'|'.join(re.escape(s) for s in ARCHIVE_SUFFIXES)})$", re.IGNORECASE)
+PART_OF_A_JOB = PART_NAME  # `analysis/identity.py`: a number of 4 digits or more is a job id, not a local rank
+ARCHIVED_PART = re.compile(
+    rf"^(?:{PART_NAME.pattern[4:-2]})(?:{'|'.join(re.escape(s) for s in ARCHIVE_SUFFIXES)})$", re.IGNORECASE
+)
 NOTES = re.compile(r"^(?:readme.*|.*\.md|.*\.parquet|.*\.ndjson|.*\.csv)$", re.IGNORECASE)
 
 

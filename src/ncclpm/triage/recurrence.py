@@ -1,8 +1,7 @@
 """Recurrence inside one job: its restarts (torchrun attempts, requeues) and whether they failed the same way.
 
-A job's events are split into attempts by what the logs show: torchrun's per-attempt log folders (`attempt_N/`
-in a source's path) and torchrun's own restart lines (`Worker group FAILED. 2/3 attempts left; will restart worker
-group`: each ends an attempt at its time). Each attempt's failure is its first error that is not a victim's line
+A job's events are split into attempts by what the logs show (`analysis/attempts.py`: torchrun's per-attempt log
+folders and its restart lines). Each attempt's failure is its first error that is not a victim's line
 (masked by `signature`, so ranks and numbers do not tell attempts apart), its progress the highest step a
 progress line reached. A job is a **restart storm** when its last two attempts or more (`storm_attempts`) failed
 with the same signature and none got further than the one before (a first attempt that failed otherwise - a crash,
@@ -14,15 +13,14 @@ IB port error) names it; `hosts_every_attempt` keeps the hosts suspected in ever
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import polars as pl
 
+from ncclpm.analysis.attempts import attempt_column, has_attempts, restart_times
 from ncclpm.tables.kinds import K
 from ncclpm.triage.signature import signature
 
-_ATTEMPT_DIR = re.compile(r"(?:^|[/!\\])attempt_(\d+)(?:[/\\]|$)")
 HOST_KINDS = (K.xid, K.gpu_lost, K.gpu_hw_error, K.gpu_fabric_error, K.nvml_error, K.node_failure)
 
 
@@ -30,20 +28,6 @@ def host_level() -> pl.Expr:
     """Events about a host itself, not a process on it: GPU and driver faults, a lost node, InfiniBand errors."""
     ib = (pl.col("kind") == K.network_error) & (pl.col("net_class").fill_null("") == "ib")
     return pl.col("kind").is_in(HOST_KINDS) | ib
-
-
-def _path_attempt(source: str) -> int | None:
-    found = _ATTEMPT_DIR.findall(source or "")
-    return int(found[-1]) if found else None
-
-
-def _attempt_column(events: pl.DataFrame, restarts: list[Any]) -> pl.Expr:
-    """Each event's attempt: from its path (`attempt_N/`), else from how many restart lines came before it."""
-    by_path = pl.col("source").map_elements(_path_attempt, return_dtype=pl.Int64)
-    if not restarts:
-        return by_path
-    by_time = pl.sum_horizontal([(pl.col("ts") > t).cast(pl.Int64) for t in restarts])
-    return pl.coalesce(by_path, pl.when(pl.col("ts").is_not_null()).then(by_time))
 
 
 def _suspects(part: pl.DataFrame, first: dict[str, Any] | None, host_of: dict[int, str]) -> set[str]:
@@ -69,13 +53,10 @@ NONE: dict[str, Any] = {
 def recurrence(tables: Any, d: Any) -> dict[str, Any]:
     """`attempts`, `restart_storm`, `storm_node_hours`, `hosts_every_attempt` for one job's row."""
     events = tables.events
-    restarts = sorted(t for t in tables.kinds(K.worker_restart)["ts"].drop_nulls().to_list())
-    in_paths = events["source"].str.contains(r"(?:^|[/!\\])attempt_\d+(?:[/\\]|$)").any()
-    if not restarts and not in_paths:
+    restarts = restart_times(tables)
+    if not has_attempts(events, restarts):
         return dict(NONE)
-    tagged = events.with_columns(_attempt_column(events, restarts).alias("attempt")).filter(
-        pl.col("attempt").is_not_null()
-    )
+    tagged = events.with_columns(attempt_column(restarts).alias("attempt")).filter(pl.col("attempt").is_not_null())
     numbers = sorted(set(tagged["attempt"].to_list()))
     n_attempts = max(len(numbers), len(restarts) + 1)
     if n_attempts < 2:

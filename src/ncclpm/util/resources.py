@@ -79,10 +79,14 @@ def _snapshot() -> dict[str, list[str]]:
 def read_toml(path: Path) -> dict[str, Any]:
     """A TOML file parsed. Parsing the shipped catalogs costs ~30 ms per run (a tenth of a small job), JSON ~1 ms:
     their parse recorded at install time is used for a file whose bytes still have the recorded hash, so an
-    edited or a user's file is always read afresh. Raises what `tomllib.loads` and reading the file raise."""
+    edited or a user's file is always read afresh. Raises what `tomllib.loads` and reading the file raise (too
+    deep: a `TOMLDecodeError` too)."""
     data = path.read_bytes()
     snapshot = _snapshot()
     entry = snapshot.get(path.name) or snapshot.get(f"{path.parent.name}/{path.name}")
     if entry is not None and len(entry) == 2 and entry[0] == _digest(data):
         return json.loads(entry[1])
-    return tomllib.loads(_text(data))
+    try:
+        return tomllib.loads(_text(data))
+    except RecursionError:  # (`tomllib` recurses once per level: a user's catalog of 5,000-deep arrays)
+        raise tomllib.TOMLDecodeError("nested too deep") from None

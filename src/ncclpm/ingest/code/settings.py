@@ -27,9 +27,10 @@ import polars as pl
 
 from ncclpm.ingest.code.statements import Statement, statements
 from ncclpm.ingest.unwrap import NO_ENVELOPE, unwrap_lines
-from ncclpm.sources.code import code_language
+from ncclpm.sources.code import MAX_CODE_BYTES, code_language
 from ncclpm.sources.discover import HEAD_BYTES, Source
 from ncclpm.util.resources import data_dir, read_toml
+from ncclpm.util.structure import MAX_NESTING, TooDeep, toml_too_deep
 
 if TYPE_CHECKING:
     from ncclpm.tables import Tables
@@ -63,11 +64,11 @@ SETTINGS = (
     "script_arg",
     "arg_def",
     "constant",
+    "job_id",
 )
 UNITS: dict[str, str | None] = {"duration": "s", "count": "count", "text": None}
 STATEMENT_LANGS = ("python", "shell", "yaml", "toml", "json", "dockerfile")
 READINGS_FILE = "code_settings.toml"
-MAX_CODE_BYTES = 32 * 1024**2  # a larger "code" file is data, not a script: not read
 MAX_STATEMENT = 100_000  # characters; a longer statement is a data literal, not a setting
 MAX_QUOTE = 200
 _TIMEDELTA_SECONDS = {
@@ -153,7 +154,10 @@ def load_readings() -> tuple[tuple[Reading, ...], dict[str, float]]:
 def _arith(node: ast.AST, names: dict[str, float]) -> float | None:
     """A number from literal arithmetic (`6 * 1800`, `2.5`) or a known name; None for anything else."""
     if isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(node.value, bool):
-        value: float | None = float(node.value)
+        try:
+            value: float | None = float(node.value)
+        except OverflowError:  # an int past what a float holds (10**400 written out): no setting means that
+            return None
     elif isinstance(node, ast.Name | ast.Attribute):
         value = names.get(node.id if isinstance(node, ast.Name) else node.attr)
     elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
@@ -187,7 +191,7 @@ def to_number(value: str, unit: str, names: dict[str, float]) -> float | None:
             if key not in _TIMEDELTA_SECONDS or n is None:
                 return None
             total += n * _TIMEDELTA_SECONDS[key]
-        return total
+        return total if math.isfinite(total) else None
     return _arith(node, names)
 
 
@@ -241,6 +245,8 @@ def read_code_text(name: str, text: str, lang: str, warnings: list[str]) -> list
     """Every fact of one code file, numbers resolved (names bound to literals in the same file, torch's
     default-timeout names)."""
     readings, known = load_readings()
+    if lang in ("toml", "json") and toml_too_deep(text):  # (read line by line: a warning, the lines still read)
+        warnings.append(f"{name}: {lang} nested more than {MAX_NESTING} levels deep - not a config's shape")
     langs = {"python", "shell"} if lang == "notebook" else {lang}
     active = [r for r in readings if r.langs & langs and any(a in text for a in r.anchors)]
     if not active:
@@ -250,11 +256,11 @@ def read_code_text(name: str, text: str, lang: str, warnings: list[str]) -> list
     # re-joined, and quote each fact at its first physical line.
     rows = unwrap_lines(text.split("\n"), NO_ENVELOPE)
     try:
-        for st in statements("\n".join(line for _, line in rows), lang):
-            if len(st.text) <= MAX_STATEMENT:
-                facts.extend(read_statement(st, active))
+        for st in statements("\n".join(line for _, line in rows), lang, MAX_STATEMENT):
+            facts.extend(read_statement(st, active))
     except (ValueError, RecursionError) as exc:
-        warnings.append(f"{name}: {lang} file that cannot be parsed ({type(exc).__name__}); settings not read")
+        why = str(exc) if isinstance(exc, TooDeep) else type(exc).__name__
+        warnings.append(f"{name}: {lang} file that cannot be parsed ({why}); settings not read")
         return []
     for f in facts:
         f["line"] = rows[f["line"] - 1][0] if 0 < f["line"] <= len(rows) else f["line"]

@@ -17,10 +17,12 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from ncclpm.util.structure import load_json
+
 _SCHEDULER = re.compile(r"^#(?:SBATCH|PBS|BSUB)\s")
 _STRING_ONLY = re.compile(r"""^[rbuRBU]{0,2}(?:"|')""")
 _MAGIC = re.compile(r"^\s*(?:!|%env\b)")
-SEARCH_WINDOW = 5000  # file lines searched for a notebook source line (bounded: no quadratic scan)
+MAX_MISSES = 16  # notebook source lines not found in the file before the search stops (each costs a pass)
 
 
 @dataclass(frozen=True)
@@ -56,12 +58,49 @@ def strip_comment(line: str) -> str:
     return line
 
 
+class _Parts:
+    """The physical lines of the statement being read. Past `limit` characters (joined as `_join` joins them) they
+    are let go as they come and the statement is not built: the caller would drop it (a 4 MB `\\` continuation or
+    bracket is a data literal, not a setting), and keeping its lines cost 80 bytes of memory per byte of file."""
+
+    __slots__ = ("items", "limit", "over", "size")
+
+    def __init__(self, limit: int | None) -> None:
+        self.items: list[tuple[int, str, str]] = []
+        self.limit, self.size, self.over = limit, 0, False
+
+    def __bool__(self) -> bool:
+        return self.over or bool(self.items)
+
+    def add(self, no: int, kept: str, raw: str) -> None:
+        if self.over:
+            return
+        self.size += bool(self.size) + len(kept.strip())  # (the length of the text `_join` would build)
+        if self.limit is not None and self.size > self.limit:
+            self.items, self.over = [], True
+            return
+        self.items.append((no, kept, raw))
+
+    def take(self, lang: str) -> Statement | None:
+        st = None if self.over else _join(self.items, lang)
+        self.items, self.size, self.over = [], 0, False
+        return st
+
+
 def _join(parts: list[tuple[int, str, str]], lang: str) -> Statement | None:
-    """parts: (line number, kept text, raw line)."""
-    text, starts = "", []
+    """parts: (line number, kept text, raw line). Joined once (a statement of 100,000 lines is linear)."""
+    pieces: list[str] = []
+    starts: list[int] = []
+    size = 0
     for _, kept, _ in parts:
-        starts.append(len(text) + (1 if text else 0))
-        text = f"{text} {kept.strip()}" if text else kept.strip()
+        piece = kept.strip()
+        if size:
+            pieces.append(" ")
+            size += 1
+        starts.append(size)
+        pieces.append(piece)
+        size += len(piece)
+    text = "".join(pieces)
     if not text.strip():
         return None
     return Statement(text, lang, tuple(p[0] for p in parts), tuple(starts), tuple(p[2].strip() for p in parts))
@@ -105,8 +144,10 @@ def _scan_python(line: str, quote: str | None, depth: int) -> tuple[str, str | N
     return "".join(out), quote, max(0, depth)
 
 
-def python_statements(lines: Iterable[tuple[int, str]], magics: bool = False) -> Iterator[Statement]:
-    parts: list[tuple[int, str, str]] = []
+def python_statements(
+    lines: Iterable[tuple[int, str]], magics: bool = False, limit: int | None = None
+) -> Iterator[Statement]:
+    parts = _Parts(limit)
     quote: str | None = None
     depth = 0
     for no, raw in lines:
@@ -118,33 +159,32 @@ def python_statements(lines: Iterable[tuple[int, str]], magics: bool = False) ->
         continued = kept.rstrip().endswith("\\")
         if continued:
             kept = kept.rstrip()[:-1]
-        parts.append((no, kept, raw))
+        parts.add(no, kept, raw)
         if quote is None and depth == 0 and not continued:
-            st = _join(parts, "python")
-            parts = []
+            st = parts.take("python")
             if st is not None and not _STRING_ONLY.match(st.text):
                 yield st
-    if parts and (st := _join(parts, "python")) is not None and not _STRING_ONLY.match(st.text):
+    if parts and (st := parts.take("python")) is not None and not _STRING_ONLY.match(st.text):
         yield st
 
 
-def shell_statements(lines: Iterable[tuple[int, str]], lang: str = "shell") -> Iterator[Statement]:
-    parts: list[tuple[int, str, str]] = []
+def shell_statements(
+    lines: Iterable[tuple[int, str]], lang: str = "shell", limit: int | None = None
+) -> Iterator[Statement]:
+    parts = _Parts(limit)
     for no, raw in lines:
         s = raw.strip()
         kept = s if _SCHEDULER.match(s) else strip_comment(raw).rstrip()
         continued = kept.endswith("\\")
-        parts.append((no, kept[:-1] if continued else kept, raw))
-        if not continued:
-            if st := _join(parts, lang):
-                yield st
-            parts = []
-    if parts and (st := _join(parts, lang)):
+        parts.add(no, kept[:-1] if continued else kept, raw)
+        if not continued and (st := parts.take(lang)):
+            yield st
+    if parts and (st := parts.take(lang)):
         yield st
 
 
-def yaml_statements(lines: Iterable[tuple[int, str]]) -> Iterator[Statement]:
-    parts: list[tuple[int, str, str]] = []
+def yaml_statements(lines: Iterable[tuple[int, str]], limit: int | None = None) -> Iterator[Statement]:
+    parts = _Parts(limit)
     item_indent = -1
     for no, raw in lines:
         kept = strip_comment(raw).rstrip()
@@ -152,59 +192,76 @@ def yaml_statements(lines: Iterable[tuple[int, str]]) -> Iterator[Statement]:
             continue
         indent = len(kept) - len(kept.lstrip())
         if parts and item_indent >= 0 and indent > item_indent and not kept.lstrip().startswith("- "):
-            parts.append((no, kept, raw))  # a key of the list item above
+            parts.add(no, kept, raw)  # a key of the list item above
             continue
-        if parts and (st := _join(parts, "yaml")):
+        if parts and (st := parts.take("yaml")):
             yield st
-        parts = [(no, kept, raw)]
+        parts.add(no, kept, raw)
         item_indent = indent if kept.lstrip().startswith("- ") else -1
-    if parts and (st := _join(parts, "yaml")):
+    if parts and (st := parts.take("yaml")):
         yield st
 
 
-def line_statements(lines: Iterable[tuple[int, str]], lang: str) -> Iterator[Statement]:
+def line_statements(lines: Iterable[tuple[int, str]], lang: str, limit: int | None = None) -> Iterator[Statement]:
     for no, raw in lines:
         kept = strip_comment(raw) if lang == "toml" else raw
-        if st := _join([(no, kept, raw)], lang):
+        parts = _Parts(limit)
+        parts.add(no, kept, raw)
+        if st := parts.take(lang):
             yield st
 
 
 def _cell_lines(text: str) -> Iterator[list[tuple[int, str]]]:
     """Source lines of each code cell, numbered with the file line that holds them when it can be found (a
-    pretty-printed notebook has one source line per file line), else with the cell's first line."""
-    doc = json.loads(text)
-    file_lines = text.splitlines()
-    cursor = 0
+    pretty-printed notebook has one source line per file line), else with the line of the last one found. Found
+    by a cursor that only moves forward through the file, so the search is linear: each source line is looked for
+    after the previous one (as JSON writes it, escaped, with and without `\\uXXXX`), and after MAX_MISSES lines
+    that are not found (a notebook written some other way) the rest keep the last line found."""
+    doc = load_json(text)  # nesting bounded before parsing (`structure.TooDeep`, a ValueError)
+    pos, line, misses = 0, 1, 0
     for cell in doc.get("cells", []) if isinstance(doc, dict) else []:
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
         src = cell.get("source", "")
         src = "".join(s for s in src if isinstance(s, str)) if isinstance(src, list) else str(src)
         numbered = []
-        for line in src.splitlines():
-            needle = json.dumps(line)[1:-1]
-            window = range(cursor, min(len(file_lines), cursor + SEARCH_WINDOW))
-            at = next((i for i in window if needle and needle in file_lines[i]), None)
-            if at is not None:
-                cursor = at
-            numbered.append((cursor + 1, line))
+        for source_line in src.splitlines():
+            if source_line.strip() and misses < MAX_MISSES:
+                at = _find_json_string(text, source_line, pos)
+                if at < 0:
+                    misses += 1
+                else:
+                    line += text.count("\n", pos, at)
+                    pos = at
+            numbered.append((line, source_line))
         yield numbered
 
 
-def statements(text: str, lang: str) -> Iterator[Statement]:
-    """Logical statements of a whole file in `lang` (one of sources.code.LANGUAGES)."""
-    numbered = list(enumerate(text.splitlines(), 1))
+def _find_json_string(text: str, value: str, start: int) -> int:
+    """Where `value`, written as a JSON string's content, first appears in `text` from `start` (-1: nowhere)."""
+    found = [
+        at
+        for needle in {json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}
+        if (at := text.find(needle, start)) >= 0
+    ]
+    return min(found, default=-1)
+
+
+def statements(text: str, lang: str, limit: int | None = None) -> Iterator[Statement]:
+    """Logical statements of a whole file in `lang` (one of sources.code.LANGUAGES); with `limit`, only those of
+    at most `limit` characters (a longer one is never built)."""
+    numbered = enumerate(text.splitlines(), 1)
     if lang == "python":
-        yield from python_statements(numbered)
+        yield from python_statements(numbered, limit=limit)
     elif lang in ("shell", "dockerfile"):
-        yield from shell_statements(numbered, lang)
+        yield from shell_statements(numbered, lang, limit)
     elif lang == "yaml":
-        yield from yaml_statements(numbered)
+        yield from yaml_statements(numbered, limit)
     elif lang == "notebook":
         for cell in _cell_lines(text):
             if cell and re.match(r"\s*%%(?:bash|sh)\b", cell[0][1]):
-                yield from shell_statements(cell[1:])
+                yield from shell_statements(cell[1:], limit=limit)
             else:
-                yield from python_statements(cell, magics=True)
+                yield from python_statements(cell, magics=True, limit=limit)
     else:
-        yield from line_statements(numbered, lang)
+        yield from line_statements(numbered, lang, limit)

@@ -14,16 +14,18 @@ rank and is named by host:pid.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 import polars as pl
 
 from ncclpm.ingest.stacks.frames import frame_rules
-from ncclpm.ingest.stacks.parse import Block, Frame, parse_pyspy_json, parse_stack_lines
+from ncclpm.ingest.stacks.parse import LIMITS, Block, Frame, parse_pyspy_json, parse_stack_lines
 from ncclpm.ingest.unwrap import NO_ENVELOPE, unwrap_lines
 from ncclpm.sources.discover import Job, SourceKind
 from ncclpm.sources.line_tags import without_line_tags
 from ncclpm.sources.stack_sniff import stack_format
+from ncclpm.util.clamp import MAX_RANK
 
 STACKS_SCHEMA = pl.Schema(
     {
@@ -60,7 +62,15 @@ def file_rank(name: str) -> int | None:
     if not m:
         return None
     digits = m.group(1) or m.group(2) or m.group(3)
-    return int(digits)
+    return int(digits) if len(digits) <= 7 and int(digits) <= MAX_RANK else None
+
+
+def _say_dropped(name: str, dropped: Counter[str], warnings: list[str]) -> None:
+    """One warning naming the numbers of a dump that were past what they can mean (left blank)."""
+    if dropped:
+        what = ", ".join(f"{kind} x{n}" if n > 1 else kind for kind, n in sorted(dropped.items()))
+        bounds = ", ".join(f"{kind} <= {LIMITS[kind]:,}" for kind in sorted(dropped))
+        warnings.append(f"{name}: numbers past what they can mean left blank: {what} ({bounds})")
 
 
 @dataclass
@@ -82,14 +92,17 @@ def _read_stack_sources(job: Job, warnings: list[str]) -> list[_Found]:
             continue
         text = without_line_tags(data.decode("utf-8", errors="replace"))
         hint = file_rank(src.name)
+        dropped: Counter[str] = Counter()
         try:
-            blocks = parse_pyspy_json(text) if stack_format(data[:65536]) == "json" else []
+            blocks = parse_pyspy_json(text, dropped) if stack_format(data[:65536]) == "json" else []
         except ValueError as exc:
             warnings.append(f"{src.name}: py-spy JSON dump unreadable ({exc}) - skipped")
             continue
         if not blocks:
             # a terminal copy of a dump may be hard-wrapped: a frame cut in two would read as no frame
-            blocks = parse_stack_lines((i, line, None) for i, line in unwrap_lines(text.splitlines(), NO_ENVELOPE))
+            rows = unwrap_lines(text.splitlines(), NO_ENVELOPE)
+            blocks = parse_stack_lines(((i, line, None) for i, line in rows), dropped)
+        _say_dropped(src.name, dropped, warnings)
         if not blocks:
             warnings.append(f"{src.name}: looks like a stack dump but no frame could be read")
         for b in blocks:
@@ -99,14 +112,16 @@ def _read_stack_sources(job: Job, warnings: list[str]) -> list[_Found]:
     return found
 
 
-def _read_log_stacks(lines: pl.DataFrame) -> list[_Found]:
+def _read_log_stacks(lines: pl.DataFrame, warnings: list[str]) -> list[_Found]:
     """faulthandler blocks (and debug-server sections) inside logs, from their kept lines, per rank stream."""
     cand = lines.filter(pl.col("message").str.contains(_FH_LINE.pattern))
     found: list[_Found] = []
     for (source,), part in cand.sort("source", "line").group_by(["source"], maintain_order=True):
+        dropped: Counter[str] = Counter()
         for (_rank,), stream in part.group_by(["rank"], maintain_order=True):
             rows = stream.select("line", "message", "rank").iter_rows()
-            found += [_Found(str(source), b) for b in parse_stack_lines(rows)]
+            found += [_Found(str(source), b) for b in parse_stack_lines(rows, dropped)]
+        _say_dropped(str(source), dropped, warnings)
     return found
 
 
@@ -200,7 +215,7 @@ def build_stacks(
     job: Job, lines: pl.DataFrame, pid_ranks: dict[tuple[str | None, int], int], fr: object | None, warnings: list[str]
 ) -> pl.DataFrame:
     """The `stacks` table (schema `STACKS_SCHEMA`), frames outermost first (depth 0)."""
-    found = _read_stack_sources(job, warnings) + _read_log_stacks(lines) + _fr_stacks(fr)
+    found = _read_stack_sources(job, warnings) + _read_log_stacks(lines, warnings) + _fr_stacks(fr)
     _resolve_ranks([f.block for f in found], pid_ranks)
     rules = frame_rules()
     rows: dict[str, list] = {k: [] for k in STACKS_SCHEMA.names()}

@@ -19,10 +19,13 @@ Frames are kept in the order the tool printed them (innermost first for all of t
 
 from __future__ import annotations
 
-import json
 import re
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+from ncclpm.util.clamp import MAX_RANK
+from ncclpm.util.structure import Huge, load_json, within
 
 _PROCESS = re.compile(r"^Process (?P<pid>\d+): ?(?P<cmd>.*)$")
 _PARENT = re.compile(r"^Parent Process (?P<pid>\d+):")  # py-spy dump --subprocesses: a child (DataLoader worker)
@@ -45,7 +48,7 @@ _PYBT_HEAD = re.compile(r"^Traceback \(most recent call first\):")
 _PYBT_FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+), in (?P<func>\S+)\s*$')
 _TB_THREAD = re.compile(r"^# Thread (?P<tid>\d+)\s*$")  # Ray Train's fallback: traceback.format_stack per thread
 _TB_FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+), in (?P<func>.+?)\s*$')
-_SECTION = re.compile(r"^=== Rank (?P<rank>\d{1,9}): ?(?P<addr>.*?) ===\s*$")
+_SECTION = re.compile(r"^=== Rank (?P<rank>\d+): ?(?P<addr>.*?) ===\s*$")
 _ADDR_HOST = re.compile(r"^(?:\w+://)?\[?(?P<host>[\w.:-]+?)\]?(?::\d+)?(?:/|$)")
 
 
@@ -79,16 +82,33 @@ class Block:
     frames: list[Frame] = field(default_factory=list)
 
 
-def _int(text: str | None) -> int | None:
-    return int(text) if text and text.isdigit() and len(text) <= 12 else None
+# What a number of a dump can mean: a rank (clamp.MAX_RANK: the largest jobs have ~10^5 ranks), a pid or thread id
+# (Linux: below 2^22, pid_t is 32 bits), a line number. A number past its bound is left blank and counted.
+LIMITS = {"rank": MAX_RANK, "pid": 2**31 - 1, "line": 2**31 - 1, "thread": 2**64 - 1}
 
 
-def _gdb_func(rest: str) -> tuple[str, str | None, int | None, bool]:
+def _int(text: str | None, what: str = "line", dropped: Counter[str] | None = None) -> int | None:
+    """`text` as a number when it is one within LIMITS[what]; past it None, counted in `dropped`."""
+    if not text or not text.isascii() or not text.isdigit():
+        return None
+    if len(text) <= 20 and (value := int(text)) <= LIMITS[what]:
+        return value
+    if dropped is not None:
+        dropped[what] += 1
+    return None
+
+
+def _hex(text: str) -> int | None:
+    """A thread id printed in hex (`0x7f...`), when it fits 64 bits."""
+    return int(text, 16) if len(text) <= 18 else None
+
+
+def _gdb_func(rest: str, dropped: Counter[str] | None = None) -> tuple[str, str | None, int | None, bool]:
     """Function, file, line and nativeness of a gdb frame line after `#N  0x... in `."""
     file: str | None = None
     line: int | None = None
     if m := _GDB_AT.search(rest):
-        file, line, rest = m["file"], _int(m["line"]), rest[: m.start() + 1]
+        file, line, rest = m["file"], _int(m["line"], "line", dropped), rest[: m.start() + 1]
     elif m := _GDB_FROM.search(rest):
         file, rest = m["lib"], rest[: m.start() + 1]
     # drop the argument list: the last top-level parenthesised group
@@ -118,6 +138,10 @@ class _Reader:
         self.section_host: str | None = None
         self.gdb_threads: dict[str, Block] = {}
         self.pybt: Block | None = None
+        self.dropped: Counter[str] = Counter()  # numbers past their bound, by what they are
+
+    def _int(self, text: str | None, what: str = "line") -> int | None:
+        return _int(text, what, self.dropped)
 
     def _open(self, block: Block, rank_hint: int | None) -> Block:
         if self.section_rank is not None:
@@ -137,28 +161,28 @@ class _Reader:
             self._frame(lineno, text)
             return
         if m := _SECTION.match(text):
-            self.section_rank = _int(m["rank"])
+            self.section_rank = self._int(m["rank"], "rank")
             host = _ADDR_HOST.match(m["addr"].strip())
             self.section_host = host["host"] if host else None
             self.block, self.pid = None, None
             return
         if m := _PROCESS.match(text):
-            self.pid, self.block, self.parent_pid = _int(m["pid"]), None, None
+            self.pid, self.block, self.parent_pid = self._int(m["pid"], "pid"), None, None
             return
         if m := _PARENT.match(text):
-            self.parent_pid = _int(m["pid"])
+            self.parent_pid = self._int(m["pid"], "pid")
             return
         if m := _PYSPY_THREAD.match(text):
             tid = m["tid"]
-            pid = self.pid if self.pid is not None else (None if tid.startswith("0x") else _int(tid))
+            pid = self.pid if self.pid is not None else (None if tid.startswith("0x") else self._int(tid, "pid"))
             blk = self._open(Block("py-spy", lineno, pid, tid, m["name"], m["state"]), rank_hint)
-            blk.pthread = int(tid, 16) if tid.startswith("0x") else None
+            blk.pthread = _hex(tid) if tid.startswith("0x") else None
             return
         if m := _FH_THREAD.match(text) or _FH_STACK.match(text):
             groups = m.groupdict()
             blk = Block("faulthandler", lineno, self.pid, groups.get("tid"), groups.get("name"))
             blk.current = groups.get("current") == "Current thread"
-            blk.pthread = int(groups["tid"], 16) if groups.get("tid") else None
+            blk.pthread = _hex(groups["tid"]) if groups.get("tid") else None
             self._open(blk, rank_hint)
             return
         if m := _GDB_THREAD.match(text):
@@ -166,7 +190,7 @@ class _Reader:
             return
         if m := _TB_THREAD.match(text):
             blk = self._open(Block("traceback", lineno, self.pid, m["tid"]), rank_hint)
-            blk.pthread = _int(m["tid"])
+            blk.pthread = self._int(m["tid"], "thread")
             return
         if _PYBT_HEAD.match(text) and self.block is not None and self.block.fmt == "gdb":
             gdb = self.block
@@ -176,7 +200,7 @@ class _Reader:
         self._frame(lineno, text)
 
     def _gdb_thread(self, m: re.Match[str], lineno: int | None, rank_hint: int | None) -> None:
-        lwp = _int(m["lwp"])
+        lwp = self._int(m["lwp"], "pid")
         # `thread apply all py-bt` repeats the thread headers: py-bt frames go to a gdb-py block of that thread
         known = self.gdb_threads.get(m["tid"])
         if known is not None:
@@ -195,32 +219,35 @@ class _Reader:
             if m := _PYSPY_FRAME.match(text):
                 loc = m["loc"]
                 file, _, line = loc.rpartition(":")
-                if file and line.isdigit():
-                    blk.frames.append(Frame(m["func"], file, int(line), False, lineno, text.strip()))
+                if file and line.isascii() and line.isdigit():
+                    blk.frames.append(Frame(m["func"], file, self._int(line), False, lineno, text.strip()))
                 else:
                     blk.frames.append(Frame(m["func"], loc, None, True, lineno, text.strip()))
             elif (m := _PYSPY_LOCAL.match(text)) and m["name"] in ("rank", "global_rank") and blk.locals_rank is None:
-                blk.locals_rank = _int(m["value"].strip().strip("\"'"))
+                blk.locals_rank = self._int(m["value"].strip().strip("\"'"), "rank")
         elif blk.fmt == "faulthandler":
             if m := _FH_FRAME.match(text):
-                blk.frames.append(Frame(m["func"], m["file"], _int(m["line"]), False, lineno, text.strip()))
+                blk.frames.append(Frame(m["func"], m["file"], self._int(m["line"]), False, lineno, text.strip()))
         elif blk.fmt == "gdb":
             if self.pybt is not None and (m := _PYBT_FRAME.match(text)):
-                self.pybt.frames.append(Frame(m["func"], m["file"], _int(m["line"]), False, lineno, text.strip()))
+                self.pybt.frames.append(Frame(m["func"], m["file"], self._int(m["line"]), False, lineno, text.strip()))
             elif m := _GDB_FRAME.match(text):
                 if py := _GDB_PYFRAME.search(m["rest"]):
-                    blk.frames.append(Frame(py["func"], py["file"], _int(py["line"]), False, lineno, text.strip()))
+                    blk.frames.append(Frame(py["func"], py["file"], self._int(py["line"]), False, lineno, text.strip()))
                 else:
-                    func, file, line, native = _gdb_func(m["rest"])
+                    func, file, line, native = _gdb_func(m["rest"], self.dropped)
                     blk.frames.append(Frame(func, file, line, native, lineno, text.strip()))
-        elif blk.fmt == "traceback" and (m := _TB_FRAME.match(text)):
-            blk.frames.insert(0, Frame(m["func"], m["file"], _int(m["line"]), False, lineno, text.strip()))
-        elif blk.fmt == "gdb-py" and (m := _PYBT_FRAME.match(text)):
-            blk.frames.append(Frame(m["func"], m["file"], _int(m["line"]), False, lineno, text.strip()))
+        elif (m := _TB_FRAME.match(text) if blk.fmt == "traceback" else None) or (
+            blk.fmt == "gdb-py" and (m := _PYBT_FRAME.match(text))
+        ):  # (a traceback is printed outermost first: its frames are reversed at the end)
+            blk.frames.append(Frame(m["func"], m["file"], self._int(m["line"]), False, lineno, text.strip()))
 
 
-def parse_stack_lines(lines: Iterable[tuple[int | None, str, int | None]]) -> list[Block]:
-    """Blocks of every stack printed in these (line number, text, rank hint) lines; empty blocks dropped."""
+def parse_stack_lines(
+    lines: Iterable[tuple[int | None, str, int | None]], dropped: Counter[str] | None = None
+) -> list[Block]:
+    """Blocks of every stack printed in these (line number, text, rank hint) lines; empty blocks dropped. Numbers
+    past what they can mean (LIMITS) are left blank and counted in `dropped`."""
     reader = _Reader()
     for lineno, text, rank in lines:
         reader.feed(lineno, text, rank)
@@ -230,36 +257,55 @@ def parse_stack_lines(lines: Iterable[tuple[int | None, str, int | None]]) -> li
     if len(pids) == 1:
         for b in gdb:
             b.pid = b.pid if b.pid is not None else next(iter(pids))
+    for b in reader.blocks:
+        if b.fmt == "traceback":
+            b.frames.reverse()  # printed outermost first
+    if dropped is not None:
+        dropped.update(reader.dropped)
     return [b for b in reader.blocks if b.frames]
 
 
-def parse_pyspy_json(text: str) -> list[Block]:
-    """`py-spy dump --json`: a list of threads, each with pid, thread name/ids and frames (innermost first)."""
-    doc = json.loads(text)
+def parse_pyspy_json(text: str, dropped: Counter[str] | None = None) -> list[Block]:
+    """`py-spy dump --json`: a list of threads, each with pid, thread name/ids and frames (innermost first).
+    Refused (ValueError) when it nests deeper than any dump (`structure.MAX_NESTING`); a number past what it can
+    mean (LIMITS: an integer past Int64 included) is left blank and counted in `dropped`."""
+    dropped = Counter() if dropped is None else dropped
+    doc = load_json(text)
     threads = doc if isinstance(doc, list) else [doc]
     blocks = []
+
+    def number(value: object, what: str) -> int | None:
+        if value is None:
+            return None
+        got = within(value, 0, LIMITS[what])
+        if got is None and (isinstance(value, Huge) or (isinstance(value, int) and not isinstance(value, bool))):
+            dropped[what] += 1
+        return got
+
     for th in threads:
         if not isinstance(th, dict) or not isinstance(th.get("frames"), list):
             continue
-        pid = th.get("pid") if isinstance(th.get("pid"), int) else None
-        os_tid = th.get("os_thread_id")
-        blk = Block("py-spy-json", None, pid, str(os_tid if os_tid is not None else th.get("thread_id")))
+        pid = number(th.get("pid"), "pid")
+        os_tid = number(th.get("os_thread_id"), "pid")
+        thread_id = number(th.get("thread_id"), "thread")
+        blk = Block("py-spy-json", None, pid, str(os_tid if os_tid is not None else thread_id))
         blk.thread = th.get("thread_name") if isinstance(th.get("thread_name"), str) else None
         blk.state = "active" if th.get("active") else "idle"
-        blk.current = isinstance(os_tid, int) and os_tid == pid
-        blk.pthread = th.get("thread_id") if isinstance(th.get("thread_id"), int) else None
+        blk.current = os_tid is not None and os_tid == pid
+        blk.pthread = thread_id
         for fr in th["frames"]:
             if not isinstance(fr, dict):
                 continue
-            line = fr.get("line") if isinstance(fr.get("line"), int) else None
+            line = number(fr.get("line"), "line")
             name = fr.get("filename") or fr.get("short_filename")
-            native = line is None or line == 0
+            native = fr.get("line") is None or line == 0  # (a line past its bound: a Python frame, line unknown)
             func = str(fr.get("name") or "?")
             shown = f"{fr.get('short_filename') or name}:{line}" if not native else str(name)
             blk.frames.append(Frame(func, str(name) if name else None, line, native, None, f"{func} ({shown})"))
-            for loc in fr.get("locals") or ():
+            local_vars = fr.get("locals")
+            for loc in local_vars if isinstance(local_vars, list) else ():
                 if isinstance(loc, dict) and loc.get("name") in ("rank", "global_rank") and blk.locals_rank is None:
-                    blk.locals_rank = _int(str(loc.get("repr", "")).strip("\"'"))
+                    blk.locals_rank = _int(str(loc.get("repr", "")).strip("\"'"), "rank", dropped)
         if blk.frames:
             blocks.append(blk)
     return blocks

@@ -8,7 +8,6 @@ Shape: `{"message": {"message": "<Type>: <msg>", "extraInfo": {"py_callstack": "
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 from datetime import UTC, datetime
 
@@ -17,6 +16,7 @@ import polars as pl
 from ncclpm.sources.discover import Source
 from ncclpm.tables.kinds import K
 from ncclpm.tables.schema import EVENT_FIELDS, EVENTS_SCHEMA
+from ncclpm.util.structure import load_json
 
 _RANK_IN_PATH = re.compile(r"(?:attempt_\d+/(\d+)/[^/]+$|rank[_-]?(\d+)[^/\d]*$)", re.IGNORECASE)
 _EXC = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)(?::\s?(?P<msg>.*))?$", re.DOTALL)
@@ -60,7 +60,7 @@ def read_error_files(sources: list[Source], warnings: list[str]) -> pl.DataFrame
     rows = []
     for src in sources:
         try:
-            doc = json.loads(src.read_bytes().decode("utf-8", errors="replace"))
+            doc = load_json(src.read_bytes().decode("utf-8", errors="replace"))  # nesting and integers bounded
             row = _row(src, doc) if isinstance(doc, dict) else None
         except (OSError, ValueError, RecursionError) as exc:
             warnings.append(f"{src.name}: unreadable torchelastic error file ({exc}) - skipped")

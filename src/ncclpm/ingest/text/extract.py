@@ -219,18 +219,23 @@ def _fill_ranks(env: pl.DataFrame) -> pl.DataFrame:
         .then(pl.col("_direct").drop_nulls().first().over("source"))
         .alias("_file_single"),
     )
-    return env.with_columns(
-        pl.coalesce(
-            "_direct",
-            pl.when(pl.col("_local").is_not_null()).then("_stream_rank"),
-            "_local",
-            "_file_single",
-            _int("_file_rank"),
-            _int("_file_local"),
-        )
-        .cast(pl.Int32)
-        .alias("rank")
+    rank = pl.coalesce(
+        "_direct",
+        pl.when(pl.col("_local").is_not_null()).then("_stream_rank"),
+        "_local",
+        "_file_single",
+        _int("_file_rank"),
+        _int("_file_local"),
+    ).cast(pl.Int32)
+    # A global rank comes from the line itself, its torchrun stream's own lines, or the rank its whole file talks
+    # about; a local rank (torchrun's `[defaultN]:`) or a file name's (`rank3.log`, `attempt_0/3/`) is only local
+    # (every node of a job has a rank0.log): `analysis/identity.py` does not take it for the job's rank.
+    is_global = (
+        pl.col("_direct").is_not_null()
+        | (pl.col("_local").is_not_null() & pl.col("_stream_rank").is_not_null())
+        | (pl.col("_local").is_null() & pl.col("_file_single").is_not_null())
     )
+    return env.with_columns(rank.alias("rank"), pl.when(rank.is_not_null()).then(~is_global).alias("rank_local"))
 
 
 PARSED_SCHEMA = pl.Schema({**LINES_SCHEMA, "raw": pl.String(), "tag_pg": pl.String(), "tag_pg_desc": pl.String()})
@@ -258,6 +263,7 @@ def parse_lines(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
         "source",
         "line",
         "rank",
+        "rank_local",
         "host",
         "pid",
         _timestamp(catalog, year, env).alias("ts"),

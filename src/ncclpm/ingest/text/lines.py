@@ -12,12 +12,16 @@ prefilter.
 
 from __future__ import annotations
 
+import collections
 import gzip
+import io
 import os
+import queue
 import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Any, BinaryIO
 
 import polars as pl
 
@@ -43,6 +47,8 @@ __all__ = ["anchor_regex", "read_kept_lines"]
 MAX_LINE_CHARS = 8192
 SMALL_TEXT = 2 * 1024**2  # a text this small is read whole and re-joined (hard wraps) before the prefilter
 MAX_KEPT_LINES = 200_000  # per source (~1.5 kB each through the pipeline): see `_capped`
+JOB_KEPT_LINES = 400_000  # per job: each source keeps its share of it (`allowances`)
+MIN_KEPT_LINES = 200  # a source's share is never less (its first and last 100 matching lines)
 TQDM_END = r"(\[\d+:\d{2}(?::\d{2})?<[^\]\r]{0,80}\])"
 GROUP_FILES = 96  # texts scanned together (one pass of the matcher, one query for the kept lines) ...
 GROUP_BYTES = 48 * 1024 * 1024  # ... holding at most about this many bytes
@@ -121,9 +127,14 @@ def _after_last_error() -> pl.Expr:
     ).fill_null(False)
 
 
+def _python_name(src: Source) -> bool:
+    """polars takes only UTF-8 paths: a file with a Latin-1 name (or none) is read by Python."""
+    return src.path is None or not str(src.path).isprintable() or not _utf8(str(src.path))
+
+
 def _needs_python_decode(src: Source) -> bool:
-    if src.path is None or not str(src.path).isprintable() or not _utf8(str(src.path)):
-        return True  # polars takes only UTF-8 paths: a Latin-1 file name is read by Python
+    if _python_name(src):
+        return True
     try:
         with src.path.open("rb") as fh:
             return fh.read(2) in (b"\xff\xfe", b"\xfe\xff")
@@ -140,6 +151,7 @@ class _Text:
     original: Bytes  # as read: the slow path (`_frame_from_bytes`) decodes it itself
     whole: bool  # a small text, re-joined whole if hard-wrapped (Python's lines); else polars' lines
     first_line: int = 1  # of a block of a big file
+    keep: int | None = None  # the most matching lines kept of it (its first and last halves): `allowances`
 
 
 def _as_strings(texts: list[_Text], warnings: list[str], block: Block | None = None) -> pl.Series:
@@ -177,7 +189,7 @@ def _hit_lines(series: pl.Series, whole: list[bool], anchors: list[str]) -> list
 
 def _scan(
     texts: list[_Text], anchors: list[str], line_start: str, then: Then = None, block: list[Block] | None = None
-) -> tuple[dict[str, pl.DataFrame | None], list[str]]:
+) -> _Scanned:
     """The kept lines of each text (None: unreadable) and the warnings met. The anchors are searched in the raw
     texts (`rawscan`) in one pass; only the hit lines (and the lines around each: `line_start` re-joins
     wrapped lines) become rows, all the group's in one frame and one query. A small text where an anchor is cut
@@ -187,7 +199,7 @@ def _scan(
     caller's arguments live until this returns: the block goes back to be reused while the kept lines are built)."""
     warnings: list[str] = []
     if not texts:
-        return {}, warnings
+        return {}, warnings, {}
     whole = [t.whole for t in texts]
     first_lines = [t.first_line for t in texts]
     compiled = matcher(tuple(anchors))
@@ -200,6 +212,7 @@ def _scan(
         found = _hit_lines(strings, whole, anchors)
         frame, slow = cut_group([t.data for t in texts], found, first_lines, whole, following=bool(line_start))
     del strings
+    frame, dropped = _precap(frame, texts)
     slow |= _may_join(frame, [i for i, t in enumerate(texts) if t.whole], line_start)
     for i, t in enumerate(texts):  # the rows are cut out: only the slow path reads a text again (less memory)
         if i not in slow:
@@ -227,25 +240,58 @@ def _scan(
             if i not in slow
         }
         done |= _collect(pending, warnings)
-    out = {name: _then(frame, then) for name, frame in done.items()}
+    limits = {t.name: t.keep if t.keep is not None else MAX_KEPT_LINES for t in texts}
+    out = {name: _then(frame, then, limits[name]) for name, frame in done.items()}
     if group is not None:
-        out |= _by_source(group, then)
-    return out, warnings
+        out |= _by_source(group, then, limits)
+    return out, warnings, dropped
 
 
-def _then(frame: pl.DataFrame | None, then: Then) -> pl.DataFrame | None:
+def _precap(rows: pl.DataFrame, texts: list[_Text]) -> tuple[pl.DataFrame, dict[str, int]]:
+    """The scan's rows of each text cut to the first and last halves of its allowance of hit lines (with the lines
+    around them), before anything is built from them: what a hit-dense text costs is bounded as soon as it is
+    scanned. `_capped` cuts exactly afterwards (a physical line may hold several progress-bar segments). Returns
+    the rows and how many hit lines of each text were dropped."""
+    limits = {i: t.keep for i, t in enumerate(texts) if t.keep is not None}
+    if not limits or rows.height <= min(limits.values()):
+        return rows, {}
+    counts = rows.group_by("text").agg(pl.col("hit").sum())
+    over = [t for t, n in counts.iter_rows() if t in limits and n > limits[t]]
+    if not over:
+        return rows, {}
+    dropped = {texts[t].name: n - limits[t] for t, n in counts.iter_rows() if t in over}
+    cap = pl.col("text").replace_strict(over, [limits[t] for t in over], default=None, return_dtype=pl.Int64)
+    nth = pl.col("hit").cast(pl.Int64).cum_sum().over("text")  # the hit a row belongs to (its own, or the last)
+    total = pl.col("hit").cast(pl.Int64).sum().over("text")
+    head = cap // 2
+    keep_row = cap.is_null() | (nth <= head) | (nth > total - (cap - head))
+    return rows.filter(keep_row), dropped
+
+
+def allowances(sizes: list[int]) -> list[int]:
+    """How many matching lines each text source may keep (`_capped`): its share of JOB_KEPT_LINES - the larger of
+    an equal share and a share by size - within [MIN_KEPT_LINES, MAX_KEPT_LINES]. Decided from the sizes alone,
+    before anything is read, so that each source is cut as soon as it is scanned (memory stays bounded while the
+    job is read) and the same job always keeps the same lines. The shares add up to at most twice JOB_KEPT_LINES
+    (plus MIN_KEPT_LINES a source): 16 files of 120,000 progress lines keep 25,000 each."""
+    total = max(1, sum(sizes))
+    equal = JOB_KEPT_LINES // max(1, len(sizes))
+    return [min(MAX_KEPT_LINES, max(MIN_KEPT_LINES, equal, JOB_KEPT_LINES * size // total)) for size in sizes]
+
+
+def _then(frame: pl.DataFrame | None, then: Then, limit: int) -> pl.DataFrame | None:
     """`then` applied, except to a source to be capped: its columns are computed after its cap (`_capped`)."""
-    return frame if frame is None or then is None or frame.height > MAX_KEPT_LINES else then(frame)
+    return frame if frame is None or then is None or frame.height > limit else then(frame)
 
 
-def _by_source(group: pl.DataFrame, then: Then) -> dict[str, pl.DataFrame]:
+def _by_source(group: pl.DataFrame, then: Then, limits: dict[str, int]) -> dict[str, pl.DataFrame]:
     """A group's kept lines by source, `then` applied at once to all of them but the sources to be capped."""
     if then is not None:
         sizes = group["source"].value_counts()
-        big = sizes.filter(pl.col("count") > MAX_KEPT_LINES)["source"].to_list()
+        big = [name for name, n in sizes.iter_rows() if n > limits.get(name, MAX_KEPT_LINES)]
         if big:
             is_big = pl.col("source").is_in(big)
-            return _by_source(group.filter(~is_big), then) | _by_source(group.filter(is_big), None)
+            return _by_source(group.filter(~is_big), then, limits) | _by_source(group.filter(is_big), None, limits)
         group = then(group)
     return {key[0]: part for key, part in group.partition_by("source", as_dict=True, maintain_order=True).items()}
 
@@ -286,25 +332,79 @@ def _may_join(rows: pl.DataFrame, whole: list[int], line_start: str) -> set[int]
     return {i for i, a, b in candidates.iter_rows() if joins(a, b, start)}
 
 
+class _Utf16Reader:
+    """A UTF-16 stream (with its BOM) read as UTF-8 bytes through `readinto`, a piece at a time: a big or gzipped
+    log that PowerShell wrote is read in blocks like any other (it was not decoded when gzipped)."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self._text = io.TextIOWrapper(fh, encoding="utf-16", errors="replace", newline="")
+        self._pending = b""
+
+    def readinto(self, view: memoryview) -> int:
+        while len(self._pending) < len(view):
+            more = self._text.read(max(1, (len(view) - len(self._pending)) // 2))
+            if not more:
+                break
+            self._pending += more.encode("utf-8", errors="replace")
+        n = min(len(view), len(self._pending))
+        view[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+
+def _utf8_start(buf: bytearray, start: int, end: int) -> int:
+    """`end`, or just before it when buf[:end] would end inside a UTF-8 character (never before `start`)."""
+    at = end
+    while at > start and end - at < 3 and buf[at - 1] & 0xC0 == 0x80:
+        at -= 1  # continuation bytes
+    lead = buf[at - 1] if at > start else 0
+    if lead >= 0xC0 and at - 1 + (2 if lead < 0xE0 else 3 if lead < 0xF0 else 4) > end:
+        return at - 1  # that character is not whole: cut before it
+    return end
+
+
 def _blocks(src: Source) -> Iterator[_Text]:
-    """A big or gzipped file in blocks cut at line ends: memory holds a few blocks, not the file (a line longer than
-    a block is carried over whole). A process's log: nothing to re-join (`whole` false)."""
+    """A big or gzipped file in blocks cut at line ends: memory holds a few blocks, not the file. Each byte is read
+    once into fresh memory and searched a bounded number of times (linear in the file, whatever its lines): only
+    a block's partial last line is carried into the next, and a line longer than a block is never carried whole -
+    it is cut after its last `\\r` (a progress bar's segments are read one by one anyway), or, for one segment
+    longer than a block, at the block's end, the rest of that segment skipped (only a line's start is parsed:
+    MAX_LINE_CHARS, warned). The pieces of one physical line keep its line number. A UTF-16 stream (BOM) is read
+    as UTF-8. A process's log: nothing to re-join (`whole` false)."""
     assert src.path is not None
-    line0, rest = 1, b""
+    line0, rest, skipping = 1, b"", False
     with src.path.open("rb") as raw:
-        fh = gzip.GzipFile(fileobj=raw, mode="rb") if raw.read(2) == b"\x1f\x8b" else raw
-        raw.seek(0)
-        while True:  # each block read once into fresh memory after the last one's partial line, and not copied
+        fh: Any = raw
+        if (bom := raw.read(2)) == b"\x1f\x8b":
+            raw.seek(0)
+            fh = gzip.GzipFile(fileobj=raw, mode="rb")
+            bom = fh.peek(2)[:2]
+        raw.seek(0) if fh is raw else None
+        if bom in (b"\xff\xfe", b"\xfe\xff"):
+            fh = _Utf16Reader(fh)
+        while True:
             buf = bytearray(len(rest) + CHUNK_BYTES)
             buf[: len(rest)] = rest
             read = fh.readinto(memoryview(buf)[len(rest) :]) or 0
-            size = len(rest) + read
-            cut = buf.rfind(b"\n", 0, size) + 1 if read else size  # (at the end: the rest, a last line without newline)
-            rest = bytes(buf[cut:size])
-            if cut:
-                data = memoryview(buf)[:cut]
+            begin, new, size = 0, len(rest), len(rest) + read
+            if skipping:  # the rest of a segment longer than a block, up to the next line or segment
+                ends = [i for i in (buf.find(b"\n", 0, size), buf.find(b"\r", 0, size)) if i >= 0]
+                if not ends:
+                    if read:
+                        continue
+                    break
+                skipping, begin = False, min(ends)
+            if not read:
+                cut = size  # the end: the rest, a last line without newline
+            elif (cut := buf.rfind(b"\n", max(new, begin), size) + 1) == 0 and (  # (the carried part has no newline)
+                (cut := buf.rfind(b"\r", begin, size) + 1) == 0 and size - begin >= CHUNK_BYTES
+            ):
+                cut, skipping = _utf8_start(buf, begin, size), True
+            rest = bytes(buf[max(cut, begin) : size])
+            if cut > begin:
+                data = memoryview(buf)[begin:cut]
                 yield _Text(src.name, data, data, whole=False, first_line=line0)
-                line0 += buf.count(b"\n", 0, cut) + (buf[cut - 1] != ord("\n"))
+                line0 += buf.count(b"\n", begin, cut)
             if not read:
                 break
 
@@ -312,39 +412,71 @@ def _blocks(src: Source) -> Iterator[_Text]:
 _FAILURES = (OSError, EOFError, zlib.error, pl.exceptions.PolarsError)
 
 
+_Scanned = tuple[dict[str, pl.DataFrame | None], list[str], dict[str, int]]  # kept lines, warnings, hits dropped
+
+
 @dataclass
 class _Chunked:
-    """A big file's blocks, scanned in the pool like groups: its kept lines are their parts in order. Invalid UTF-8
-    in a block is replaced (one warning); a failure (reading, or scanning a block) skips the file, as reading it
-    block after block would have at that point."""
+    """A big file's blocks, scanned in the pool like groups: its kept lines are their parts in order, taken as they
+    are scanned (`blocks`: the scans' futures in order, then None) and cut to the file's allowance on the way - its
+    first lines, and a window of its last ones - so a hit-dense file's middle is let go block by block. Invalid
+    UTF-8 in a block is replaced (one warning); a failure (reading, or scanning a block) skips the file, as reading
+    it block after block would have at that point."""
 
     name: str
-    scans: list[Future]
+    keep: int
+    blocks: queue.Queue[Future[_Scanned] | None] = field(default_factory=queue.Queue)
     failure: BaseException | None = None  # while reading, after the blocks scanned
-    finished: Future[tuple[pl.DataFrame | None, list[str]]] | None = None  # `finish`, in the finishing thread
+    finished: Future[tuple[pl.DataFrame | None, list[str], int]] | None = None  # `finish`, in the finishing thread
 
-    def frame(self, warnings: list[str]) -> pl.DataFrame | None:
-        parts, lossy = [], []
-        try:
-            for scan in self.scans:
-                kept, met = scan.result()
-                lossy += met
-                if (part := kept.get(self.name)) is not None:
-                    parts.append(part)
-            if self.failure is not None:
-                raise self.failure
-        except _FAILURES as exc:
-            warnings.append(f"{self.name}: could not be read as text ({exc}) - skipped")
-            return None
+    def frame(self, warnings: list[str]) -> tuple[pl.DataFrame | None, int]:
+        """The kept lines (at most the first half of the allowance and a window of at least the last half) and
+        how many lines matched in all."""
+        first, last = self.keep // 2, self.keep - self.keep // 2
+        head: list[pl.DataFrame] = []
+        tail: collections.deque[pl.DataFrame] = collections.deque()
+        in_head = in_tail = matched = 0
+        lossy: list[str] = []
+        failed: BaseException | None = None
+        while (scan := self.blocks.get()) is not None:
+            if failed is not None:
+                continue  # (the rest is drained: its scans are let go)
+            try:
+                kept, met, _ = scan.result()
+            except _FAILURES as exc:
+                failed = exc
+                continue
+            del scan
+            lossy += met
+            part = kept.get(self.name)
+            if part is None or part.is_empty():
+                continue
+            matched += part.height
+            if in_head < first:
+                head.append(part.head(first - in_head))
+                part = part.slice(first - in_head)
+                in_head += head[-1].height
+            if part.height:
+                tail.append(part)
+                in_tail += part.height
+                while in_tail - tail[0].height >= last:
+                    in_tail -= tail.popleft().height
+        if failed is None:
+            failed = self.failure
+        if failed is not None:
+            warnings.append(f"{self.name}: could not be read as text ({failed}) - skipped")
+            return None, 0
         warnings.extend(lossy[:1])
-        return pl.concat(parts) if parts else pl.DataFrame(schema=_KEPT_SCHEMA)
+        parts = head + list(tail)
+        return (pl.concat(parts) if parts else pl.DataFrame(schema=_KEPT_SCHEMA)), matched
 
-    def finish(self, then: Then) -> tuple[pl.DataFrame | None, list[str]]:
-        """The file's kept lines with `then` applied (a file to be capped: after its cap, by the caller) and the
-        warnings met, once its blocks are scanned: in a thread of its own, while the next files are read (it ran in
-        the reading thread after the whole read, one big file after the other)."""
+    def finish(self, then: Then) -> tuple[pl.DataFrame | None, list[str], int]:
+        """The file's kept lines with `then` applied (a file to be capped: after its cap, by the caller), the
+        warnings met and how many lines matched, as its blocks are scanned: in a thread of its own, while the file
+        and the next ones are read."""
         met: list[str] = []
-        return _then(self.frame(met), then), met
+        frame, matched = self.frame(met)
+        return _then(frame, then, self.keep if matched <= self.keep else -1), met, matched
 
 
 def _is_big(src: Source) -> bool:
@@ -395,17 +527,37 @@ def _collect(pending: dict[str, pl.LazyFrame], warnings: list[str]) -> dict[str,
     return out
 
 
-def _capped(frame: pl.DataFrame, name: str, warnings: list[str]) -> pl.DataFrame:
-    """At most MAX_KEPT_LINES lines of one source: its first and its last halves (how the job started, and how
-    it ended - where failures are). A log of millions of matching progress lines would need gigabytes."""
-    if frame.height <= MAX_KEPT_LINES:
+def _capped(frame: pl.DataFrame, limit: int, matched: int) -> pl.DataFrame:
+    """At most `limit` lines of one source (`allowances`): its first and its last halves (how the job started, and
+    how it ended - where failures are). A log of millions of matching progress lines would need gigabytes.
+    `matched`: how many of its lines matched, the ones already dropped included."""
+    if frame.height <= limit and matched <= limit:
         return frame
-    half = MAX_KEPT_LINES // 2
-    warnings.append(
-        f"{name}: {frame.height:,} lines match a pattern; the first {half:,} and the last {half:,} were kept, "
-        f"{frame.height - 2 * half:,} in between dropped"
-    )
-    return pl.concat([frame.head(half), frame.tail(half)])
+    first = limit // 2
+    return pl.concat([frame.head(first), frame.tail(min(frame.height - first, limit - first))])
+
+
+def _say_capped(cut: list[tuple[str, int, int]], warnings: list[str]) -> None:
+    """One warning per source cut to its own cap, one for the sources cut to their share of the job's."""
+    shares = []
+    for name, matched, limit in cut:
+        first = limit // 2
+        if limit >= MAX_KEPT_LINES:
+            warnings.append(
+                f"{name}: {matched:,} lines match a pattern; the first {first:,} and the last {limit - first:,} "
+                f"were kept, {matched - limit:,} in between dropped"
+            )
+        else:
+            shares.append((name, matched, limit))
+    if shares:
+        shown = "; ".join(f"{n}: {m:,} -> {k:,}" for n, m, k in shares[:3])
+        more = f"; and {len(shares) - 3} more" if len(shares) > 3 else ""
+        dropped = sum(m - k for _, m, k in shares)
+        warnings.append(
+            f"the job's logs hold more lines matching a pattern than the {JOB_KEPT_LINES:,} kept for a job: "
+            f"{len(shares)} source{'s' if len(shares) != 1 else ''} kept only the first and last lines of their "
+            f"share ({shown}{more}), {dropped:,} lines in between dropped"
+        )
 
 
 def _group_bytes(left: int) -> int:
@@ -424,10 +576,13 @@ def read_kept_lines(
     runs in the workers too, on a group's lines at a time: less memory than on all lines at once, and in
     parallel."""
     frames: dict[str, pl.DataFrame | None] = {}
-    log: list[str | _Chunked | Future[tuple[dict[str, pl.DataFrame | None], list[str]]]] = []  # in order
+    log: list[str | _Chunked | Future[_Scanned]] = []  # in order
     group: list[_Text] = []
     memory = new_block(BLOCK_BYTES)  # the group's texts' bytes (None: Python bytes)
     sizes = [src.size() for src in sources]  # (a stat per file: once)
+    keep = dict(zip((s.name for s in sources), allowances(sizes), strict=True))
+    dropped: dict[str, int] = {}  # hit lines cut when scanned (`_precap`)
+    matched: dict[str, int] = {}  # a big file's matching lines (`_Chunked`)
     left = sum(sizes)  # not read yet
     with ThreadPoolExecutor(max_workers=SCAN_THREADS) as pool, ThreadPoolExecutor(max_workers=1) as finishing:
         running: set[Future] = set()
@@ -441,18 +596,19 @@ def read_kept_lines(
 
         for src, size in zip(sources, sizes, strict=True):
             left -= size
-            if src.path is not None and not _needs_python_decode(src) and _is_big(src):
-                chunked = _Chunked(src.name, [])
+            if not _python_name(src) and _is_big(src):  # (UTF-16 too: decoded block by block)
+                chunked = _Chunked(src.name, keep[src.name])
+                chunked.finished = finishing.submit(chunked.finish, then)  # takes the blocks as they are scanned
                 try:
                     for block in _blocks(src):  # `then` on the whole file (its ranks), by `finish`
-                        chunked.scans.append(submit([block], "", None))
+                        chunked.blocks.put(submit([block], "", None))
                 except _FAILURES as exc:
                     chunked.failure = exc
-                chunked.finished = finishing.submit(chunked.finish, then)
+                chunked.blocks.put(None)
                 log.append(chunked)
                 continue
             try:
-                group.append(_text(src, line_start, memory))
+                group.append(replace(_text(src, line_start, memory), keep=keep[src.name]))
             except (OSError, ValueError) as exc:
                 log.append(f"{src.name}: could not be read as text ({exc}) - skipped")
                 frames[src.name] = None
@@ -470,13 +626,23 @@ def read_kept_lines(
                 warnings.append(entry)
             elif isinstance(entry, _Chunked):
                 assert entry.finished is not None
-                frames[entry.name], met = entry.finished.result()
+                frames[entry.name], met, matched[entry.name] = entry.finished.result()
                 warnings += met
             else:
-                kept, met = entry.result()
+                kept, met, cut = entry.result()
                 frames |= kept
                 warnings += met
-    kept_lines = [_capped(f, s.name, warnings) for s in sources if (f := frames.get(s.name)) is not None]
+                dropped |= cut
+    cut_lines: list[tuple[str, int, int]] = []
+    kept_lines = []
+    for s in sources:
+        if (f := frames.get(s.name)) is None:
+            continue
+        n = matched.get(s.name, f.height + dropped.get(s.name, 0))
+        if n > keep[s.name]:
+            cut_lines.append((s.name, n, keep[s.name]))
+        kept_lines.append(_capped(f, keep[s.name], n))
+    _say_capped(cut_lines, warnings)
     if then is not None:  # the sources capped: after their cap
         kept_lines = [then(f) if f.columns == list(_KEPT_SCHEMA) else f for f in kept_lines]
     if not kept_lines:

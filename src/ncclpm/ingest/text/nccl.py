@@ -133,7 +133,9 @@ def fill_line_ranks(lines: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
     if ranks.is_empty() or lines.is_empty():
         return lines
     joined = lines.join(ranks, on=["host", "pid"], how="left")
-    return joined.with_columns(_merged(joined, _prefer_init_rank(lines, ranks))).select(lines.columns)
+    merged = _merged(joined, _prefer_init_rank(lines, ranks))
+    local = pl.when(pl.col("nccl_rank").is_not_null() & (merged == pl.col("nccl_rank"))).then(False)
+    return joined.with_columns(merged, local.otherwise(pl.col("rank_local")).alias("rank_local")).select(lines.columns)
 
 
 RESULTS = {
