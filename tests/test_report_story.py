@@ -93,7 +93,8 @@ def test_rivals_and_suspects_lose_on_evidence_never_on_numbers() -> None:
     assert seen >= 10
     why = section(md("nccl_rank0_sample_generation"), "Why not the others")
     assert "**Not `dataloader_hang`** (DL01): no rank logged a DataLoader error" in why
-    assert "rank 0's last line is `Generating sample images...` (slurm-48211.out:35)" in why
+    # rank 0's last line of all, in time order: it went on from `Generating sample images...` (line 35)
+    assert "rank 0's last line is `DDIM sampling: 10 steps, 16 prompts, guidance 5.0` (slurm-48211.out:36)" in why
     assert "**Not `timeout_too_short`** (TO01): not every rank joined the collective: rank 0 never entered it" in why
     assert "every rank ended after the first timeout fired (16:42:57)" in why
     gloo = section(md("gloo_rank0_slow_work"), "Why not the others")

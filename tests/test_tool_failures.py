@@ -162,3 +162,22 @@ def test_ncclpm_debug_shows_the_traceback(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("NCCLPM_DEBUG", "1")
     res = CliRunner().invoke(main, ["diagnose", str(CASE)])
     assert isinstance(res.exception, RuntimeError) and "debug me" in str(res.exception)
+
+
+def test_the_frame_inside_ncclpm_is_found_by_module_not_by_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkout cloned into a folder named `ncclpm` puts `/ncclpm/` in the path of every test and venv file: the
+    internal-error line still names the innermost frame of the ncclpm package, not the test's own code."""
+    folder = tmp_path / "ncclpm" / "tests"
+    folder.mkdir(parents=True)
+    (folder / "helper_in_a_clone.py").write_text("def broken(*a, **k):\n    raise ValueError('boom')\n")
+    monkeypatch.syspath_prepend(str(folder))
+    import helper_in_a_clone  # type: ignore[import-not-found]
+
+    monkeypatch.setattr(ncclpm.api, "build_tables", helper_in_a_clone.broken)
+    monkeypatch.delenv("NCCLPM_DEBUG", raising=False)
+    res = _cli("diagnose", str(CASE))
+    assert res.exit_code == 3, res.output
+    line = next(line for line in res.output.splitlines() if "internal error" in line)
+    assert "(at api.py:" in line, line

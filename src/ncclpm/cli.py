@@ -23,6 +23,7 @@ import click
 
 from ncclpm import __version__
 from ncclpm.util.escape import terminal, terminal_json
+from ncclpm.util.folding import fold_warnings
 from ncclpm.util.outfile import OutputError, check_output, write_text
 
 if TYPE_CHECKING:  # (no polars at start-up)
@@ -44,7 +45,9 @@ def _say(message: str) -> None:
     click.echo(terminal(message), err=True)
 
 
-def _write(text: str, output: Path | None, force: bool, fmt: str = "md", coloured: bool = False) -> None:
+def _write(
+    text: str, output: Path | None, force: bool, fmt: str = "md", coloured: bool = False, quiet: bool = False
+) -> None:
     """`coloured`: text the text renderer made with its own colour codes, every input value already escaped by it
     (escape.one_line/plain) - the only output written with escape sequences, and only to a terminal."""
     if output is None:
@@ -57,7 +60,8 @@ def _write(text: str, output: Path | None, force: bool, fmt: str = "md", coloure
         write_text(output, text, force)
     except OutputError as exc:
         raise click.UsageError(str(exc)) from None
-    _say(f"wrote {output}")
+    if not quiet:
+        _say(f"wrote {output}")
 
 
 def _check_output(output: Path | None, force: bool) -> None:
@@ -139,14 +143,23 @@ class _Main(click.Group):
         except Exception as exc:
             if os.environ.get("NCCLPM_DEBUG"):
                 raise
-            frames = traceback.extract_tb(exc.__traceback__)
-            where = next((f for f in reversed(frames) if f"{os.sep}ncclpm{os.sep}" in f.filename), frames[-1])
+            filename, lineno = _innermost_own_frame(exc)
             first = (str(exc).strip().splitlines() or [""])[0][:300]
             _say(
-                f"ncclpm: internal error: {type(exc).__name__}: {first} (at {Path(where.filename).name}:"
-                f"{where.lineno}) - a bug in ncclpm, please report it; NCCLPM_DEBUG=1 shows the traceback"
+                f"ncclpm: internal error: {type(exc).__name__}: {first} (at {Path(filename).name}:{lineno}) - a bug "
+                "in ncclpm, please report it; NCCLPM_DEBUG=1 shows the traceback"
             )
             ctx.exit(EXIT_INTERNAL)
+
+
+def _innermost_own_frame(exc: BaseException) -> tuple[str, int]:
+    """Where an exception broke inside ncclpm: the innermost frame of a module of the `ncclpm` package (by the module
+    the code belongs to, never by a path: a checkout in a folder named `ncclpm` holds tests and a venv too), else the
+    innermost frame."""
+    frames = list(traceback.walk_tb(exc.__traceback__))
+    own = [(f, n) for f, n in frames if str(f.f_globals.get("__name__", "")).partition(".")[0] == "ncclpm"]
+    frame, lineno = (own or frames)[-1]
+    return frame.f_code.co_filename, lineno
 
 
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "NCCLPM"})
@@ -186,6 +199,7 @@ def main() -> None:
     help="Colour the text report (auto: on a terminal, unless NO_COLOR is set).",
 )
 @click.option("-v", "--verbose", is_flag=True, help="Also show internals: rules not evaluated, rivals' own summaries.")
+@click.option("-q", "--quiet", is_flag=True, help="No warnings on stderr: errors only.")
 @click.option("--one-job", is_flag=True, help="Read PATHS as one job even when they hold several jobs.")
 def diagnose(
     paths: tuple[str, ...],
@@ -199,6 +213,7 @@ def diagnose(
     name: str | None,
     colour: str,
     verbose: bool,
+    quiet: bool,
     one_job: bool,
 ) -> None:
     """Diagnose one job: PATHS are a log folder, files, archives, or `-` for pasted text on stdin. A folder of
@@ -227,7 +242,7 @@ def diagnose(
 
     d = diagnose_tables(tables, select, ignore)
     del tables  # the report needs only the diagnosis: the tables' memory (a job's dumps) goes back before it
-    for w in d.warnings:
+    for w in () if quiet else fold_warnings(d.warnings):
         _say(f"ncclpm: warning: {w}")
     if d.n_sources == 0:  # an error: said on stderr, nothing on stdout (a pipe reading the report gets nothing)
         _say("ncclpm: error: nothing readable in the input (see warnings above)")
@@ -239,7 +254,7 @@ def diagnose(
         if fmt == "text"
         else render(d, fmt, verbose=verbose)
     )
-    _write(text, output, force, fmt, coloured=coloured)
+    _write(text, output, force, fmt, coloured=coloured, quiet=quiet)
     if d.category == Category.NO_FAILURE:
         sys.exit(EXIT_NO_FAILURE)
     if d.category == Category.NOT_A_TRAINING_LOG:
@@ -294,7 +309,13 @@ def _job_hints(found: Identity, files: list[str]) -> list[str]:
 @click.argument("runs", nargs=-1)
 @click.option("-g", "--good", "good_more", multiple=True, help="Add a file or folder to GOOD (repeatable).")
 @click.option("-b", "--bad", "bad_more", multiple=True, help="Add a file or folder to BAD (repeatable).")
-@click.option("-f", "--format", "fmt", type=click.Choice(DIFF_FORMATS), default="md", show_default=True)
+@click.option(
+    "-f",
+    "--format",
+    "fmt",
+    type=click.Choice(DIFF_FORMATS),
+    help="Report format [default: text on a terminal, md when piped or written to a file].",
+)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the report here.")
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
 @click.option(
@@ -303,14 +324,26 @@ def _job_hints(found: Identity, files: list[str]) -> list[str]:
     type=click.Path(file_okay=False, exists=True, path_type=Path),
     help="Extra folder of TOML pattern catalogs.",
 )
+@click.option(
+    "--color",
+    "--colour",
+    "colour",
+    type=click.Choice(["auto", "always", "never"]),
+    default="auto",
+    show_default=True,
+    help="Colour the text report (auto: on a terminal, unless NO_COLOR is set).",
+)
+@click.option("-q", "--quiet", is_flag=True, help="No warnings on stderr: errors only.")
 def diff_runs(
     runs: tuple[str, ...],
     good_more: tuple[str, ...],
     bad_more: tuple[str, ...],
-    fmt: str,
+    fmt: str | None,
     output: Path | None,
     force: bool,
     patterns: tuple[Path, ...],
+    colour: str,
+    quiet: bool,
 ) -> None:
     """Compare a run that worked (GOOD) with one that failed (BAD): what changed, ranked by how much it can
     explain BAD's failure. GOOD and BAD are each a log folder, a file or an archive (`-` for pasted text on
@@ -342,9 +375,13 @@ def diff_runs(
     except SeveralJobsError as exc:
         _say(f"ncclpm: error: {exc}; a diff compares one run with one run: give one job's folder or files per side")
         sys.exit(EXIT_INPUT)
-    for w in report.warnings:
+    for w in () if quiet else fold_warnings(report.warnings):
         _say(f"ncclpm: warning: {w}")
-    _write(render_diff(report, fmt), output, force, fmt)
+    fmt = fmt or _default_format(output)
+    coloured = fmt == "text" and _use_colour(colour, output)
+    width = min(max(shutil.get_terminal_size((100, 24)).columns, 60), 120) if output is None else 100
+    text = render_diff(report, fmt, color=coloured, width=width) if fmt == "text" else render_diff(report, fmt)
+    _write(text, output, force, fmt, coloured=coloured, quiet=quiet)
     if report.good.sources == 0 or report.bad.sources == 0:
         side = "GOOD" if report.good.sources == 0 else "BAD"
         _say(f"ncclpm: error: nothing readable in {side} (see warnings above)")
@@ -500,9 +537,9 @@ def _reports_dir(reports: Path | None, force: bool) -> str | None:
     type=click.Path(file_okay=False, exists=True, path_type=Path),
     help="Extra folder of TOML pattern catalogs.",
 )
-@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--progress-every", type=float, default=10.0, hidden=True, help="Seconds between progress lines.")
 @click.option("--force", is_flag=True, help="Overwrite outputs that exist.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress and no warnings on stderr: errors only.")
 def triage(
     paths: tuple[Path, ...],
     output: Path | None,
@@ -552,7 +589,7 @@ def triage(
             raise click.UsageError(str(exc)) from None
     warnings: list[str] = []
     jobs = find_jobs(paths, warnings)
-    for w in warnings:
+    for w in () if quiet else warnings:
         _say(f"ncclpm: warning: {w}")
     if not jobs:
         _say("ncclpm: error: no job found in " + ", ".join(str(p) for p in paths))
@@ -572,7 +609,7 @@ def triage(
     if summary_out is not None or (output is None and fmt is None and not interrupted and not nothing):
         from ncclpm.triage import render_summary
 
-        _write(render_summary(frame, baseline=context), summary_out, force)
+        _write(render_summary(frame, baseline=context), summary_out, force, quiet=quiet)
     _say(f"ncclpm: {frame.height} jobs, {failed} unreadable, {frame['seconds'].sum():.1f} s of work")
     if nothing and not interrupted:
         for row in frame.filter(frame["error"].is_not_null()).head(10).iter_rows(named=True):

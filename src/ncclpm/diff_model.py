@@ -37,6 +37,11 @@ class Fact:
     value: str
     evidence: Quote | None = None
     paired_only: bool = False  # per host / per rank: compared only when both runs have it (else the shape says it)
+    of: str = ""  # who takes it, when `what` is an option: `torchrun`, `train.py`
+    controls: str = ""  # what it controls, prose: "the process group's timeout: `init_process_group(timeout=)` ..."
+    controls_evidence: Quote | None = None  # the line of the job's files that says so (the code reading it)
+    seconds: float | None = None  # the value as a duration, when it is one
+    via: str = ""  # the key of the setting this fact comes from (a timeout set through PG_TIMEOUT_S)
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,11 @@ class Difference:
     linked: bool = False  # BAD's failure itself points at it (its error names the value, its culprit is new...)
     failure_evidence: Quote | None = None  # the line of BAD's failure that points at it
     also: tuple[str, ...] = ()  # the same change seen under other names (other hosts, rank pairs)
+    of: str = ""  # who takes it, when `what` is an option (`torchrun`, `train.py`)
+    controls: str = ""  # what it controls (prose), from the job's files
+    controls_evidence: Quote | None = None
+    good_seconds: float | None = None  # the values as durations, when they are
+    bad_seconds: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -68,8 +78,11 @@ class Difference:
                 "good": self.good_evidence.to_dict() if self.good_evidence else None,
                 "bad": self.bad_evidence.to_dict() if self.bad_evidence else None,
                 "failure": self.failure_evidence.to_dict() if self.failure_evidence else None,
+                "controls": self.controls_evidence.to_dict() if self.controls_evidence else None,
             },
             "also": list(self.also),
+            "of": self.of,
+            "controls": self.controls,
         }
 
 

@@ -142,8 +142,10 @@ def choose(
     for f in findings:
         if f is primary:
             continue
-        if f.category == primary.category and set(f.culprit_ranks) & set(primary.culprit_ranks):
-            supporting.append(f)  # another source of evidence for the same verdict
+        if f.category == primary.category:
+            # another reading of the same verdict (a weaker rule, another source): support, never a rival - "why
+            # not the others" does not argue against the verdict's own category
+            supporting.append(f)
         elif (
             f.category == Category.SYMPTOM
             or f.rule in primary.explains
@@ -202,6 +204,6 @@ def diagnose_facts(facts: Analysis, select: Iterable[str] = (), ignore: Iterable
         action=action,
         action_reason=action_reason,
         culprit_hosts=culprit_hosts(primary, rows),
-        story=build_story(t, primary, rows, failing),
+        story=build_story(facts, primary, rows, failing),
         connected=connected_facts(facts, primary, warnings),
     )

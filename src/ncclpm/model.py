@@ -147,6 +147,16 @@ class Finding:
         """The culprit was killed from outside (SIGKILL, the OOM killer), not ended by its own error."""
         return bool(self.facts.get("killed"))
 
+    @property
+    def host_pairs(self) -> tuple[tuple[str, ...], ...]:
+        """The failing connections a network finding read, as host pairs (none: a host's own adapter failed)."""
+        return tuple(tuple(p) for p in self.facts.get("host_pairs") or ())
+
+    @property
+    def after_work(self) -> bool:
+        """The job logged the end of its work before this failure (a crash at teardown)."""
+        return bool(self.facts.get("after_work"))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "rule": self.rule,
@@ -270,7 +280,7 @@ class Moment:
     hosts: tuple[str, ...] = ()
     refs: tuple[str, ...] = ()
     approx: bool = False
-    kind: str = ""  # last_activity | wait | error | timeout | end | note
+    kind: str = ""  # finished | last_activity | wait | error | timeout | end | note
 
     def to_dict(self) -> dict[str, Any]:
         return {

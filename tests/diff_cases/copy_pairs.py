@@ -1,4 +1,4 @@
-"""Copy the runs made by make_pairs.sh into tests/diff_cases/<pair>/{good,bad}, keeping what a user would hand
+"""Copy the runs made by make_pairs.sh (and make_user_pairs.sh) into tests/diff_cases/<pair>/{good,bad}, keeping what a user would hand
 to ncclpm: the console, the job wrapper's run.meta, torchrun's per-rank logs and error files, and the flight-
 recorder dumps exactly as torch wrote them (fr/raw). Left out: the corpus harness' own analysis (fr_trace/) and
 its rewritten dump copies (fr/fixed, fr/json). Files are copied byte for byte.
@@ -14,6 +14,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 KEEP = ("console.log", "run.meta", "collect_env.txt", "torchrun_logs", "fr/raw")
+# make_user_pairs.sh's runs: what a user keeps beside a run (launch script, code, what it records, the console)
+KEEP += ("run.sh", "train.py", "train.log", "pip_freeze.txt", "env.txt")
 
 
 def copy_run(src: Path, dst: Path) -> None:

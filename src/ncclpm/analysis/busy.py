@@ -36,6 +36,7 @@ def rank_local_work(
     victim_lines: pl.DataFrame,
     first: datetime | None,
     attribute_unranked: bool = False,
+    order: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """One activity row per rank of `ranks` (where it started, with `bar_ms`/`bar_pct` and `attributed`); only work
     started by `first` (the first symptom) counts."""
@@ -50,26 +51,86 @@ def rank_local_work(
         mine = pl.concat(
             [mine, loose.with_columns(pl.lit(owner, pl.Int32).alias("rank"), pl.lit(True).alias("attributed"))]
         )
-    if mine.is_empty():
-        return _with_elapsed(t, mine)
+    if mine.is_empty():  # no work line: a stalled DataLoader is still read from the rank's last progress line
+        return data_stalls(t, ranks, order) if order is not None and not order.is_empty() else _with_elapsed(t, mine)
     # Only work that started before the others gave up counts (it is what they were waiting for).
     if first is not None:
         mine = mine.filter(pl.col("ts").is_null() | (pl.col("ts") <= first))
-    # The work that kept a rank away started after its last progress line: quote where it started
-    # ("Saving checkpoint ..."), not where it ended ("Checkpoint saved in 270 s").
-    progress = (
-        t.kinds(K.progress)
-        .filter(pl.col("rank").is_in(ranks))
-        .group_by("rank", "source")
-        .agg(pl.col("line").max().alias("_last_progress"))
-    )
-    mine = _with_elapsed(t, mine.join(progress, on=["rank", "source"], how="left"))
-    after = mine.filter(pl.col("_last_progress").is_null() | (pl.col("line") > pl.col("_last_progress")))
+    # The work that kept a rank away started after its last progress line - in the rank's time order across its
+    # files (a validation logged to stderr, the next steps printed to stdout): quote where it started ("Saving
+    # checkpoint ..."), not where it ended ("Checkpoint saved in 270 s"), and never work the rank went on from.
+    progress = t.kinds(K.progress).filter(pl.col("rank").is_in(ranks)).select("rank", "source", "line")
+    if order is not None and not order.is_empty():
+        where = order.select("rank", "source", "line", "pos")
+        last_progress = (
+            progress.cast({"rank": pl.Int32}).join(where, on=["rank", "source", "line"]).group_by("rank")
+            .agg(pl.col("pos").max().alias("_last_progress"))
+        )  # fmt: skip
+        in_file = progress.group_by("rank", "source").agg(pl.col("line").max().alias("_file_progress"))
+        mine = mine.cast({"rank": pl.Int32}).join(where, on=["rank", "source", "line"], how="left")
+        mine = mine.join(in_file.cast({"rank": pl.Int32}), on=["rank", "source"], how="left")
+        mine = _with_elapsed(t, mine.join(last_progress, on="rank", how="left"))
+        # A line no order could place (a dated log beside undated progress lines) may have come before or after the
+        # rank's last progress: it is the work only where no placed progress line could have followed it, and
+        # nothing of its own file's progress did.
+        unplaced = (
+            pl.col("pos").is_null()
+            & pl.col("_last_progress").is_null()
+            & (pl.col("_file_progress").is_null() | (pl.col("line") > pl.col("_file_progress")))
+        )
+        placed = pl.col("pos").is_not_null() & (
+            pl.col("_last_progress").is_null() | (pl.col("pos") >= pl.col("_last_progress"))
+        )
+        after = mine.filter(placed | unplaced).drop("pos", "_file_progress")
+        mine = mine.drop("pos", "_file_progress")
+    else:
+        by_file = progress.group_by("rank", "source").agg(pl.col("line").max().alias("_last_progress"))
+        mine = _with_elapsed(t, mine.join(by_file, on=["rank", "source"], how="left"))
+        after = mine.filter(pl.col("_last_progress").is_null() | (pl.col("line") > pl.col("_last_progress")))
     # Of several bars of the same work, the one that had run longest says most.
     after = after.sort("rank", pl.col("bar_ms").fill_null(-1), "source", "line", descending=[False, True, False, False])
     started = after.group_by("rank", maintain_order=True).first()
+    if order is not None and not order.is_empty():  # work a rank went on from is not what it was busy with
+        started = started.drop("_last_progress")
+        stalls = data_stalls(t, [r for r in ranks if r not in set(started["rank"].to_list())], order)
+        return pl.concat([started, stalls], how="diagonal_relaxed").sort("rank")
     rest = mine.join(started.select("rank"), on="rank", how="anti").group_by("rank", maintain_order=True).last()
     return pl.concat([started, rest]).drop("_last_progress").sort("rank")
+
+
+STALL_SECONDS = 1.0  # a step that waited this long for its batch ...
+STALL_RATIO = 4.0  # ... and this many times its running average: the input pipeline stalled
+
+
+def data_stalls(t: Tables, ranks: list[int], order: pl.DataFrame) -> pl.DataFrame:
+    """Ranks whose last line is a progress line showing the step waited long for its batch (`data_wait`: far above
+    its average): what they were busy with is their DataLoader, as a work row (`detail` says it in words)."""
+    waits = t.kinds(K.data_wait).filter(pl.col("rank").is_in(ranks) & pl.col("detail").is_not_null())
+    if waits.is_empty():
+        return _with_elapsed(t, t.kinds(K.activity).clear().with_columns(pl.lit(False).alias("attributed")))
+    where = order.select("rank", "source", "line", "pos")
+    last = where.group_by("rank").agg(pl.col("pos").max().alias("_last"))
+    at_end = (
+        waits.cast({"rank": pl.Int32}).join(where, on=["rank", "source", "line"]).join(last, on="rank")
+        .filter(pl.col("pos") == pl.col("_last"))
+        .with_columns(
+            pl.col("detail").cast(pl.Float64, strict=False).alias("_s"),
+            pl.col("value").cast(pl.Float64, strict=False).alias("_avg"),
+        )
+        .filter(
+            (pl.col("_s") >= STALL_SECONDS)
+            & (pl.col("_avg").is_null() | (pl.col("_s") >= STALL_RATIO * pl.col("_avg")))
+        )
+        .unique("rank", keep="first")
+    )  # fmt: skip
+    words = pl.format("waiting for its DataLoader: {} s for one batch", "detail")
+    words = (
+        pl.when(pl.col("value").is_not_null()).then(pl.format("{}, {} s on average", words, "value")).otherwise(words)
+    )
+    rows = at_end.with_columns(words.alias("detail"), pl.lit(False).alias("attributed")).drop(
+        "pos", "_last", "_s", "_avg"
+    )
+    return _with_elapsed(t, rows)
 
 
 def waiting_in_barrier(t: Tables, timeouts: pl.DataFrame) -> bool:

@@ -71,11 +71,8 @@ def unchosen_exits(t: Tables, victims: frozenset[int]) -> pl.DataFrame:
     wave = aborts.group_by("_at").len().filter(pl.col("len") >= 2)["_at"].to_list()
     sigabrt_ok = (pl.col("signal") != "SIGABRT") | ~(pl.col("rank").is_in(list(victims)) | at.is_in(wave))
     rows = el.filter(fatal_exit().fill_null(False) & sigabrt_ok.fill_null(True))
-    return rows.with_columns(
-        pl.format("rank {} exited with code {} {}", "rank", "exit_code", pl.col("signal").fill_null(""))
-        .str.strip_chars()
-        .alias("text")
-    )
+    # quoted as the summary says it (its `rank :` and `exitcode :` lines), never in words of ours
+    return rows.with_columns(pl.coalesce("exit_line", "line").alias("line"), pl.col("exit_text").alias("text"))
 
 
 def own_errors(t: Tables) -> pl.DataFrame:
@@ -96,7 +93,7 @@ def crashes(t: Tables, victim_lines: pl.DataFrame, errors: pl.DataFrame, exits: 
         .with_columns(pl.lit("signal").alias("how"))
     )
     exits = exits.with_columns(pl.lit("exit").alias("how"))
-    cols = ["source", "line", "rank", "ts", "text", "how", "strength", "signal", "detail"]
+    cols = ["source", "line", "rank", "ts", "text", "how", "strength", "signal", "detail", "exit_code"]
     exits = exits.with_columns(pl.lit(None, pl.Float64).alias("strength"))
     ev = pl.concat([exc.select(cols), sig.select(cols), exits.select(cols)])
     # An error printed without a time (a traceback in torchrun's summary) happened by its process's exit,

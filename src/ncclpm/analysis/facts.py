@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from ncclpm.analysis import busy, cuts, peers, stores, victims
+from ncclpm.analysis import activity, busy, cuts, peers, stores, victims
 from ncclpm.analysis import crashes as own_failures
 from ncclpm.analysis.identity import Identity, job_identity
 from ncclpm.analysis.job import JobFacts
@@ -115,6 +115,33 @@ class Analysis:
         """Store timeouts after the group had formed, with the rank awaited (if known) and how."""
         return stores.store_waits(self.t)
 
+    # each rank's lines in time order across files (activity.py)
+    @cached_property
+    def line_order(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """(placed, unplaced): each rank's kept lines with their place in its time order across files."""
+        return activity.rank_line_order(self.t)
+
+    @cached_property
+    def last_lines(self) -> pl.DataFrame:
+        """Per rank: its last line across every file, and whether it is proven the last (nothing after it)."""
+        return activity.last_lines(*self.line_order)
+
+    @cached_property
+    def last_activity(self) -> pl.DataFrame:
+        """Per rank: its last activity or progress line, in time order across every file."""
+        return activity.last_activity(self.t, self.line_order[0])
+
+    @cached_property
+    def task_hosts(self) -> pl.DataFrame:
+        """(rank, host) the scheduler's own lines name (`srun: error: h100-c07: task 3: Exited ...`) when srun launched
+        the ranks themselves (no torchrun summary in the job: srun's tasks are then the ranks)."""
+        return activity.task_hosts(self.t)
+
+    @cached_property
+    def finished_work(self) -> activity.FinishedWork | None:
+        """The work was done before anything failed (`training done`...), with the last step reached; else None."""
+        return activity.finished_work(self.t, self.line_order[0])
+
     # what each rank was busy with (busy.py)
     @cached_property
     def waiting_in_barrier(self) -> bool:
@@ -124,7 +151,9 @@ class Analysis:
         """One activity row per rank of `ranks`: the rank-local work it started before the others gave up (an
         unranked console line attributed to the one candidate when `attribute_unranked`). Worked out per call:
         a caller that needs it twice keeps it."""
-        return busy.rank_local_work(self.t, ranks, self.victim_lines, self.first_symptom, attribute_unranked)
+        return busy.rank_local_work(
+            self.t, ranks, self.victim_lines, self.first_symptom, attribute_unranked, self.line_order[0]
+        )
 
     # what a paste cut short still says (cuts.py)
     @cached_property

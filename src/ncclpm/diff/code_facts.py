@@ -1,22 +1,16 @@
 """Facts from the code and configuration files of a run (the `code_settings` table, `parsers/code_settings.toml`):
-the process-group timeout and backend the code sets, DataLoader arguments, launcher options of launch scripts and
-sbatch files. Code is what was written, logs are what ran: `config_facts` lets a log's fact win over the same fact
-read from code."""
+the process-group timeout and backend the code sets, DataLoader arguments. (Variables, launcher options and script
+arguments are the analysis's job settings: `diff/facts.py` reads those.) Code is what was written, logs are what
+ran: `config_facts` lets a log's fact win over the same fact read from code."""
 
 from __future__ import annotations
 
-import re
-
 import polars as pl
 
-from ncclpm.diff.relevance import launcher_family
 from ncclpm.diff_model import Fact, Quote
 from ncclpm.ingest.code.settings import code_facts
 from ncclpm.tables import Tables
 from ncclpm.util.durations import coarse_duration
-
-TORCHRUN = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "python -m torch.distributed.run")
-_OPTION = re.compile(r"^-+")
 
 
 def _quote(r: dict) -> Quote:
@@ -47,12 +41,4 @@ def code_config_facts(t: Tables) -> list[Fact]:
             r = _last(rows)
             fact = Fact(f"dataloader:{arg}", f"DataLoader {arg}", "dataloader_setting", "settings", str(r["value"]))
             facts.append(Fact(**{**fact.__dict__, "evidence": _quote(r)}))
-    for r in code_facts(t, "launcher_arg").sort("source", "line").iter_rows(named=True):
-        tool, _, option = str(r["name"]).rpartition(" ")
-        name = _OPTION.sub("", option).replace("-", "_")
-        if tool in TORCHRUN:
-            key, what, family = f"launcher:{name}", f"torchrun --{name}", launcher_family(name)
-        else:
-            key, what, family = f"launcher:{r['name']}", str(r["name"]), launcher_family(name)
-        facts.append(Fact(key, what, family, "launcher", str(r["value"] or "(set)"), _quote(r)))
     return facts

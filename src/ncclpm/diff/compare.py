@@ -8,9 +8,12 @@ several names (every host's NCCL version, many rank pairs' transport) is one dif
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import polars as pl
 
 from ncclpm.analysis import Analysis
+from ncclpm.analysis.configuration import launched_scripts
 from ncclpm.analysis.settings import env_knowledge
 from ncclpm.diff.facts import config_facts, quote
 from ncclpm.diff.nccl_facts import nccl_facts
@@ -20,6 +23,7 @@ from ncclpm.diff_model import RELEVANCE, Difference, DiffReport, Fact, Quote, Ru
 from ncclpm.model import Category, Diagnosis
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
+from ncclpm.util.durations import coarse_duration
 from ncclpm.util.signals import NATIVE_CRASHES
 
 NOT_SET = "not set"
@@ -29,7 +33,11 @@ def run_facts(facts: Analysis) -> dict[str, Fact]:
     return {f.key: f for f in (*config_facts(facts), *nccl_facts(facts.t))}
 
 
-def summarize(t: Tables, d: Diagnosis) -> RunSummary:
+def summarize(t: Tables, d: Diagnosis, facts: dict[str, Fact] | None = None) -> RunSummary:
+    """One run as the diff shows it. Its world size only where stated (a line, the launch): the highest rank its logs
+    happen to show is not one."""
+    stated = (facts or {}).get("shape:world_size")
+    world = int(stated.value) if stated is not None and stated.value.isdigit() else None
     errors = t.events.filter(pl.col("severity") == "error")
     exits = t.elastic.filter((pl.col("exit_code").fill_null(0) != 0) | pl.col("signal").is_not_null())
     return RunSummary(
@@ -42,7 +50,7 @@ def summarize(t: Tables, d: Diagnosis) -> RunSummary:
         culprit_ranks=tuple(d.culprit_ranks),
         decisive=tuple(Quote(e.file, e.line, e.text) for e in d.decisive[:4]),
         sources=d.n_sources,
-        world_size=d.world_size,
+        world_size=world,
         failed=d.category.names_a_cause or not (t.tracebacks.is_empty() and exits.is_empty() and errors.is_empty()),
     )
 
@@ -97,7 +105,10 @@ def bad_context(good: Tables, good_facts: dict[str, Fact], bad: Tables, d: Diagn
 def _pair(
     good: dict[str, Fact], bad: dict[str, Fact], good_t: Tables, bad_t: Tables
 ) -> tuple[list[Difference], list[tuple[str, str]], int, list[str]]:
-    diffs: list[Difference] = []
+    """The facts of both runs side by side. A fact one run shows and the other does not is compared only when the
+    other's files show it unset (the same launch script without the export or the argument): else the other run just
+    did not say, which is no difference that can explain anything."""
+    diffs: dict[str, Difference] = {}
     same: list[tuple[str, str]] = []
     notes: list[str] = []
     compared = 0
@@ -109,46 +120,66 @@ def _pair(
             compared += 1
             if g.value == b.value:
                 if not g.paired_only:
-                    same.append((g.what, g.value))
+                    same.append((_named(g), g.value))
                 continue
         elif fact.paired_only or fact.section == "nccl":
             continue
         unset = NOT_SET if _unset_in(good_t if g is None else bad_t, fact) else None
-        diffs.append(
-            Difference(
-                fact.what,
-                fact.family,
-                fact.section,
-                g.value if g else unset,
-                b.value if b else unset,
-                good_evidence=g.evidence if g else None,
-                bad_evidence=b.evidence if b else None,
-            )
+        diffs[key] = Difference(
+            fact.what,
+            fact.family,
+            fact.section,
+            g.value if g else unset,
+            b.value if b else unset,
+            good_evidence=g.evidence if g else None,
+            bad_evidence=b.evidence if b else None,
+            of=fact.of,
+            controls=fact.controls,
+            controls_evidence=fact.controls_evidence,
+            good_seconds=g.seconds if g else None,
+            bad_seconds=b.seconds if b else None,
         )
+    # a fact that only restates a changed setting (the timeout PG_TIMEOUT_S sets) is that setting's difference
+    for key in list(diffs):
+        vias = {f.via for f in (good.get(key), bad.get(key)) if f is not None and f.via}
+        if vias and vias <= set(diffs):
+            derived = diffs.pop(key)
+            for via in vias:
+                d = diffs[via]
+                seconds = {"good_seconds": derived.good_seconds, "bad_seconds": derived.bad_seconds}
+                diffs[via] = replace(d, **{k: v for k, v in seconds.items() if getattr(d, k) is None})
     for side, mine, other in (("GOOD", good, bad), ("BAD", bad, good)):
         if any(f.section == "nccl" for f in mine.values()) and not any(f.section == "nccl" for f in other.values()):
             notes.append(
                 f"Only {side}'s logs show NCCL's choices (NCCL_DEBUG=INFO): transports, interfaces and channels "
                 "are not compared."
             )
-    return diffs, same, compared, notes
+    return list(diffs.values()), same, compared, notes
+
+
+def _named(f: Fact) -> str:
+    """A fact's name as shown beside its value: `--nproc_per_node (torchrun)`, `PG_TIMEOUT_S`."""
+    return f"{f.what} ({f.of})" if f.of else f.what
 
 
 def _one_sided(d: Difference) -> Difference:
-    """A fact only one run's logs show is no known change (the other run may just not have logged it)."""
-    if (d.good is None or d.bad is None) and not d.linked and d.relevance != "none":
+    """A fact only one run shows is no known change (the other run may just not have said it): never one that can
+    explain BAD's failure, whatever BAD's failure says about its value."""
+    if d.good is None or d.bad is None:
         side = "BAD" if d.good is None else "GOOD"
-        why = f"only {side}'s logs show it: cannot tell whether it changed"
-        return Difference(**{**d.__dict__, "relevance": "none", "why": why})
+        why = f"only {side}'s files show it: cannot tell whether it changed"
+        return replace(d, relevance="none", why=why, linked=False, failure_evidence=None)
     return d
 
 
 def _unset_in(other: Tables, fact: Fact) -> bool:
-    """A variable stated in a file (an env dump, a launch script) that the other run has too, without it: it was
-    not set there."""
-    if not fact.key.startswith("setting:") or fact.evidence is None:
+    """A variable or a script argument the other run's files would show - the same launch script, env dump or launch
+    line, without it: it was not set there."""
+    if fact.evidence is None or not fact.key.startswith(("setting:", "arg:")):
         return False
     name = fact.evidence.file.rsplit("/", 1)[-1]
+    if fact.key.startswith("arg:"):
+        return (name, fact.of) in launched_scripts(other)
     return any(src.rsplit("/", 1)[-1] == name for src in (*other.sources, *other.code_sources))
 
 
@@ -169,6 +200,16 @@ def _rank_key(d: Difference) -> tuple:
     return (RELEVANCE.index(d.relevance), not d.linked, family_order(d.family), d.what)
 
 
+def _value(v: str | None, seconds: float | None) -> str:
+    """A value as written, in a code span, with its duration when it is one and reads otherwise: `60` (1 min)."""
+    if v is None or v == NOT_SET:
+        return "not seen" if v is None else NOT_SET
+    text = f"`{v}`"
+    if seconds is not None and coarse_duration(seconds) != v:
+        text += f" ({coarse_duration(seconds)})"
+    return text
+
+
 def headline(good: RunSummary, bad: RunSummary, diffs: list[Difference], compared: int) -> str:
     if not bad.failed:
         verdict = "BAD shows no failure ncclpm can name."
@@ -180,18 +221,28 @@ def headline(good: RunSummary, bad: RunSummary, diffs: list[Difference], compare
     if top:
         d = top[0]
         lead = "Most likely explained by" if bad.failed else "The difference that matters most:"
-        return f"{verdict} {lead} {d.what}: `{d.good or 'not seen'}` in GOOD, `{d.bad or 'not seen'}` in BAD - {d.why}."
+        name = f"`{d.what}`" + (f" of `{d.of}`" if d.of else "")
+        return (
+            f"{verdict} {lead} {name}: {_value(d.good, d.good_seconds)} in GOOD, {_value(d.bad, d.bad_seconds)} "
+            f"in BAD - {d.why}."
+        )
     minor = [d for d in diffs if d.relevance == "low"]
     if minor:
         return (
-            f"{verdict} Only minor differences ({', '.join(d.what for d in minor[:3])}): none is a likely cause; "
-            "the failure did not come from a change ncclpm can see."
+            f"{verdict} Only minor differences ({', '.join(f'`{d.what}`' for d in minor[:3])}): none is a likely "
+            "cause; the failure did not come from a change ncclpm can see."
         )
+    changed = [d for d in diffs if d.section != "progress" and d.good is not None and d.bad is not None]
+    nothing = (
+        f"Nothing changed between GOOD and BAD: the {compared} settings, versions and launch options both runs show "
+        "are the same"
+        if not changed
+        else f"No difference between GOOD and BAD bears on it: {compared} facts (versions, settings, shape, NCCL's "
+        "choices) compared, the rest differs only in what cannot matter (times, pids, paths)"
+    )
     return (
-        f"{verdict} No difference between GOOD and BAD bears on it: {compared} facts (versions, settings, shape, "
-        "NCCL's choices) compared, the rest differs only in what cannot matter (times, pids, paths, where BAD "
-        "stopped). The failure did not come from a change of configuration ncclpm can see: look at what happened only "
-        "in BAD (its diagnosis below; a rank killed from outside, a node, a transient fault)."
+        f"{verdict} {nothing}. The failure did not come from a change of configuration ncclpm can see: look at what "
+        "happened only in BAD (its diagnosis below; a rank killed from outside, a node, a transient fault)."
     )
 
 
@@ -223,7 +274,7 @@ def compare(good_a: Analysis, good_d: Diagnosis, bad_a: Analysis, bad_d: Diagnos
     diffs += progress_differences(good_a, bad_a)
     ctx = bad_context(good_t, good_facts, bad_t, bad_d)
     judged = sorted(_fold([_one_sided(judge(d, ctx)) for d in diffs]), key=_rank_key)
-    good, bad = summarize(good_t, good_d), summarize(bad_t, bad_d)
+    good, bad = summarize(good_t, good_d, good_facts), summarize(bad_t, bad_d, bad_facts)
     warnings = [f"GOOD: {w}" for w in good_d.warnings] + [f"BAD: {w}" for w in bad_d.warnings]
     note = same_work_note(good_t, good, bad_t, bad_d)
     if note:

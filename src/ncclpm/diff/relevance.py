@@ -15,7 +15,7 @@ from functools import lru_cache
 from typing import Any
 
 from ncclpm.diff_model import RELEVANCE, Difference, Quote
-from ncclpm.util.durations import seconds_of
+from ncclpm.util.durations import coarse_duration, seconds_of
 from ncclpm.util.resources import data_dir, read_toml
 
 VERSION_FAMILIES = (
@@ -85,8 +85,9 @@ def _max(a: str, b: str) -> str:
 def _named_in(value: str, lines: tuple[Quote, ...]) -> Quote | None:
     """A line of BAD's failure that names `value` as a word (values like `1`, `0` or `true` name nothing)."""
     token = value.strip()
-    if len(token) < 2 or token.replace(".", "").isdigit() or token.lower() in BOOLEAN_WORDS:
-        return None
+    number = token.replace(".", "").isdigit()
+    if len(token) < 2 or (number and len(token) < 4) or token.lower() in BOOLEAN_WORDS:
+        return None  # (`1`, `0`, `true`, `60` name nothing; a port or a size of 4+ digits does)
     word = re.compile(rf"(?<![\w.-]){re.escape(token)}(?![\w-])")
     return next((q for q in lines if word.search(q.text)), None)
 
@@ -106,15 +107,29 @@ def _link(d: Difference, ctx: BadContext) -> tuple[str, Quote | None] | None:
             if ctx.good_hosts and host not in ctx.good_hosts:
                 return f"BAD's culprit rank {rank} ran on {host}, a host GOOD did not use", None
     if d.family == "pg_timeout" and d.bad:
-        secs = seconds_of(d.bad)
+        secs = d.bad_seconds if d.bad_seconds is not None else seconds_of(d.bad)
         q = ctx.timeout_lines.get(round(secs * 1000)) if secs is not None else None
         if q is not None:
-            return f"BAD's collectives timed out after exactly {d.bad}", q
+            return f"BAD's collectives timed out after exactly {coarse_duration(secs)}", q
     if d.family in VERSION_FAMILIES and ctx.native_crash is not None:
         return f"BAD crashed natively after {family_label(d.family)} changed", ctx.native_crash
     if d.family in VERSION_FAMILIES and d.good and d.bad and ctx.api_error is not None:
-        return f"BAD failed on an API or command-line mismatch after {family_label(d.family)} changed", ctx.api_error
+        named = _library_named(d, ctx.failure_lines)
+        if named is not None:
+            return f"BAD failed on an API mismatch naming {d.what} after {d.what} changed", named
+        if d.family != "library_version":  # a library the failure does not name is no lead
+            why = f"BAD failed on an API or command-line mismatch after {family_label(d.family)} changed"
+            return why, ctx.api_error
     return None
+
+
+def _library_named(d: Difference, lines: tuple[Quote, ...]) -> Quote | None:
+    """A line of BAD's failure that names the library (`numpy`, `NumPy`, a frame in site-packages/numpy/)."""
+    name = d.what.split()[0].lower().replace("-", "_")
+    if len(name) < 3:
+        return None
+    word = re.compile(rf"(?<![\w-]){re.escape(name)}(?![\w-])", re.I)
+    return next((q for q in lines if word.search(q.text.replace("-", "_"))), None)
 
 
 def _is_path(value: str | None) -> bool:

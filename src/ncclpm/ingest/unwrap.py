@@ -40,8 +40,13 @@ _STARTS_IN_TOKEN = r"^ ?[\w()\[\]<>=,.:/'\"-]"
 # host logs have no envelope, and two kernel lines of one length would otherwise read as a line and its tail.
 # A bare `kernel: ` head (journalctl -k -o cat, a dmesg copy whose time was cut off) starts a record too.
 _STAMP = r"(?:[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} |\[\s*\d+\.\d+\] |\d{4}-\d{2}-\d{2}[T ]\d{2}:|kernel: )"
-_RECORD_START = rf"^(?:Traceback \(most|\s+File \"|\s*$|{_STAMP})"
-_RECORD_START_PY = re.compile(rf"Traceback \(most|\s+File \"|{_STAMP}")
+# c10's `Exception raised from <function> at <file>:<line>` opens the C++ stack torch prints under an error message
+_RECORD_START = rf"^(?:Traceback \(most|\s+File \"|\s*$|Exception raised from |{_STAMP})"
+_RECORD_START_PY = re.compile(rf"Traceback \(most|\s+File \"|Exception raised from |{_STAMP}")
+# A line that opens with the same word as the line above is the next record of a fixed-format log (`Epoch: [3][5/20]`
+# under `Epoch: [3][0/20]`, every line as long as the last), not the tail of a cut one.
+_FIRST_WORD = r"^(\S{4,})"
+_FIRST_WORD_PY = re.compile(_FIRST_WORD)
 _ENDS_IN_TOKEN_PY = re.compile(_ENDS_IN_TOKEN)
 _STARTS_IN_TOKEN_PY = re.compile(_STARTS_IN_TOKEN)
 _RULE_PY = re.compile(r"[=*#~\s-]+")  # a rule line of a summary block (`=====`) is complete as it is
@@ -68,6 +73,7 @@ def rejoin_wrapped(lf: pl.LazyFrame, hit: pl.Expr, line_start: str) -> pl.LazyFr
         & ~nxt.str.contains(f"^(?:{line_start})" if line_start else "^$").fill_null(True)
         & ~nxt.str.contains(_RECORD_START).fill_null(True)
         & (nxt.str.len_chars() < width)
+        & (nxt.str.extract(_FIRST_WORD) != raw.str.extract(_FIRST_WORD)).fill_null(True)
     )
     shared = pl.col("_cut").count().over("source", "_cut") >= 2  # materialised keys: an expression key miscounts
     glue = pl.col("_cut").is_not_null() & (shared | pl.col("_cut").is_in(TERMINAL_WIDTHS))
@@ -117,6 +123,7 @@ def joins(line: str, tail: str, start: re.Pattern[str]) -> bool:
         and bool(_ENDS_IN_TOKEN_PY.search(line) and _STARTS_IN_TOKEN_PY.match(tail))
         and not _RULE_PY.fullmatch(line)
         and not _repeats_head(line, tail)
+        and not _same_first_word(line, tail)
     )
 
 
@@ -130,6 +137,11 @@ def _repeats_head(line: str, tail: str) -> bool:
     continuation does not begin with the line's own head."""
     a, b = _DIGITS.sub("#", line[:HEAD]), _DIGITS.sub("#", tail[:HEAD])
     return a == b and len(a.strip()) >= HEAD // 2
+
+
+def _same_first_word(line: str, tail: str) -> bool:
+    a, b = _FIRST_WORD_PY.match(line), _FIRST_WORD_PY.match(tail)
+    return a is not None and b is not None and a.group(1) == b.group(1)
 
 
 def _continues(line: str, start: re.Pattern[str]) -> bool:

@@ -4,22 +4,19 @@ never interpreted; a Content-Security-Policy meta tag forbids scripts as a secon
 
 from __future__ import annotations
 
-import re
-
-from markupsafe import Markup, escape
+from markupsafe import Markup
 
 from ncclpm import __version__
 from ncclpm.model import SCHEMA_VERSION, Diagnosis
 from ncclpm.render.jinja import render_template
 from ncclpm.render.timeline import build_timeline
-from ncclpm.util.escape import plain
-
-_CODE = re.compile(r"`([^`\n]+)`")
+from ncclpm.util.escape import html_prose
 
 
-def inline_code(text: str) -> Markup:
-    """Rule prose (fixes, explanations) marks code with backticks: escape everything, then `x` -> <code>x</code>."""
-    return Markup(_CODE.sub(r"<code>\1</code>", str(escape(plain(text)))))
+def inline_code(text: str | None) -> Markup:
+    """ncclpm's own prose (summaries, fixes, the story...) marks code with backticks: everything escaped, code
+    spans as <code> (`escape.html_prose`, the one place it is done)."""
+    return Markup(html_prose(text))
 
 
 def render_html(d: Diagnosis, verbose: bool = False) -> str:

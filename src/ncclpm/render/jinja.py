@@ -23,6 +23,7 @@ from ncclpm.render.template_code import new_environment, read_snapshot
 from ncclpm.render.words import facts_line, story_date, story_times
 from ncclpm.util import escape
 from ncclpm.util.durations import duration_text
+from ncclpm.util.folding import fold_warnings
 from ncclpm.util.resources import data_dir
 
 
@@ -61,6 +62,19 @@ def _finalize(ctx: Context, value: Any) -> Any:
     return escape.plain(value)
 
 
+@pass_context
+def _prose(ctx: Context, value: Any) -> Any:
+    """ncclpm's own prose in the template's format (`escape.prose_parts`: one split, one renderer per format)."""
+    name = ctx.name or ""
+    if name.endswith(".md"):
+        return escape.md_prose(value)
+    if name.endswith(".mrkdwn"):
+        return escape.slack_prose(value)
+    if name.endswith((".html", ".html.j2")):
+        return Markup(escape.html_prose(value))
+    return escape.text_prose(value)
+
+
 @lru_cache(maxsize=1)
 def environment() -> Environment:
     filters = {
@@ -76,6 +90,8 @@ def environment() -> Environment:
         "md_fenced": escape.md_fenced,
         "md_quote": _md_quote,
         "plain": escape.controls_shown,  # the diff's templates
+        "prose": _prose,
+        "folded": fold_warnings,
     }
     return new_environment(data_dir("templates"), _finalize, filters, read_snapshot())
 

@@ -15,7 +15,7 @@ from typing import Any
 from ncclpm.model import Diagnosis
 from ncclpm.render.jinja import environment
 from ncclpm.render.words import collective_text, culprit_text
-from ncclpm.util.escape import one_line, plain, slack_code, slack_text
+from ncclpm.util.escape import cut_prose, one_line, plain, slack_code, slack_prose, slack_text
 
 MAX_CHARS = 3000  # a Block Kit section holds 3,000 characters; Slack truncates messages at 4,000
 LINE_CHARS = 700
@@ -59,16 +59,16 @@ def view(d: Diagnosis, line_chars: int = LINE_CHARS) -> dict[str, Any]:
         "band": d.band,
         "confidence": f"{d.confidence:.2f}",
         "job": escape(_cut(d.job, 120)),
-        "summary": escape(_cut(d.summary, PROSE_CHARS)).replace("*", "∗"),  # inside *bold*
+        "summary": slack_prose(cut_prose(d.summary, PROSE_CHARS)).replace("*", "∗"),  # inside *bold*
         "culprits": escape(culprit_text(d)),
         "action": escape(d.action),
         "action_hosts": escape(", ".join(d.culprit_hosts)) if d.action == "exclude_node" else "",
-        "action_reason": escape(_cut(d.action_reason, PROSE_CHARS)),
+        "action_reason": slack_prose(cut_prose(d.action_reason, PROSE_CHARS)),
         "collective": escape(collective_text(d)),
         "world": _world(d),
         "line": _code(ev.text, line_chars) if ev is not None else "",
         "where": where,
-        "fix": escape(_cut(d.primary.fixes[0], PROSE_CHARS)) if d.primary.fixes else "",
+        "fix": slack_prose(cut_prose(d.primary.fixes[0], PROSE_CHARS)) if d.primary.fixes else "",
         "more_fixes": max(len(d.primary.fixes) - 1, 0),
         "rule": escape(f"{d.primary.rule} {d.primary.name}"),
         "rule_id": escape(d.primary.rule),
@@ -105,8 +105,9 @@ def slack_payload(d: Diagnosis) -> dict[str, Any]:
         if blocks[name]
     ]
     sections.append({"type": "context", "elements": [{"type": "mrkdwn", "text": blocks["footer"][:MAX_CHARS]}]})
-    fallback = f"{d.category}: {_cut(d.summary, 200)}"
-    return {"text": escape(fallback), "blocks": sections}
+    # the notification's text is mrkdwn too: the summary's code spans are Slack's, never cut open
+    fallback = f"{escape(d.category)}: {slack_prose(cut_prose(d.summary, 200))}"
+    return {"text": fallback, "blocks": sections}
 
 
 def render_slack_json(d: Diagnosis) -> str:

@@ -35,7 +35,10 @@ FILTER_NAMES = (
     "md_fenced",
     "md_quote",
     "plain",
+    "prose",
+    "folded",
 )
+CONTEXT_FILTERS = ("prose",)  # filters that take the template's context (Jinja compiles their calls differently)
 
 
 def new_environment(
@@ -99,7 +102,8 @@ def _finalize_placeholder(ctx: Any, value: Any) -> Any:  # compiled calls pass t
 def snapshot_environment(templates: Path, cache: BytecodeCache | None = None) -> Environment:
     """An environment compiling as the run-time one does, with placeholder filters (their code is not compiled
     into templates: only their names are checked; tests compare the sources both environments generate)."""
-    filters = {name: (lambda value, *args, **kw: value) for name in FILTER_NAMES}
+    filters: dict[str, Callable[..., Any]] = {name: (lambda value, *args, **kw: value) for name in FILTER_NAMES}
+    filters |= {name: pass_context(lambda ctx, value, *args, **kw: value) for name in CONTEXT_FILTERS}
     return new_environment(templates, _finalize_placeholder, filters, cache)
 
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from ncclpm.model import Diagnosis
 from ncclpm.render.rankview import rank_table
 from ncclpm.render.words import facts_line, story_date, story_times
-from ncclpm.util.escape import one_line, plain
+from ncclpm.util.escape import TEXT_QUOTES, one_line, plain, text_prose
+from ncclpm.util.folding import fold_warnings
 
 WIDTH = 100
 BAND_COLOUR = {"conclusive": "1;31", "likely": "1;33", "possible": "1"}
@@ -45,9 +46,9 @@ def _heading(p: _Paint, title: str, extra: str = "") -> list[str]:
 
 def _verdict(d: Diagnosis, p: _Paint, width: int) -> list[str]:
     head = f"{p(one_line(d.category), BAND_COLOUR.get(d.band, '1'))}  {d.band} {d.confidence:.2f}"
-    out = [head, *_wrap(d.summary, width, "")]
+    out = [head, *_wrap(text_prose(d.summary), width, "")]
     hosts = f" {', '.join(d.culprit_hosts)}" if d.culprit_hosts and d.action == "exclude_node" else ""
-    out += [p(line, "1;36") for line in _wrap(f"→ {d.action}{hosts} — {d.action_reason}", width, "  ")]
+    out += [p(line, "1;36") for line in _wrap(f"→ {d.action}{hosts} — {text_prose(d.action_reason)}", width, "  ")]
     out += [p(line, "2") for line in _wrap(" · ".join(facts_line(d)[1:]), width, "")]  # confidence is in the heading
     return out
 
@@ -60,7 +61,7 @@ def _story(d: Diagnosis, p: _Paint, width: int) -> list[str]:
     out = _heading(p, "What happened", story_date(d))
     for m, when in zip(d.story, times, strict=True):
         ref = f"  ({', '.join(m.refs)})" if m.refs else ""
-        lines = _wrap(m.text + ref, width, " " * (pad + 4), first=" " * (pad + 4))
+        lines = _wrap(text_prose(m.text) + ref, width, " " * (pad + 4), first=" " * (pad + 4))
         lines[0] = "  " + p(when.rjust(pad), "1") + "  " + lines[0][pad + 4 :]
         out += lines
     return out
@@ -84,7 +85,7 @@ def _why_not(d: Diagnosis, p: _Paint, width: int) -> list[str]:
     items += [(r.category, r.rule, r.why_not) for r in d.ruled_out]
     for category, rule, why in items:
         first = f"  ✗ {category} ({rule}): "
-        lines = _wrap(why, width, "    ", first=first)
+        lines = _wrap(text_prose(why), width, "    ", first=first)
         lines[0] = "  " + p(f"✗ {one_line(category)}", "33") + lines[0][len(category) + 4 :]
         out += lines
     return out
@@ -96,7 +97,29 @@ def _bullets(title: str, items: tuple[str, ...], p: _Paint, width: int, numbered
     out = _heading(p, title)
     for i, item in enumerate(items, 1):
         mark = f"  {i}. " if numbered else "  • "
-        out += _wrap(item, width, " " * len(mark), first=mark)
+        out += _wrap(text_prose(item), width, " " * len(mark), first=mark)
+    return out
+
+
+STACK_LINES = 12
+
+
+def _stacks(d: Diagnosis, p: _Paint, width: int) -> list[str]:
+    """The merged stack tree, compact: at most STACK_LINES lines, each cut to the width (the full tree is in -f md
+    and html); the odd branch in red."""
+    st = d.stack_tree
+    if not st or not st.get("lines"):
+        return []
+    source = "flight recorder" if st.get("source") == "fr" else one_line(", ".join(map(str, st.get("formats") or ())))
+    out = _heading(p, "Where each rank was stuck", source)
+    tree = [one_line(line) for line in st["lines"]]
+    for line in tree[:STACK_LINES]:
+        line = line if len(line) <= width - 4 else line[: width - 5] + "…"
+        out.append(p("    " + line, "31") if "◀" in line else "    " + line)
+    if len(tree) > STACK_LINES:
+        out.append(f"    … {len(tree) - STACK_LINES} more lines (-f md)")
+    if d.stack_check:
+        out += _wrap(text_prose(d.stack_check), width, "  ")
     return out
 
 
@@ -111,8 +134,9 @@ def _ranks(d: Diagnosis, p: _Paint, width: int) -> list[str]:
     for row, role in zip(cells, table.roles, strict=True):
         line = "  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
         out.append(p(line, "31") if role == "culprit" else line)
+    left, right = TEXT_QUOTES
     for ranks, what, text in table.notes:
-        out += _wrap(f"{ranks}, {what}: {text}", width, "      ", first="    ")
+        out += _wrap(f"{ranks}, {what}: {left}{text}{right}", width, "      ", first="    ")
     return out
 
 
@@ -126,9 +150,11 @@ def render_text(d: Diagnosis, verbose: bool = False, color: bool = False, width:
     lines += _bullets("Fixes", d.primary.fixes, p, width, numbered=True)
     lines += _bullets("Don't", d.primary.dont, p, width)
     lines += _bullets("Verify", d.primary.verify, p, width)
+    lines += _stacks(d, p, width)
     lines += _ranks(d, p, width)
-    notes = d.warnings + (tuple(f"not evaluated: {n}" for n in d.not_evaluated) if verbose else ())
+    notes = fold_warnings(d.warnings) + (tuple(f"not evaluated: {n}" for n in d.not_evaluated) if verbose else ())
     lines += _bullets("Notes", notes, p, width)
     rule = one_line(d.primary.rule)
-    lines += ["", p(f"{rule} {one_line(d.primary.name)} · `ncclpm explain {rule}` · -f md for the full report", "2")]
+    explain = text_prose(f"`ncclpm explain {rule}`")
+    lines += ["", p(f"{rule} {one_line(d.primary.name)} · {explain} · -f md for the full report", "2")]
     return "\n".join(lines) + "\n"

@@ -38,14 +38,14 @@ MAX_ROWS = 40
 TIMEOUT_TEXT = re.compile(r"timed? ?out|watchdog", re.IGNORECASE)
 STEPS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600)
 STEPS += (43200, 86400, 172800, 604800)  # tick steps in seconds
-ORDINAL = {"activity": 0.12, "wait": 0.38, "error": 0.62, "timeout": 0.86}
+ORDINAL = {"activity": 0.12, "wait": 0.38, "error": 0.62, "timeout": 0.86, "exit": 0.96}
 
 
 @dataclass(frozen=True)
 class Mark:
     """One thing that happened on a row: a point at `x`, or a spread/span from `x` to `x2`."""
 
-    kind: str  # "activity" | "error" | "timeout" | "wait" | "busy"
+    kind: str  # "activity" | "error" | "timeout" | "wait" | "busy" | "exit"
     x: float
     x2: float | None
     title: str  # hover text (SVG <title>): what, when, which line
@@ -251,6 +251,9 @@ def _scaled_marks(
         kind = _error_kind(rep)
         what = _fired(rep) if kind == "timeout" else f"first error: {(rep.get('first_error') or '')[:160]}"
         marks.append(_point_or_spread(kind, err, sc, what, span))
+    ended = _times(members, "exit_ts")
+    if ended:  # each rank's exit where it happened, not only in the exit column
+        marks.append(_point_or_spread("exit", ended, sc, f"exited: {_exit_text(members) or 'ended'}", span))
     return marks
 
 
@@ -333,7 +336,7 @@ def build_timeline(d: Diagnosis) -> Timeline | None:
         t
         for ms in members
         for m in ms
-        for t in (m.get("first_error_ts"), m.get("last_activity_ts"), _wait_start(m, timeout_ms))
+        for t in (m.get("first_error_ts"), m.get("last_activity_ts"), _wait_start(m, timeout_ms), m.get("exit_ts"))
         if isinstance(t, datetime)
     ]
     sc = _Scale(min(stamps, default=None), max(stamps, default=None), LABEL_W, PLOT_W)

@@ -43,6 +43,8 @@ def _network(f: Finding) -> tuple[Action, str] | None:
     if classes and classes <= {"interface"}:
         return Action.FIX_CONFIG, "no usable network interface: NCCL_SOCKET_IFNAME / NCCL_IB_HCA"
     if len(f.named_hosts) == 1:
+        if not f.host_pairs:
+            return Action.EXCLUDE_NODE, "the host's own network adapter reported the failure: drain it"
         return Action.EXCLUDE_NODE, "every failing connection goes through one host: drain it"
     return None
 
@@ -54,6 +56,8 @@ def _scheduler(f: Finding) -> tuple[Action, str] | None:
 
 
 def _killed(f: Finding) -> tuple[Action, str] | None:
+    if f.after_work:
+        return Action.FIX_CODE, "the work was done, the crash is at teardown: the job owner fixes the shutdown"
     if f.killed:
         return (
             Action.FIX_CONFIG,

@@ -85,6 +85,8 @@ def ruled_out(
     for cls in sorted(rules, key=lambda r: precedence.RANK[r.id]):
         if cls.id in fired or cls.fallback or any(not facts.has(n) for n in cls.needs):
             continue
+        if cls.category == winner.category:  # the verdict's own category is never a suspect to dismiss
+            continue
         text = _hook(cls, facts, winner, None, warnings)
         if text:
             out.append(RuledOut(cls.id, str(cls.category), text))

@@ -127,6 +127,16 @@ def rank_rows(facts: Analysis, primary: Finding) -> tuple[dict, ...]:
         .cast({"rank": table.schema["rank"]})
     )
     table = table.join(numel, on="rank", how="left")
+    # each rank's last activity and last line across every file in time order (analysis/activity.py), not per file
+    order = ["last_activity", "last_activity_ts", "last_activity_ref"]
+    act = facts.last_activity.select("rank", *order).cast({"rank": table.schema["rank"]})
+    table = table.drop(order).join(act, on="rank", how="left")
+    table = table.join(facts.last_lines.cast({"rank": table.schema["rank"]}), on="rank", how="left")
+    named = facts.task_hosts.rename({"host": "_task_host"}).cast({"rank": table.schema["rank"]})
+    table = table.join(named, on="rank", how="left").with_columns(pl.coalesce("host", "_task_host").alias("host"))
+    table = table.drop("_task_host")
+    ends = t.elastic.filter(pl.col("rank").is_not_null()).group_by("rank").agg(pl.col("ts").min().alias("exit_ts"))
+    table = table.join(ends.cast({"rank": table.schema["rank"]}), on="rank", how="left")
     rows = []
     for r in table.sort("rank").iter_rows(named=True):
         role = "culprit" if r["rank"] in culprits else "waiting" if r["rank"] in victims else ""

@@ -14,6 +14,8 @@ from typing import Any
 
 import polars as pl
 
+from ncclpm.analysis import Analysis
+from ncclpm.analysis.activity import FinishedWork
 from ncclpm.model import Finding, Moment, rank_span
 from ncclpm.model import said as quote_line
 from ncclpm.tables import Tables
@@ -67,35 +69,60 @@ def _line(t: Tables, source: str, line: int | None) -> dict[str, Any] | None:
 def _verb(event: dict[str, Any] | None) -> str:
     if event is None:
         return "shows"
-    if event["kind"] in (K.activity, K.progress):
+    if event["kind"] in (K.activity, K.progress, K.data_wait):
         return "last logged"
     return "failed:" if event["severity"] == "error" else "reported"
 
 
+def _nothing_more(t: Tables, row: dict[str, Any], text: str | None) -> bool:
+    """`text` is the rank's last line across every file, proven so (no line of the rank left unplaced)."""
+    return bool(row.get("last_line_proven")) and text is not None and said(t, row.get("last_line")) == said(t, text)
+
+
 def _culprit_moments(t: Tables, primary: Finding, rows: dict[int, dict], waited: bool) -> list[Moment]:
     out: list[Moment] = []
-    ends = {_ref(s, n) for s, n in t.elastic.select("source", "line").iter_rows()}
+    ends = {_ref(s, n) for s, *lines in t.elastic.select("source", "line", "exit_line").iter_rows() for n in lines}
     for rank in primary.culprit_ranks[:4]:
         row = rows.get(rank, {})
         reason = next((e for e in primary.evidence if e.rank == rank and e.ref not in ends), None)
         event = _line(t, reason.file, reason.line) if reason is not None else None
-        act, act_ts = row.get("last_activity"), row.get("last_activity_ts")
-        if act and (reason is None or said(t, reason.text) != said(t, act)):
-            away = " and nothing more" if waited and not row.get("timed_out") else ""
-            text = f"{who([rank], rows)} last logged `{said(t, act)}`{away}"
-            out.append(_moment(rows, act_ts, text, [rank], [row.get("last_activity_ref")], "last_activity"))
+        # what it did last: its last line across its files when it did not fail (after an error, its last lines are
+        # the error's own), else its last activity
+        # its last activity across its files in time order; its last line too when it logged more after it and
+        # did not fail (after an error, the lines that follow are the error's own)
+        last, last_ts, last_ref = row.get("last_activity"), row.get("last_activity_ts"), row.get("last_activity_ref")
+        if last and (reason is None or said(t, reason.text) != said(t, last)):
+            refs = [last_ref]
+            after = row.get("last_line")
+            if after and not row.get("first_error") and said(t, after) != said(t, last):
+                last, refs = after, [last_ref, row.get("last_line_ref")]  # it went on: `A` then `B`
+                text = f"{who([rank], rows)} last logged `{said(t, row['last_activity'])}` then `{said(t, after)}`"
+            else:
+                text = f"{who([rank], rows)} last logged `{said(t, last)}`"
+            if waited and not row.get("timed_out") and _nothing_more(t, row, last):
+                text += " and nothing more"
+            out.append(_moment(rows, last_ts, text, [rank], refs, "last_activity"))
         if reason is not None and not row.get("timed_out"):
             ts = event["ts"] if event is not None else None
             whose = who([rank], rows, detail=not out)
             if event is None and reason.line is None:  # a whole-file source: a flight-recorder dump
                 whose += f"'s {reason.file.rsplit('/', 1)[-1]}"
-            away = " and nothing more" if waited and _verb(event) == "last logged" else ""
-            text = f"{whose} {_verb(event)} `{said(t, reason.text)}`{away}"
-            out.append(
-                _moment(
-                    rows, ts, text, [rank], [reason.ref], "error" if _verb(event) != "last logged" else "last_activity"
-                )
-            )
+            verb, refs = _verb(event), [reason.ref]
+            text = f"{whose} {verb} `{said(t, reason.text)}`"
+            after = row.get("last_line")
+            if verb == "last logged" and after and said(t, after) != said(t, reason.text):
+                if row.get("first_error"):
+                    text = f"{whose} logged `{said(t, reason.text)}`"  # the lines after it are its failure's
+                else:  # it went on: `A` then `B`, its last line
+                    text += f" then `{said(t, after)}`"
+                    refs.append(row.get("last_line_ref"))
+                    reason_last = after
+            else:
+                reason_last = reason.text
+            if waited and verb == "last logged" and not row.get("first_error") and _nothing_more(t, row, reason_last):
+                text += " and nothing more"
+            kind = "error" if verb != "last logged" else "last_activity"
+            out.append(_moment(rows, ts, text, [rank], refs, kind))
     return out
 
 
@@ -141,28 +168,53 @@ def _fired(g: dict[str, Any], wait: timedelta | None) -> str:
     )
 
 
+AWAY_CATEGORIES = ("slow_rank_work", "dataloader_hang")  # verdicts that say the culprit never entered the collective
+
+
+def _inside(row: dict[str, Any], seq: int | None, start: datetime | None, fired: datetime | None) -> bool:
+    """The rank was in the collective when it failed: its watchdog had enqueued it, or it failed while the others
+    waited in it."""
+    if seq is not None and row.get("last_enqueued") is not None and row["last_enqueued"] >= seq:
+        return True
+    err = row.get("first_error_ts")
+    return isinstance(err, datetime) and start is not None and fired is not None and start <= err <= fired
+
+
 def _wait_moments(t: Tables, primary: Finding, rows: dict[int, dict], failing: dict | None) -> list[Moment]:
     out: list[Moment] = []
     groups = _timeout_groups(t)
     joined = {r for g in groups for r in g["rank"]}
-    absent = sorted(set(primary.culprit_ranks) - joined)
-    seen = [rows[r].get("last_activity_ts") for r in absent if r in rows]
-    last_seen = [ts for ts in seen if isinstance(ts, datetime)]
     for g in groups:
         wait = timedelta_ms(g["timeout_ms"]) if g["timeout_ms"] else None
         start = shift(g["first"], -wait) if wait is not None and g["first"] is not None else None
-        never = f" for {rank_span(absent)}, which never joined" if absent else ""
-        text = f"{who(g['rank'], rows)} entered {_what(g, failing)} and waited{never}"
+        others = [r for r in sorted(set(primary.culprit_ranks) - joined) if r in rows or not rows]
+        inside = [r for r in others if _inside(rows.get(r, {}), g["seq"], start, g["first"])]
+        rest = [r for r in others if r not in inside]
+        seen = [rows[r].get("last_activity_ts") for r in rest if r in rows]
+        last_seen = [ts for ts in seen if isinstance(ts, datetime)]
+        # "never joined" is said of a rank the verdict says was elsewhere, or whose last line is before the wait
+        away = [
+            r
+            for r in rest
+            if str(primary.category) in AWAY_CATEGORIES
+            or (isinstance(rows.get(r, {}).get("last_activity_ts"), datetime) and start is not None
+                and rows[r]["last_activity_ts"] < start)
+        ]  # fmt: skip
+        waited = [*(f"{rank_span(away)}, which never joined" for _ in away[:1])]
+        waited += [rank_span(r) for r in ([x for x in rest if x not in away],) if r and rank_span(r) != "no rank"]
+        waited += [f"{rank_span(inside)}, which failed inside it" for _ in inside[:1]]
+        text = f"{who(g['rank'], rows)} entered {_what(g, failing)} and waited"
+        text += f" for {' and '.join(waited)}" if waited else ""
         out.append(_moment(rows, start, text, g["rank"], [], "wait", approx=True))
         if g["first"] is None:
             continue
-        away = ""
+        away_text = ""
         since = min(last_seen) if last_seen else start
-        if absent and since is not None and g["first"] >= since:
+        if away and since is not None and g["first"] >= since:
             busy = human_duration((g["first"] - since).total_seconds())
-            away = f": {rank_span(absent)} had been away for {'' if last_seen else 'at least '}{busy}"
+            away_text = f": {rank_span(away)} had been away for {'' if last_seen else 'at least '}{busy}"
         refs = [_ref(g["source"], g["line"])]
-        out.append(_moment(rows, g["first"], _fired(g, wait) + away, g["rank"], refs, "timeout"))
+        out.append(_moment(rows, g["first"], _fired(g, wait) + away_text, g["rank"], refs, "timeout"))
     return out
 
 
@@ -205,7 +257,7 @@ def _end_moments(t: Tables, rows: dict[int, dict], culprits: set[int]) -> list[M
             if root and culprits and not set(root) & culprits:
                 note = ' (torchrun\'s "first observed failure": a waiting rank, not the cause)'
             parts.append(f"{rank_span(members)} ended with {_exit_text(code, signal)}{note}")
-        ref = _ref(at["source"][0], at["line"][0])
+        ref = _ref(at["source"][0], at["exit_line"][0] if at["exit_line"][0] is not None else at["line"][0])
         out.append(_moment(rows, at["ts"][0], "; ".join(parts), ranks, [ref], "end"))
     return out
 
@@ -241,15 +293,27 @@ def _order(moments: list[Moment]) -> list[Moment]:
     return [k[-1] for k in sorted(keyed, key=lambda k: k[:3])]
 
 
+def _finished_moment(t: Tables, done: FinishedWork | None, rows: dict[int, dict]) -> list[Moment]:
+    """The work was done before the job failed: said first, with the last step reached."""
+    if done is None:
+        return []
+    whom = who(list(done.ranks), rows, detail=False) if done.ranks else "the job"
+    step = f" after `{said(t, done.last_step)}`" if done.last_step else ""
+    text = f"{whom} finished {'its' if len(done.ranks) <= 1 else 'their'} work: `{said(t, done.text)}`{step}"
+    refs = [r for r in (done.last_step_ref, done.ref) if r]
+    return [_moment(rows, done.ts, text, done.ranks, refs, "finished")]
+
+
 def build_story(
-    t: Tables, primary: Finding, rank_rows: tuple[dict[str, Any], ...], failing: dict[str, Any] | None = None
+    facts: Analysis, primary: Finding, rank_rows: tuple[dict[str, Any], ...], failing: dict[str, Any] | None = None
 ) -> tuple[Moment, ...]:
+    t = facts.t
     rows = {r["rank"]: r for r in rank_rows}
     culprits = set(primary.culprit_ranks)
     waits = _wait_moments(t, primary, rows, failing)
     moments = _culprit_moments(t, primary, rows, waited=bool(waits)) + waits
     moments += _victim_errors(t, rows, culprits)
     taken = {ref for m in moments for ref in m.refs}
-    moments = _reason_moment(t, primary, rows, taken) + moments
+    moments = _finished_moment(t, facts.finished_work, rows) + _reason_moment(t, primary, rows, taken) + moments
     moments += _end_moments(t, rows, culprits)
     return tuple(_order(moments)[:MAX_MOMENTS])

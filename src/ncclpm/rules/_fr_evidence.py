@@ -17,6 +17,20 @@ def _fmt_frames(frames: list[dict] | None) -> str:
     return " < ".join(shown)
 
 
+def entry_text(r: dict) -> str:
+    """A dump entry as the dump holds it: its own field names and values (a dump has no line of text to quote), its
+    frames innermost first."""
+    name = r.get("profiling_name") or r.get("op")
+    text = (
+        f"entry {r.get('record_id')}: profiling_name={name!r} collective_seq_id={r['collective_seq_id']} "
+        f"process_group={(r['group_key'], r['pg_desc'])!r} input_sizes={r['input_sizes']} "
+        f"input_dtypes={r['input_dtypes']} state={r['state']!r}"
+        + (f" retired={r['retired']}" if r["retired"] is not None else "")
+    )
+    frames = _fmt_frames(r["frames"])
+    return f"{text} frames={frames}" if frames else text
+
+
 def entry_evidence(t: Tables, keys: pl.DataFrame, limit: int = 6) -> tuple[Evidence, ...]:
     """Evidence for FR entries identified by (rank, group_key, collective_seq_id) rows of `keys`."""
     if t.fr is None or keys.is_empty():
@@ -29,13 +43,7 @@ def entry_evidence(t: Tables, keys: pl.DataFrame, limit: int = 6) -> tuple[Evide
     e = near.join(on, on=["rank", "group_key", "collective_seq_id"], maintain_order="left")
     out = []
     for r in t.fr.expand(e.sort("collective_seq_id", "rank").head(limit)).iter_rows(named=True):
-        text = (
-            f"rank {r['rank']}: {r['op']} #{r['collective_seq_id']} of {r['pg_desc'] or r['group_key']} "
-            f"in={r['input_sizes']} {r['input_dtypes']} state={r['state']}"
-            + (f" retired={r['retired']}" if r["retired"] is not None else "")
-        )
-        frames = _fmt_frames(r["frames"])
-        out.append(Evidence(r["source"], None, f"{text}; stack: {frames}" if frames else text, r["rank"]))
+        out.append(Evidence(r["source"], None, entry_text(r), r["rank"]))
     return tuple(out)
 
 

@@ -35,15 +35,17 @@ def collective(facts: Analysis) -> str:
 
 
 def last_words(facts: Analysis, ranks: tuple[int, ...]) -> str:
-    """`; rank 0's last line is `Generating sample images...` (slurm-48211.out:35)` for the first of `ranks`
-    whose last activity the logs show, or ``."""
+    """`; rank 0's last line is `Generating sample images...` (slurm-48211.out:35)` for the first of `ranks` whose
+    lines the logs show - its last line across every file in time order (`analysis/activity.py`) - or ``."""
     t = facts.t
+    lasts = facts.last_lines
     for rank in ranks:
-        row = t.ranks.filter(pl.col("rank") == rank)
-        if row.is_empty() or not row["last_activity"][0]:
+        row = lasts.filter(pl.col("rank") == rank)
+        if row.is_empty() or not row["last_line"][0]:
             continue
-        ref = row["last_activity_ref"][0]
-        return f"; {rank_span([rank])}'s last line is `{said(row['last_activity'][0], t.line_prefix, 90)}` ({ref})"
+        which = "last line is" if row["last_line_proven"][0] else "last line read is"
+        text = said(row["last_line"][0], t.line_prefix, 90)
+        return f"; {rank_span([rank])}'s {which} `{text}` ({row['last_line_ref'][0]})"
     return ""
 
 

@@ -152,6 +152,14 @@ class NcclTransportError(Rule):
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         reporters, pairs = failing_pairs(t, ev)
         culprit_hosts = implicated_hosts(set(ev["net_class"].to_list()) <= {"interface"}, reporters, pairs)
+        if not culprit_hosts:  # no failing pair: an IB error of the host's own HCA (an async `port error`) names it
+            local = ev.filter((pl.col("net_class") == "ib") & pl.col("peer").is_null() & pl.col("host").is_not_null())
+            comms = t.extra.get("nccl_comms")  # NCCL's own name for each host (a collector may tag lines with another)
+            if comms is not None and not comms.is_empty():
+                named = local.filter(pl.col("host").is_in(comms["host"].drop_nulls().unique().implode()))
+                local = named if not named.is_empty() else local
+            if local["host"].n_unique() == 1:
+                culprit_hosts = [str(local["host"][0])]
         culprits = tuple(ranks_on(t, culprit_hosts))
         if len(culprit_hosts) == 2 and len(pairs) == 1:  # one link: the processes at its ends, where known
             culprits = tuple(sorted({r for ranks in link_ends(t, ev, culprit_hosts).values() for r in ranks}))

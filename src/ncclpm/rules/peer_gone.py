@@ -67,8 +67,9 @@ class PeerProcessGone(Rule):
             gone = (int(barrier[0]),)
         if not gone and first["subject_rank"] is not None:  # the line names whom it waited for (the NCCL id)
             gone = (int(first["subject_rank"]),)
-        last = t.ranks.filter(pl.col("rank").is_in(list(gone)) & pl.col("last_activity").is_not_null())
-        silent = not last.is_empty() and last["first_error"].is_null().all()  # its log is here and shows no error
+        last = self.facts.last_lines.filter(pl.col("rank").is_in(list(gone)) & pl.col("last_line").is_not_null())
+        errors = t.ranks.filter(pl.col("rank").is_in(list(gone)))["first_error"]
+        silent = not last.is_empty() and errors.is_null().all()  # its log is here and shows no error
         peer = f" at {first['peer']}" if first["peer"] else ""
         if first["local_rank"] is not None:  # NCCL's service thread names a process of its own node
             peer = f" of local rank {first['local_rank']}" + (f" on {first['host']}" if first["host"] else "")
@@ -83,7 +84,7 @@ class PeerProcessGone(Rule):
             culprit_ranks=gone,
             summary=f"{who[:1].upper()}{who[1:]} went away {during}: {seen_by} lost "
             f"{'its' if len(survivors) < 2 else 'their'} connection to it (`{said(first['text'], t.line_prefix)}`)"
-            + (f"; it last logged `{said(last['last_activity'][0], t.line_prefix, 80)}`" if not last.is_empty() else "")
+            + (f"; it last logged `{said(last['last_line'][0], t.line_prefix, 80)}`" if not last.is_empty() else "")
             + (
                 "; its own output ends without an error: it was killed (SIGKILL - the OOM killer most often)."
                 if silent

@@ -21,6 +21,16 @@ NCCL_WRAPPER = r"NCCL error|nccl[A-Z]\w*Error|DistBackendError"
 ONLY_NCCL_CLASS = 0.55
 
 
+def _how(row: dict, envelopes: str) -> str:
+    """How the first rank died, in prose: its own line quoted, or the launcher's report of its exit in words (that
+    report's lines are the evidence)."""
+    if row["how"] != "exit":
+        return f"`{said(row['text'], envelopes)}`"
+    code, signal = row.get("exit_code"), row.get("signal")
+    how = f"exit code {code} = {signal}" if signal and code is not None else signal or f"exit code {code}"
+    return f"{how}, says the launcher"
+
+
 class RankDiedFirst(Rule):
     """One rank died (exception, segfault, SIGKILL, exit) before the others, which then timed out waiting.
 
@@ -59,6 +69,12 @@ class RankDiedFirst(Rule):
             when="the rank died of a CUDA error a failing GPU raises as well as a bug",
         ),
         "bus_error": BUS_ERROR,
+        "teardown": Fix(
+            "The work finished before the crash (its results are written): fix the shutdown - wait for every rank "
+            "(`dist.barrier()`) before `dist.destroy_process_group()`, join or stop background threads (data "
+            "prefetchers, loggers, async checkpoint writers) before the interpreter exits.",
+            when="the job logged the end of its work before the crash",
+        ),
         "fix_crash": Fix(
             "Fix the failure on the culprit rank (its traceback above); for SIGKILL check the host's "
             "kernel log (`dmesg -T | grep -i 'killed process'`) for the OOM killer."
@@ -92,10 +108,18 @@ class RankDiedFirst(Rule):
         wraps = shown.join(t.kinds(K.nccl_error).select("source", "line").unique(), on=["source", "line"], how="semi")
         if wraps.height == shown.height or shown["text"].fill_null("").str.contains(NCCL_WRAPPER).all():
             conf = min(conf, ONLY_NCCL_CLASS)  # the rank's own error is NCCL's result class, nothing says why
+        done = self.facts.finished_work  # the work was done first: the crash is at teardown
+        first = (
+            f"The work was done (`{said(done.text, t.line_prefix, 60)}`"
+            + (f" after `{said(done.last_step, t.line_prefix, 60)}`" if done.last_step else "")
+            + f") when {ranks_text(culprits)} died at teardown"
+            if done is not None
+            else f"{ranks_text(culprits).capitalize()} died first"
+        )
         return self.finding(
             confidence=conf,
             culprit_ranks=culprits,
-            summary=f"{ranks_text(culprits).capitalize()} died first ({said(shown['text'][0], t.line_prefix)})"
+            summary=f"{first} ({_how(shown.row(0, named=True), t.line_prefix)})"
             + (" - killed by the kernel's OOM killer (host memory, not GPU memory)" if oom_hit else "")
             + (f"; {ranks_text(sorted(others))} then failed waiting for it." if others else "."),
             explanation="The first rank to fail on its own is the cause; timeouts and 'connection closed by "
@@ -107,6 +131,7 @@ class RankDiedFirst(Rule):
                 *quotes(self.facts.victim_lines.filter(pl.col("rank").is_in(list(others))), 2),
             ),
             fixes=self.fixes(
+                *(["teardown"] if done is not None else []),
                 *([] if oom.is_empty() else ["host_memory"]),
                 *(["gpu_fault"] if gpu_fault.len() else []),
                 *(["bus_error"] if (shown["signal"] == "SIGBUS").any() else []),
@@ -122,7 +147,7 @@ class RankDiedFirst(Rule):
                 "after the fix the job passes the step where it died.",
             ),
             # SIGKILL (the launcher's -9, mpirun's or the shell's `Killed`) comes from outside the process
-            facts={"victim_ranks": sorted(others), "killed": oom_hit or _killed(shown)},
+            facts={"victim_ranks": sorted(others), "killed": oom_hit or _killed(shown), "after_work": done is not None},
         )
 
     def why_not(self, t: Tables, winner: Finding, mine: Finding | None) -> str | None:

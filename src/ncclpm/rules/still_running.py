@@ -64,9 +64,8 @@ class StillRunningWhenOthersFailed(Rule):
         if self.facts.victim_ranks or not self.facts.own_errors.is_empty():
             return pl.DataFrame()  # the logs say more: the rules that read them decide
         rows = pl.concat([failed, running]).sort("rank")
-        return rows.with_columns(
-            pl.format("rank {} exited with code {}", "rank", "exit_code").alias("text"),
-        )
+        # quoted as the summary says it (its `rank :` and `exitcode :` lines)
+        return rows.with_columns(pl.coalesce("exit_line", "line").alias("line"), pl.col("exit_text").alias("text"))
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         gave_up = ev.filter(GAVE_UP)

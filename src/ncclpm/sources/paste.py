@@ -148,6 +148,9 @@ def _continues(prev: str, line: str, width: int, hard: bool, start: re.Pattern[s
     """The separator to glue `line` onto `prev` with, or None when `line` is a line of its own."""
     if start.match(line) or not prev.strip() or _repeats_head(prev, line):
         return None
+    first, head = line.split(" ", 1)[0], prev.split(" ", 1)[0]
+    if len(first) >= 4 and first == head:
+        return None  # the next record of a fixed-format log (`Epoch: [3][5/20]` under `Epoch: [3][0/20]`)
     if hard:
         return "" if len(prev) == width else None
     if line[:1].isspace() or _ruler(prev) or _ruler(line):

@@ -125,6 +125,8 @@ ELASTIC_SCHEMA = pl.Schema(
         "root_cause": pl.Boolean(),
         "error_file": pl.String(),
         "detail": pl.String(),
+        "exit_line": pl.Int64(),  # the entry's `rank :` line, quoted with its `exitcode :` line as `exit_text`
+        "exit_text": pl.String(),  # (the summary's own words: evidence of the exit is what the file says)
     }
 )
 

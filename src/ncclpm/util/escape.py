@@ -19,6 +19,7 @@ No import from the rest of ncclpm: sources, renderers and triage all use it.
 
 from __future__ import annotations
 
+import html
 import re
 import unicodedata
 from typing import Any
@@ -176,16 +177,91 @@ def md_fenced(lines: Any, info: str = "") -> Escaped:
 _CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)")
 
 
-def md_prose(value: Any, width: int | None = None, cell: bool = False) -> Escaped:
-    """A rule's own prose (fixes, explanations): its `code spans` kept as written, the rest escaped like
-    `md_text` - the prose may quote host names or values from the logs. In a table cell: cut to `width`, `|`
-    escaped."""
-    text = one_line(value)[:width] if width is not None else one_line(value)
-    out, pos = [], 0
+# ------------------------------------------------------------------------------------------------------- prose
+# ncclpm's own sentences (summaries, explanations, fixes, why-nots, the story, the diff's reasons) mark code - a
+# value, a setting, a command, a quoted log line - with backticks, as Markdown does. Every format renders them
+# from the same split (`prose_parts`): Markdown keeps the spans, HTML makes them <code>, Slack keeps them as its
+# own code spans, the terminal shows them between ‘ ’. A backtick that opens no span is no code: it becomes `'`.
+
+TEXT_QUOTES = ("\u2018", "\u2019")  # how the terminal report marks code (‘x’): `tests/rendered.py` reads it so
+
+
+def prose_parts(value: Any) -> list[tuple[bool, str]]:
+    """A sentence of ncclpm's own as (is_code, text) parts, on one line: the code spans' content without their
+    backticks (CommonMark's padding space dropped), the rest with any stray backtick made `'`."""
+    text = one_line(value)
+    parts: list[tuple[bool, str]] = []
+    pos = 0
     for m in _CODE_SPAN.finditer(text):
-        out += [_md_outside_code(text[pos : m.start()], block=pos == 0 and not cell), m.group(0)]
+        if m.start() > pos:
+            parts.append((False, text[pos : m.start()].replace("`", "'")))
+        body = m.group(2)
+        if body.startswith(" ") and body.endswith(" ") and body.strip():
+            body = body[1:-1]
+        parts.append((True, body))
         pos = m.end()
-    joined = "".join([*out, _md_outside_code(text[pos:], block=pos == 0 and not cell)])
+    if pos < len(text):
+        parts.append((False, text[pos:].replace("`", "'")))
+    return parts
+
+
+def cut_prose(value: Any, limit: int) -> str:
+    """Prose cut to about `limit` characters at a word boundary with `…`, never inside a code span (a span that
+    would be cut is dropped whole, or cut inside and closed again when it is the first thing)."""
+    text = one_line(value)
+    if len(text) <= limit:
+        return text
+    out, size = [], 0
+    for code, part in prose_parts(text):
+        piece = f"`{part}`" if code else part
+        if size + len(piece) <= limit:
+            out.append(piece)
+            size += len(piece)
+            continue
+        room = limit - size
+        if code and not out and room > 8:
+            out.append(f"`{part[: room - 3].rstrip()}…`")
+        elif not code and room > 0:
+            cut = part[:room].rsplit(" ", 1)[0] if " " in part[:room] else ""
+            out.append(cut)
+        break
+    return "".join(out).rstrip() + (" …" if not "".join(out).endswith("…`") else "")
+
+
+def text_prose(value: Any) -> str:
+    """Prose for a terminal: code spans between ‘ ’ (a backtick shows as a backtick there)."""
+    left, right = TEXT_QUOTES
+    return "".join(f"{left}{part}{right}" if code else part for code, part in prose_parts(value))
+
+
+def slack_prose(value: Any) -> Escaped:
+    """Prose as Slack mrkdwn: spans kept as Slack's own code spans (a backtick inside one made `'`), `& < >` as
+    entities everywhere."""
+    out = []
+    for code, part in prose_parts(value):
+        part = part.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        out.append(f"`{part.replace('`', chr(39))}`" if code else part)
+    return Escaped("".join(out))
+
+
+def html_prose(value: Any) -> Escaped:
+    """Prose as HTML: everything escaped, code spans as <code>."""
+    out = []
+    for code, part in prose_parts(value):
+        part = html.escape(part, quote=False)
+        out.append(f"<code>{part}</code>" if code else part)
+    return Escaped("".join(out))
+
+
+def md_prose(value: Any, width: int | None = None, cell: bool = False) -> Escaped:
+    """ncclpm's own prose (`prose_parts`: summaries, fixes, explanations): its `code spans` as code spans (each
+    fenced to fit its content), the rest escaped like `md_text` - the prose may quote host names or values from the
+    logs. In a table cell: cut to `width` (never inside a span), `|` escaped."""
+    text = cut_prose(value, width) if width is not None else one_line(value)
+    out = []
+    for i, (code, part) in enumerate(prose_parts(text)):
+        out.append(md_code(part) if code else _md_outside_code(part, block=i == 0 and not cell))
+    joined = "".join(out)
     return Escaped(joined.replace("|", "\\|") if cell else joined)
 
 

@@ -48,6 +48,7 @@ CODE_SETTINGS_SCHEMA = pl.Schema(
         "text": pl.String(),
         "lang": pl.String(),
         "reading": pl.String(),
+        "target": pl.String(),  # the name the statement assigns (`timeout = ...`), for what an env read feeds
     }
 )
 SETTINGS = (
@@ -58,7 +59,11 @@ SETTINGS = (
     "dataloader_num_workers",
     "dataloader_timeout",
     "env",
+    "job_env",
+    "env_read",
     "launcher_arg",
+    "script_arg",
+    "arg_def",
     "constant",
     "rank_collective",  # derived: a collective only the ranks of one branch issue (rank_branches.py)
     "job_id",
@@ -207,8 +212,13 @@ def _unquote(value: str) -> str:
     return value
 
 
+_TARGET = re.compile(r"^\s*(?P<target>[A-Za-z_][\w.]*)\s*(?::[^=]*)?=(?!=)")
+
+
 def read_statement(st: Statement, readings: Iterable[Reading]) -> Iterator[dict[str, Any]]:
     """Facts (without number) the readings find in one statement."""
+    assigned = _TARGET.match(st.text) if st.lang == "python" else None
+    target = assigned.group("target") if assigned else None
     for r in readings:
         if st.lang not in r.langs or not any(a in st.text for a in r.anchors):
             continue
@@ -229,6 +239,7 @@ def read_statement(st: Statement, readings: Iterable[Reading]) -> Iterator[dict[
                     "line": line,
                     "text": _clean(raw[:MAX_QUOTE]),
                     "reading": r.id,
+                    "target": target,
                 }
 
 

@@ -132,6 +132,10 @@ def parse_elastic_summaries(lines: pl.DataFrame) -> pl.DataFrame:
                 rows.append(st["entry"])
             if "entry" in st:
                 _apply_field(st["entry"], m["key"], m["val"])
+                if m["key"] in ("rank", "exitcode"):  # the entry's own words for who exited and how
+                    entry = st["entry"]
+                    entry.setdefault("exit_line", r["line"])
+                    entry["exit_text"] = "\n".join(t for t in (entry.get("exit_text"), msg) if t)
         elif "entry" in st and (exc := _EXC.match(msg)) and st["entry"].get("detail", "").startswith("Traceback"):
             st["entry"]["detail"] = f"{exc['type']}: {exc['msg'] or ''}".strip()
     rows = [r for r in rows if "exit_code" in r or "rank" in r]  # a stray `time :` line is no entry

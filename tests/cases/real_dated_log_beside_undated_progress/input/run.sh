@@ -1,0 +1,3 @@
+#!/bin/bash
+export OMP_NUM_THREADS=1
+torchrun --nproc_per_node=2 --log-dir torchrun_logs --redirects 1 train_seg.py

@@ -1,0 +1,9 @@
+#!/bin/bash
+# Train on the 2 CPU processes of this machine (gloo).
+set -e
+export PG_TIMEOUT_S=60
+export NUM_SAMPLES=20000
+export GLOO_SOCKET_IFNAME=eth1
+export OMP_NUM_THREADS=1
+python -m torch.utils.collect_env > collect_env.txt 2>&1
+torchrun --nproc_per_node=2 --master_port=29537 train.py --epochs 1
