@@ -24,11 +24,12 @@ NEAR = 0.05  # a bar's elapsed time within this share of a timeout ran about tha
 
 def cut_tracebacks(t: Tables) -> pl.DataFrame:
     """Tracebacks a paste cut before their exception line, one row each: where it starts and ends, its rank, the
-    innermost frame line kept (`text`), and whether every frame is the launcher's own (`launcher`)."""
+    innermost frame line kept (`text`, at `frame_line`), and whether every frame is the launcher's own (`launcher`)."""
     cut = t.tracebacks.filter(pl.col("error_type").is_null())
     if cut.is_empty():
         return cut.select("source", "line", "end_line", "rank", "ts").with_columns(
             pl.lit(None, pl.String).alias("text"),
+            pl.lit(None, pl.Int64).alias("frame_line"),
             pl.lit(False).alias("launcher"),
             pl.lit(None, pl.String).alias("funcs"),
         )
@@ -43,6 +44,7 @@ def cut_tracebacks(t: Tables) -> pl.DataFrame:
             pl.col("rank").first(),
             pl.col("ts").first(),
             pl.col("text").last(),
+            pl.col("fl").last().cast(pl.Int64).alias("frame_line"),
             pl.col("detail").fill_null("").str.contains(_LAUNCHER_PATH).all().alias("launcher"),
             pl.col("value").fill_null("").str.join(",").alias("funcs"),
         )

@@ -86,7 +86,10 @@ class WorkOutlastedTimeout(Rule):
         failed = pl.concat(
             [
                 t.kinds(*FAILURES).select("source", "line", "rank", "text"),
-                self.facts.cut_tracebacks.filter(~pl.col("launcher")).select("source", "line", "rank", "text"),
+                # quoted at the innermost frame's own line: `text` is that frame, not the traceback's first line
+                self.facts.cut_tracebacks.filter(~pl.col("launcher")).select(
+                    "source", pl.col("frame_line").alias("line"), "rank", "text"
+                ),
             ]
         ).sort("source", "line")
         first = failed.row(0, named=True)
