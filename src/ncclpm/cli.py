@@ -168,6 +168,18 @@ def main() -> None:
     """Find the rank and the reason behind a failed PyTorch distributed job."""
 
 
+# diagnose's and diff's text reports colour alike
+colour_option = click.option(
+    "--color",
+    "--colour",
+    "colour",
+    type=click.Choice(["auto", "always", "never"]),
+    default="auto",
+    show_default=True,
+    help="Colour the text report (auto: on a terminal, unless NO_COLOR is set).",
+)
+
+
 @main.command()
 @click.argument("paths", nargs=-1, required=True)
 @click.option(
@@ -189,15 +201,7 @@ def main() -> None:
 )
 @click.option("--fail-on", type=click.Choice(BANDS), help="Exit 1 when a root cause of at least this band is found.")
 @click.option("--name", help="Job name shown in the report.")
-@click.option(
-    "--color",
-    "--colour",
-    "colour",
-    type=click.Choice(["auto", "always", "never"]),
-    default="auto",
-    show_default=True,
-    help="Colour the text report (auto: on a terminal, unless NO_COLOR is set).",
-)
+@colour_option
 @click.option("-v", "--verbose", is_flag=True, help="Also show internals: rules not evaluated, rivals' own summaries.")
 @click.option("-q", "--quiet", is_flag=True, help="No warnings on stderr: errors only.")
 @click.option("--one-job", is_flag=True, help="Read PATHS as one job even when they hold several jobs.")
@@ -324,15 +328,7 @@ def _job_hints(found: Identity, files: list[str]) -> list[str]:
     type=click.Path(file_okay=False, exists=True, path_type=Path),
     help="Extra folder of TOML pattern catalogs.",
 )
-@click.option(
-    "--color",
-    "--colour",
-    "colour",
-    type=click.Choice(["auto", "always", "never"]),
-    default="auto",
-    show_default=True,
-    help="Colour the text report (auto: on a terminal, unless NO_COLOR is set).",
-)
+@colour_option
 @click.option("-q", "--quiet", is_flag=True, help="No warnings on stderr: errors only.")
 def diff_runs(
     runs: tuple[str, ...],
