@@ -138,9 +138,7 @@ def _env_settings(code: pl.DataFrame) -> list[JobSetting]:
                 feeds=feeds,
                 seconds=seconds,
                 controls=controls,
-                controls_file=str(where["source"]) if where else "",
-                controls_line=where["line"] if where else None,
-                controls_text=str(where["text"] or "") if where else "",
+                **_controlled_at(where),
             )
         )
     return out
@@ -221,9 +219,7 @@ def _script_settings(code: pl.DataFrame) -> list[JobSetting]:
                 feeds=feeds,
                 seconds=seconds,
                 controls=controls,
-                controls_file=str(where["source"]) if where else "",
-                controls_line=where["line"] if where else None,
-                controls_text=str(where["text"] or "") if where else "",
+                **_controlled_at(where),
             )
         )
     return out
@@ -251,3 +247,14 @@ def launched_scripts(t: Tables) -> frozenset[tuple[str, str]]:
         if m:
             out.add((str(r["source"]).rsplit("/", 1)[-1], m.group(1)))
     return frozenset(out)
+
+
+def _controlled_at(where: dict | None) -> dict:
+    """The `controls_*` fields of a setting: the line in the code where the value takes effect, if one was found."""
+    if not where:
+        return {"controls_file": "", "controls_line": None, "controls_text": ""}
+    return {
+        "controls_file": str(where["source"]),
+        "controls_line": where["line"],
+        "controls_text": str(where["text"] or ""),
+    }
