@@ -271,3 +271,17 @@ def test_the_depth_check_is_linear() -> None:
         start = time.process_time()
         nesting_exceeds(s)
         assert time.process_time() - start < 5.0
+
+
+@pytest.mark.parametrize("pid", [-5, 24885.0, "24885", True])
+def test_a_pyspy_json_pid_that_is_no_count_is_blank_and_the_warning_names_the_file(tmp_path: Path, pid) -> None:
+    """A negative, fractional, quoted or boolean pid is no process id: the dump is still read as py-spy's (it had been
+    taken for no stack dump at all and dropped without a word), the pid left blank, and a warning names the dump and
+    the field."""
+    job = _copy(PYSPY_JSON_CASE, tmp_path)
+    (job / "pyspy_odd.json").write_text(json.dumps([_thread(pid=pid)]))
+    t = build([job])
+    said = [w for w in t.warnings if w.startswith("pyspy_odd.json")]
+    assert said and "pid" in said[0] and "not a whole number" in said[0], t.warnings
+    mine = t.extra["stacks"].filter(t.extra["stacks"]["source"] == "pyspy_odd.json")
+    assert not mine.is_empty()  # its threads are still read

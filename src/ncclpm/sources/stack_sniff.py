@@ -39,7 +39,10 @@ _FH_ONLY = re.compile(
     rb"|\s+File \"[^\"]*\", line (?:\d+|\?\?\?) in .*|\s+<no Python frame>|\s+\.\.\.|Extension modules: .*"
     rb"|\s*\(total: \d+\))$"
 )
-_JSON_THREAD = re.compile(rb'^\s*\[\s*\{\s*"pid"\s*:\s*\d+\s*,\s*"thread_id"\s*:')
+# py-spy's `--json` thread list by its first keys, whatever the pid's value: a pid that is no count (negative, a
+# fraction, quoted) is the reader's to blank and say, not a reason to take the dump for something else
+_JSON_VALUE = rb'(?:[-+\d.eE]+|"[^"\n]{0,64}"|true|false|null)'
+_JSON_THREAD = re.compile(rb'^\s*\[\s*\{\s*"pid"\s*:\s*' + _JSON_VALUE + rb'\s*,\s*"thread_id"\s*:')
 # A py-spy dump pasted from its middle: frames first, then (within a few lines) a thread or process header. Above
 # that header only what a py-spy dump holds: frames, their locals, its separators and process lines.
 _PYSPY_FRAME = re.compile(rb"^ {4}\S.*? \([^()\n]*:\d+\)\s*$")

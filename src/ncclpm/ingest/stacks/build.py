@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from ncclpm.ingest.stacks.frames import frame_rules
-from ncclpm.ingest.stacks.parse import LIMITS, Block, Frame, parse_pyspy_json, parse_stack_lines
+from ncclpm.ingest.stacks.parse import LIMITS, NOT_A_COUNT, Block, Frame, parse_pyspy_json, parse_stack_lines
 from ncclpm.ingest.unwrap import NO_ENVELOPE, unwrap_lines
 from ncclpm.sources.discover import Job, SourceKind
 from ncclpm.sources.line_tags import without_line_tags
@@ -66,11 +66,17 @@ def file_rank(name: str) -> int | None:
 
 
 def _say_dropped(name: str, dropped: Counter[str], warnings: list[str]) -> None:
-    """One warning naming the numbers of a dump that were past what they can mean (left blank)."""
-    if dropped:
-        what = ", ".join(f"{kind} x{n}" if n > 1 else kind for kind, n in sorted(dropped.items()))
-        bounds = ", ".join(f"{kind} <= {LIMITS[kind]:,}" for kind in sorted(dropped))
+    """One warning naming the numbers of a dump that were past what they can mean (left blank), one naming the
+    values that are no count at all (a negative pid, a fraction, text: left blank too)."""
+    past = {k: n for k, n in dropped.items() if not k.startswith(NOT_A_COUNT)}
+    odd = {k.removeprefix(NOT_A_COUNT): n for k, n in dropped.items() if k.startswith(NOT_A_COUNT)}
+    if past:
+        what = ", ".join(f"{kind} x{n}" if n > 1 else kind for kind, n in sorted(past.items()))
+        bounds = ", ".join(f"{kind} <= {LIMITS[kind]:,}" for kind in sorted(past))
         warnings.append(f"{name}: numbers past what they can mean left blank: {what} ({bounds})")
+    if odd:
+        what = ", ".join(f"{kind} x{n}" if n > 1 else kind for kind, n in sorted(odd.items()))
+        warnings.append(f"{name}: values that are not a whole number >= 0 left blank: {what}")
 
 
 @dataclass

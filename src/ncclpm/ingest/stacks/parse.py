@@ -85,6 +85,7 @@ class Block:
 # What a number of a dump can mean: a rank (clamp.MAX_RANK: the largest jobs have ~10^5 ranks), a pid or thread id
 # (Linux: below 2^22, pid_t is 32 bits), a line number. A number past its bound is left blank and counted.
 LIMITS = {"rank": MAX_RANK, "pid": 2**31 - 1, "line": 2**31 - 1, "thread": 2**64 - 1}
+NOT_A_COUNT = "!"  # a `dropped` key so prefixed counts values that are no count at all (-5, 12.5, "123")
 
 
 def _int(text: str | None, what: str = "line", dropped: Counter[str] | None = None) -> int | None:
@@ -278,8 +279,10 @@ def parse_pyspy_json(text: str, dropped: Counter[str] | None = None) -> list[Blo
         if value is None:
             return None
         got = within(value, 0, LIMITS[what])
-        if got is None and (isinstance(value, Huge) or (isinstance(value, int) and not isinstance(value, bool))):
-            dropped[what] += 1
+        if got is None:
+            # past its bound, or no count at all (negative, a fraction, text, true/false): blank, and said
+            whole = isinstance(value, Huge) or (isinstance(value, int) and not isinstance(value, bool))
+            dropped[what if whole and (isinstance(value, Huge) or value > 0) else NOT_A_COUNT + what] += 1
         return got
 
     for th in threads:
