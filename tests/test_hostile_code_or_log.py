@@ -153,3 +153,23 @@ torchrun --nproc_per_node=8 train.py
 def test_code_that_quotes_a_job_line_stays_code(tmp_path: Path, name: str) -> None:
     (tmp_path / name).write_text(QUOTING_CODE[name])
     assert [s.kind for s in collect([tmp_path / name]).sources] == [SourceKind.CODE]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_printed_config_then_one_bare_exception_line_is_a_log(tmp_path: Path, kind: str) -> None:
+    """A program that printed its config and died with one exception line and no traceback (a CUDA error raised at
+    exit, a wrapper re-raising it): the exception line is the job's, so the file is a log (it was read as code)."""
+    log = tmp_path / "train.log"
+    log.write_text(
+        _printed(kind, random.Random(7)) + "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    )
+    assert [s.kind for s in collect([log]).sources] == [SourceKind.TEXT]
+    assert str(diagnose([log]).category) == "rank_crash"
+
+
+def test_a_config_whose_last_key_names_an_exception_stays_code(tmp_path: Path) -> None:
+    config = tmp_path / "retry.yaml"
+    config.write_text(
+        "retry:\n  attempts: 3\n" + "".join(f"  key_{i}: {i}\n" for i in range(420)) + "ValueError: skip\n"
+    )
+    assert [s.kind for s in collect([config]).sources] == [SourceKind.CODE]

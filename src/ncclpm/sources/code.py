@@ -154,6 +154,10 @@ _JOB_LINE = re.compile(
     re.X | re.M,
 )
 JOB_LINES = 2  # lines of a job that make a file a log
+# The last line of a program that died: an uncaught exception, flush left, with a message of a few words
+# (`RuntimeError: CUDA error: an illegal memory access was encountered`). A config never ends on one; in code it is
+# a syntax error (Python) or a command no shell has.
+_DYING_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception):[ \t]+\S+[ \t]+\S.*$")
 
 
 def job_lines(text: str, limit: int = JOB_LINES) -> int:
@@ -168,10 +172,13 @@ def job_lines(text: str, limit: int = JOB_LINES) -> int:
 
 def is_log_after_all(lang: str, text: str) -> bool:
     """Whether a file whose head reads as code (`code_language` gave `lang`) is a log: the whole file holds lines
-    only a job prints (a training log that starts with its printed config - a Hydra/OmegaConf YAML dump, JSON, a
-    pprint'ed dict, an argparse Namespace - or an `env` dump, then its failure). A JSON document or a notebook that
-    parses, or a Python program that parses, holds such text only in strings: code."""
-    if lang in ("json", "notebook") or job_lines(text) < JOB_LINES:
+    only a job prints, or ends on an uncaught exception's line (a training log that starts with its printed config -
+    a Hydra/OmegaConf YAML dump, JSON, a pprint'ed dict, an argparse Namespace - or an `env` dump, then its
+    failure). A JSON document or a notebook that parses, or a Python program that parses, holds such text only in
+    strings: code."""
+    if lang in ("json", "notebook"):
+        return False
+    if job_lines(text) < JOB_LINES and not _ends_dying(text):
         return False
     if lang == "python" and len(text) <= PARSE_WHOLE:
         try:
@@ -180,6 +187,14 @@ def is_log_after_all(lang: str, text: str) -> bool:
         except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
             pass
     return True
+
+
+def _ends_dying(text: str) -> bool:
+    """Whether the file's last line is an uncaught exception's (`_DYING_LINE`): a printed config, then the one line
+    a program prints when it dies without a traceback (a CUDA error raised at exit, a re-raised exception)."""
+    tail = text[-MAX_LINE:].rstrip()
+    last = without_line_tags(tail[tail.rfind("\n") + 1 :])
+    return bool(_DYING_LINE.match(last))
 
 
 def name_hint(name: str) -> str | None:
