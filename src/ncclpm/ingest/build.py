@@ -18,6 +18,7 @@ from ncclpm.ingest.text.errorfiles import read_error_files
 from ncclpm.ingest.text.extract import extract_events, lines_table, parse_lines, source_columns
 from ncclpm.ingest.text.lines import after_last_error, read_kept_lines
 from ncclpm.ingest.text.multiline import parse_elastic_summaries, rank_summary_blocks, stitch_tracebacks
+from ncclpm.ingest.text.native import watchdog_aborts
 from ncclpm.ingest.text.nccl import (
     fill_launched_ranks,
     fill_line_ranks,
@@ -91,7 +92,7 @@ def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") ->
     parsed = rank_summary_blocks(parsed, elastic)
     error_files = apply_readings(read_error_files(job.of_kind(SourceKind.ERROR_FILE), warnings), catalog.kinds)
     events = pl.concat([extract_events(parsed, catalog), error_files], how="vertical").cast(EVENTS_SCHEMA)  # type: ignore[arg-type]
-    events = bound(events, warnings)
+    events = watchdog_aborts(bound(events, warnings))
     comms = nccl_comms(events)
     process_ranks = rank_map(comms)
     launched = launched_ranks(events)

@@ -11,3 +11,9 @@ BUS_ERROR = Fix(
     "check `df -h /dev/shm` on the node.",
     when="a process ended with SIGBUS",
 )
+TEARDOWN = Fix(
+    "The work finished before the crash (its results are written): fix the shutdown - wait for every rank "
+    "(`dist.barrier()`) before `dist.destroy_process_group()`, join or stop background threads (data "
+    "prefetchers, loggers, async checkpoint writers) before the interpreter exits.",
+    when="the job logged the end of its work before the crash",
+)

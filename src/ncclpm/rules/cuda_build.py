@@ -65,10 +65,9 @@ class CudaBuildDoesNotFit(Rule):
         # `value` names what the build lacks altogether (CUDA, NCCL): read first, it decides alone
         lacking = sorted(set(ev["value"].drop_nulls().to_list()))
         fits = ev.filter(pl.col("value").is_null())
-        driver = fits["detail"].fill_null("").str.contains("driver version is insufficient").any()
-        arch = not fits.filter(
-            ~pl.col("detail").fill_null("").str.contains("driver version is insufficient")
-        ).is_empty()
+        too_old = "driver version is insufficient|driver on your system is too old"
+        driver = fits["detail"].fill_null("").str.contains(too_old).any()
+        arch = not fits.filter(~pl.col("detail").fill_null("").str.contains(too_old)).is_empty()
         ranks = tuple(sorted(set(ev["rank"].drop_nulls().to_list())))
         ran = f"{ranks_text(ranks)} ran" if ranks else "the job ran"
         what = (

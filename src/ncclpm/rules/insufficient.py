@@ -11,6 +11,7 @@ from ncclpm.model import said
 from ncclpm.rules._victim_view import victims_view
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.tables import Tables
+from ncclpm.tables.kinds import K
 from ncclpm.tables.schema import Category
 
 # The evidence to collect when it is missing from the job: (what, when) - the findings' fixes read "Collect <what>."
@@ -88,6 +89,9 @@ class InsufficientEvidence(Rule):
         shown = (
             "the logs show ranks waiting in a collective but not why"
             if not victims.is_empty()
+            else "NCCL's watchdog aborted a process (SIGABRT, its backtrace through the watchdog): a collective failed "
+            "or timed out first, and the excerpt does not show which or why"
+            if t.kinds(K.crash_signal)["victim"].any()
             else "the logs show a process cut off from another (a peer gone or not answering) but not which or why"
             if t.events["victim"].any()
             else f"the launcher reports {ranks_text(failed)} aborted together (SIGABRT: what NCCL's watchdog does "

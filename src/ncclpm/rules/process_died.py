@@ -9,7 +9,7 @@ import polars as pl
 from ncclpm.analysis.crashes import EXPLAINED_KINDS, OWN_ERROR, fatal_exit
 from ncclpm.analysis.victims import VICTIM_KINDS, same_line
 from ncclpm.model import said
-from ncclpm.rules._exits import BUS_ERROR
+from ncclpm.rules._exits import BUS_ERROR, TEARDOWN
 from ncclpm.rules.base import Finding, Fix, Rule, quotes
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
@@ -55,6 +55,7 @@ class ProcessDiedRankUnknown(Rule):
             when="the process was killed (`Killed`, SIGKILL, exit -9 or 137)",
         ),
         "bus_error": BUS_ERROR,
+        "teardown": TEARDOWN,
         "which_rank": Fix(
             "Keep each rank's output apart next time (`torchrun --log-dir DIR --tee 3`, or `--redirects 3`) so "
             "the report can name the rank."
@@ -178,10 +179,19 @@ class ProcessDiedRankUnknown(Rule):
         rank = "its global rank" if who != "A process" else "which rank it was"
         who = "A worker process" if teardown else who
         rank = "which one or why" if teardown else rank
+        # the work was done first (`training done` after the last step): a crash at shutdown, said first
+        done = self.facts.finished_work if not teardown and not killed else None
+        first = (
+            f"The work was done (`{said(done.text, t.line_prefix, 60)}`"
+            + (f" after `{said(done.last_step, t.line_prefix, 60)}`" if done.last_step else "")
+            + f") when {who[0].lower() + who[1:]} died at teardown ({quoted})"
+            if done is not None
+            else f"{who} {how}"
+        )
         return self.finding(
             confidence=self.base_confidence + (0.05 if not own.is_empty() and not teardown else 0.0),
             culprit_ranks=(),
-            summary=f"{who} {how}; the excerpt does not say {rank}.",
+            summary=f"{first}; the excerpt does not say {rank}.",
             explanation="No line shows a rank waiting on another, so this is where the process ended; in a "
             "distributed job the other ranks then wait for it until their timeout."
             + (
@@ -194,13 +204,14 @@ class ProcessDiedRankUnknown(Rule):
             ),
             evidence=quotes(ev.tail(3)) + quotes(doing),  # the death first: the story tells it from there
             fixes=self.fixes(
+                *(["teardown"] if done is not None else []),
                 "killed" if killed or teardown else "fix_error",
                 *(["bus_error"] if signal == "SIGBUS" else []),
                 "which_rank",
             ),
             dont=("Do not raise the collective timeout or change NCCL settings: no collective failed.",),
             verify=("After the fix the job passes the step where this process died.",),
-            facts={"killed": killed},
+            facts={"killed": killed, "after_work": done is not None},
         )
 
 

@@ -7,7 +7,7 @@ from typing import ClassVar
 import polars as pl
 
 from ncclpm.model import said
-from ncclpm.rules._exits import BUS_ERROR
+from ncclpm.rules._exits import BUS_ERROR, TEARDOWN
 from ncclpm.rules._why import QUIET_VERDICTS, first_timeout
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.tables import Tables
@@ -69,12 +69,7 @@ class RankDiedFirst(Rule):
             when="the rank died of a CUDA error a failing GPU raises as well as a bug",
         ),
         "bus_error": BUS_ERROR,
-        "teardown": Fix(
-            "The work finished before the crash (its results are written): fix the shutdown - wait for every rank "
-            "(`dist.barrier()`) before `dist.destroy_process_group()`, join or stop background threads (data "
-            "prefetchers, loggers, async checkpoint writers) before the interpreter exits.",
-            when="the job logged the end of its work before the crash",
-        ),
+        "teardown": TEARDOWN,
         "fix_crash": Fix(
             "Fix the failure on the culprit rank (its traceback above); for SIGKILL check the host's "
             "kernel log (`dmesg -T | grep -i 'killed process'`) for the OOM killer."

@@ -1,0 +1,74 @@
+"""Crash readings (issue 32): what a crash line means decides the verdict, not that a process died.
+
+- a SIGABRT whose native backtrace runs through torch's NCCL watchdog is the watchdog ending its process after a
+  collective failed: a victim's line, never "a process crashed";
+- a crash after the job logged the end of its work is a teardown crash, said first, with the last step reached,
+  whether or not a rank is named;
+- torch's "NVIDIA driver on your system is too old" is a build that does not fit the driver, not a rank crash.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ncclpm.api import diagnose
+
+WATCHDOG_BACKTRACE = [
+    "(RayWorkerWrapper pid=4009) /usr/lib64/libstdc++.so.6(+0x5e9f4) [0x7fa2fd0009f4]",
+    "(RayWorkerWrapper pid=4009) /usr/local/lib/python3.9/site-packages/torch/lib/libtorch_cuda.so(+0xe0845a) "
+    "[0x7f9a817d745a] c10d::ProcessGroupNCCL::ncclCommWatchdog()",
+    "(RayWorkerWrapper pid=4009) /usr/lib64/libpthread.so.0(+0x7ea5) [0x7fa2fe195ea5] start_thread",
+    "(RayWorkerWrapper pid=4009) *** SIGABRT received at time=1720159248 on cpu 5 ***",
+]
+
+
+def _diagnose(tmp_path: Path, lines: list[str]):
+    log = tmp_path / "job.log"
+    log.write_text("\n".join(lines) + "\n")
+    return diagnose([log])
+
+
+def test_a_sigabrt_through_the_nccl_watchdog_is_its_abort_not_a_crash(tmp_path: Path) -> None:
+    d = _diagnose(tmp_path, WATCHDOG_BACKTRACE)
+    assert str(d.category) == "unknown" and "watchdog aborted" in d.primary.summary, d.primary.summary
+
+
+def test_a_sigabrt_elsewhere_is_the_process_s_own_crash(tmp_path: Path) -> None:
+    lines = [
+        line.replace("c10d::ProcessGroupNCCL::ncclCommWatchdog()", "at::native::copy_") for line in WATCHDOG_BACKTRACE
+    ]
+    d = _diagnose(tmp_path, lines)
+    assert str(d.category) == "rank_crash" and "SIGABRT" in d.primary.summary, d.primary.summary
+
+
+def test_a_crash_after_the_work_was_done_is_said_to_be_at_teardown_with_the_last_step(tmp_path: Path) -> None:
+    d = _diagnose(
+        tmp_path,
+        [
+            "Epoch 9: 100%|██████████| 500/500 [10:00<00:00,  1.2it/s, loss=0.1]",
+            "Training completed. Saving final model to /out/final",
+            "terminate called without an active exception",
+            "Aborted (core dumped)",
+        ],
+    )
+    assert str(d.category) == "rank_crash"
+    assert d.primary.summary.startswith("The work was done (`Training completed"), d.primary.summary
+    assert "died at teardown" in d.primary.summary and "Epoch 9" in d.primary.summary
+    assert any("destroy_process_group" in f for f in d.primary.fixes)
+
+
+def test_a_crash_before_the_work_was_done_is_no_teardown(tmp_path: Path) -> None:
+    d = _diagnose(tmp_path, ["Epoch 3: 40%|████      | 200/500 [04:00<06:00,  1.2it/s]", "Aborted (core dumped)"])
+    assert str(d.category) == "rank_crash" and "teardown" not in d.primary.summary
+
+
+def test_a_driver_too_old_for_the_build_is_a_configuration_fault(tmp_path: Path) -> None:
+    d = _diagnose(
+        tmp_path,
+        [
+            "[rank3]: RuntimeError: The NVIDIA driver on your system is too old (found version 11040). Please update "
+            "your GPU driver by downloading and installing a new version from the URL: "
+            "http://www.nvidia.com/Download/index.aspx"
+        ],
+    )
+    assert str(d.category) == "config_version" and "driver" in d.primary.summary, d.primary.summary
