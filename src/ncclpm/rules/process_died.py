@@ -27,7 +27,9 @@ class ProcessDiedRankUnknown(Rule):
     with no line of any rank waiting on another and no error of a named rank (a rank named only by a harmless
     line does not say which one died); or a host's kernel log saying it ended a process (the OOM killer) or that
     a process's GPU work faulted (application Xids 13/31/43). torch.multiprocessing.spawn's `-- Process N
-    terminated with the following error:` above the traceback names the process (its local rank).
+    terminated with the following error:` above the traceback names the process (its local rank). When the job
+    logged the end of its work first (`training done`, the final checkpoint), the report says so first: a crash at
+    teardown, with the last step reached.
 
     ## Why it matters
     Most pastes in issue threads are exactly this: the one traceback the reporter saw. Its error is what ended
