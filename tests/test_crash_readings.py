@@ -4,7 +4,8 @@
   collective failed: a victim's line, never "a process crashed";
 - a crash after the job logged the end of its work is a teardown crash, said first, with the last step reached,
   whether or not a rank is named;
-- torch's "NVIDIA driver on your system is too old" is a build that does not fit the driver, not a rank crash.
+- torch's "NVIDIA driver on your system is too old" is a build that does not fit the driver, not a rank crash;
+- the loader refusing a compiled library (`undefined symbol`) is a version/ABI mismatch between installed packages.
 """
 
 from __future__ import annotations
@@ -72,3 +73,20 @@ def test_a_driver_too_old_for_the_build_is_a_configuration_fault(tmp_path: Path)
         ],
     )
     assert str(d.category) == "config_version" and "driver" in d.primary.summary, d.primary.summary
+
+
+def test_an_extension_built_for_another_torch_is_a_version_fault_not_a_crash(tmp_path: Path) -> None:
+    d = _diagnose(
+        tmp_path,
+        [
+            "[rank0]: ImportError: /usr/local/lib/python3.10/dist-packages/flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so: "
+            "undefined symbol: _ZN3c104cuda9SetDeviceEi"
+        ],
+    )
+    assert str(d.category) == "config_version", d.primary.summary
+    assert "flash_attn_2_cuda" in d.primary.summary and any("--force-reinstall" in f for f in d.primary.fixes)
+
+
+def test_an_import_error_that_names_no_symbol_is_no_version_fault(tmp_path: Path) -> None:
+    d = _diagnose(tmp_path, ["[rank0]: ImportError: cannot import name 'flash_attn_func' from 'flash_attn'"])
+    assert str(d.category) != "config_version"

@@ -11,6 +11,8 @@ from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
 from ncclpm.tables.schema import Category
 
+UNDEFINED_SYMBOL = "native.undefined_symbol"  # the loader refusing a compiled library (parsers/python_runtime.toml)
+
 
 class CudaBuildDoesNotFit(Rule):
     """The CUDA build does not fit the machine: newer than the driver, no kernels for the GPU, or no CUDA/NCCL at all.
@@ -21,7 +23,9 @@ class CudaBuildDoesNotFit(Rule):
     `Cuda failure 'invalid device function'` (kernels built for other GPU architectures), torch's warning
     that a GPU's `CUDA capability sm_NN is not compatible with the current PyTorch installation`, and a build
     with no CUDA or NCCL at all (`Torch not compiled with CUDA enabled`, `Distributed package doesn't have NCCL
-    built in`: a CPU-only wheel, or Windows/macOS where torch has no NCCL).
+    built in`: a CPU-only wheel, or Windows/macOS where torch has no NCCL); and a compiled library the loader
+    refuses (`ImportError: .../flash_attn_2_cuda...so: undefined symbol: ...`: built against another torch, or
+    torch's own libraries finding another NCCL or CUDA library than theirs).
 
     ## Why it matters
     The driver and the GPU are fine; the software installed on them is the wrong build. Draining the node,
@@ -50,6 +54,14 @@ class CudaBuildDoesNotFit(Rule):
             "12.8); a custom build needs `TORCH_CUDA_ARCH_LIST` to include it.",
             when="the build has no kernels for the GPU's architecture",
         ),
+        "abi": Fix(
+            "Install the library built for the installed torch: reinstall the extension against it (`pip install "
+            "--no-build-isolation --force-reinstall --no-cache-dir <package>`) or pin torch to the version it was "
+            "built for; for torch's own libraries (`libtorch_cuda.so: undefined symbol: nccl...`) make torch load the "
+            "NCCL and CUDA libraries of its own wheel (remove a system NCCL from `LD_LIBRARY_PATH`, reinstall the "
+            "matching `nvidia-nccl-cu*` wheel).",
+            when="a compiled library was built against other versions (`undefined symbol`)",
+        ),
         "backend": Fix(
             "Install a CUDA build of torch on the GPU nodes (`pip install torch --index-url "
             "https://download.pytorch.org/whl/cu126`; `torch.version.cuda` must not be `None`); NCCL exists only "
@@ -64,7 +76,9 @@ class CudaBuildDoesNotFit(Rule):
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         # `value` names what the build lacks altogether (CUDA, NCCL): read first, it decides alone
         lacking = sorted(set(ev["value"].drop_nulls().to_list()))
-        fits = ev.filter(pl.col("value").is_null())
+        # a compiled library the loader refused (`undefined symbol`): built against other versions than installed
+        abi = ev.filter(pl.col("event") == UNDEFINED_SYMBOL)
+        fits = ev.filter(pl.col("value").is_null() & (pl.col("event") != UNDEFINED_SYMBOL))
         too_old = "driver version is insufficient|driver on your system is too old"
         driver = fits["detail"].fill_null("").str.contains(too_old).any()
         arch = not fits.filter(~pl.col("detail").fill_null("").str.contains(too_old)).is_empty()
@@ -73,6 +87,9 @@ class CudaBuildDoesNotFit(Rule):
         what = (
             f"The torch build {ran} has no {' or '.join(lacking)} support"
             if lacking
+            else f"A compiled library {ranks_text(ranks) if ranks else 'the job'} loaded, "
+            f"`{abi['var'][0]}`, was built against other versions of torch, CUDA or NCCL than the ones installed"
+            if fits.is_empty() and not abi.is_empty()
             else f"{ran.capitalize()} a CUDA runtime newer than the node's driver supports"
             if driver and not arch
             else f"The build {ran} has no CUDA kernels for this GPU's architecture"
@@ -82,20 +99,32 @@ class CudaBuildDoesNotFit(Rule):
         if lacking:
             ev = ev.sort(pl.col("value").is_null())  # quote what the build lacks first
             driver = arch = False
+        mismatched = not abi.is_empty() and not lacking and fits.is_empty()
         return self.finding(
             culprit_ranks=ranks,
-            summary=f"{what}: `{ev['detail'][0]}`. The installed build is wrong for this machine; "
-            "the driver and the GPU are not broken.",
+            summary=f"{what}: `{ev['detail'][0]}`. "
+            + (
+                "The installed packages do not fit each other; the driver and the GPU are not broken."
+                if mismatched
+                else "The installed build is wrong for this machine; the driver and the GPU are not broken."
+            ),
             explanation="A torch wheel (and the NCCL inside it) is built for one CUDA version and a list of GPU "
             "architectures. A driver older than that CUDA version refuses to run it; a GPU whose architecture is "
             "not in the list has no kernels to run. Either way every process on such a node fails at its first "
             "GPU call, and collectives with it fail or time out."
-            if not lacking
+            if not lacking and not mismatched
+            else "A compiled library names the symbols it needs from the libraries it was built with; when the "
+            "installed ones differ (torch upgraded under an extension, another NCCL or CUDA library found first on "
+            "LD_LIBRARY_PATH), the loader refuses it and the process fails at import, the same way on every rank."
+            if mismatched
             else "A CPU-only wheel has no CUDA, and only Linux CUDA wheels carry NCCL: the process fails at its first "
             "GPU call or at `init_process_group(backend='nccl')`, on every machine where this build is installed.",
             evidence=quotes(ev, 4),
             fixes=self.fixes(
-                *(["driver"] if driver else []), *(["arch"] if arch else []), *(["backend"] if lacking else [])
+                *(["driver"] if driver else []),
+                *(["arch"] if arch else []),
+                *(["backend"] if lacking else []),
+                *(["abi"] if not abi.is_empty() else []),
             ),
             dont=(
                 "Do not drain the node or reload the driver: the same build fails on every node like it.",
