@@ -62,6 +62,18 @@ PREFIXES = [
     ("[2025-01-01 12:00:00 DP1 TP3] x", 3, True, None, "x"),
     ("[2025-01-01 12:00:00.250 DP0 PP1 TP3 EP3] x", 3, True, None, "x"),
     ("[2025-01-01 12:00:00 DP1 PP0 ATTN_CP1 MOE_DP0 TP3 EP1] x", 3, True, None, "x"),
+    ("[2025-01-01 12:00:00 DP0 TP2 EP2 PP1] x", 2, True, None, "x"),
+    # SGLang inside a Ray actor (verl's and OpenRLHF's rollouts): an engine's own world, TP within it
+    ("(SGLangEngine pid=5521, ip=10.0.0.3) [2025-06-01 10:00:00 TP1] x", 1, True, 5521, "x"),
+    ("(WorkerDict pid=77) [2025-06-01 10:00:00 DP0 TP0 EP0 PP0] x", 0, True, 77, "x"),
+    # verl's logger inside a Ray actor
+    (
+        "(WorkerDict pid=5521, ip=10.0.0.3) WARNING:2026-09-20 10:00:00,123:Waiting for NCCL group",
+        None,
+        None,
+        5521,
+        "Waiting for NCCL group",
+    ),
 ]
 
 
