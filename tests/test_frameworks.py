@@ -130,6 +130,8 @@ def test_a_vllm_worker_failure_is_read_per_rank() -> None:
         ("ERROR 11-20 10:00:00 [multiproc_executor.py:380] Worker proc VllmWorker-3 died unexpectedly (exit code: -9), shutting down executor.", "vllm.worker_died"),
         ("[2025-01-01 12:00:00 TP3] Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)", "sglang.watchdog_timeout"),
         ("(Worker_TP1 pid=4) WARNING 11-20 10:00:00 [custom_all_reduce.py:85] Custom allreduce is disabled because this process group spans across nodes.", "framework.custom_allreduce_disabled"),
+        ("RuntimeError: Unable to get the NCCLUniqueID from the store within 30 seconds.", "framework.nccl_id_timeout"),
+        ("ERROR 11-20 10:00:00 [pynccl_wrapper.py:318] Failed to load NCCL library from /opt/nccl/lib/libnccl.so.2. It is expected if you are not running on NVIDIA/AMD GPUs.", "framework.nccl_library_not_loaded"),
     ],
 )  # fmt: skip
 def test_framework_messages_are_read(line: str, entry: str) -> None:
