@@ -7,7 +7,7 @@ import polars as pl
 from ncclpm.ingest.catalog import Catalog, Envelope, Example, Pattern
 from ncclpm.ingest.text.extract import extract_events, parse_lines
 
-ENVELOPE_KEYS = frozenset({"rank", "level", "host", "pid", "message"})
+ENVELOPE_KEYS = frozenset({"rank", "rank_local", "level", "host", "pid", "message"})
 
 
 def parse_one(catalog: Catalog, line: str, *, messages: bool = False) -> tuple[pl.DataFrame, pl.DataFrame]:

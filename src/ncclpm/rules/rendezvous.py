@@ -84,6 +84,12 @@ class ProcessGroupNeverFormed(Rule):
             "If the port is in use, pick a free one or let torchrun choose (`--rdzv-backend=c10d "
             "--rdzv-endpoint=host:0` / `--master-port` unset)."
         ),
+        "port_taken": Fix(
+            "Find what holds the store's port on its host (`ss -ltnp | grep :PORT`): end it if it is a stale process "
+            "of an earlier run, else give this job a port of its own (`--master-port`, `--rdzv-endpoint=host:port`) "
+            "or let torchrun choose one (`--rdzv-endpoint=host:0`).",
+            when="the store's own port was taken",
+        ),
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
@@ -120,6 +126,12 @@ class ProcessGroupNeverFormed(Rule):
             errno = ev.filter(pl.col("kind") == K.store_bind)["count"].drop_nulls()
             why = _BIND_ERRNO.get(int(errno[0]), "") if errno.len() else "already in use"
             return tuple(sorted(bind)), f"the store could not listen on its port{f' ({why})' if why else ''}"
+        rebind = ev.filter(pl.col("kind") == K.store_bind_retry)
+        if not rebind.is_empty():  # the server's own port taken, not a store the clients cannot reach
+            port = rebind["detail"].drop_nulls()
+            on = f" {port[-1]}" if port.len() else ""
+            ranks = tuple(sorted(rebind["rank"].drop_nulls().unique().to_list()))
+            return ranks, f"the store's own port{on} was taken (another job, or a stale process of an earlier run)"
         connecting = ev.filter(pl.col("kind").is_in([K.store_connect, K.store_retry]))
         if not connecting.is_empty():
             addr = pl.coalesce("peer", "detail", "value").drop_nulls()
@@ -168,8 +180,9 @@ class ProcessGroupNeverFormed(Rule):
             conf = 0.45
         elif (ev["kind"] == K.bootstrap_error).all():  # how much NCCL's line proves alone (parsers/nccl/)
             conf = float(ev["strength"].max() or 0.6)
-        elif (ev["kind"] == K.store_retry).all():
-            conf, how = RETRY_ONLY, f"{how} - the client was still retrying when the log ends"
+        elif ev["kind"].is_in([K.store_retry, K.store_bind_retry]).all():
+            who = "torchelastic" if (ev["kind"] == K.store_bind_retry).any() else "the client"
+            conf, how = RETRY_ONLY, f"{how} - {who} was still retrying when the log ends"
         elif (ev["kind"] == K.comm_init_timeout).all():
             conf, how = COMM_INIT_ONLY, "an NCCL communicator did not finish initialising in time"
         elif _bare_store_timeout(t, ev):
@@ -188,7 +201,7 @@ class ProcessGroupNeverFormed(Rule):
             explanation="The failure happened before any collective: the processes did not all reach the "
             "rendezvous/TCPStore. This is a launch or network-setup problem, not a training or NCCL bug.",
             evidence=quotes(ev),
-            fixes=self.fixes(),
+            fixes=self.fixes(*_fix_order(ev)),
             dont=(
                 "No NCCL variable (NCCL_P2P_DISABLE, NCCL_IB_DISABLE, NCCL_SOCKET_IFNAME) affects the "
                 "TCPStore rendezvous that failed here.",
@@ -201,13 +214,15 @@ class ProcessGroupNeverFormed(Rule):
 
 
 def _stuck_retrying(t: Tables) -> pl.DataFrame:
-    """A store client's failed attempts, when they are all the job says went wrong: nothing else erred or failed
-    and no line after them shows the rank got past its rendezvous (healthy jobs print a few while the store's
-    server starts)."""
-    retries = t.kinds(K.store_retry)
+    """A store client's failed attempts (or the store server's, its own port taken), when they are all the job says
+    went wrong: nothing else erred or failed and no line after them shows the rank got past its rendezvous (healthy
+    jobs print a few while the store's server starts; a server's retry that then bound caused nothing)."""
+    retries = t.kinds(K.store_retry, K.store_bind_retry)
     if retries.is_empty():
         return retries
-    others = t.events.filter((pl.col("severity") == "error") & (pl.col("kind") != K.store_retry))
+    others = t.events.filter(
+        (pl.col("severity") == "error") & ~pl.col("kind").is_in([K.store_retry, K.store_bind_retry])
+    )
     if not others.is_empty() or not t.tracebacks.is_empty():
         return retries.clear()
     went_on = t.kinds(K.progress, K.nccl_comm_init).group_by("source").agg(pl.col("line").max().alias("_last"))
@@ -219,3 +234,10 @@ def _bare_store_timeout(t: Tables, ev: pl.DataFrame) -> bool:
     """Only bare store timeouts (`Socket Timeout`), with no init or rendezvous frame around them."""
     bare = (ev["kind"] == K.store_timeout) & (ev["detail"] == BARE_TIMEOUT_DETAIL)
     return bool(bare.all()) and t.kinds(K.frame_init, K.frame_rendezvous).is_empty()
+
+
+def _fix_order(ev: pl.DataFrame) -> tuple[str, ...]:
+    """The port's own fix first when the store's server could not bind (its port taken), else the usual ones."""
+    if ev["kind"].is_in([K.store_bind, K.store_bind_retry]).any():
+        return ("port_taken", "same_address", "all_started")
+    return ("same_address", "all_started", "port")

@@ -71,7 +71,7 @@ _LOG_ANCHORED = re.compile(
     re.X,
 )
 _LOG_ANYWHERE = re.compile(
-    r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d|\b\d\d:\d\d:\d\d[.,]\d{3}|\d%\||\bit/s\]|s/it\]|\bNCCL (?:INFO|WARN)\b"
+    r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d|\b\d\d:\d\d:\d\d[.,]\d{3}|\d%\||\bit/s\]|s/it\]|\bNCCL (?:INFO|WARN|ATTN)\b"
     r"|\((?:core dumped|Segmentation fault)\)"
 )
 _FRAME = re.compile(r'^\s*File "[^"]+", line \d+')

@@ -90,7 +90,7 @@ def nccl_addresses(lines: pl.DataFrame) -> pl.DataFrame:
 
 def has_nccl_log(lines: pl.DataFrame) -> bool:
     """Whether the job holds NCCL's own log (NCCL_DEBUG=INFO or WARN output)."""
-    return not lines.filter(pl.col("message").str.contains("NCCL (?:INFO|WARN)")).is_empty()
+    return not lines.filter(pl.col("message").str.contains("NCCL (?:INFO|WARN|ATTN)")).is_empty()
 
 
 def rank_map(comms: pl.DataFrame) -> pl.DataFrame:
