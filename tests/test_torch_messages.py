@@ -95,6 +95,8 @@ def test_the_committed_list_holds_no_string_the_extraction_rejects() -> None:
         ("distributed c10d bindings", "module_doc"),
         ("%s: __pos (which is %zu) > __size (which is %zu)", "linked_library"),
         ("chrono value is out of range", "linked_library"),
+        ("Invalid Container Length", "linked_library"),  # libnop's
+        ("Invalid IP address", ""),  # gloo's own
         # messages, and pieces of messages, that stay
         ("WorkNCCL(", ""),  # opens the watchdog's timeout line
         ("[rank={}]", ""),  # nccl2's line prefix

@@ -74,11 +74,15 @@ _DOCSTRING_HEAD = re.compile(
 )
 _SIGNATURE = re.compile(r"^[\w.]+\([^()]*\)\s*->")
 _MODULE_DOC = re.compile(r"^[\w.+ ]+ bindings$")
-# the error texts of libraries linked into torch: libstdc++'s range checks, fmt's format errors, nlohmann json's
+# the error texts of libraries linked into torch: libstdc++'s range checks, fmt's format errors, nlohmann json's, and
+# libnop's ErrorStatus texts (the serialiser of tensorpipe, the RPC transport: `Invalid Container Length`...)
 _LINKED_LIBRARY = re.compile(
     r"__\w+ \(which is %zu\)|^\[json\.exception\.|"
     r"^(?:invalid format|chrono value is out of range|precision not allowed for this argument type|"
-    r"failed to format time|\{\} error)$"
+    r"failed to format time|\{\} error)$|"
+    r"^(?:No Error|Unexpected (?:Encoding|Handle|Variant) Type|Invalid (?:Container Length|Member Count|String Length|"
+    r"Table Hash|Interface Method|Handle Reference|Handle Value)|Duplicate Table Hash|(?:Read|Write) Limit Reached|"
+    r"(?:Stream|Debug|IO|System|Protocol|Unknown) Error)$"
 )
 
 
