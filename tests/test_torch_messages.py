@@ -101,6 +101,7 @@ def test_the_committed_list_holds_no_string_the_extraction_rejects() -> None:
         ("WorkNCCL(", ""),  # opens the watchdog's timeout line
         ("[rank={}]", ""),  # nccl2's line prefix
         ("\nLast error:\n", ""),  # before NCCL's last WARN in torch's NCCL error
+        ("\nCUDA kernel errors might be asynchronously reported at some other API call", ""),  # after a CUDA error
         ("context_->getPair(rank)", ""),  # a GLOO_ENFORCE condition, printed in the enforce line
         ("Set timeout is now only supported for either nccl or gloo", ""),
         ("Tensors must be CUDA and dense", ""),

@@ -68,9 +68,12 @@ _UNVERSIONED = re.compile(r"^\d+\.\d+")
 # (a row with `pieces`) is never dropped: `WorkNCCL(` opens the watchdog's timeout line.
 _NAME_CHARS = re.compile(r"^[\w.:/~?<>()|$-]+$")
 _OPENS = ("(", ":", "=", "[")
+# a pybind docstring: a raw-string block (`R"(\n...\n)"`), an indented continuation, or a sentence that opens like
+# API documentation (`Gets the ...`, `Creates a new ...`); a message that opens with a newline (`\nCUDA kernel
+# errors might be asynchronously reported...`, appended to a CUDA error) is none of these
 _DOCSTRING_HEAD = re.compile(
-    r"^\n[A-Z]\S*(?: \S+){5}|\n {6,}\S|"
-    r"^(?:Gets?|Sets?|Returns?|Creates?|Clones?|Replaces?|Retrieves?) (?:the|a|an|new)\b"
+    r"^\n[A-Z]\S*(?: +\S+){3}[\s\S]*\n *$|\n {6,}\S|"
+    r"^\n?(?:Gets?|Sets?|Returns?|Creates?|Clones?|Replaces?|Retrieves?|Attach) (?:the|a|an|new)\b"
 )
 _SIGNATURE = re.compile(r"^[\w.]+\([^()]*\)\s*->")
 _MODULE_DOC = re.compile(r"^[\w.+ ]+ bindings$")
