@@ -37,7 +37,13 @@ def catalog():  # type: ignore[no-untyped-def]
 
 @cache
 def gated_coverage(all_versions: bool) -> tc.Coverage:
-    rows = [r for r in tc.rows() if tc.gated(r["component"], r["scope"]) and (all_versions or r["last"] == tc.NEWEST)]
+    """The gate's messages and the debugging tools' (counted apart, declared all the same)."""
+    rows = [
+        r
+        for r in tc.rows()
+        if (tc.gated(r["component"], r["scope"]) or tc.tool(r["component"], r["scope"]))
+        and (all_versions or r["last"] == tc.NEWEST)
+    ]
     return tc.coverage(rows)
 
 
@@ -55,6 +61,61 @@ def test_every_gated_message_of_the_newest_torch_is_read_or_declared() -> None:
     assert accounted >= GATE
 
 
+def test_the_debugging_tools_are_counted_apart() -> None:
+    """The debug server's and the flight-recorder analyser's own messages are outside the gate's denominator (their
+    interface, not a failing job's log); the flight recorder a job runs (c10d.flight_recorder) stays in it."""
+    assert tc.tool("debug_server") and tc.tool("c10d.control_plane") and tc.tool("flight_recorder")
+    assert not tc.gated("debug_server") and not tc.gated("c10d.control_plane") and not tc.gated("flight_recorder")
+    assert tc.gated("c10d.flight_recorder") and not tc.tool("c10d.flight_recorder")
+    assert tc.gated("c10d.ProcessGroupNCCL") and tc.gated("torchelastic.agent")
+
+
+# --- what is not a message ------------------------------------------------------------------------------------------
+
+
+def test_the_committed_list_holds_no_string_the_extraction_rejects() -> None:
+    """`torch_extract.not_a_message` is applied by the extraction (and `--refilter` to the committed list): no row
+    of scripts/vocab/data/torch_messages.jsonl is one it rejects."""
+    import torch_extract
+
+    rejected = [(r["id"], r["text"]) for r in tc.rows() if torch_extract.not_a_message(r)]
+    assert rejected == []
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("/last_member", "identifier"),
+        ("~ProcessGroupNCCL", "identifier"),
+        ("c10d.backend_{}", "identifier"),
+        (" --nonblocking", "identifier"),
+        ("Gets the timeout of the store.", "docstring"),
+        ("\nReturns a list of all keys in the store.\n", "docstring"),
+        ("batch_p2p_ops(str[] op_list, int[] peer_list)-> Tensor[]", "signature"),
+        ("distributed c10d bindings", "module_doc"),
+        ("%s: __pos (which is %zu) > __size (which is %zu)", "linked_library"),
+        ("chrono value is out of range", "linked_library"),
+        ("Invalid Container Length", "linked_library"),  # libnop's
+        ("Invalid IP address", ""),  # gloo's own
+        # messages, and pieces of messages, that stay
+        ("WorkNCCL(", ""),  # opens the watchdog's timeout line
+        ("[rank={}]", ""),  # nccl2's line prefix
+        ("\nLast error:\n", ""),  # before NCCL's last WARN in torch's NCCL error
+        ("\nCUDA kernel errors might be asynchronously reported at some other API call", ""),  # after a CUDA error
+        ("context_->getPair(rank)", ""),  # a GLOO_ENFORCE condition, printed in the enforce line
+        ("Set timeout is now only supported for either nccl or gloo", ""),
+        ("Tensors must be CUDA and dense", ""),
+        ("Timeout", "identifier"),  # one word: cppscan.is_message drops such names at the source already
+    ],
+)
+def test_what_is_not_a_message(text: str, why: str) -> None:
+    import torch_extract
+
+    assert torch_extract.not_a_message({"kind": "cpp", "text": text}) == why
+    assert torch_extract.not_a_message({"kind": "cpp", "text": text, "pieces": [text, "x"]}) == ""
+    assert torch_extract.not_a_message({"kind": "python", "template": text}) == ""
+
+
 def test_every_release_of_torch_is_accounted_for_too() -> None:
     """torch 2.0-2.14's wordings that 2.15 no longer prints are read or declared as well: logs of every release."""
     gaps = [(v.row["id"], v.row["first"], v.row["last"]) for v in gated_coverage(True).gaps()]
@@ -65,7 +126,7 @@ def test_declarations_are_live_and_point_at_entries() -> None:
     """Every group of declared.toml takes at least one message (a group nothing matches is a stale declaration),
     and every `part_of` names a declared entry (checked when the coverage is computed)."""
     groups = tc.groups()
-    rows = [r for r in tc.rows() if tc.gated(r["component"], r["scope"])]
+    rows = [r for r in tc.rows() if tc.gated(r["component"], r["scope"]) or tc.tool(r["component"], r["scope"])]
     taken = {i for r in rows for i, g in enumerate(groups) if g.takes(r)}
     dead = [f"group {i + 1} ({g.reason[:50]})" for i, g in enumerate(groups) if i not in taken]
     assert dead == []
@@ -422,3 +483,70 @@ def test_declared_categories_cover_every_kind_a_rule_reads() -> None:
             by_kind[(p.kind, d.strength)].add(d.category)
     mixed = {k: v for k, v in by_kind.items() if len(v) > 1}
     assert mixed == {}
+
+
+# --- a usage error ends a rank's traceback ---------------------------------------------------------------------------
+
+USAGE_FAMILIES = "usage."  # parsers/torch/usage.toml's families of argument checks (config_version)
+PER_FAMILY = 3  # instances of each family's messages, the first by id: every family, a few of its wordings
+
+
+def _rank_traceback(last: str) -> bytes:
+    """A rank's traceback through a collective ending in `last` (a C++ check's text is raised as RuntimeError), then
+    torchrun's line for the rank it lost."""
+    if not tc.EXCEPTION_CLASS.match(last.split(":", 1)[0].rsplit(".", 1)[-1]):
+        last = "RuntimeError: " + last
+    frames = [
+        "Traceback (most recent call last):",
+        '  File "/app/train.py", line 42, in <module>',
+        "    dist.all_reduce(t)",
+        '  File "/usr/local/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 2501, in all_reduce',
+        "    work = group.allreduce([tensor], opts)",
+        *last.split("\n"),
+    ]
+    lines = [f"[rank1]: {line}" for line in frames]
+    lines.append(
+        "E1122 10:00:01.000000 4321 torch/distributed/elastic/multiprocessing/api.py:900] failed (exitcode: 1) "
+        "local_rank: 1 (pid: 4411) of binary: /usr/bin/python3"
+    )
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _usage_instances() -> list[tuple[str, str]]:
+    cov = gated_coverage(False)
+    by: dict[str, list[str]] = defaultdict(list)
+    for v in sorted(cov.verdicts, key=lambda v: v.row["id"]):
+        if v.status == "read" and v.by.startswith(USAGE_FAMILIES) and v.row["last"] == tc.NEWEST:
+            entry = next(p for p in catalog().patterns if p.id == v.by)
+            if entry.declared is not None and entry.declared.category == "config_version":
+                by[v.by].append(tc.instance(v.row))
+    return [(entry, text) for entry, texts in sorted(by.items()) for text in texts[:PER_FAMILY]]
+
+
+def test_a_usage_error_ending_a_rank_traceback_is_the_jobs_configuration() -> None:
+    """torch's argument checks (a tensor on the wrong device, an op the backend does not support, a group used
+    before init, an argument out of range...), instances of torch 2.15's own wordings that the usage families read,
+    each ending a rank's traceback: config_version (CF04: the message names the cause), not "a rank crashed"."""
+    cases = _usage_instances()
+    families = {entry for entry, _ in cases}
+    declared = {p.id for p in catalog().patterns if p.id.startswith(USAGE_FAMILIES) and p.kind == "usage_error"}
+    assert families == declared  # every family reads some of torch 2.15's messages
+    wrong = []
+    for entry, text in cases:
+        d = diagnose(stdin_bytes=_rank_traceback(text))
+        if d.category != Category.CONFIG_VERSION:
+            wrong.append((entry, str(d.category), text[:80]))
+    assert wrong == []
+
+
+def test_a_plain_python_error_ending_a_rank_traceback_is_still_a_crash() -> None:
+    """The same traceback ending in an error of the program's own (no torch check) keeps the crash reading; and an
+    internal assertion of torch is its rank's crash too (no cause alone), not the job's configuration."""
+    for last in (
+        "ZeroDivisionError: division by zero",
+        "KeyError: 'input_ids'",
+        'RuntimeError: ncclComm != nullptr INTERNAL ASSERT FAILED at "/pytorch/torch/csrc/distributed/c10d/'
+        'ProcessGroupNCCL.cpp":2345, please report a bug to PyTorch.',
+    ):
+        d = diagnose(stdin_bytes=_rank_traceback(last))
+        assert d.category == Category.RANK_CRASH, (last, d.category)

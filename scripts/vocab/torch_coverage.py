@@ -42,6 +42,12 @@ GATED = (
     "torchelastic",
     "torchrun",
 )
+# Tools a person runs to debug a job, whose messages are the tool's own interface, not what a failing job's log holds:
+# the debug HTTP server (torch.distributed.debug, c10d's control plane: HTTP status texts, its handlers' replies) and
+# the flight-recorder analyser (`python -m torch.distributed.flight_recorder.fr_trace`: its report). Counted apart,
+# outside the gate's denominator; still read or declared like the rest (the coverage test checks them too).
+# The flight recorder itself (c10d.flight_recorder: the dump a job writes) stays in the gate.
+TOOLS = ("debug_server", "c10d.control_plane", "flight_recorder")
 STATUSES = ("structured", "part_of", "benign", "out_of_scope")
 READ_STATUSES = ("read", "structured", "part_of")  # what counts as read in the doc
 # a Python template's variable part, by what its expression names -> a value such a line holds
@@ -66,7 +72,12 @@ VALUES = (
 def gated(component: str, scope: str = "core") -> bool:
     """Whether the gate counts a message of this component (torch.distributed's core: DDP's reducer, symmetric
     memory... are `extended`, programming interfaces the job calls, and not gated)."""
-    return scope == "core" and component.startswith(GATED)
+    return scope == "core" and component.startswith(GATED) and not component.startswith(TOOLS)
+
+
+def tool(component: str, scope: str = "core") -> bool:
+    """Whether a message is a debugging tool's own (TOOLS): counted apart from the gate, declared all the same."""
+    return scope == "core" and component.startswith(TOOLS)
 
 
 def _value(expr: str) -> str:
@@ -103,12 +114,18 @@ def _fill(template: str) -> str:
     return "".join(out)
 
 
+EXCEPTION_CLASS = re.compile(r"^[A-Z]\w*(?:Error|Exception)$")
+
+
 def instance(row: dict) -> str:
     """One message as a log would hold it: each variable part written as a value of its kind (a C++ piece that ends
-    where a value is printed gets one)."""
+    where a value is printed gets one); a Python exception's message after its class, as a traceback's last line
+    prints it (`ValueError: ...`; a C++ check's class is not known from its string: the text alone)."""
     if "template" in row:
-        return _fill(row["template"])
-    text = row.get("shape", row["text"]).replace("{}", "7")
+        raised = [e for e in row.get("exception") or () if EXCEPTION_CLASS.match(e)]
+        head = f"{raised[0]}: " if row.get("call") == "exception" and raised else ""
+        return head + _fill(row["template"])
+    text = row.get("shape", row["text"]).replace("{}", "7").replace("{line}", "7")  # INTERNAL ASSERT's line
     return text + "7" if OPEN_END.search(text) else text
 
 
@@ -160,7 +177,11 @@ class Coverage:
         return dict(out)
 
     def gaps(self) -> list[Verdict]:
-        return [v for v in self.verdicts if v.status == "undeclared" and gated(v.row["component"], v.row["scope"])]
+        return [
+            v
+            for v in self.verdicts
+            if v.status == "undeclared" and (gated(v.row["component"], v.row["scope"]) or tool(v.row["component"]))
+        ]
 
 
 @cache
@@ -262,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     cov = coverage(selected)
     for comp, counts in sorted(cov.by_component().items()):
         total = sum(counts.values())
-        mark = "*" if gated(comp, args.scope if args.scope != "all" else "core") else " "
+        scope = args.scope if args.scope != "all" else "core"
+        mark = "*" if gated(comp, scope) else "t" if tool(comp, scope) else " "
         print(
             f"{mark} {comp:36} {total:5}  " + "  ".join(f"{s} {counts[s]}" for s in ("read", *STATUSES, "undeclared"))
         )

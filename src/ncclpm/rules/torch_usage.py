@@ -18,6 +18,16 @@ _FIX_OF = {
     "ddp.graph_changed": "static_graph",
     "ddp.marked_ready_twice": "ready_twice",
     "c10d.tensors_not_for_backend": "backend",
+    # parsers/torch/usage.toml's families of torch.distributed's argument checks
+    "usage.tensor_arguments": "tensors",
+    "usage.backend_refuses": "backend_op",
+    "usage.group_state": "group",
+    "usage.process_group_setup": "group",
+    "usage.device_mesh": "mesh",
+    "usage.arguments": "argument",
+    "usage.python_arguments": "argument",
+    "usage.call_order": "call_order",
+    "usage.window_mempool": "window",
 }
 
 
@@ -30,6 +40,12 @@ class TorchUsageError(Rule):
     checkpointing, a module run twice), `Your training graph has changed in this iteration` (static_graph) - and a
     process group refusing the tensors it is handed: `Tensors must be CUDA and dense` (CPU or sparse tensors to
     NCCL), `No backend type associated with device type cpu`, `Tensors must be contiguous`.
+
+    And every argument check torch.distributed raises at the call, read by family (parsers/torch/usage.toml): the
+    tensors a collective refuses (device, dtype, size, layout, list lengths), an operation, reduce op or dtype the
+    backend does not implement (or an NCCL too old for it), a group used before init_process_group or with ranks it
+    does not hold, a device mesh that does not fit the world, an argument out of its range, calls out of order
+    (coalescing, futures), NCCL windows and memory pools used wrongly.
 
     ## Why it matters
     These are the program's own configuration, raised the same way on every run and every rank: a "rank crashed"
@@ -70,6 +86,42 @@ class TorchUsageError(Rule):
             "(`dist.new_group(backend='gloo')`).",
             when="a collective was handed tensors its process group cannot take",
         ),
+        "tensors": Fix(
+            "Hand the collective what its message asks for: tensors on this rank's GPU (CPU tensors need a gloo "
+            "group), contiguous and dense, of one dtype, sized for the group (world_size x the input for all_gather, "
+            "split sizes that sum to dim 0), lists as long as the group.",
+            when="a collective refused the tensors it was handed",
+        ),
+        "backend_op": Fix(
+            "Use an operation, reduce op and dtype the backend implements (the message names which), another backend "
+            "for it (gloo for CPU tensors and monitored_barrier), or a torch whose NCCL is new enough for the feature.",
+            when="the backend does not implement what was asked",
+        ),
+        "group": Fix(
+            "Call init_process_group once (with `device_id` for NCCL) before any collective and destroy it only at "
+            "the end; create subgroups on every rank with the same ranks, all < world_size.",
+            when="a process group was used in a state or with ranks it does not allow",
+        ),
+        "mesh": Fix(
+            "Give the device mesh a shape whose product is the world size and unique dimension names, slice it only "
+            "by those names, and set the device (`torch.cuda.set_device(local_rank)`) before building it.",
+            when="a device mesh does not fit the world or its names",
+        ),
+        "argument": Fix(
+            "Correct the argument the message names (timeouts as `datetime.timedelta` and positive, "
+            "`--rdzv-conf key=value,...`, scatter/gather lists only on their source/destination rank).",
+            when="an argument or launch option was refused",
+        ),
+        "call_order": Fix(
+            "Pair start and end of coalescing, call wait() before result(), give each process one GPU and one "
+            "tensor per collective.",
+            when="calls came in an order torch.distributed cannot run",
+        ),
+        "window": Fix(
+            "Allocate window tensors from the backend's memory pool, register them collectively once before use, "
+            "keep puts within the window, and use an NCCL with symmetric memory enabled.",
+            when="NCCL windows or the NCCL memory pool were used wrongly",
+        ),
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
@@ -100,7 +152,7 @@ class TorchUsageError(Rule):
             explanation="DDP's reducer and the process groups check how they are used and raise on a misuse; the "
             "message names what to change, and every rank of the same code runs into it.",
             evidence=quotes(ev, 3) + (quotes(flag.select("source", "line", "text"), 1) if set_by else ()),
-            fixes=self.fixes(*keys),
+            fixes=self.fixes(*(keys or ["argument"])),  # an event no family maps: the argument it names
             dont=("Do not chase the node or NCCL: nothing failed below torch.",),
             verify=("After the change the job passes the step where it raised, on every rank.",),
         )
