@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -109,6 +111,14 @@ class Catalog:
     stack_anchors: tuple[str, ...] = field(default=())  # scope.toml's stack words: kept apart from the lines
     dirs: tuple[Path, ...] = ()  # the catalog directories (shipped first): their nccl/ folders hold NCCL's messages
     _vocabulary: list = field(default_factory=list, compare=False, repr=False)
+    # What is derived from the catalog, computed once (a triage worker reads a thousand jobs with one catalog: the
+    # anchors and the envelopes' column sources were rebuilt from every pattern ~20 times a job, ~4 ms)
+    _memo: dict = field(default_factory=dict, init=False, compare=False, repr=False)
+
+    def _once(self, key: object, make: Callable[[], Any]) -> Any:
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
 
     def vocabulary(self) -> Vocabulary:
         """NCCL's declared messages (parsers/nccl/), loaded the first time a job has an NCCL message to read."""
@@ -122,33 +132,37 @@ class Catalog:
     @property
     def anchors(self) -> list[str]:
         """Every literal that makes a line worth parsing (prefilter input), deduplicated, sorted."""
-        return sorted(set(self.read_anchors) | set(self.stack_anchors))
+        return list(self._once("anchors", lambda: sorted(set(self.read_anchors) | set(self.stack_anchors))))
 
     @property
     def read_anchors(self) -> list[str]:
         """The literals of the lines that are read (patterns and `[prefilter] keep`): a line kept only for a word
         of the stack (`stack_anchors`) goes to the scope's table, not to `lines`."""
-        return sorted({a for p in self.patterns for a in p.anchors} | set(self.keep_anchors))
+        return list(
+            self._once(
+                "read_anchors", lambda: sorted({a for p in self.patterns for a in p.anchors} | set(self.keep_anchors))
+            )
+        )
 
     def envelope_regex(self) -> str:
         """One regex: every slot optional, in file order, then the rest of the line as `message`."""
-        return env_mod.compose(self.envelopes)
+        return self._once("envelope_regex", lambda: env_mod.compose(self.envelopes))
 
     def column_sources(self, column: str) -> list[Envelope]:
         """Envelopes that fill a `lines` column, most trusted first (see `envelopes.column_sources`)."""
-        return env_mod.column_sources(self.envelopes, column)
+        return list(self._once(("column_sources", column), lambda: env_mod.column_sources(self.envelopes, column)))
 
     def prefix_regex(self) -> str:
         """Python regex matching any one envelope: what triage strips from the start of an error line."""
-        return env_mod.prefix_regex(self.envelopes)
+        return self._once("prefix_regex", lambda: env_mod.prefix_regex(self.envelopes))
 
     def line_start_regex(self) -> str:
         """The envelopes' heads in polars' dialect: what a line that starts a log line starts with."""
-        return "|".join(f"(?:{e.head})" for e in self.envelopes)
+        return self._once("line_start", lambda: "|".join(f"(?:{e.head})" for e in self.envelopes))
 
     def head_regex(self) -> str:
         """Python regex matching the start of any envelope: a line that starts like a log line (paste)."""
-        return env_mod.head_regex(self.envelopes)
+        return self._once("head_regex", lambda: env_mod.head_regex(self.envelopes))
 
 
 def _check_regex(rx: str, where: str, compile_it: bool = True) -> None:

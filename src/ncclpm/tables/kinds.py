@@ -130,6 +130,9 @@ class Kinds:
         if name.startswith("__"):
             raise AttributeError(name)
         self.check(name)
+        self.__dict__[name] = (
+            name  # checked once: later reads are plain attribute reads (rules read K.* ~100 times a job)
+        )
         return name
 
     def check(self, *names: str, where: str = "code") -> tuple[str, ...]:

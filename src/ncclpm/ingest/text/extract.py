@@ -15,6 +15,7 @@ single node), the one rank a whole file talks about, and finally the file path (
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import polars as pl
 
@@ -295,14 +296,32 @@ def parse_lines(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
     )
 
 
-def _pattern_events(parsed: pl.LazyFrame, p: Pattern) -> pl.LazyFrame:
-    """The events of one pattern, with only the fields it declares (the others are added once, at the end)."""
-    hits = parsed.filter(pl.col("message").str.contains_any(list(p.anchors)) & pl.col("message").str.contains(p.regex))
+@dataclass(frozen=True)
+class _PatternPlan:
+    """The expressions of one pattern's plan (`_pattern_events`), built once per pattern: a job's plans were built
+    anew each time (~40 patterns with hits a job, ~60 expressions each)."""
+
+    hits: pl.Expr
+    extract: list[pl.Expr]  # `_m`, the groups (and `_all`, each match, for a repeating pattern: first)
+    columns: list[pl.Expr | str]
+    tags: list[pl.Expr]
+
+
+_PLANS: dict[int, tuple[Pattern, _PatternPlan]] = {}  # id(pattern) -> (it, its expressions)
+
+
+def _pattern_plan(p: Pattern) -> _PatternPlan:
+    held = _PLANS.get(id(p))
+    if held is not None and held[0] is p:
+        return held[1]
+    hits = pl.col("message").str.contains_any(list(p.anchors)) & pl.col("message").str.contains(p.regex)
     if p.repeat:  # one event per match: each match is read again on its own for its groups
-        hits = hits.with_columns(pl.col("message").str.extract_all(p.regex).alias("_all")).explode("_all")
-        hits = hits.with_columns(pl.col("_all").str.extract_groups(p.regex).alias("_m"))
+        extract = [
+            pl.col("message").str.extract_all(p.regex).alias("_all"),
+            pl.col("_all").str.extract_groups(p.regex).alias("_m"),
+        ]
     else:
-        hits = hits.with_columns(pl.col("message").str.extract_groups(p.regex).alias("_m"))
+        extract = [pl.col("message").str.extract_groups(p.regex).alias("_m")]
     cols = [
         typed(pl.col("_m").struct.field(name), p.fields[name]).cast(dtype).alias(name)
         for name, dtype in EVENT_FIELDS.items()
@@ -311,7 +330,7 @@ def _pattern_events(parsed: pl.LazyFrame, p: Pattern) -> pl.LazyFrame:
     rank = pl.col("rank")
     if MESSAGE_RANK in p.fields:
         rank = pl.coalesce(rank, typed(pl.col("_m").struct.field(MESSAGE_RANK), "i64").cast(pl.Int32, strict=False))
-    out = hits.select(
+    columns: list[pl.Expr | str] = [
         "source",
         "line",
         rank.alias("rank"),
@@ -325,11 +344,26 @@ def _pattern_events(parsed: pl.LazyFrame, p: Pattern) -> pl.LazyFrame:
         *cols,
         "tag_pg",
         "tag_pg_desc",
-    )
+    ]
     tags = [
         pl.coalesce(c, f"tag_{c}").alias(c) if c in p.fields else pl.col(f"tag_{c}").alias(c) for c in ("pg", "pg_desc")
     ]
-    return out.with_columns(tags).drop("tag_pg", "tag_pg_desc")
+    plan = _PatternPlan(hits, extract, columns, tags)
+    if len(_PLANS) >= 4096:  # (the shipped catalog has ~250 patterns; tests build many catalogs)
+        _PLANS.clear()
+    _PLANS[id(p)] = (p, plan)
+    return plan
+
+
+def _pattern_events(parsed: pl.LazyFrame, p: Pattern) -> pl.LazyFrame:
+    """The events of one pattern, with only the fields it declares (the others are added once, at the end)."""
+    plan = _pattern_plan(p)
+    hits = parsed.filter(plan.hits)
+    if p.repeat:
+        hits = hits.with_columns(plan.extract[0]).explode("_all").with_columns(plan.extract[1])
+    else:
+        hits = hits.with_columns(plan.extract[0])
+    return hits.select(plan.columns).with_columns(plan.tags).drop("tag_pg", "tag_pg_desc")
 
 
 def typed(raw: pl.Expr, dtype_name: str) -> pl.Expr:
@@ -377,25 +411,44 @@ def _drop_superseded(events: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
     return events if gone.is_empty() else events.join(gone, on=["source", "line", "kind"], how="anti")
 
 
+_OWNERS: dict[int, tuple[Sequence[Pattern], list[str], pl.DataFrame]] = {}  # id(patterns) -> (them, anchors, owners)
+
+
+def _anchor_owners(patterns: Sequence[Pattern]) -> tuple[list[str], pl.DataFrame]:
+    """The patterns' anchors, sorted, and which pattern (its index) owns each: built once per catalog's patterns (a
+    triage worker reads every job with the same ones)."""
+    held = _OWNERS.get(id(patterns))
+    if held is not None and held[0] is patterns:
+        return held[1], held[2]
+    anchors = sorted({a for p in patterns for a in p.anchors})
+    owners = pl.DataFrame(
+        [(a, i) for i, p in enumerate(patterns) for a in set(p.anchors)],
+        schema={"anchor": pl.String(), "pattern": pl.UInt32()},
+        orient="row",
+    )
+    if isinstance(patterns, tuple):  # (a list may change: not kept)
+        if len(_OWNERS) >= 8:
+            _OWNERS.clear()
+        _OWNERS[id(patterns)] = (patterns, anchors, owners)
+    return anchors, owners
+
+
 def _pattern_rows(parsed: pl.DataFrame, patterns: Sequence[Pattern]) -> list[tuple[Pattern, pl.Series]]:
     """The patterns one of whose anchors occurs in some line, each with the numbers of those rows. Building a
     pattern's plan compiles its regex (~10 ms each), so skipping the ones that cannot match is most of a small
     job's time; and a pattern's plan reads only its rows (each plan filtered every line: ~7 ms apiece on the
     512-rank job's 160k lines, for patterns with a few hundred). Every occurrence of every anchor is found in one
     overlapping Aho-Corasick pass (one `contains_any` per pattern scanned the lines ~100 times)."""
-    anchors = sorted({a for p in patterns for a in p.anchors})
-    if parsed.is_empty() or not anchors:
+    if parsed.is_empty():
+        return []
+    anchors, owners = _anchor_owners(patterns)
+    if not anchors:
         return []
     found = (
         parsed.select(pl.col("message").str.extract_many(anchors, overlapping=True).alias("anchor"))
         .with_row_index("row")
         .explode("anchor")
         .drop_nulls("anchor")
-    )
-    owners = pl.DataFrame(
-        [(a, i) for i, p in enumerate(patterns) for a in set(p.anchors)],
-        schema={"anchor": pl.String(), "pattern": pl.UInt32()},
-        orient="row",
     )
     hits = found.join(owners, on="anchor", maintain_order="left").select("pattern", "row")  # rows in order
     parts = hits.partition_by("pattern", as_dict=True, maintain_order=True)
