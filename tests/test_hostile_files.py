@@ -193,6 +193,8 @@ def test_the_rest_of_job_a_is_diagnosed_as_without_the_bad_files(job_a: SimpleNa
 READABLE: dict[str, bytes] = {
     "powershell.log": ("\ufeff" + WATCHDOG.format(1) + "\r\n").encode("utf-16-le"),  # Out-File default
     "utf16be.log": ("\ufeff" + DL.format(2) + "\n").encode("utf-16-be"),
+    "no_bom_le.log": (WATCHDOG.format(12) + "\r\n").encode("utf-16-le"),  # .NET's Encoding.Unicode, no BOM
+    "no_bom_be.log": (DL.format(13) + "\n").encode("utf-16-be"),
     "old_mac.log": ("step 1\r" + DL.format(3) + "\rstep 2\r").encode(),
     "cut_midline.log": (DL.format(4) + "\n[rank4]: Traceback (most rec").encode(),  # no final newline
     "latin1.log": b"caf\xe9 \xff\xfe garbage\n" + DL.format(5).encode() + b"\n",
@@ -208,6 +210,8 @@ READABLE: dict[str, bytes] = {
 EXPECTED_EVENTS = {
     "powershell.log": (1, "pg.watchdog_timeout"),
     "utf16be.log": (2, "dl.timeout"),
+    "no_bom_le.log": (12, "pg.watchdog_timeout"),
+    "no_bom_be.log": (13, "dl.timeout"),
     "old_mac.log": (3, "dl.timeout"),
     "cut_midline.log": (4, "dl.timeout"),
     "latin1.log": (5, "dl.timeout"),

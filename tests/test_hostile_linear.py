@@ -73,8 +73,11 @@ def test_long_lines_read_in_blocks_give_what_the_whole_reader_gives(
     assert whole.filter(hits).select("line", "raw").equals(blocks.filter(hits).select("line", "raw"))
 
 
-def test_a_utf16_log_gzipped_is_decoded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    text = "\ufeff" + "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\r\n" * 3
+@pytest.mark.parametrize("bom", ["\ufeff", ""])
+def test_a_utf16_log_gzipped_is_decoded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bom: str) -> None:
+    """With its BOM or without one (.NET's `Encoding.Unicode` writes none), gzipped or big enough to be read in
+    blocks: decoded, not skipped as binary for its NULs."""
+    text = bom + "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\r\n" * 3
     for name, data in (("train.log.gz", gzip.compress(text.encode("utf-16-le"))), ("be.log", text.encode("utf-16-be"))):
         (tmp_path / name).write_bytes(data)
     t = build([tmp_path])

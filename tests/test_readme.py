@@ -18,7 +18,7 @@ def test_readme_rule_table_is_current() -> None:
 
 def test_readme_test_command_is_what_ci_runs() -> None:
     ci = (README.parent / ".ci" / "run").read_text()
-    readme_cmd = "pip install -e '.[test]' && ruff check . && ruff format --check . && python -m pytest -q"
+    readme_cmd = "pip install -e '.[test]' && ruff check . && ruff format --check . && python -m pytest -q -n auto --dist loadfile"
     assert readme_cmd in README.read_text()
     assert readme_cmd.replace("pip install -e", "pip install -q -e") in ci
 

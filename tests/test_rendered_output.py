@@ -5,7 +5,6 @@ backslash: no code span left unrendered, nothing escaped twice (`\\`3 s\\``), no
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from ncclpm.render import render
 from ncclpm.render.diff import render_diff
 from tests.rendered import (
     BROWSER,
-    browser_dom,
+    browser_doms,
     html_outside_code,
     md_outside_code,
     md_to_html,
@@ -105,14 +104,8 @@ def test_markdown_has_no_empty_code_span(renders) -> None:
 
 @pytest.mark.skipif(BROWSER is None, reason="chromium is not installed (apt-get install chromium): pages not opened")
 def test_html_as_chromium_reads_it(renders, tmp_path: Path) -> None:
-    pages = []
-    for i, (what, fmt, text) in enumerate(renders):
-        if fmt == "html":
-            page = tmp_path / f"{i}.html"
-            page.write_text(text, encoding="utf-8")
-            pages.append((what, page))
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        doms = list(pool.map(lambda wp: browser_dom(wp[1]), pages))
+    pages = [(what, text) for what, fmt, text in renders if fmt == "html"]
+    doms = browser_doms([text for _, text in pages], tmp_path)
     bad = []
     for (what, _), dom in zip(pages, doms, strict=True):
         bad += [f"{what}: {line[:160]}" for line in stray_marks(html_outside_code(dom))]

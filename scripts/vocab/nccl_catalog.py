@@ -81,34 +81,6 @@ AREAS: dict[str, tuple[str, str]] = {
     "misc": ("Other", "Internal utilities."),
 }
 
-# printf_regex's field names -> the events table's columns (first conversion of a name; a second is ignored).
-COLUMNS = {
-    "peer": "peer",
-    "device": "hca",
-    "interface": "interface",
-    "qp": "qp",
-    "errno_text": "error_type",
-    "cuda_error": "error_type",
-    "nccl_error": "error_type",
-    "nvml_error": "error_type",
-    "wc_status": "error_type",
-    "wc_status_text": "error_type",
-    "status": "error_type",
-    "ib_event": "error_type",
-    "nranks": "nranks",
-    "rank": "subject_rank",
-    "peer_rank": "peer",
-    "local_rank": "local_rank",
-    "cuda_dev": "cuda_dev",
-    "bus_id": "bus_id",
-    "size": "count",
-    "host": "node",
-    "path": "detail",
-    "comm_id": "comm_id",
-    "version": "version",
-}
-# Columns a case may key on by their printf name (`when = { errno_text = "..." }`): kept as groups even when
-# another field fills the column.
 DEFAULT_ALONE = {"decisive": 0.75, "supporting": 0.5}
 KIND_OF_CATEGORY = {
     "network_transport": "network_error",

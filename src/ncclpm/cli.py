@@ -168,6 +168,20 @@ def main() -> None:
     """Find the rank and the reason behind a failed PyTorch distributed job."""
 
 
+# options diagnose, diff and triage share
+patterns_option = click.option(
+    "--patterns",
+    multiple=True,
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    help="Extra folder of TOML pattern catalogs.",
+)
+select_option = click.option(
+    "--select", multiple=True, help="Only these rules: ids or names, comma-separated or repeated."
+)
+ignore_option = click.option(
+    "--ignore", multiple=True, help="Skip these rules: ids or names, comma-separated or repeated."
+)
+
 # diagnose's and diff's text reports colour alike
 colour_option = click.option(
     "--color",
@@ -191,14 +205,9 @@ colour_option = click.option(
 )
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the report here.")
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
-@click.option("--select", multiple=True, help="Only these rules: ids or names, comma-separated or repeated.")
-@click.option("--ignore", multiple=True, help="Skip these rules: ids or names, comma-separated or repeated.")
-@click.option(
-    "--patterns",
-    multiple=True,
-    type=click.Path(file_okay=False, exists=True, path_type=Path),
-    help="Extra folder of TOML pattern catalogs.",
-)
+@select_option
+@ignore_option
+@patterns_option
 @click.option("--fail-on", type=click.Choice(BANDS), help="Exit 1 when a root cause of at least this band is found.")
 @click.option("--name", help="Job name shown in the report.")
 @colour_option
@@ -322,12 +331,7 @@ def _job_hints(found: Identity, files: list[str]) -> list[str]:
 )
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the report here.")
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
-@click.option(
-    "--patterns",
-    multiple=True,
-    type=click.Path(file_okay=False, exists=True, path_type=Path),
-    help="Extra folder of TOML pattern catalogs.",
-)
+@patterns_option
 @colour_option
 @click.option("-q", "--quiet", is_flag=True, help="No warnings on stderr: errors only.")
 def diff_runs(
@@ -525,14 +529,9 @@ def _reports_dir(reports: Path | None, force: bool) -> str | None:
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="An earlier triage table (.parquet/.csv/.ndjson): failure signatures it never had are marked new.",
 )
-@click.option("--select", multiple=True, help="Only these rules: ids or names, comma-separated or repeated.")
-@click.option("--ignore", multiple=True, help="Skip these rules: ids or names, comma-separated or repeated.")
-@click.option(
-    "--patterns",
-    multiple=True,
-    type=click.Path(file_okay=False, exists=True, path_type=Path),
-    help="Extra folder of TOML pattern catalogs.",
-)
+@select_option
+@ignore_option
+@patterns_option
 @click.option("--progress-every", type=float, default=10.0, hidden=True, help="Seconds between progress lines.")
 @click.option("--force", is_flag=True, help="Overwrite outputs that exist.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress and no warnings on stderr: errors only.")

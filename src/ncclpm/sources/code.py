@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from ncclpm.sources.line_tags import without_line_tags
+from ncclpm.util.encoding import decode_text
 from ncclpm.util.structure import load_json, toml_too_deep
 
 LANGUAGES = ("python", "notebook", "shell", "yaml", "toml", "json", "dockerfile")
@@ -206,7 +207,7 @@ def name_hint(name: str) -> str | None:
 
 
 def decode_head(head: bytes, truncated: bool) -> str:
-    text = head.decode("utf-16" if head[:2] in (b"\xff\xfe", b"\xfe\xff") else "utf-8", errors="replace")
+    text = decode_text(head)
     if truncated and "\n" in text:
         text = text[: text.rindex("\n") + 1]  # the last line was cut: it would look like a syntax error
     return text

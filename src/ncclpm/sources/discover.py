@@ -26,6 +26,7 @@ from ncclpm.sources.fr_sniff import looks_like_fr_dump
 from ncclpm.sources.names import unique_names
 from ncclpm.sources.own_reports import is_own_report
 from ncclpm.sources.stack_sniff import looks_like_stack_dump
+from ncclpm.util.encoding import decode_text, utf16_codec
 from ncclpm.util.escape import clean_name
 
 HEAD_BYTES = 65536
@@ -116,8 +117,8 @@ def looks_binary(head: bytes) -> bool:
     (delayed allocation), and such a log is still text. Colour codes and a spinner's backspaces are text too."""
     if not head:
         return False
-    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        return False  # UTF-16 text with a BOM
+    if utf16_codec(head):
+        return False  # UTF-16 text, with a BOM or without
     sample = head[:8192]
     if not _mostly_control(sample):
         return False
@@ -333,7 +334,7 @@ def _a_log_after_all(display: str, head: bytes, path: Path | None, data: bytes |
     if data is None or len(data) > MAX_CODE_BYTES:
         return True
     lang = code_language(display, head, truncated=len(head) >= HEAD_BYTES) or "python"
-    text = data.decode("utf-16" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else "utf-8", errors="replace")
+    text = decode_text(data)
     return is_log_after_all(lang, text)
 
 

@@ -30,6 +30,7 @@ from ncclpm.ingest.code.statements import Statement, statements
 from ncclpm.ingest.unwrap import NO_ENVELOPE, unwrap_lines
 from ncclpm.sources.code import MAX_CODE_BYTES, code_language
 from ncclpm.sources.discover import HEAD_BYTES, Source
+from ncclpm.util.encoding import decode_text
 from ncclpm.util.resources import data_dir, read_toml
 from ncclpm.util.structure import MAX_NESTING, TooDeep, toml_too_deep
 
@@ -299,12 +300,6 @@ def _rank_branches(name: str, text: str) -> list[dict[str, Any]]:
     ]
 
 
-def _decode(data: bytes) -> str:
-    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        return data.decode("utf-16", errors="replace")
-    return data.decode("utf-8", errors="replace")
-
-
 def _read_source(src: Source, warnings: list[str]) -> list[dict[str, Any]]:
     try:
         size = src.path.stat().st_size if src.path is not None and src.data is None else len(src.data or b"")
@@ -316,7 +311,7 @@ def _read_source(src: Source, warnings: list[str]) -> list[dict[str, Any]]:
         warnings.append(f"{src.name}: could not be read ({exc}) - skipped")
         return []
     lang = code_language(src.name, data[:HEAD_BYTES], truncated=len(data) > HEAD_BYTES)
-    return read_code_text(src.name, _decode(data), lang or "python", warnings)
+    return read_code_text(src.name, decode_text(data), lang or "python", warnings)
 
 
 def _set_device_absent(facts: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -41,6 +41,7 @@ from ncclpm.ingest.text.rawscan import (
 )
 from ncclpm.ingest.unwrap import MIN_WIDTH, joins, python_start, rejoin_wrapped, unwrap_lines
 from ncclpm.sources.discover import Source
+from ncclpm.util.encoding import SNIFF_BYTES, decode_text, utf16_codec
 
 __all__ = ["anchor_regex", "read_kept_lines"]
 
@@ -62,16 +63,9 @@ _KEPT_SCHEMA = {**_SCHEMA, "cut": pl.Boolean()}
 Then = Callable[[pl.DataFrame], pl.DataFrame] | None  # more row-wise columns, computed where the lines are cut out
 
 
-def _decode(data: Bytes) -> str:
-    data = bytes(data)
-    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        return data.decode("utf-16", errors="replace")
-    return data.decode("utf-8", errors="replace")
-
-
 def _frame_from_bytes(name: str, data: Bytes, line_start: str = "") -> pl.LazyFrame:
     """Every line of `data`, read the slow way (a small text hard-wrapped near an anchor is re-joined first)."""
-    text = _decode(data)
+    text = decode_text(data)
     if line_start and len(data) <= SMALL_TEXT:  # copied text: re-join what a terminal hard-wrapped first
         lines = unwrap_lines(text.split("\n"), python_start(line_start))
         frame = pl.LazyFrame(lines, schema={"line": pl.UInt32(), "raw": pl.String()}, orient="row")
@@ -137,7 +131,7 @@ def _needs_python_decode(src: Source) -> bool:
         return True
     try:
         with src.path.open("rb") as fh:
-            return fh.read(2) in (b"\xff\xfe", b"\xfe\xff")
+            return utf16_codec(fh.read(SNIFF_BYTES)) is not None
     except OSError:  # gone or unreadable since discovery: `_read_one` reports it as a warning
         return True
 
@@ -333,11 +327,11 @@ def _may_join(rows: pl.DataFrame, whole: list[int], line_start: str) -> set[int]
 
 
 class _Utf16Reader:
-    """A UTF-16 stream (with its BOM) read as UTF-8 bytes through `readinto`, a piece at a time: a big or gzipped
-    log that PowerShell wrote is read in blocks like any other (it was not decoded when gzipped)."""
+    """A UTF-16 stream (`codec`: with its BOM or without) read as UTF-8 bytes through `readinto`, a piece at a time:
+    a big or gzipped log that PowerShell wrote is read in blocks like any other (it was not decoded when gzipped)."""
 
-    def __init__(self, fh: BinaryIO) -> None:
-        self._text = io.TextIOWrapper(fh, encoding="utf-16", errors="replace", newline="")
+    def __init__(self, fh: BinaryIO, codec: str) -> None:
+        self._text = io.TextIOWrapper(fh, encoding=codec, errors="replace", newline="")
         self._pending = b""
 
     def readinto(self, view: memoryview) -> int:
@@ -369,19 +363,19 @@ def _blocks(src: Source) -> Iterator[_Text]:
     a block's partial last line is carried into the next, and a line longer than a block is never carried whole -
     it is cut after its last `\\r` (a progress bar's segments are read one by one anyway), or, for one segment
     longer than a block, at the block's end, the rest of that segment skipped (only a line's start is parsed:
-    MAX_LINE_CHARS, warned). The pieces of one physical line keep its line number. A UTF-16 stream (BOM) is read
-    as UTF-8. A process's log: nothing to re-join (`whole` false)."""
+    MAX_LINE_CHARS, warned). The pieces of one physical line keep its line number. A UTF-16 stream (with a BOM or
+    without) is read as UTF-8. A process's log: nothing to re-join (`whole` false)."""
     assert src.path is not None
     line0, rest, skipping = 1, b"", False
     with src.path.open("rb") as raw:
         fh: Any = raw
-        if (bom := raw.read(2)) == b"\x1f\x8b":
+        if (head := raw.read(SNIFF_BYTES))[:2] == b"\x1f\x8b":
             raw.seek(0)
             fh = gzip.GzipFile(fileobj=raw, mode="rb")
-            bom = fh.peek(2)[:2]
+            head = fh.peek(SNIFF_BYTES)[:SNIFF_BYTES]
         raw.seek(0) if fh is raw else None
-        if bom in (b"\xff\xfe", b"\xfe\xff"):
-            fh = _Utf16Reader(fh)
+        if codec := utf16_codec(head):
+            fh = _Utf16Reader(fh, codec)
         while True:
             buf = bytearray(len(rest) + CHUNK_BYTES)
             buf[: len(rest)] = rest
@@ -504,7 +498,7 @@ def _text(src: Source, line_start: str, block: Block | None = None) -> _Text:
             block.pop()
     data = src.read_bytes()
     whole = bool(line_start) and len(data) <= SMALL_TEXT and (python_decode or _small(src))
-    utf8 = _decode(data).encode("utf-8") if data[:2] in (b"\xff\xfe", b"\xfe\xff") else data
+    utf8 = decode_text(data).encode("utf-8") if utf16_codec(data) else data
     if block is not None and (at := block.used, block.append(utf8))[1] >= 0:
         utf8 = memoryview(block)[at : at + len(utf8)]
     return _Text(src.name, utf8, data, whole)
