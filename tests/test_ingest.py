@@ -167,3 +167,66 @@ def test_events_keep_the_raw_line_for_quoting() -> None:
     events = extract_events(_parse([line]), catalog())
     oom = events.filter(pl.col("kind") == "cuda_oom")
     assert oom["text"].to_list() == [line] and oom["detail"].to_list() == ["2.00 GiB"]
+
+
+_DS_SPAWN = "[2025-06-11 14:02:03,11{r}] [INFO] [launch.py:256:main] process 4021{r} spawned with command: ['/usr/bin/python3', '-u', 'train.py', '--local_rank={r}']"
+
+
+def _deepspeed_job(tmp_path, world: int) -> pl.DataFrame:
+    from ncclpm.api import build
+
+    log = tmp_path / "ds.log"
+    log.write_text(
+        "\n".join(
+            [f"[2025-06-11 14:02:03,115] [INFO] [launch.py:164:main] dist_world_size={world}"]
+            + [_DS_SPAWN.format(r=r) for r in range(2)]
+            + [
+                "gpu-a07:40211:40211 [1] misc/nvmlwrap.cc:183 NCCL WARN nvmlDeviceGetHandleByIndex(0) failed: Unknown Error",
+                "[2025-06-11 14:02:41,431] [INFO] [launch.py:319:sigkill_handler] Killing subprocess 40210",
+            ]
+        )
+        + "\n"
+    )
+    return build([log]).events
+
+
+def test_a_deepspeed_child_s_nccl_lines_get_the_rank_its_launcher_gave_its_pid(tmp_path) -> None:
+    events = _deepspeed_job(tmp_path, world=2)
+    warn = events.filter(pl.col("kind") == "nvml_error")
+    assert warn["rank"].to_list() == [1]
+    # the launcher's line naming a pid is not that process's own line
+    assert events.filter(pl.col("kind") == "agent_signal")["rank"].to_list() == [None]
+
+
+def test_a_local_rank_is_no_rank_when_the_world_is_larger_than_the_node(tmp_path) -> None:
+    events = _deepspeed_job(tmp_path, world=8)  # one node of four: local rank 1 is not global rank 1
+    assert events.filter(pl.col("kind") == "nvml_error")["rank"].to_list() == [None]
+
+
+def test_a_rank_s_first_error_is_the_nccl_message_not_torch_s_wrapper_of_it(tmp_path) -> None:
+    from ncclpm.api import build
+
+    log = tmp_path / "rank1.log"
+    log.write_text(
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "/w/train.py", line 88, in setup\n'
+        "[rank1]:     dist.barrier()\n"
+        "[rank1]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5\n"
+        "[rank1]: ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error. \n"
+        "[rank1]: Last error:\n"
+        "[rank1]: nvmlDeviceGetHandleByIndex(0) failed: Unknown Error\n"
+    )
+    ranks = build([log]).ranks
+    assert ranks["first_error_ref"].to_list() == ["rank1.log:7"]
+    assert ranks["first_error"][0].endswith("nvmlDeviceGetHandleByIndex(0) failed: Unknown Error")
+
+
+def test_a_wrapper_that_wraps_nothing_read_is_the_first_error(tmp_path) -> None:
+    from ncclpm.api import build
+
+    log = tmp_path / "rank1.log"
+    log.write_text(
+        "[rank1]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5\n"
+        "[rank1]: ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error. \n"
+    )
+    assert build([log]).ranks["first_error_ref"].to_list() == ["rank1.log:1"]

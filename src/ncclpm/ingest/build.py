@@ -19,9 +19,11 @@ from ncclpm.ingest.text.extract import extract_events, lines_table, parse_lines,
 from ncclpm.ingest.text.lines import after_last_error, read_kept_lines
 from ncclpm.ingest.text.multiline import parse_elastic_summaries, rank_summary_blocks, stitch_tracebacks
 from ncclpm.ingest.text.nccl import (
+    fill_launched_ranks,
     fill_line_ranks,
     fill_ranks,
     has_nccl_log,
+    launched_ranks,
     nccl_addresses,
     nccl_comms,
     nccl_warnings,
@@ -92,8 +94,9 @@ def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") ->
     events = bound(events, warnings)
     comms = nccl_comms(events)
     process_ranks = rank_map(comms)
-    events = fill_ranks(events, process_ranks)
-    lines = fill_line_ranks(lines_table(parsed), process_ranks)
+    launched = launched_ranks(events)
+    events = fill_launched_ranks(fill_ranks(events, process_ranks), launched)
+    lines = fill_launched_ranks(fill_line_ranks(lines_table(parsed), process_ranks), launched, lines=True)
     lines, events = _date_yearless((lines, events), elastic)
     fr = _read_dumps(job, warnings, fr_columns)
     stacks = build_stacks(job, lines, pid_rank_map(lines, events, elastic, process_ranks), fr, warnings)

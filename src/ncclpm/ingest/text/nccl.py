@@ -138,6 +138,39 @@ def fill_line_ranks(lines: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
     return joined.with_columns(merged, local.otherwise(pl.col("rank_local")).alias("rank_local")).select(lines.columns)
 
 
+def launched_ranks(events: pl.DataFrame) -> pl.DataFrame:
+    """pid → rank from a launcher's own record of the processes it started (DeepSpeed's `process P spawned with
+    command: [... --local_rank=R ...]`, torchrun's `local_rank: R (pid: P)`). A local rank is the job's rank only
+    when the launcher's processes are the whole job: the job states no world size larger than them, and its lines
+    name at most one host."""
+    empty = pl.DataFrame(schema={"pid": pl.Int64(), "launched_rank": pl.Int32()})
+    pairs = events.filter(pl.col("local_rank").is_not_null() & pl.col("pid").is_not_null())
+    if pairs.is_empty() or events["host"].drop_nulls().n_unique() > 1:
+        return empty
+    declared = events.filter(pl.col("kind") == K.world_size)["nranks"].drop_nulls()
+    local = int(pairs["local_rank"].max()) + 1  # type: ignore[arg-type]
+    if declared.len() and int(declared.max()) > local:  # type: ignore[arg-type]
+        return empty  # one node of several: a local rank is not the job's rank
+    firsts = pairs.group_by("pid").agg(pl.col("local_rank").unique())
+    # a pid given two local ranks (pids reused across restarts) names neither
+    firsts = firsts.filter(pl.col("local_rank").list.len() == 1)
+    return firsts.select("pid", pl.col("local_rank").list.first().cast(pl.Int32).alias("launched_rank"))
+
+
+def fill_launched_ranks(frame: pl.DataFrame, launched: pl.DataFrame, *, lines: bool = False) -> pl.DataFrame:
+    """Give a process's own lines with no rank (NCCL's `host:pid:tid [dev]` lines) the rank its launcher gave its
+    pid. Only the line's own process key counts, never a pid the message names (`Killing subprocess P`)."""
+    if launched.is_empty() or frame.is_empty():
+        return frame
+    keyed = frame.with_columns(pl.col("pid").alias("_pid")) if lines else _process_key(frame)
+    joined = keyed.join(launched, left_on="_pid", right_on="pid", how="left", suffix="_launched")
+    filled = [pl.coalesce("rank", "launched_rank").cast(pl.Int32).alias("rank")]
+    if lines:
+        own = pl.col("rank").is_null() & pl.col("launched_rank").is_not_null()
+        filled.append(pl.when(own).then(False).otherwise(pl.col("rank_local")).alias("rank_local"))
+    return joined.with_columns(filled).select(frame.columns)
+
+
 RESULTS = {
     1: "ncclUnhandledCudaError",
     2: "ncclSystemError",

@@ -14,6 +14,11 @@ from ncclpm.tables.kinds import K
 from ncclpm.tables.schema import RANKS_SCHEMA
 
 ACTIVITY_KINDS = [K.activity, K.progress]
+# torch's summary of an NCCL result (its exception line, its NCCL error reading) wraps the message that says why
+# (`Last error:` and the NCCL text on the lines after them): the message is the error, they are its envelope.
+WRAPPER_KINDS = [K.exception, K.nccl_error]
+NCCL_WRAPPER = r"NCCL error|nccl[A-Z]\w*Error|DistBackendError"
+BURST_LINES = 4  # error lines at most this far apart in one file are one error (a traceback's last lines)
 
 
 def _ref(prefix: str = "") -> pl.Expr:
@@ -22,6 +27,32 @@ def _ref(prefix: str = "") -> pl.Expr:
 
 def _first_by_time(frame: pl.DataFrame, cols: list[pl.Expr]) -> pl.DataFrame:
     return frame.sort(["rank", "ts", "source", "line"], nulls_last=True).group_by("rank", maintain_order=True).agg(cols)
+
+
+def _messages_over_wrappers(errors: pl.DataFrame) -> pl.DataFrame:
+    """A wrapper's line gives way to the message it wraps. torch's summary of an NCCL result (`DistBackendError: NCCL
+    error in: ..., unhandled system error`, `ncclSystemError: ...`) is followed, a few lines further in the same
+    traceback, by the text that says why (`Last error:` and NCCL's message): when such a line is read as an error
+    of its own, it is the error, at the wrapper's time if it has none."""
+    if errors.is_empty():
+        return errors
+    wrapper = pl.col("kind").is_in(WRAPPER_KINDS) & pl.col("text").str.contains(NCCL_WRAPPER)
+    per_line = (
+        errors.group_by("rank", "source", "line")
+        .agg(pl.col("ts").min(), pl.col("text").first(), wrapper.all().alias("_wrapper"))
+        .sort("rank", "source", "line")
+    )
+    gap = pl.col("line").diff().over("rank", "source")
+    # a burst: the rank's error lines of one file, each at most BURST_LINES after the one before
+    per_line = per_line.with_columns(
+        (gap.is_null() | (gap > BURST_LINES)).cum_sum().over("rank", "source").alias("_burst")
+    )
+    key = ["rank", "source", "_burst"]
+    wrapped = pl.col("_wrapper").first().over(key) & (~pl.col("_wrapper")).any().over(key)
+    out = per_line.with_columns(wrapped.alias("_wrapped"), pl.col("ts").first().over(key).alias("_opened"))
+    out = out.filter(~(pl.col("_wrapped") & pl.col("_wrapper")))
+    ts = pl.when(pl.col("_wrapped")).then(pl.coalesce("ts", "_opened")).otherwise(pl.col("ts"))
+    return out.select("rank", "source", "line", ts.alias("ts"), "text")
 
 
 def build_ranks(
@@ -58,7 +89,7 @@ def build_ranks(
     )
     errors = _first_by_time(
         # a launcher's report that the process exited is its end (the `exits` columns), not its first error
-        ranked.filter((pl.col("severity") == "error") & (pl.col("kind") != K.worker_exit)),
+        _messages_over_wrappers(ranked.filter((pl.col("severity") == "error") & (pl.col("kind") != K.worker_exit))),
         [
             pl.col("ts").first().alias("first_error_ts"),
             pl.col("text").first().str.slice(0, 300).alias("first_error"),
