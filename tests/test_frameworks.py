@@ -275,3 +275,14 @@ def test_the_prefixes_read_from_the_frameworks_sources_are_envelopes() -> None:
                 assert row["ts"] is not None
             checked += 1
     assert checked >= 6
+
+
+def test_a_store_timeout_that_says_what_it_waited_for_is_not_a_bare_socket_timeout() -> None:
+    """torchelastic's `timed out waiting for all N members to join` fills no `detail`: it is not torch <= 2.1's bare
+    `Socket Timeout` (which says nothing of which wait gave up), and keeps its decisive reading."""
+    d = _diagnose("TimeoutError: timed out waiting for all 4 members to join\n")
+    assert d.category == Category.INIT_RENDEZVOUS
+    assert "Socket Timeout" not in d.summary
+    assert d.confidence >= 0.85
+    bare = _diagnose("RuntimeError: Socket Timeout\n")
+    assert "Socket Timeout" in bare.summary and bare.confidence < 0.6

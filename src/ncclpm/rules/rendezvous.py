@@ -232,7 +232,8 @@ def _stuck_retrying(t: Tables) -> pl.DataFrame:
 
 def _bare_store_timeout(t: Tables, ev: pl.DataFrame) -> bool:
     """Only bare store timeouts (`Socket Timeout`), with no init or rendezvous frame around them."""
-    bare = (ev["kind"] == K.store_timeout) & (ev["detail"] == BARE_TIMEOUT_DETAIL)
+    # (a timeout with no detail is not a bare one: `.all()` would skip its null and count it as bare)
+    bare = ((ev["kind"] == K.store_timeout) & (ev["detail"] == BARE_TIMEOUT_DETAIL)).fill_null(False)
     return bool(bare.all()) and t.kinds(K.frame_init, K.frame_rendezvous).is_empty()
 
 
