@@ -125,6 +125,14 @@ def _wchan(pid: int) -> str:
         return ""
 
 
+def _as_a_shell_starts_it() -> None:
+    """A command started from a shell gets Ctrl-C at its default disposition, unblocked; the test process may hold
+    it blocked (a pytest-xdist worker after some other file's tests: seen as a child that ignored Ctrl-C, and
+    reproduced by blocking SIGINT in the parent), and a child inherits the mask across exec."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _interrupt(proc: subprocess.Popen, ready, limit: float = 120) -> float:
     """Wait until `ready()` (or `limit` s), then Ctrl-C the process group the way a terminal does; returns the
     seconds from the signal to the exit."""
@@ -153,6 +161,7 @@ def test_ctrl_c_in_diagnose_exits_130_without_a_traceback(tmp_path: Path) -> Non
         stderr=subprocess.PIPE,
         env=env,
         start_new_session=True,
+        preexec_fn=_as_a_shell_starts_it,
         text=True,
     )
     took = _interrupt(proc, lambda: any(w in _wchan(proc.pid) for w in ("select", "poll", "pipe")), limit=60)
@@ -176,6 +185,7 @@ def test_ctrl_c_in_triage_cancels_the_queue_and_keeps_the_finished_rows(tmp_path
         stderr=subprocess.PIPE,
         env=env,
         start_new_session=True,
+        preexec_fn=_as_a_shell_starts_it,
         text=True,
     )
     seen: list[float] = []
