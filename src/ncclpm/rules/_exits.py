@@ -1,8 +1,15 @@
-"""A fix several rules give for a process that ended with SIGBUS (how exits are read: `analysis/crashes.py`)."""
+"""What several rules say of a process's end: the fix for SIGBUS, and a crash at teardown after the work was done
+(how exits are read: `analysis/crashes.py`; the end of the work: `analysis/activity.py`)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from ncclpm.model import said
 from ncclpm.rules.base import Fix
+
+if TYPE_CHECKING:
+    from ncclpm.analysis.activity import FinishedWork
 
 # SIGBUS in a training process is memory it mapped that could not be backed, almost always /dev/shm.
 BUS_ERROR = Fix(
@@ -17,3 +24,9 @@ TEARDOWN = Fix(
     "prefetchers, loggers, async checkpoint writers) before the interpreter exits.",
     when="the job logged the end of its work before the crash",
 )
+
+
+def done_before_teardown(done: FinishedWork, prefix: str, who: str) -> str:
+    """`The work was done (`training done` after `step 900`) when rank 1 died at teardown`: said first."""
+    after = f" after `{said(done.last_step, prefix, 60)}`" if done.last_step else ""
+    return f"The work was done (`{said(done.text, prefix, 60)}`{after}) when {who} died at teardown"

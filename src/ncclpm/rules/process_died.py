@@ -9,7 +9,7 @@ import polars as pl
 from ncclpm.analysis.crashes import EXPLAINED_KINDS, OWN_ERROR, fatal_exit
 from ncclpm.analysis.victims import VICTIM_KINDS, same_line
 from ncclpm.model import said
-from ncclpm.rules._exits import BUS_ERROR, TEARDOWN
+from ncclpm.rules._exits import BUS_ERROR, TEARDOWN, done_before_teardown
 from ncclpm.rules.base import Finding, Fix, Rule, quotes
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
@@ -184,9 +184,7 @@ class ProcessDiedRankUnknown(Rule):
         # the work was done first (`training done` after the last step): a crash at shutdown, said first
         done = self.facts.finished_work if not teardown and not killed else None
         first = (
-            f"The work was done (`{said(done.text, t.line_prefix, 60)}`"
-            + (f" after `{said(done.last_step, t.line_prefix, 60)}`" if done.last_step else "")
-            + f") when {who[0].lower() + who[1:]} died at teardown ({quoted})"
+            f"{done_before_teardown(done, t.line_prefix, who[0].lower() + who[1:])} ({quoted})"
             if done is not None
             else f"{who} {how}"
         )

@@ -7,7 +7,7 @@ from typing import ClassVar
 import polars as pl
 
 from ncclpm.model import said
-from ncclpm.rules._exits import BUS_ERROR, TEARDOWN
+from ncclpm.rules._exits import BUS_ERROR, TEARDOWN, done_before_teardown
 from ncclpm.rules._why import QUIET_VERDICTS, first_timeout
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.tables import Tables
@@ -105,9 +105,7 @@ class RankDiedFirst(Rule):
             conf = min(conf, ONLY_NCCL_CLASS)  # the rank's own error is NCCL's result class, nothing says why
         done = self.facts.finished_work  # the work was done first: the crash is at teardown
         first = (
-            f"The work was done (`{said(done.text, t.line_prefix, 60)}`"
-            + (f" after `{said(done.last_step, t.line_prefix, 60)}`" if done.last_step else "")
-            + f") when {ranks_text(culprits)} died at teardown"
+            done_before_teardown(done, t.line_prefix, ranks_text(culprits))
             if done is not None
             else f"{ranks_text(culprits).capitalize()} died first"
         )
