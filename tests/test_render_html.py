@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import re
 import shutil
-import subprocess
 from datetime import timedelta
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from ncclpm.api import diagnose
 from ncclpm.model import Diagnosis
 from ncclpm.render import render
 from ncclpm.render.timeline import MAX_ROWS, build_timeline
+from tests.rendered import BROWSER, browser_dom
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ROOT / "tests" / "cases"
@@ -24,7 +24,6 @@ SLOW = ROOT / "sample_logs" / "nccl_rank0_sample_generation"
 LATE = CASES / "nccl_slurm_late_rank0" / "input"
 OOM8 = CASES / "nccl_cuda_oom_rank5" / "input"
 CRASH = CASES / "rank_crash__exception_4ranks" / "input"
-CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 PAYLOAD = (
     "<script>document.body.setAttribute('data-pwned','1')</script>"
     "<img src=x onerror=document.body.setAttribute('data-pwned','2')> & loss is NaN"
@@ -130,27 +129,12 @@ def test_no_rank_no_picture_but_a_page() -> None:
     assert "<svg" not in html and "No rank could be identified" in html and str(d.category) in html
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
+@pytest.mark.skipif(BROWSER is None, reason="chromium not installed")
 def test_headless_chromium_renders_without_running_anything(hostile_job: Path, tmp_path: Path) -> None:
     d = diagnose([hostile_job])
     page = tmp_path / "report.html"
     page.write_text(render(d, "html"), encoding="utf-8")
-    profile = tmp_path / "profile"
-    cmd = [
-        CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={profile}",
-        "--dump-dom",
-        page.as_uri(),
-    ]
-    dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
+    dom = browser_dom(page)
     assert "Rank 3 died first" in dom and 'id="verdict"' in dom and "<svg" in dom
     assert "data-pwned" not in dom.split("<body", 1)[1].split(">", 1)[0], "no script ran"
     assert "&lt;script&gt;" in dom and "<script" not in dom

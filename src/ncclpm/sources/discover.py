@@ -57,13 +57,7 @@ class Source:
         if self.data is not None:
             return self.data[:limit]
         assert self.path is not None
-        with self.path.open("rb") as fh:
-            if fh.read(2) != b"\x1f\x8b":
-                fh.seek(0)
-                return fh.read(limit)
-            fh.seek(0)
-            with gzip.GzipFile(fileobj=fh, mode="rb") as gz:
-                return gz.read(limit)
+        return _read_at_most(self.path, limit)
 
     def size(self) -> int:
         """Its bytes as stored (a .gz on disk: compressed); 0 if it is gone."""
