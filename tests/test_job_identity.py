@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from ncclpm.api import build, diagnose
 from ncclpm.cli import main
-from ncclpm.triage import find_jobs
+from ncclpm.triage import find_jobs, triage_job
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ROOT / "tests" / "cases"
@@ -141,6 +141,27 @@ def test_restart_and_requeue_folders_are_one_job_with_attempts(tmp_path: Path, w
     d = _one_job(tmp_path)
     said = [c for c in d["caveats"] if "attempts" in c]
     assert said and f"{word}_1" in said[0] and f"{word}_2" in said[0] and "CUDA out of memory" in said[0], d["caveats"]
+
+
+@pytest.mark.parametrize("layout", ["requeue-folders", "one-slurm-id"])
+def test_triage_counts_a_requeue_as_the_jobs_attempts(tmp_path: Path, layout: str) -> None:
+    """Triage's restart storms read the attempts the report reads: `requeue_1/`, `requeue_2/`, or two neutral
+    folders of one Slurm job (a requeue keeps its id) where the same ranks ran at two times - both failed the same
+    way at the same step: a storm of 2 (triage counted 1 attempt before, only torchrun's attempts and restarts)."""
+    for i, start in enumerate((T0, T0 + timedelta(hours=3))):
+        folder = f"requeue_{i + 1}" if layout == "requeue-folders" else ("first", "second")[i]
+        env = "SLURM_JOB_ID=4471201\nSLURM_NNODES=1\n" if layout == "one-slurm-id" else ""
+        _write(tmp_path / folder / "train.log", env + _rank_log(range(4), start, failing=1))
+    row = triage_job(str(tmp_path))
+    assert row["category"] == "cuda_oom", row
+    assert (row["attempts"], row["restart_storm"], row["storm_attempts"]) == (2, True, 2), row
+
+
+def test_triage_sees_no_storm_when_the_requeued_run_got_further(tmp_path: Path) -> None:
+    for i, (start, steps) in enumerate(((T0, 4), (T0 + timedelta(hours=3), 9))):
+        _write(tmp_path / f"requeue_{i + 1}" / "train.log", _rank_log(range(4), start, failing=1, steps=steps))
+    row = triage_job(str(tmp_path))
+    assert (row["attempts"], row["restart_storm"]) == (2, False), row
 
 
 def test_checkpoint_resume_segments_are_one_job(tmp_path: Path) -> None:

@@ -126,6 +126,9 @@ class Identity:
     weak: tuple[str, ...] = ()
     attempts: tuple[Attempt, ...] = ()
     loose: tuple[str, ...] = ()  # sources of no job (a stray file beside several jobs)
+    # when the attempts are units that ran one after the other (`requeue_2/`, day folders of the same ranks):
+    # each of their sources with its attempt's number (1, 2, ... in order) - triage's restart storms read these
+    attempt_of_source: tuple[tuple[str, int], ...] = ()
 
     @property
     def several(self) -> bool:
@@ -489,10 +492,12 @@ def _span(stamps: pl.Series) -> str:
     return unit.span()
 
 
-def _attempts(t: Tables, units: list[Unit], unit_of: dict[str, str]) -> tuple[Attempt, ...]:
+def _attempts(
+    t: Tables, units: list[Unit], unit_of: dict[str, str]
+) -> tuple[tuple[Attempt, ...], tuple[tuple[str, int], ...]]:
     """How each attempt of one job failed, in order: its units when they ran one after the other (named as
-    attempts, or the same ranks at disjoint times), else torchrun's attempts (`attempts.py`: `attempt_N/` folders,
-    restart lines) - the reading triage's restart storms use."""
+    attempts, or the same ranks at disjoint times; with each of their sources' attempt number), else torchrun's
+    attempts (`attempts.py`: `attempt_N/` folders, restart lines) - the readings triage's restart storms use."""
     sequential = len(units) >= 2 and (
         any(u.attempt_named for u in units)
         or any(a.ranks & b.ranks and _overlap(a, b) is False for a, b in _pairs(units))
@@ -501,14 +506,16 @@ def _attempts(t: Tables, units: list[Unit], unit_of: dict[str, str]) -> tuple[At
         ordered = sorted(units, key=lambda u: (u.start is None, u.start or datetime.min, u.attempt or 0, u.name))
         events = t.events.with_columns(pl.col("source").replace_strict(unit_of, default=None).alias("_unit"))
         first = _first_errors(events, "_unit")
-        return tuple(Attempt(u.name, u.span(), *first.get(u.name, (None, None))) for u in ordered)
+        number = {u.name: n for n, u in enumerate(ordered, 1)}
+        by_source = tuple(sorted((source, number[unit]) for source, unit in unit_of.items() if unit in number))
+        return tuple(Attempt(u.name, u.span(), *first.get(u.name, (None, None))) for u in ordered), by_source
     restarts = restart_times(t)
     if not has_attempts(t.events, restarts):
-        return ()
+        return (), ()
     tagged = t.events.with_columns(attempt_column(restarts).alias("_attempt")).filter(pl.col("_attempt").is_not_null())
     numbers = sorted(set(tagged["_attempt"].to_list()))
     if len(numbers) < 2:
-        return ()
+        return (), ()
     first = _first_errors(tagged, "_attempt")
     return tuple(
         Attempt(
@@ -517,7 +524,7 @@ def _attempts(t: Tables, units: list[Unit], unit_of: dict[str, str]) -> tuple[At
             *first.get(n, (None, None)),
         )
         for n in numbers
-    )
+    ), ()
 
 
 def job_identity(t: Tables) -> Identity:
@@ -545,7 +552,8 @@ def job_identity(t: Tables) -> Identity:
                 loose=tuple(sorted(s for u in ordered if u.name not in kept for s in u.sources)),
             )
     weak = tuple(dict.fromkeys(w for a, b in pairs if (w := _weak(a, b))))
-    return Identity(prefix, (tuple(sorted(units)),), weak=weak, attempts=_attempts(t, ordered, unit_of))
+    attempts, by_source = _attempts(t, ordered, unit_of)
+    return Identity(prefix, (tuple(sorted(units)),), weak=weak, attempts=attempts, attempt_of_source=by_source)
 
 
 def describe(found: Identity, root: str | None = None, limit: int = 4) -> str:

@@ -1,14 +1,16 @@
 """Recurrence inside one job: its restarts (torchrun attempts, requeues) and whether they failed the same way.
 
-A job's events are split into attempts by what the logs show (`analysis/attempts.py`: torchrun's per-attempt log
-folders and its restart lines). Each attempt's failure is its first error that is not a victim's line
-(masked by `signature`, so ranks and numbers do not tell attempts apart), its progress the highest step a
-progress line reached. A job is a **restart storm** when its last two attempts or more (`storm_attempts`) failed
-with the same signature and none got further than the one before (a first attempt that failed otherwise - a crash,
-then restarts that cannot even rendezvous - does not hide the storm after it). Its cost is those attempts' wall
-time (first to last timed line of each) times the nodes the job ran on, where the logs give times. A host is
-suspected in an attempt when the attempt's first error was printed on it, or a host-level line (Xid, lost GPU,
-IB port error) names it; `hosts_every_attempt` keeps the hosts suspected in every attempt.
+A job's events are split into attempts by what the input shows: parts of it that ran one after the other, as the
+report reads them (`analysis/identity.py`: `requeue_2/`, `restart_1/`, the same ranks' folders at disjoint times),
+else torchrun's per-attempt log folders and its restart lines (`analysis/attempts.py`). Each attempt's failure is
+its first error that is not a victim's line (masked by `signature`, so ranks and numbers do not tell attempts
+apart), its progress the highest step a progress line reached. A job is a **restart storm** when its last two
+attempts or more (`storm_attempts`) failed with the same signature and none got further than the one before (a first
+attempt that failed otherwise - a crash, then restarts that cannot even rendezvous - does not hide the storm after
+it). Its cost is those attempts' wall time (first to last timed line of each) times the nodes the job ran on, where
+the logs give times. A host is suspected in an attempt when the attempt's first error was printed on it, or a
+host-level line (Xid, lost GPU, IB port error) names it; `hosts_every_attempt` keeps the hosts suspected in every
+attempt.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import polars as pl
 
 from ncclpm.analysis.attempts import attempt_column, has_attempts, restart_times
+from ncclpm.analysis.identity import Identity
 from ncclpm.tables.kinds import K
 from ncclpm.triage.signature import signature
 
@@ -50,13 +53,20 @@ NONE: dict[str, Any] = {
 }
 
 
-def recurrence(tables: Any, d: Any) -> dict[str, Any]:
-    """`attempts`, `restart_storm`, `storm_node_hours`, `hosts_every_attempt` for one job's row."""
+def recurrence(tables: Any, d: Any, identity: Identity | None = None) -> dict[str, Any]:
+    """`attempts`, `restart_storm`, `storm_node_hours`, `hosts_every_attempt` for one job's row. `identity`: the
+    job's (`analysis/identity.py`): when its attempts are parts of the input that ran one after the other (a
+    requeue's or a restart's own folder, day folders of the same ranks), they are the attempts counted here too."""
     events = tables.events
-    restarts = restart_times(tables)
-    if not has_attempts(events, restarts):
+    by_source = dict(identity.attempt_of_source) if identity is not None else {}
+    restarts = [] if by_source else restart_times(tables)
+    if by_source:
+        attempt = pl.col("source").replace_strict(by_source, default=None, return_dtype=pl.Int64)
+    elif has_attempts(events, restarts):
+        attempt = attempt_column(restarts)
+    else:
         return dict(NONE)
-    tagged = events.with_columns(attempt_column(restarts).alias("attempt")).filter(pl.col("attempt").is_not_null())
+    tagged = events.with_columns(attempt.alias("attempt")).filter(pl.col("attempt").is_not_null())
     numbers = sorted(set(tagged["attempt"].to_list()))
     n_attempts = max(len(numbers), len(restarts) + 1)
     if n_attempts < 2:

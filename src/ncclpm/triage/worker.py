@@ -56,7 +56,7 @@ ROW_KEYS = (
     "failed_clock",  # an undated failure's time as the logs write it (`11-22 08:37:58`: a glog stamp has no year)
     "duration_s",  # failed_at - started_at, on the logs' own clock
     "own_hosts",  # culprit hosts named by their own evidence (Xid, ECC, IB port errors), not only by a rank on them
-    "attempts",  # launches of the job the logs show (torchrun restarts, `attempt_N` folders): 1 for none
+    "attempts",  # launches the logs show (torchrun restarts, `attempt_N/`, requeue/restart folders): 1 for none
     "restart_storm",  # every attempt failed the same way with no progress between them (`recurrence.py`)
     "storm_attempts",  # how many of the last attempts failed the same way with no progress (a storm: 2 or more)
     "storm_node_hours",  # node-hours of the failed attempts, where the logs give times
@@ -148,7 +148,7 @@ def own_hosts(tables: Any, d: Any) -> list[str]:
     return sorted(named)
 
 
-def _fill(row: dict[str, Any], tables: Any, d: Any, job: Any) -> None:
+def _fill(row: dict[str, Any], tables: Any, d: Any, job: Any, identity: Any = None) -> None:
     fc = d.failing_collective or {}
     ev = (d.decisive or d.primary.evidence or (None,))[0]
     top = _top_error(tables, d, job)
@@ -174,7 +174,7 @@ def _fill(row: dict[str, Any], tables: Any, d: Any, job: Any) -> None:
         n_warnings=len(d.warnings),
         own_hosts=[str(h)[:MAX_TEXT] for h in own_hosts(tables, d)],
         **job_times(tables, d),
-        **recurrence(tables, d),
+        **recurrence(tables, d, identity),
     )
     if d.n_sources == 0:
         reason = d.warnings[0] if d.warnings else "nothing readable"
@@ -218,15 +218,17 @@ def triage_job(
     try:
         from pathlib import Path
 
+        from ncclpm.analysis.facts import analyse
         from ncclpm.api import catalog
-        from ncclpm.engine import diagnose_tables
+        from ncclpm.engine import diagnose_facts
         from ncclpm.ingest.build import build_tables
         from ncclpm.sources.discover import collect
 
         job = collect([path])
         tables = build_tables(job, catalog(tuple(Path(p) for p in patterns)))
-        d = diagnose_tables(tables, select, ignore)
-        _fill(row, tables, d, job)
+        facts = analyse(tables)
+        d = diagnose_facts(facts, select, ignore)
+        _fill(row, tables, d, job, facts.identity)
         if reports is not None and d.n_sources:
             _write_report(d, reports, row)
     except Exception as exc:  # one bad job is a row with an error, never the end of the run
