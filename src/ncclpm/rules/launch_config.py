@@ -119,12 +119,14 @@ class LaunchMisconfigured(Rule):
         if not unavailable.is_empty():
             culprits = tuple(sorted(set(unavailable["rank"].drop_nulls().to_list())))
             who = ranks_text(culprits).capitalize() if culprits else "A rank"
-            beyond = (unavailable["detail"] == "invalid device ordinal").any()
+            # a device index beyond the GPUs the process sees (`invalid device ordinal`, torch's or NCCL's), unless
+            # every line says it saw none (kinds.toml: `count` 0)
+            none = (unavailable["count"] == 0).fill_null(False).all()
             what = (
-                "asked for a GPU its node does not have (`invalid device ordinal`): more processes per node than "
-                "visible GPUs"
-                if beyond
-                else "found no GPU at all, and the nccl backend needs one per rank"
+                "found no GPU at all, and the nccl backend needs one per rank"
+                if none
+                else "asked for a GPU its process does not see (a device index beyond the visible GPUs): more "
+                "processes per node than visible GPUs, or CUDA_VISIBLE_DEVICES hiding some"
             )
             return self.finding(
                 culprit_ranks=culprits,
