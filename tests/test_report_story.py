@@ -289,3 +289,28 @@ def test_no_html_entity_in_markdown_or_text(ext: str) -> None:
         hits = ENTITY.findall(path.read_text(encoding="utf-8"))
         assert not hits, (path.name, hits[:5])
     assert len(list(GOLDEN.glob(f"*.{ext}"))) >= len(JOBS)
+
+
+@pytest.mark.parametrize("placed", [False, True], ids=["peer-host-unknown", "peer-on-the-same-node"])
+def test_a_peer_named_by_its_rank_is_never_read_as_a_host(tmp_path: Path, placed: bool) -> None:
+    """NCCL's `Proxy Call to rank 2 failed (Connect)` names a rank (its `peer` field holds `2`): the summary said
+    "NCCL's connection between 2 and node1 failed", as if `2` were a host. Its host is the one the logs place that
+    rank on (a proxy is a local rank's: the same node here), else none."""
+    from ncclpm.api import diagnose
+
+    init = [
+        f"node1:{pid}:{pid} [{r}] NCCL INFO comm 0x5{r} rank {r} nranks 4 cudaDev {r} nvmlDev {r} busId {r}000 "
+        "commId 0x1234 - Init COMPLETE"
+        for r, pid in ((0, 201), (2, 203))
+    ]
+    warns = [
+        "node1:201:260 [0] proxy.cc:1424 NCCL WARN [Proxy Service 2] Failed to execute operation Connect from rank 2, "
+        "retcode 3",
+        "node1:201:255 [0] proxy.cc:1064 NCCL WARN Proxy Call to rank 2 failed (Connect)",
+    ]
+    log = tmp_path / "node1.log"
+    log.write_text("\n".join((init if placed else []) + warns) + "\n")
+    d = diagnose([log])
+    assert d.category == Category.NETWORK_TRANSPORT
+    assert "between 2 " not in d.summary and " and 2 " not in d.summary, d.summary
+    assert "node1" in d.summary, d.summary

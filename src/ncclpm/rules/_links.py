@@ -16,11 +16,16 @@ from ncclpm.tables import Tables
 def failing_pairs(t: Tables, ev: pl.DataFrame) -> tuple[list[str], list[frozenset[str]]]:
     """Hosts that printed the errors (in order), and the distinct failing host pairs."""
     book = address_book(t)
-    hosts = set(host_ranks(t)["host"].to_list()) | set(ev["host"].drop_nulls().to_list())
+    placed = host_ranks(t)
+    hosts = set(placed["host"].to_list()) | set(ev["host"].drop_nulls().to_list())
+    host_of_rank = {rank: host for host, rank in placed.iter_rows()}
     reporters: list[str] = []
     pairs: list[frozenset[str]] = []
     for host, peer in ev.select("host", "peer").unique(maintain_order=True).iter_rows():
-        other = peer_host(peer, book, hosts) or (peer.split("<")[0] if peer else None)
+        if peer and peer.isdigit():  # a peer named by its rank (`Proxy Call to rank 2 failed`): its host, if known
+            other = host_of_rank.get(int(peer))
+        else:
+            other = peer_host(peer, book, hosts) or (peer.split("<")[0] if peer else None)
         if host and host not in reporters:
             reporters.append(host)
         pair = frozenset(h for h in (host, other) if h)

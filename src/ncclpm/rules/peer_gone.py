@@ -70,7 +70,8 @@ class PeerProcessGone(Rule):
         last = self.facts.last_lines.filter(pl.col("rank").is_in(list(gone)) & pl.col("last_line").is_not_null())
         errors = t.ranks.filter(pl.col("rank").is_in(list(gone)))["first_error"]
         silent = not last.is_empty() and errors.is_null().all()  # its log is here and shows no error
-        peer = f" at {first['peer']}" if first["peer"] else ""
+        named = str(first["peer"] or "")
+        peer = f" of rank {named}" if named.isdigit() else f" at {named}" if named else ""  # NCCL names some by rank
         if first["local_rank"] is not None:  # NCCL's service thread names a process of its own node
             peer = f" of local rank {first['local_rank']}" + (f" on {first['host']}" if first["host"] else "")
         store = first["net_class"] == "store"  # the connection lost was the c10d store's, not a collective's
