@@ -84,3 +84,41 @@ def test_who_silences_whom_is_declared_and_applied_by_the_engine(tmp_path: Path)
     assert "ST01" not in {r.finding.rule for r in d.rivals}
     only = diagnose_tables(t, select=["ST01"])
     assert only.primary.rule != "ST01"
+
+
+def _status_log(rank2: tuple[int, int], pg2: str = "0") -> str:
+    """Rank 5 timed out in #4411 of the default group; rank 2 printed its own watchdog status on rank 5's signal
+    (torch >= 2.3 wording, two spaces before `rank` as torch prints it)."""
+    return (
+        "[rank5]:[E1015 10:02:01.123456789 ProcessGroupNCCL.cpp:616] [PG ID 0 PG GUID 0(default_pg) Rank 5] Watchdog "
+        "caught collective operation timeout: WorkNCCL(SeqNum=4411, OpType=ALLREDUCE, NumelIn=1048576, "
+        "NumelOut=1048576, Timeout(ms)=600000) ran for 600032 milliseconds before timing out.\n"
+        f"[rank2]:[E1015 10:02:03.123456789 ProcessGroupNCCL.cpp:1515] [PG ID {pg2} PG GUID {pg2}(default_pg) Rank 2] "
+        "Received a dump signal due to a collective timeout from  rank 5 and we will try our best to dump the debug "
+        f"info. Last enqueued NCCL work: {rank2[0]}, last completed NCCL work: {rank2[1]}.This is most likely caused "
+        "by incorrect usages of collectives\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("rank2", "pg2", "idle"),
+    [
+        ((4410, 4410), "0", True),  # everything it issued done, the last before #4411: it never entered #4411
+        ((4411, 4410), "0", False),  # it had enqueued #4411 too: it was in the collective with rank 5
+        ((4409, 4408), "0", False),  # still in #4409: stuck in an earlier collective, not idle
+        ((17, 17), "3", False),  # another process group counts its own sequence numbers
+    ],
+)
+def test_a_ranks_own_status_shows_it_never_entered_the_timed_out_collective(
+    tmp_path: Path, rank2: tuple[int, int], pg2: str, idle: bool
+) -> None:
+    log = tmp_path / "job.log"
+    log.write_text(_status_log(rank2, pg2))
+    facts = analyse(build([log]))
+    assert (2 in facts.lagging) is idle
+    d = diagnose_facts(facts)
+    if idle:
+        assert d.primary.rule == "ST01" and d.culprit_ranks == (2,), (d.primary.rule, d.culprit_ranks)
+        assert "the last #4410" in d.primary.explanation
+    else:
+        assert 2 not in d.culprit_ranks or d.primary.rule != "ST01"

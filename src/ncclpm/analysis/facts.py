@@ -61,6 +61,17 @@ class Analysis:
         return victims.desync_ranks(self.t, K.desync_not_joined)
 
     @cached_property
+    def idle_at_timeout(self) -> pl.DataFrame:
+        """Status lines of ranks whose own watchdog shows they never entered the collective the others timed out
+        in (all their work complete, the last before it)."""
+        return victims.idle_at_timeout(self.t, self.timeouts)
+
+    @cached_property
+    def lagging(self) -> frozenset[int]:
+        """Ranks shown never to have entered the timed-out collective: torch's desync report, or their own status."""
+        return self.desync_lagging | frozenset(self.idle_at_timeout["rank"].to_list())
+
+    @cached_property
     def cut_at_end(self) -> bool:
         """The excerpt ends inside a rank's timeout line: ranks absent from it may be in the part not copied."""
         return victims.cut_at_end(self.t, self.timeouts)

@@ -38,6 +38,33 @@ def desync_ranks(t: Tables, kind: str) -> frozenset[int]:
     return frozenset(int(r) for r in found.to_list() if r <= 1_000_000)
 
 
+def idle_at_timeout(t: Tables, timeouts: pl.DataFrame) -> pl.DataFrame:
+    """The watchdog status lines of ranks that had not entered the collective their peers timed out in: every
+    collective the rank had issued was complete, and the last one came before it (torch >= 2.3, when a peer timed
+    out: `Received a dump signal due to a collective timeout from rank 5 ... Last enqueued NCCL work: 4410, last
+    completed NCCL work: 4410` while rank 5 waited in #4411) - torch's desync report's "not joined", from the
+    rank's own line. Sequence numbers count per process group: a status is compared with a timeout of its own
+    group (a timeout line that names none is the default group's, as its rank's own status line says)."""
+    empty = t.events.clear()
+    if timeouts.is_empty():
+        return empty
+    status = t.kinds(K.watchdog_status).filter(
+        pl.col("rank").is_not_null() & pl.col("last_enqueued").is_not_null() & pl.col("last_completed").is_not_null()
+    )
+    waited = set(timeouts["rank"].to_list())
+    stuck: dict[str, int] = {}  # process group -> the lowest sequence number a rank timed out in
+    known = timeouts.select("pg", "seq").vstack(status.filter(pl.col("rank").is_in(waited)).select("pg", "seq"))
+    for pg, seq in known.filter(pl.col("seq").is_not_null()).iter_rows():
+        group = pg or "0"
+        stuck[group] = min(seq, stuck.get(group, seq))
+    if not stuck:
+        return empty
+    idle = status.filter(
+        ~pl.col("rank").is_in(waited) & (pl.col("last_completed") >= pl.col("last_enqueued"))
+    ).with_columns(pl.col("pg").fill_null("0").replace_strict(stuck, default=None, return_dtype=pl.Int64).alias("_at"))
+    return idle.filter(pl.col("last_enqueued") < pl.col("_at")).drop("_at")
+
+
 def cut_at_end(t: Tables, timeouts: pl.DataFrame) -> bool:
     """A paste that ends inside a rank's timeout line (`... Watchdog caught collective oper`, `OpType=ALLREDUC`): the
     last line ncclpm kept of its file lost the end every timeout line has, so the excerpt goes on past what was

@@ -69,7 +69,7 @@ class RankBusyOutsideCollectives(Rule):
         fa = self.facts.fr
         if fa is not None and fa.culprit_kind == FRCulprit.NEVER_JOINED:
             named |= set(fa.culprit_ranks)
-        return named | self.facts.desync_lagging  # torch's desync report: finished the one before, never joined
+        return named | self.facts.lagging  # desync report, or its own status: finished the one before, never joined
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         victims = self.facts.victim_ranks
@@ -127,9 +127,9 @@ class RankBusyOutsideCollectives(Rule):
         if cut_excerpt and act.is_empty():
             culprits: tuple[int, ...] = ()
         else:
-            culprits = tuple(
-                sorted((set(act["rank"].to_list()) if not act.is_empty() else set(silent)) | (named & set(silent)))
-            )
+            # the ranks a line shows at work, else the ones named as never entering, else every silent one
+            shown = set(act["rank"].to_list()) if not act.is_empty() else (named & set(silent)) or set(silent)
+            culprits = tuple(sorted(shown | (named & set(silent))))
         doing = busy_text(act)
         wait = "at a barrier" if in_barrier else "in a collective"
         victims = sorted(self.facts.victim_ranks - set(culprits))
@@ -147,12 +147,13 @@ class RankBusyOutsideCollectives(Rule):
             else "A rank absent from these logs"
         )
         verb = "was" if len(culprits) <= 1 else "were"
-        explanation = f"{ranks_text(silent).capitalize()} reported no timeout: " + (
+        subject = culprits or silent
+        explanation = f"{ranks_text(subject).capitalize()} reported no timeout: " + (
             "they do not appear in these logs at all, and the others waited a full timeout at a barrier - the "
             "classic sign of one rank busy with rank-local work (checkpoint, evaluation, data preparation). Their "
             "own logs decide which rank and what it did."
             if cut_excerpt and act.is_empty()
-            else "it never entered the collective the others were waiting in. "
+            else f"{'it' if len(subject) == 1 else 'they'} never entered the collective the others were waiting in. "
             + (
                 "Its last line shows what it was doing."
                 if not act.is_empty() and not act["attributed"].all()
@@ -163,13 +164,21 @@ class RankBusyOutsideCollectives(Rule):
                 "host-side hang are all possible; a `py-spy dump` of that rank tells which."
             )
         )
+        idle = self.facts.idle_at_timeout.filter(pl.col("rank").is_in(silent))
+        if not idle.is_empty():
+            last = int(idle["last_enqueued"].max())  # type: ignore[arg-type]
+            explanation += (
+                f" {ranks_text(sorted(set(idle['rank'].to_list()))).capitalize()}'s own watchdog status, printed "
+                f"when the others timed out, shows every collective it had issued complete, the last #{last}: it "
+                "had not reached the one they waited in."
+            )
         return self.finding(
             confidence=conf,
             culprit_ranks=culprits,
             summary=f"{who} {verb} busy outside collectives{doing} while "
             f"{ranks_text(victims)} waited {wait} and timed out{limit}.",
             explanation=explanation,
-            evidence=quotes(act) + quotes(self.facts.victim_lines, 3),
+            evidence=quotes(act) + quotes(idle, 2) + quotes(self.facts.victim_lines, 3),
             fixes=self.fixes(),
             dont=(
                 "`NCCL_TIMEOUT` is read by nothing; the timeout is the `timeout=` of `init_process_group`.",

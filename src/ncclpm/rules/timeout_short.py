@@ -84,8 +84,8 @@ class AllRanksTimedOutTogether(Rule):
         calls = to.select(pl.col("pg").fill_null("?"), "seq", "op", "numel_in").unique()
         # who joined: the ranks whose own timeout is shown, and those torch's desync report says entered it
         joined = set(to["rank"].to_list()) | self.facts.desync_joined
-        known = self.facts.known_ranks | self.facts.desync_joined | self.facts.desync_lagging
-        everyone = joined >= known and len(known) > 1 and not self.facts.desync_lagging
+        known = self.facts.known_ranks | self.facts.desync_joined | self.facts.lagging
+        everyone = joined >= known and len(known) > 1 and not self.facts.lagging
         together = not self.facts.late_timeouts  # a rank that started waiting much later was busy, not slow together
         return to if calls.height == 1 and everyone and together else to.clear()
 
