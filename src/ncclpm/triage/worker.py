@@ -218,9 +218,8 @@ def triage_job(
     try:
         from pathlib import Path
 
-        from ncclpm.analysis.facts import analyse
         from ncclpm.api import catalog
-        from ncclpm.engine import diagnose_facts
+        from ncclpm.engine import analyse, diagnose_facts
         from ncclpm.ingest.build import build_tables
         from ncclpm.sources.discover import collect
 
