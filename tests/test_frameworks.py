@@ -286,3 +286,15 @@ def test_a_store_timeout_that_says_what_it_waited_for_is_not_a_bare_socket_timeo
     assert d.confidence >= 0.85
     bare = _diagnose("RuntimeError: Socket Timeout\n")
     assert "Socket Timeout" in bare.summary and bare.confidence < 0.6
+
+
+def test_a_lone_framework_wait_is_said_to_be_one_not_a_collective() -> None:
+    """vLLM's shared-memory broadcast wait alone: no failure named, and the report says what waited (a framework's
+    process on its peers), not "ranks waiting in a collective" - no collective is in the log."""
+    d = _diagnose(
+        "(VllmWorker rank=1 pid=5521) WARNING 05-10 12:31:00 [shm_broadcast.py:386] No available shared memory "
+        "broadcast block found in 60 second. This typically happens when some processes are hanging or doing some "
+        "time-consuming work (e.g. compilation).\n"
+    )
+    assert d.category == Category.UNKNOWN
+    assert "framework's process waited on its peers" in d.summary and "in a collective" not in d.summary, d.summary

@@ -86,8 +86,13 @@ class InsufficientEvidence(Rule):
         victims = self.facts.victim_lines
         proves, causes = victims_view(self.facts)
         leads = f" Most likely, in order: {'; '.join(f'({i}) {c}' for i, c in enumerate(causes, 1))}." if causes else ""
+        framework = not victims.is_empty() and victims["kind"].eq(K.framework_wait).all()
         shown = (
-            "the logs show ranks waiting in a collective but not why"
+            "a serving or RL framework's process waited on its peers (vLLM's shared-memory broadcast or RPC, "
+            "SGLang's watchdog, a weight sync) - the waiting side of a worker that hung, died or was busy elsewhere "
+            "- and the logs do not show which or why"
+            if framework
+            else "the logs show ranks waiting in a collective but not why"
             if not victims.is_empty()
             else "NCCL's watchdog aborted a process (SIGABRT, its backtrace through the watchdog): a collective failed "
             "or timed out first, and the excerpt does not show which or why"
