@@ -314,3 +314,23 @@ def test_a_peer_named_by_its_rank_is_never_read_as_a_host(tmp_path: Path, placed
     assert d.category == Category.NETWORK_TRANSPORT
     assert "between 2 " not in d.summary and " and 2 " not in d.summary, d.summary
     assert "node1" in d.summary, d.summary
+
+
+def test_a_timeout_line_with_no_rank_is_said_to_be_a_wait_in_a_collective(tmp_path: Path) -> None:
+    """gloo's `Timed out waiting 1800000ms for recv operation to complete` under a bare traceback (no `[rankN]:`):
+    no cause, but the report says a process waited in a collective for its timeout and quotes the line - it said
+    "a process cut off from another (a peer gone or not answering)"."""
+    from ncclpm.api import diagnose
+
+    log = tmp_path / "train.log"
+    log.write_text(
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 40, in <module>\n'
+        "    dist.barrier()\n"
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms "
+        "for recv operation to complete\n"
+    )
+    d = diagnose([log])
+    assert d.category == Category.UNKNOWN
+    assert "waited in a collective for 0:30:00 and timed out" in d.summary, d.summary
+    assert any("Timed out waiting 1800000ms" in e.text for e in d.primary.evidence)

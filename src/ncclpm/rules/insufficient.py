@@ -13,6 +13,7 @@ from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
 from ncclpm.tables.schema import Category
+from ncclpm.util.durations import duration_text
 
 # The evidence to collect when it is missing from the job: (what, when) - the findings' fixes read "Collect <what>."
 MISSING = {
@@ -87,6 +88,9 @@ class InsufficientEvidence(Rule):
         proves, causes = victims_view(self.facts)
         leads = f" Most likely, in order: {'; '.join(f'({i}) {c}' for i, c in enumerate(causes, 1))}." if causes else ""
         framework = not victims.is_empty() and victims["kind"].eq(K.framework_wait).all()
+        timed_out = t.kinds(K.collective_timeout)  # (a line with no rank of its own: not a victim line above)
+        limit = timed_out["timeout_ms"].drop_nulls()
+        waited = f" for {duration_text(limit.max())}" if limit.len() else ""
         shown = (
             "a serving or RL framework's process waited on its peers (vLLM's shared-memory broadcast or RPC, "
             "SGLang's watchdog, a weight sync) - the waiting side of a worker that hung, died or was busy elsewhere "
@@ -97,6 +101,8 @@ class InsufficientEvidence(Rule):
             else "NCCL's watchdog aborted a process (SIGABRT, its backtrace through the watchdog): a collective failed "
             "or timed out first, and the excerpt does not show which or why"
             if t.kinds(K.crash_signal)["victim"].any()
+            else f"the logs show a process that waited in a collective{waited} and timed out, but not for whom or why"
+            if not timed_out.is_empty()
             else "the logs show a process cut off from another (a peer gone or not answering) but not which or why"
             if t.events["victim"].any()
             else f"the launcher reports {ranks_text(failed)} aborted together (SIGABRT: what NCCL's watchdog does "
@@ -119,7 +125,9 @@ class InsufficientEvidence(Rule):
             + "No rule found a rank that died, stalled, mismatched or failed on its own. Collect: "
             + "; ".join(missing)
             + ".",
-            evidence=quotes(victims, 4) or (quotes(self.facts.scope.job, 2) if not self.facts.scope.recognised else ()),
+            evidence=quotes(victims, 4)
+            or quotes(timed_out, 2)
+            or (quotes(self.facts.scope.job, 2) if not self.facts.scope.recognised else ()),
             fixes=tuple(f for k in wanted for f in self.fixes(k, ranks=", ".join(map(str, ranks_of[k][:16]))))
             if wanted
             else (),
