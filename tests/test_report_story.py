@@ -334,3 +334,28 @@ def test_a_timeout_line_with_no_rank_is_said_to_be_a_wait_in_a_collective(tmp_pa
     assert d.category == Category.UNKNOWN
     assert "waited in a collective for 0:30:00 and timed out" in d.summary, d.summary
     assert any("Timed out waiting 1800000ms" in e.text for e in d.primary.evidence)
+
+
+@pytest.mark.parametrize(
+    ("done", "said", "band"),
+    [
+        ("Training complete. Saving final model to /ckpt/final.pt", "a process said so", "likely"),
+        (
+            "INFO:torch.distributed.elastic.agent.server.api:[default] worker group successfully finished. Waiting "
+            "300 seconds for other agents to finish.",
+            "the launcher said so",
+            "conclusive",
+        ),
+    ],
+    ids=["a-process-own-words", "torchrun-agent"],
+)
+def test_who_said_a_job_finished_is_told_as_the_line_says_it(tmp_path: Path, done: str, said: str, band: str) -> None:
+    """A script's unranked `Training complete` speaks for one process, not for the launcher and all its workers: it
+    was told 'the launcher said so' at 0.85."""
+    from ncclpm.api import diagnose
+
+    log = tmp_path / "train.log"
+    log.write_text("epoch 0 step 100 loss 2.31\nepoch 1 step 300 loss 1.80\n" + done + "\n")
+    d = diagnose([log])
+    assert d.category == Category.NO_FAILURE and said in d.summary, d.summary
+    assert (d.confidence >= 0.85) is (band == "conclusive"), d.confidence

@@ -52,7 +52,9 @@ class JobFinishedCleanly(Rule):
         done = set(ev["rank"].drop_nulls().to_list())
         known = self.facts.known_ranks
         everyone = bool(known) and known <= done
-        launcher = ev["rank"].is_null().any()  # the agent's own success line speaks for all its workers
+        # the agent's own success line (or one that says all ranks finished) speaks for all its workers; a
+        # process's own `training done` with no rank on it speaks for one process
+        launcher = (ev["event"] == "activity.group_finished").any()
         return self.finding(
             confidence=0.85 if everyone or launcher else self.base_confidence,
             culprit_ranks=(),
@@ -60,9 +62,11 @@ class JobFinishedCleanly(Rule):
             + (
                 f"every rank it ran - {ranks_text(sorted(done))} - said so"
                 if everyone
+                else "the launcher said so"
+                if launcher
                 else f"{ranks_text(sorted(done))} said so"
                 if done
-                else "the launcher said so"
+                else "a process said so; its rank is not on the line"
             )
             + ") and no error, timeout or crash appears in the logs.",
             explanation="Every line that says how the run ended says it ended well, and nothing failed before it.",
