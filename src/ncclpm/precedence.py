@@ -36,7 +36,7 @@ PRECEDENCE: tuple[tuple[str, str], ...] = (
     ("NW01", "a rank that raised a network error died of the network (NW01 demotes itself when a peer died first)"),
     (
         "NC01",
-        "NCCL's result class alone (an internal check, a CUDA call failed): what the class means beats 'a rank crashed'",
+        "NCCL's result class alone (an internal check, a failed CUDA call): its meaning beats 'a rank crashed'",
     ),
     ("CR01", "a rank that died first, for a reason no rule above names"),
     (
