@@ -240,3 +240,21 @@ def test_a_warn_line_naming_no_cause_is_quoted_with_the_class() -> None:
     d = diagnose(stdin_bytes=text.encode())
     assert (d.category, d.primary.rule) == (Category.CONFIG_VERSION, "NC01")
     assert "Unknown pattern 9" in d.summary
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # torch's nccl2: `NCCL Last Error:` after the class
+        "[rank1]: RuntimeError: NCCL AllReduce failed: internal error - please report this issue to the NCCL "
+        "developers\n[rank1]: NCCL Last Error: Proxy Call to rank 0 failed (Connect)\n",
+        # XLA/JAX: NCCL's last warning quoted after the class
+        "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: external/xla/xla/service/gpu/nccl_utils.cc:297: NCCL "
+        "operation ncclGroupEnd() failed: internal error - please report this issue to the NCCL developers. Last "
+        "NCCL warning(error) log entry (may be unrelated) 'Proxy Call to rank 0 failed (Connect)'.\n",
+    ],
+)
+def test_other_wrappers_quote_of_the_message_wins(text: str) -> None:
+    """nccl2's and XLA's quotes of NCCL's last WARN are read like torch's `Last error:`: the message, not the class."""
+    d = diagnose(stdin_bytes=text.encode())
+    assert d.category == Category.NETWORK_TRANSPORT and d.primary.rule == "NW01", d.summary
