@@ -134,13 +134,16 @@ class NcclResultClass(Rule):
         mine = ev.filter(pl.col("nccl_result") == result)
         ranks = tuple(sorted(set(mine["rank"].drop_nulls().to_list())))
         hosts = sorted(set(mine["host"].drop_nulls().to_list()))
-        summary = f"NCCL failed with {result}{self._on(t, ranks, hosts)} and no NCCL message says why: {reading.what}."
+        warn = t.kinds(K.nccl_warn, K.nccl_internal)
+        on = self._on(t, ranks, hosts)
+        if warn.is_empty():
+            summary = f"NCCL failed with {result}{on} and no NCCL message says why: {reading.what}."
+        else:  # a message no entry reads, or one that names no cause alone: quoted, the class still the lead
+            summary = f"NCCL failed with {result}{on}; its last WARN (`{_message(warn['text'][-1], t.line_prefix)}`) "
+            summary += f"names no cause by itself: {reading.what}."
         if len(hosts) > 1:
             summary += f" The same on {len(hosts)} hosts at once: what they share (set-up, sizes), not one GPU."
-        warn = t.kinds(K.nccl_warn, K.nccl_internal)
-        if not warn.is_empty():  # a message no entry reads (or one that names no cause alone): quoted, not read
-            summary += f" NCCL's last WARN: `{said(warn['text'][-1], t.line_prefix, 100)}`."
-        summary += " NCCL_DEBUG=WARN names the cause."
+        summary += " NCCL_DEBUG=WARN names the cause." if warn.is_empty() else " NCCL_DEBUG=INFO shows where it failed."
         keys = {"ncclInternalError": ["internal"], "ncclUnhandledCudaError": ["cuda"]}.get(result, [])
         return self.finding(
             category=reading.category,
@@ -159,7 +162,7 @@ class NcclResultClass(Rule):
             if result == "ncclInternalError"
             else (),
             verify=("With `NCCL_DEBUG=WARN` the failing run prints NCCL's reason on the line before the error.",),
-            facts={"nccl_result": result, "hosts": hosts, "reports": mine.height},
+            facts={"nccl_result": result, "hosts": hosts, "lines": mine.height},
         )
 
     @staticmethod
@@ -169,3 +172,10 @@ class NcclResultClass(Rule):
         if hosts:
             return f" on {where(t, hosts)}"
         return f" on {ranks_text(ranks)}" if ranks else ""
+
+
+def _message(text: str | None, envelopes: str) -> str:
+    """An NCCL WARN line's message, without its prefix (as NW01 quotes one)."""
+    text = text or ""
+    cut = text.find("NCCL WARN ")
+    return said(text[cut + 10 :] if cut >= 0 else text, envelopes, 100)
