@@ -192,9 +192,15 @@ FRAMEWORKS = DATA / "frameworks_messages.jsonl"
 _VERSION_EXPR = re.compile(r"\{[^{}]*[Vv]ersion[^{}]*\}")  # `{self.nccl.ncclGetVersion()}`: a version, as logged
 
 
+# pynccl's `NCCL error: {error_str}` (vLLM, SGLang): the text of ncclGetErrorString, as such a line holds it
+_NCCL_RESULT_EXPR = re.compile(r"(?<=NCCL error: )\{error_str\}")
+
+
 def _framework_instance(row: dict) -> str:
-    """A framework's message as its log holds it: torch_coverage's instance, a version written as one."""
-    return _torch_coverage().instance(row | {"template": _VERSION_EXPR.sub("2.21.5", row["template"])})
+    """A framework's message as its log holds it: torch_coverage's instance, a version written as one and NCCL's
+    result string as one."""
+    template = _NCCL_RESULT_EXPR.sub("unhandled system error", _VERSION_EXPR.sub("2.21.5", row["template"]))
+    return _torch_coverage().instance(row | {"template": template})
 
 
 SMALL_AREA = 5  # sub-packages with fewer messages are shown together, as `<package>.(other)`
