@@ -258,3 +258,28 @@ def test_other_wrappers_quote_of_the_message_wins(text: str) -> None:
     """nccl2's and XLA's quotes of NCCL's last WARN are read like torch's `Last error:`: the message, not the class."""
     d = diagnose(stdin_bytes=text.encode())
     assert d.category == Category.NETWORK_TRANSPORT and d.primary.rule == "NW01", d.summary
+
+
+@pytest.mark.parametrize(
+    ("text", "category", "rule"),
+    [
+        # nccl-tests (NCCL 2.13+) quotes ncclGetLastError after the class: the message, not the class
+        (
+            "node01: Test NCCL failure common.cu:1204 'unhandled system error (run with NCCL_DEBUG=INFO for details) "
+            "/ socketStartConnect: Connect to 10.0.0.7<43311> failed : Connection refused'\n",
+            Category.NETWORK_TRANSPORT,
+            "NW01",
+        ),
+        (
+            "node01: Test NCCL failure common.cu:1204 'internal error - please report this issue to the NCCL "
+            "developers / Proxy Call to rank 0 failed (Connect)'\n",
+            Category.NETWORK_TRANSPORT,
+            "NW01",
+        ),
+        # nccl-tests' own CUDA call (its CUDACHECK): the CUDA error it quotes
+        ("node01: Test CUDA failure common.cu:892 'out of memory'\n", Category.CUDA_OOM, "OM01"),
+    ],
+)
+def test_nccl_tests_quotes_are_read(text: str, category: Category, rule: str) -> None:
+    d = diagnose(stdin_bytes=text.encode())
+    assert (d.category, d.primary.rule) == (category, rule), d.summary
