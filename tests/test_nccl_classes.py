@@ -283,3 +283,22 @@ def test_other_wrappers_quote_of_the_message_wins(text: str) -> None:
 def test_nccl_tests_quotes_are_read(text: str, category: Category, rule: str) -> None:
     d = diagnose(stdin_bytes=text.encode())
     assert (d.category, d.primary.rule) == (category, rule), d.summary
+
+
+NCCL_TESTS_HEAD = (
+    "# nThread 1 nGpus 1 minBytes 1073741824 maxBytes 34359738368 step: 2(factor) warmup iters: 5 iters: 20 agg "
+    "iters: 1 validation: 1 graph: 0\n#\n# Reducing maxBytes to 27951912277 due to memory limitation\n#\n"
+    "  1073741824     268435456     float     sum      -1    19355   55.48  110.84      0    19189   55.96  111.80  0\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("cls", "category"), [("ncclUnhandledCudaError", Category.CUDA_OOM), ("ncclInternalError", Category.CONFIG_VERSION)]
+)
+def test_a_cuda_failure_after_the_sizes_were_shrunk_to_fit_memory_is_memory(cls: str, category: Category) -> None:
+    """nccl-tests lowered its sizes to fit GPU memory, then a CUDA call inside NCCL failed: most likely out of memory
+    (a lead, possible); the notice alone is no failure, and says nothing about another class."""
+    text = NCCL_TESTS_HEAD + f"gpu-a01: Test NCCL failure common.cu:1204 '{STRINGS[cls][0]} / '\n"
+    d = diagnose(stdin_bytes=text.encode())
+    assert (d.category, d.primary.rule, d.band) == (category, "NC01", Band.POSSIBLE), d.summary
+    assert diagnose(stdin_bytes=NCCL_TESTS_HEAD.encode()).category == Category.NO_FAILURE

@@ -111,6 +111,11 @@ class NcclResultClass(Rule):
             "check the driver and fabric manager, and in containers `--ipc=host` (or `NCCL_CUMEM_ENABLE=0`).",
             when="the class is ncclUnhandledCudaError",
         ),
+        "memory": Fix(
+            "Ask for less: lower the largest size (nccl-tests' `-e`, a batch or a message size) so that the "
+            "program's buffers and NCCL's fit the GPU, or free the memory another process holds (`nvidia-smi`).",
+            when="the program said it had to shrink its sizes to fit GPU memory",
+        ),
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
@@ -136,6 +141,9 @@ class NcclResultClass(Rule):
         hosts = sorted(set(mine["host"].drop_nulls().to_list()))
         warn = t.kinds(K.nccl_warn, K.nccl_internal)
         on = self._on(t, ranks, hosts)
+        limited = t.kinds(K.gpu_memory_limited)
+        if result == "ncclUnhandledCudaError" and not limited.is_empty():
+            return self._memory(t, mine, limited, ranks, on)
         if warn.is_empty():
             summary = f"NCCL failed with {result}{on} and no NCCL message says why: {reading.what}."
         else:  # a message no entry reads, or one that names no cause alone: quoted, the class still the lead
@@ -163,6 +171,25 @@ class NcclResultClass(Rule):
             else (),
             verify=("With `NCCL_DEBUG=WARN` the failing run prints NCCL's reason on the line before the error.",),
             facts={"nccl_result": result, "hosts": hosts, "lines": mine.height},
+        )
+
+    def _memory(self, t: Tables, mine: pl.DataFrame, limited: pl.DataFrame, ranks: tuple[int, ...], on: str) -> Finding:
+        """The CUDA failure after the program said it had to shrink its sizes to fit GPU memory: out of memory is
+        then the likely CUDA error, still a lead (the error itself is not printed)."""
+        return self.finding(
+            category=Category.CUDA_OOM,
+            confidence=0.5,
+            culprit_ranks=ranks,
+            summary=f"NCCL failed with ncclUnhandledCudaError{on} after the program had to shrink its sizes to fit "
+            f"GPU memory (`{said(limited['text'][0], t.line_prefix, 80)}`): most likely out of memory at the "
+            "largest sizes. NCCL_DEBUG=WARN names the CUDA error.",
+            explanation="A CUDA call inside NCCL failed; the program itself had just found the GPU's memory too small "
+            "for what was asked, so the failing call is most likely an allocation (NCCL's buffers next to the "
+            "program's). The CUDA error is not printed: a lead.",
+            evidence=(*quotes(limited, 1), *quotes(mine, 4)),
+            fixes=self.fixes("warn", "memory"),
+            verify=("With smaller sizes (nccl-tests' `-e`) the run passes the size where it failed.",),
+            facts={"nccl_result": "ncclUnhandledCudaError", "memory_limited": True},
         )
 
     @staticmethod
