@@ -43,7 +43,7 @@ def _case_events() -> pl.DataFrame:
     folders = sorted(p for p in CASES.glob("*/input") if p.is_dir())[::6]
     frames = [build([f]).events for f in folders]
     events = pl.concat([f for f in frames if not f.is_empty()], how="vertical")
-    attrs = [a for a in ("victim", "net_class", "exhausted", "strength") if a in events.columns]
+    attrs = [a for a in ("victim", "net_class", "exhausted", "strength", "nccl_result") if a in events.columns]
     return events.with_columns(pl.lit(None, events.schema[a]).alias(a) for a in attrs)
 
 

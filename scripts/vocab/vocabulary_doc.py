@@ -2,7 +2,8 @@
 `python scripts/regenerate.py`; tests/test_nccl_messages.py checks it is fresh).
 
 Several producers fill the document, one section each, in the order of PRODUCERS: NCCL's WARN formats (the pinned
-snapshot of scripts/vocab/data, read by parsers/nccl/), then PyTorch's distributed messages (torch_coverage.py).
+snapshot of scripts/vocab/data, read by parsers/nccl/), then PyTorch's distributed messages (torch_coverage.py), then
+the frameworks' own messages (frameworks_extract.py's list: read by a declared entry, or not declared).
 A message is *read* when a declared entry reads it (its meaning, category, strength, fix),
 *benign* when its entry says NCCL works around it by itself (never a cause), *out of scope* when an entry says why it
 is not read; *missing* when nothing declares it (the coverage test fails then).
@@ -11,6 +12,7 @@ is not read; *missing* when nothing declares it (the coverage test fails then).
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from collections import Counter
 from collections.abc import Callable
@@ -184,8 +186,105 @@ def torch_tools() -> Section:
     )
 
 
+# --- the frameworks on torch (vLLM, SGLang, verl, OpenRLHF, Ray): frameworks_extract.py's list -----------------------
+
+FRAMEWORKS = DATA / "frameworks_messages.jsonl"
+_VERSION_EXPR = re.compile(r"\{[^{}]*[Vv]ersion[^{}]*\}")  # `{self.nccl.ncclGetVersion()}`: a version, as logged
+
+
+# pynccl's `NCCL error: {error_str}` (vLLM, SGLang): the text of ncclGetErrorString, as such a line holds it
+_NCCL_RESULT_EXPR = re.compile(r"(?<=NCCL error: )\{error_str\}")
+
+
+def _framework_instance(row: dict) -> str:
+    """A framework's message as its log holds it: torch_coverage's instance, a version written as one and NCCL's
+    result string as one."""
+    template = _NCCL_RESULT_EXPR.sub("unhandled system error", _VERSION_EXPR.sub("2.21.5", row["template"]))
+    return _torch_coverage().instance(row | {"template": template})
+
+
+SMALL_AREA = 5  # sub-packages with fewer messages are shown together, as `<package>.(other)`
+
+
+def _framework_area(row: dict, sizes: Counter) -> str:
+    """The package and its first sub-package (`vllm.distributed`, `sglang.srt`, `ray.util`): where the code is."""
+    area = ".".join(row["component"].split(".")[:2])
+    return area if sizes[area] >= SMALL_AREA else f"{row['package']}.(other)"
+
+
+def framework_counts(rows: list[dict]) -> tuple[list[Area], Counter, Counter]:
+    """Each message read by a declared entry of the catalogs (the same test as torch's: an anchor in its line and
+    the entry's regex matching there), sorted by the entry's category, per area; and which entries read them. A
+    message no declared entry reads is *missing*: no file declares the frameworks' messages benign or out of scope.
+    Also: the messages each entry reads, and the missing ones per component."""
+    from ncclpm.ingest.catalog import load_catalog
+
+    tc = _torch_coverage()
+    patterns = [p for p in load_catalog().patterns if p.declared is not None]
+    declared = {p.id: p.declared for p in patterns}
+    no_cause = {p.id for p in patterns if p.kind in NO_CAUSE_KINDS}
+    entries = [tc.Entry(p.id, p.origin, p.anchors, p.regex) for p in patterns]
+    by = tc.readers([_framework_instance(r) for r in rows], entries)
+    areas: dict[str, Area] = {}
+    readers: Counter = Counter()
+    sizes = Counter(".".join(r["component"].split(".")[:2]) for r in rows)
+    for row, entry in zip(rows, by, strict=True):
+        name = _framework_area(row, sizes)
+        a = areas.setdefault(name, Area(name, row["package"]))
+        if not entry:
+            a.missing += 1
+            continue
+        readers[entry] += 1
+        category = declared[entry].category
+        if category == "benign":
+            a.benign += 1
+        elif category == "unknown" or entry in no_cause:
+            a.no_cause += 1
+        else:
+            a.cause += 1
+            a.categories[category] += 1
+    missing = Counter(r["component"] for r, entry in zip(rows, by, strict=True) if not entry)
+    return sorted(areas.values(), key=lambda a: (-a.total, a.name)), readers, missing
+
+
+def frameworks() -> Section:
+    """The frameworks' own messages (scripts/vocab/data/frameworks_messages.jsonl), by package and sub-package."""
+    rows = [json.loads(x) for x in FRAMEWORKS.read_text(encoding="utf-8").splitlines()]
+    wheels = json.loads((DATA / "frameworks_wheels.json").read_text(encoding="utf-8"))
+    releases = ", ".join(f"{w['package']} {w['version']}" for w in wheels)
+    areas, readers, missing = framework_counts(rows)
+    errors = [r for r in rows if "error" in r["severity"] or "critical" in r["severity"]]
+    error_areas, _, _ = framework_counts(errors)
+    largest = ", ".join(f"{c} {n}" for c, n in sorted(missing.items(), key=lambda kv: (-kv[1], kv[0]))[:5])
+    read_errors = sum(a.cause + a.no_cause + a.benign for a in error_areas)
+    own = sum(n for e, n in readers.items() if not e.startswith("usage."))
+    return Section(
+        title=f"Frameworks on torch (vLLM, SGLang, verl, OpenRLHF, Ray) - {len(rows)} messages",
+        intro="The distributed and communication messages of the programs that run torch.distributed and NCCL "
+        "outside training scripts, read from their released wheels' Python sources (scripts/vocab/"
+        f"frameworks_extract.py: {releases}; both releases' wordings, each counted once), by package and "
+        "sub-package. Their workers' failures are torch's and NCCL's words (the sections above); these are the "
+        "frameworks' own lines around them. A message is read when a declared entry of the catalogs reads its "
+        "line (parsers/frameworks.toml, and the torch entries a framework's line matches); no file declares the "
+        "frameworks' other messages benign or out of scope yet, so every message not read is counted *missing* "
+        "and no goal or coverage test applies to them.",
+        areas=areas,
+        notes=[
+            f"Of the {len(errors)} messages raised, or logged at error level (what a failure is worded in), "
+            f"{read_errors} are read or declared benign ({_pct(read_errors, len(errors))}). Of the "
+            f"{sum(readers.values())} read or declared benign in all, {own} by the frameworks' own entries and "
+            "the torch/NCCL entries their lines match, "
+            f"{sum(readers.values()) - own} by torch's argument-check families (parsers/torch/usage.toml: a "
+            "framework's `ValueError` about its own settings reads as the job's configuration, config_version). "
+            f"*missing* here means not declared either way; the largest components not declared: {largest}. "
+            f"Sub-packages of fewer than {SMALL_AREA} messages are counted together as `<package>.(other)`.",
+        ],
+        goal=False,
+    )
+
+
 # The producers of the document, in order.
-PRODUCERS: list[Callable[[], Section]] = [nccl, torch, torch_tools]
+PRODUCERS: list[Callable[[], Section]] = [nccl, torch, torch_tools, frameworks]
 
 
 def _pct(n: int, total: int) -> str:

@@ -34,6 +34,10 @@ PRECEDENCE: tuple[tuple[str, str], ...] = (
     ("CV03", "a segfault inside NCCL's own threads follows the NCCL build: the crash rules below only see a crash"),
     ("RZ01", "the group never formed: nothing ran yet"),
     ("NW01", "a rank that raised a network error died of the network (NW01 demotes itself when a peer died first)"),
+    (
+        "NC01",
+        "NCCL's result class alone (an internal check, a failed CUDA call): its meaning beats 'a rank crashed'",
+    ),
     ("CR01", "a rank that died first, for a reason no rule above names"),
     (
         "MC02",

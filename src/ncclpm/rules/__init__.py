@@ -17,6 +17,7 @@ from ncclpm.rules.killed_outside import JobKilledFromOutside
 from ncclpm.rules.launch_config import LaunchMisconfigured
 from ncclpm.rules.main_first import MainProcessFirstOutlastedTimeout
 from ncclpm.rules.mismatch_logs import CollectivesDisagreeInLogs
+from ncclpm.rules.nccl_class import NcclResultClass
 from ncclpm.rules.nccl_crash import CrashInsideNccl
 from ncclpm.rules.nccl_invalid_usage import NcclInvalidUsage
 from ncclpm.rules.network import NcclTransportError
@@ -57,6 +58,7 @@ ALL_RULES: tuple[type[Rule], ...] = (
     FlightRecorderCollectivesDisagree,
     FlightRecorderRankStopped,
     NcclTransportError,
+    NcclResultClass,
     ShmOrP2pFailure,
     VersionsDifferAcrossRanks,
     CudaBuildDoesNotFit,

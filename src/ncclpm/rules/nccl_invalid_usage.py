@@ -12,8 +12,9 @@ from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
 from ncclpm.tables.schema import Category
 
-# NCCL's results for a call it rejects (ncclInvalidUsage 5, ncclInvalidArgument 4), as torch words them
-REFUSALS = ["invalid usage", "invalid argument"]
+# NCCL's results for a call it rejects (ncclInvalidUsage 5, ncclInvalidArgument 4), in any wrapper's words (the
+# kinds' reading `nccl_result`, parsers/kinds.toml)
+REFUSALS = ["ncclInvalidUsage", "ncclInvalidArgument"]
 
 
 class NcclInvalidUsage(Rule):
@@ -60,7 +61,7 @@ class NcclInvalidUsage(Rule):
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         named = t.kinds(K.nccl_config).sort("strength", descending=True, nulls_last=True)
-        refused = t.kinds(K.nccl_error).filter(pl.col("error_type").is_in(REFUSALS))
+        refused = t.kinds(K.nccl_error).filter(pl.col("nccl_result").is_in(REFUSALS))
         return pl.concat([named, refused.sort("ts", "source", "line", nulls_last=True)])
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:

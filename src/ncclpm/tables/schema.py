@@ -58,6 +58,8 @@ EVENT_FIELDS: dict[str, pl.DataType] = {
     "net_class": pl.String(),  # network errors: ib / interface / connect / closed / remote_exited; a lost peer: store
     "strength": pl.Float64(),  # how much the line alone proves its cause (network errors, GPU/driver faults; 0-1)
     "exhausted": pl.String(),  # DataLoader failures: the resource that ran out (shm / fds)
+    # NCCL's result class an NCCL error names, whatever program wraps it (`ncclInternalError`...: ncclResult_t's names)
+    "nccl_result": pl.String(),
 }
 
 DTYPE_NAMES: dict[str, pl.DataType] = {

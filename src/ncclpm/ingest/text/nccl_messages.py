@@ -325,18 +325,29 @@ _WHERE = re.compile(r"^[\w./+-]+\.(?:cc|h|cu|cpp|c)")
 TEXTS_SCHEMA = {"source": pl.String(), "line": pl.Int64(), "msg": pl.String(), "where": pl.String()}
 
 
+# NCCL's last WARN message as other wrappers quote it (ncclGetLastError): nccl2's `NCCL Last Error: <msg>`, XLA's
+# `... failed: <class>. Last NCCL warning(error) log entry (may be unrelated) '<msg>'.`, nccl-tests' (NCCL 2.13+)
+# `Test NCCL failure <file>:<line> '<class> / <msg>'`
+_XLA_LAST = r"Last NCCL warning\(error\) log entry \(may be unrelated\) '"
+_TESTS_LAST = r"NCCL failure [\w./-]+:\d+ '[^'/]*? / "
+_QUOTED_LAST = r"Last [Ee]rror:|" + _XLA_LAST + "|" + _TESTS_LAST
+
+
 def _last_errors(parsed: pl.DataFrame) -> pl.DataFrame:
     """torch's `Last error:` texts (NCCL's last WARN message without its prefix): the rest of the line, or the line
-    after a line that ends with it (torch >= 2.0 prints it on its own line)."""
+    after a line that ends with it (torch >= 2.0 prints it on its own line); nccl2's and XLA's quotes of it too."""
     if parsed.is_empty():
         return pl.DataFrame(schema=TEXTS_SCHEMA)
     msg = pl.col("message").str.strip_chars()
-    has = parsed.filter(pl.col("message").str.contains(LAST_ERROR, literal=True))
+    has = parsed.filter(pl.col("message").str.contains(_QUOTED_LAST))
     if has.is_empty():
         return pl.DataFrame(schema=TEXTS_SCHEMA)
-    same = has.select("source", "line", msg.str.split(LAST_ERROR).list.last().str.strip_chars().alias("msg")).filter(
-        pl.col("msg") != ""
+    quoted = pl.coalesce(
+        msg.str.extract(_XLA_LAST + r"(.*)'\.?$", 1),
+        msg.str.extract(_TESTS_LAST + r"(.*)'$", 1),
+        msg.str.extract(r"Last [Ee]rror:(.*)$", 1),
     )
+    same = has.select("source", "line", quoted.str.strip_chars().alias("msg")).filter(pl.col("msg").fill_null("") != "")
     heads = has.filter(msg.str.ends_with(LAST_ERROR)).select("source", (pl.col("line") + 1).alias("line"))
     after = parsed.join(heads, on=["source", "line"], how="semi").select("source", "line", msg.alias("msg"))
     return pl.concat([same, after]).with_columns(pl.lit(None, pl.String).alias("where")).cast(TEXTS_SCHEMA)
