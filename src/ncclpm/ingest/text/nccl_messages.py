@@ -25,7 +25,6 @@ from typing import Any
 
 import polars as pl
 
-from ncclpm.ingest import printf_regex as pr
 from ncclpm.tables.kinds import K, KindDecl
 from ncclpm.tables.schema import EVENT_FIELDS, EVENTS_SCHEMA, Category
 from ncclpm.util.resources import read_toml
@@ -124,7 +123,9 @@ class Message:
         """What the entry matches: its hand regex, or its format's first line as printf prints it, fields named."""
         if self.hand_regex is not None or self.format is None:
             return self.hand_regex or ""
-        return pr.printf_regex(_first_line(self.format), names=self.fields)
+        from ncclpm.ingest.printf_regex import printf_regex  # (its ~30 regexes: only for a job with NCCL messages)
+
+        return printf_regex(_first_line(self.format), names=self.fields)
 
     def reading(self, groups: dict[str, str | None], where: str | None) -> tuple[int | None, dict[str, Any]]:
         """What a line it read means: the index of the first case that applies (None: the entry's own reading),
