@@ -81,6 +81,8 @@ def _say_dropped(name: str, dropped: Counter[str], warnings: list[str]) -> None:
 
 @dataclass
 class _Found:
+    """A stack block found in a source (a dump file, a log, the flight recorder)."""
+
     source: str
     block: Block
 

@@ -97,6 +97,8 @@ class Case:
 
 @dataclass(frozen=True)
 class Message:
+    """One of NCCL's messages (`parsers/nccl/`): its format or hand regex, the literal it holds, its reading."""
+
     id: str
     area: str
     origin: str
@@ -147,6 +149,8 @@ class Message:
 
 @dataclass(frozen=True)
 class Vocabulary:
+    """NCCL's declared messages, indexed by the literal each holds."""
+
     messages: tuple[Message, ...]
     _by_key: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
 
