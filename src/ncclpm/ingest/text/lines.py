@@ -17,6 +17,7 @@ import gzip
 import io
 import os
 import queue
+import re
 import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -51,6 +52,8 @@ MAX_KEPT_LINES = 200_000  # per source (~1.5 kB each through the pipeline): see 
 JOB_KEPT_LINES = 400_000  # per job: each source keeps its share of it (`allowances`)
 MIN_KEPT_LINES = 200  # a source's share is never less (its first and last 100 matching lines)
 TQDM_END = r"(\[\d+:\d{2}(?::\d{2})?<[^\]\r]{0,80}\])"
+_TQDM_END = re.compile(TQDM_END)  # (the same in Python: `_may_split`)
+SPLIT_CHECK_ROWS = 4096  # `_may_split` looks at this many rows or fewer in Python
 GROUP_FILES = 96  # texts scanned together (one pass of the matcher, one query for the kept lines) ...
 GROUP_BYTES = 48 * 1024 * 1024  # ... holding at most about this many bytes
 CHUNK_BYTES = 8 * 1024 * 1024  # a bigger (or gzipped) file is read in blocks of this size, cut at line ends
@@ -116,10 +119,20 @@ def _keep(lf: pl.LazyFrame, anchors: list[str], line_start: str = "", bars: bool
 def _may_split(rows: pl.DataFrame) -> bool:
     """Whether `_keep` may split a line of `rows` (the cutter's: each hit line with the line after it): one holds a
     carriage return, or a tqdm bar's end, alone or glued to the next row (re-joining a wrapped line glues only a
-    hit line and the line after it, so every line `_keep` can make is looked at)."""
+    hit line and the line after it, so every line `_keep` can make is looked at). A few rows are looked at in
+    Python: a query costs ~1 ms, and ~2 ms more in a scan thread, where polars compiles its regex again."""
+    if rows.height <= SPLIT_CHECK_ROWS:
+        raws = [r or "" for r in rows["raw"].to_list()]
+        pairs = zip(raws, [*raws[1:], ""], strict=False)  # (no rows: no pair)
+        return any("\r" in r for r in raws) or any(
+            _TQDM_END.search(a + b)
+            for a, b in pairs
+            if "<" in a or "<" in b  # (a bar's end holds a `<`)
+        )
     raw = pl.col("raw")
     glued = pl.concat_str(raw, raw.shift(-1).fill_null(""))
-    return bool(rows.select((raw.str.contains("\r", literal=True) | glued.str.contains(TQDM_END)).any()).item())
+    split = (raw.str.contains("\r", literal=True) | glued.str.contains(TQDM_END)).any()
+    return bool(rows.lazy().select(split).collect().item())
 
 
 def after_last_error() -> pl.Expr:
