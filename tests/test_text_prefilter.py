@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from ncclpm.api import catalog
+from ncclpm.ingest.text import lines
 from ncclpm.ingest.text.lines import anchor_regex
 from ncclpm.sources.discover import _mostly_control
 
@@ -102,3 +104,26 @@ def test_blocks_scanned_in_the_pool_keep_their_order_warnings_and_failures(tmp_p
     assert set(kept["source"]) == {"a.log", "b.log", "d.log"}
     assert [w.split(":")[0] for w in warnings] == ["b.log", "c.log.gz"]
     assert "not valid UTF-8" in warnings[0] and "could not be read as text" in warnings[1]
+
+
+@pytest.mark.parametrize(
+    ("raws", "split"),
+    [
+        (["NCCL WARN Call to connect returned Connection refused", "next line"], False),
+        (["NCCL INFO NET/Socket : Using [0]eth0:10.0.3.14<0>", "NCCL WARN 10.0.3.14<41524> failed"], False),
+        (["step 1\rNCCL WARN Cuda failure", "next"], True),
+        (["100%|##########| 5/5 [00:01<00:00,  3.20it/s]NCCL WARN Cuda failure", "next"], True),
+        (["Sampling: 100%|####| 5/5 [00:01<00:0", "0,  3.20it/s]NCCL WARN Cuda failure"], True),  # a bar cut by a wrap
+        (["ok", None], False),
+        ([], False),
+    ],
+)
+def test_may_split_reads_rows_alike_in_python_and_in_polars(
+    raws: list[str | None], split: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`_keep` re-checks the anchors only where a line may be split (a carriage return, a tqdm bar's end, also
+    across the row after it): a few rows are looked at in Python, more in polars, with the same answer."""
+    rows = pl.DataFrame({"raw": raws}, schema={"raw": pl.String()})
+    assert lines._may_split(rows) is split
+    monkeypatch.setattr(lines, "SPLIT_CHECK_ROWS", -1)
+    assert lines._may_split(rows) is split

@@ -12,17 +12,13 @@ from __future__ import annotations
 
 import inspect
 import os
-import select
-import shutil
 import sys
-import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from ncclpm import __version__
-from ncclpm.util.escape import terminal, terminal_json
 from ncclpm.util.folding import fold_warnings
 from ncclpm.util.outfile import OutputError, check_output, write_text
 
@@ -38,6 +34,20 @@ BANDS = ("possible", "likely", "conclusive")
 FORMATS = ("html", "json", "md", "slack", "slack-json", "text")
 DATA_FORMATS = ("json", "slack-json")  # JSON text: made terminal-safe by escaping, never by dropping characters
 DIFF_FORMATS = ("html", "json", "md", "slack", "slack-json", "text")  # = sorted(ncclpm.render.diff.DIFF_RENDERERS)
+
+
+def terminal(text: str) -> str:
+    """`escape.terminal`, loaded when first used: `--help` and usage errors print no input (its import, ~10 ms)."""
+    from ncclpm.util.escape import terminal as cleaned
+
+    return cleaned(text)
+
+
+def terminal_json(text: str) -> str:
+    """`escape.terminal_json`, loaded when first used."""
+    from ncclpm.util.escape import terminal_json as cleaned
+
+    return cleaned(text)
 
 
 def _say(message: str) -> None:
@@ -86,6 +96,8 @@ def _load_patterns(patterns: tuple[Path, ...]) -> None:
 def _read_stdin() -> bytes:
     """All of stdin, read in slices that wait at most 0.2 s: Ctrl-C must work while ncclpm waits for a paste, and
     the signal may land on one of polars' threads, which does not interrupt a blocking read of the main thread."""
+    import select
+
     try:
         fd = sys.stdin.fileno()
     except (AttributeError, OSError, ValueError):  # not a real file (tests): read it at once
@@ -117,6 +129,13 @@ def _rule_ids(values: tuple[str, ...], option: str) -> tuple[str, ...]:
 def _default_format(output: Path | None) -> str:
     """A person at a terminal gets the compact text report; a pipe or a file gets Markdown."""
     return "text" if output is None and sys.stdout.isatty() else "md"
+
+
+def _report_width(output: Path | None) -> int:
+    """The text report's width: the terminal's, within 60-120 columns; 100 in a file."""
+    import shutil
+
+    return min(max(shutil.get_terminal_size((100, 24)).columns, 60), 120) if output is None else 100
 
 
 def _use_colour(choice: str, output: Path | None) -> bool:
@@ -156,6 +175,8 @@ def _innermost_own_frame(exc: BaseException) -> tuple[str, int]:
     """Where an exception broke inside ncclpm: the innermost frame of a module of the `ncclpm` package (by the module
     the code belongs to, never by a path: a checkout in a folder named `ncclpm` holds tests and a venv too), else the
     innermost frame."""
+    import traceback
+
     frames = list(traceback.walk_tb(exc.__traceback__))
     own = [(f, n) for f, n in frames if str(f.f_globals.get("__name__", "")).partition(".")[0] == "ncclpm"]
     frame, lineno = (own or frames)[-1]
@@ -261,7 +282,7 @@ def diagnose(
         _say("ncclpm: error: nothing readable in the input (see warnings above)")
         sys.exit(EXIT_INPUT)
     coloured = fmt == "text" and _use_colour(colour, output)
-    width = min(max(shutil.get_terminal_size((100, 24)).columns, 60), 120) if output is None else 100
+    width = _report_width(output)
     text = (
         render(d, fmt, verbose=verbose, color=coloured, width=width)
         if fmt == "text"
@@ -379,7 +400,7 @@ def diff_runs(
         _say(f"ncclpm: warning: {w}")
     fmt = fmt or _default_format(output)
     coloured = fmt == "text" and _use_colour(colour, output)
-    width = min(max(shutil.get_terminal_size((100, 24)).columns, 60), 120) if output is None else 100
+    width = _report_width(output)
     text = render_diff(report, fmt, color=coloured, width=width) if fmt == "text" else render_diff(report, fmt)
     _write(text, output, force, fmt, coloured=coloured, quiet=quiet)
     if report.good.sources == 0 or report.bad.sources == 0:

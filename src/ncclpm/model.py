@@ -108,6 +108,8 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Finding:
+    """What one rule concluded: the cause it names, its culprits, confidence, evidence and fixes."""
+
     rule: str
     name: str
     category: Category
@@ -253,6 +255,8 @@ def _jsonable(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class Rival:
+    """A finding that fired but lost to the primary one, with why it is not the cause."""
+
     finding: Finding
     why_not: str
 
@@ -296,6 +300,8 @@ class Moment:
 
 @dataclass(frozen=True)
 class Diagnosis:
+    """The verdict on one job: the primary finding, its rivals and symptoms, and what the report shows besides."""
+
     job: str
     primary: Finding
     rivals: tuple[Rival, ...]

@@ -197,9 +197,12 @@ class Analysis:
     @cached_property
     def stack_tree(self) -> StackTree | None:
         """The merged stacks of the ranks (dumps, else the flight recorder's entry frames)."""
+        stacks = self.t.extra.get("stacks")
+        if stacks is None or stacks.is_empty():  # (no tree: its module is not even loaded, ~10 ms)
+            return None
         from ncclpm.analysis.stack_tree import build_stack_tree
 
-        return build_stack_tree(self.t.extra.get("stacks"))
+        return build_stack_tree(stacks)
 
     @cached_property
     def timeout(self) -> TimeoutInForce:

@@ -137,6 +137,8 @@ class Identity:
 
 @dataclass(frozen=True)
 class Attempt:
+    """One attempt of a job (a restart, or a unit run after another): its name, time span and first error line."""
+
     name: str
     span: str
     failure: str | None  # the first error line (not a victim's), as quoted

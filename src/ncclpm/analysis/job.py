@@ -25,6 +25,8 @@ SLOW_SWITCHES = ("NCCL_P2P_DISABLE", "NCCL_IB_DISABLE")  # traffic through host 
 
 @dataclass(frozen=True)
 class JobFacts:
+    """Facts about the whole job that rules' wording and fixes depend on."""
+
     fr_dumps: bool = False  # flight-recorder dumps are among the job's files
     stack_dumps: bool = False  # stack dumps (py-spy, faulthandler, gdb...) are among them
     dataloader_timeout: bool = False  # a DataLoader timeout below the process group's is set in code or fired in a log

@@ -24,6 +24,8 @@ def env_knowledge() -> dict:
 
 @dataclass(frozen=True)
 class EnvLint:
+    """One environment setting of the job checked against `parsers/env_vars.toml`, with what to say about it."""
+
     var: str
     value: str | None
     file: str

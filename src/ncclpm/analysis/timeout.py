@@ -32,6 +32,8 @@ class ConfiguredTimeout:
 
 @dataclass(frozen=True)
 class TimeoutInForce:
+    """The collective timeout the job ran with: the values its logs show and what its code sets."""
+
     observed: tuple[int, ...] = ()  # every distinct Timeout(ms) of the job's collective-timeout lines, ascending
     ranked_ms: int | None = None  # the largest of those on lines that name their rank (what rules quote with ranks)
     configured: ConfiguredTimeout | None = None  # what the code sets, when it sets exactly one literal value

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,8 @@ class CatalogError(ValueError):
 
 @dataclass(frozen=True)
 class Example:
+    """A line a pattern or envelope must read, with the fields it must give (the tests run them)."""
+
     line: str
     expect: dict[str, object]
 
@@ -87,6 +90,8 @@ class Declared:
 
 @dataclass(frozen=True)
 class Pattern:
+    """A message pattern of the catalog: the literals that select a line, its regex, the typed fields it reads."""
+
     id: str
     kind: str
     anchors: tuple[str, ...]
@@ -104,6 +109,8 @@ class Pattern:
 
 @dataclass(frozen=True)
 class Catalog:
+    """The validated catalogs: message patterns, envelopes, kinds, prefilter literals and what is derived from them."""
+
     patterns: tuple[Pattern, ...]
     envelopes: tuple[Envelope, ...]
     keep_anchors: tuple[str, ...] = field(default=())
@@ -355,8 +362,8 @@ def load_catalog(extra_dirs: tuple[Path, ...] = (), *, compile_shipped: bool = F
                 if isinstance(exc, CatalogError):
                     raise
                 raise CatalogError(f"{name}: malformed catalog entry ({type(exc).__name__}: {exc})") from exc
-    ids = [p.id for p in patterns] + [e.id for e in envelopes]
-    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    ids = Counter([p.id for p in patterns] + [e.id for e in envelopes])
+    dupes = sorted(i for i, n in ids.items() if n > 1)
     if dupes:
         raise CatalogError(f"duplicate pattern ids: {dupes}")
     env_mod.check_envelopes(tuple(envelopes), CatalogError)

@@ -28,6 +28,8 @@ _NAMED_GROUP = re.compile(r"(?<!\\)\(\?P?<[A-Za-z_]\w*>")
 
 @dataclass(frozen=True)
 class Envelope:
+    """A line prefix of the catalog (`parsers/envelopes.toml`): its regex, slot and the columns its groups fill."""
+
     id: str
     slot: str
     regex: str

@@ -23,6 +23,8 @@ from ncclpm.tables.schema import EVENT_FIELDS
 
 @dataclass(frozen=True)
 class _Branch:
+    """One declared reading of a kind, as expressions: when it applies and the value it sets."""
+
     kind: str
     cond: pl.Expr  # the kind, and the reading's `when` if any
     is_kind: pl.Expr  # the kind alone (false on every row when the kind is absent, like `cond`)
@@ -31,6 +33,8 @@ class _Branch:
 
 @dataclass(frozen=True)
 class _Plan:
+    """The expressions that apply a set of kinds' readings to the events, built once per set of declarations."""
+
     chains: dict[str, list[_Branch]]  # attribute -> its branches, in declaration order
     victim_kinds: list[str]
     victim: pl.Expr  # `kind` in victim_kinds

@@ -3,11 +3,13 @@ plus the same as compact text lines) and whether the stacks agree with what the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ncclpm.analysis import Analysis
-from ncclpm.analysis.stack_tree import StackTree, TreeNode
 from ncclpm.rules.base import Finding, ranks_text
+
+if TYPE_CHECKING:  # (the stack tree's module is loaded for a job with stacks)
+    from ncclpm.analysis.stack_tree import StackTree, TreeNode
 
 STACK_RULE = "SK01"
 MAX_MEMBERS_SHOWN = 8

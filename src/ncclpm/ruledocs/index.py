@@ -15,6 +15,8 @@ INDEX = Path(__file__).with_name("rules_index.json")
 
 @dataclass(frozen=True)
 class RuleDoc:
+    """A rule's id, name, category and documentation, as the generated index records them."""
+
     id: str
     name: str
     category: str

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import polars as pl
 
-from ncclpm.analysis.stack_tree import StackClass, StackTree, describe_dumps
 from ncclpm.rules.base import Evidence, Finding, Fix, Rule, ranks_text
 from ncclpm.tables import Tables
 from ncclpm.tables.schema import Category
+
+if TYPE_CHECKING:  # (the stack tree's module is loaded for a job with stacks: SK01 needs stacks)
+    from ncclpm.analysis.stack_tree import StackClass, StackTree
 
 WAITING = {"collective", "backward"}  # a rank here is waiting for its peers
 BUSY = {
@@ -189,6 +191,8 @@ class StacksOddRankOut(Rule):
         """No main-thread stack, but a thread blocked in an NCCL wait or a CUDA call (a gdb backtrace of the
         watchdog): the GPU runs an NCCL kernel that never finishes, so the watchdog can neither time out nor
         abort. That is what a peer that died or stopped mid-collective looks like from this process."""
+        from ncclpm.analysis.stack_tree import describe_dumps
+
         live = ev.filter(pl.col("format") != "fr")
         described = describe_dumps(live, live["dump"].unique().sort().to_list())
         stuck = [c for _, c in described if c.activity in ("nccl_wait", "cuda_sync")]
@@ -235,6 +239,8 @@ def _busy_workers(t: Tables, ranks: set[int]) -> list[StackClass]:
     workers = stacks.filter(
         pl.col("parent_pid").is_not_null() & pl.col("main_thread") & pl.col("rank").is_in(sorted(ranks))
     )
+    from ncclpm.analysis.stack_tree import describe_dumps
+
     busy = []
     for dump, c in describe_dumps(workers, workers["dump"].unique().sort().to_list()):
         loop = max((i for i, f in enumerate(c.frames) if f.func.endswith("_worker_loop")), default=None)

@@ -278,6 +278,8 @@ class _Metered:
 
 @dataclass
 class _Ctx:
+    """What every member of one archive is read with: the warnings list, the limits and the budget left."""
+
     warnings: list[str]
     limits: Limits
     budget: _Budget

@@ -215,6 +215,8 @@ def decode_head(head: bytes, truncated: bool) -> str:
 
 @dataclass
 class _Tally:
+    """How many of a file's first lines look like each language, like log lines or like nothing known."""
+
     python: int = 0
     python_strong: int = 0
     fences: int = 0

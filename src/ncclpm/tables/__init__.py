@@ -35,6 +35,8 @@ TABLE_NAMES = frozenset(
 
 @dataclass(frozen=True)
 class Tables:
+    """Everything read from one job: the lines, events and derived tables the analysis and the rules read."""
+
     job_name: str
     lines: pl.DataFrame
     events: pl.DataFrame

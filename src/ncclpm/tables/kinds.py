@@ -44,6 +44,8 @@ class Reading:
 
 @dataclass(frozen=True)
 class KindDecl:
+    """A declared event kind (`parsers/kinds.toml`): what it means, whether it is a victim's, its readings."""
+
     name: str
     meaning: str
     victim: bool

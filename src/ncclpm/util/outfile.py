@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -55,12 +53,16 @@ def _place(tmp: Path, output: Path, force: bool) -> None:
             fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
         except FileExistsError:
             raise OutputError(f"{output} exists (it appeared while ncclpm ran); use --force to overwrite it") from None
+        import shutil  # (tempfile and shutil: loaded when a file is written, not for `ncclpm --help`)
+
         with os.fdopen(fd, "wb") as dst, tmp.open("rb") as src:
             shutil.copyfileobj(src, dst)
 
 
 def write_output(output: Path, write: Callable[[Path], None], force: bool) -> None:
     """Call `write(tmp)` to write the content to a temporary file, then put it at `output` (module docstring)."""
+    import tempfile
+
     check_output(output, force)
     try:
         fd, name = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.", suffix=".ncclpm-tmp")

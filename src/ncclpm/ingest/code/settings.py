@@ -92,6 +92,8 @@ class ReadingError(ValueError):
 
 @dataclass(frozen=True)
 class Reading:
+    """How one setting is read from code (`parsers/code_settings.toml`): the literals, regex and languages."""
+
     id: str
     setting: str
     name: str

@@ -27,6 +27,8 @@ MAX_MISSES = 16  # notebook source lines not found in the file before the search
 
 @dataclass(frozen=True)
 class Statement:
+    """One logical statement of a code file (continuation lines joined), with its physical lines for quoting."""
+
     text: str
     lang: str  # python | shell | yaml | toml | json | dockerfile
     lines: tuple[int, ...]  # physical line numbers (1-based)

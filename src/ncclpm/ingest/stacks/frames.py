@@ -20,6 +20,8 @@ FRAMES_FILE = "stack_frames.toml"
 
 @dataclass(frozen=True)
 class Activity:
+    """What a frame says its thread is doing (`parsers/stack_frames.toml`): the function, file and caller it matches."""
+
     id: str
     activity: str
     func: re.Pattern[str]
@@ -33,6 +35,8 @@ class Activity:
 
 @dataclass(frozen=True)
 class FrameRules:
+    """How frames are read: which files are libraries (not the user's code) and the activities frames show."""
+
     path_markers: tuple[str, ...]
     packages: frozenset[str]
     activities: tuple[Activity, ...]

@@ -54,6 +54,8 @@ _ADDR_HOST = re.compile(r"^(?:\w+://)?\[?(?P<host>[\w.:-]+?)\]?(?::\d+)?(?:/|$)"
 
 @dataclass
 class Frame:
+    """One frame of a stack dump: function, file, line, and the text it was printed as."""
+
     func: str
     file: str | None
     line: int | None

@@ -17,6 +17,7 @@ import gzip
 import io
 import os
 import queue
+import re
 import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -39,7 +40,7 @@ from ncclpm.ingest.text.rawscan import (
     trim_blocks,
     utf8_text,
 )
-from ncclpm.ingest.unwrap import MIN_WIDTH, joins, python_start, rejoin_wrapped, unwrap_lines
+from ncclpm.ingest.unwrap import MIN_WIDTH, joins, may_join, python_start, rejoin_wrapped, unwrap_lines
 from ncclpm.sources.discover import Source
 from ncclpm.util.encoding import SNIFF_BYTES, decode_text, utf16_codec
 
@@ -51,6 +52,8 @@ MAX_KEPT_LINES = 200_000  # per source (~1.5 kB each through the pipeline): see 
 JOB_KEPT_LINES = 400_000  # per job: each source keeps its share of it (`allowances`)
 MIN_KEPT_LINES = 200  # a source's share is never less (its first and last 100 matching lines)
 TQDM_END = r"(\[\d+:\d{2}(?::\d{2})?<[^\]\r]{0,80}\])"
+_TQDM_END = re.compile(TQDM_END)  # (the same in Python: `_may_split`)
+SPLIT_CHECK_ROWS = 4096  # `_may_split` looks at this many rows or fewer in Python
 GROUP_FILES = 96  # texts scanned together (one pass of the matcher, one query for the kept lines) ...
 GROUP_BYTES = 48 * 1024 * 1024  # ... holding at most about this many bytes
 CHUNK_BYTES = 8 * 1024 * 1024  # a bigger (or gzipped) file is read in blocks of this size, cut at line ends
@@ -89,25 +92,47 @@ def _small(src: Source) -> bool:
         return False
 
 
-def _keep(lf: pl.LazyFrame, anchors: list[str], line_start: str = "") -> pl.LazyFrame:
+def _keep(lf: pl.LazyFrame, anchors: list[str], line_start: str = "", bars: bool = True) -> pl.LazyFrame:
     """The kept lines of `lf` (source, line, raw; one or more sources, each in line order). A `hit` column, when
     there is one (the cutter's rows), already says which lines hold an anchor (the regex is not run on them
-    again before the tqdm bars are split)."""
+    again before the tqdm bars are split). `bars` False: no line of `lf` can be split (`_may_split`), so every line
+    left holds an anchor or follows `Last error:` as it is, and the anchors' regex is neither compiled (~25 ms in
+    each thread, 900 anchors) nor run."""
     hit = pl.col("raw").str.contains(anchor_regex(tuple(anchors)))
     found = pl.col("hit") if "hit" in lf.collect_schema() else hit
-    return (
-        rejoin_wrapped(lf.with_columns(after_last_error().alias("_told")), found | pl.col("_told"), line_start)
+    kept = rejoin_wrapped(lf.with_columns(after_last_error().alias("_told")), found | pl.col("_told"), line_start)
+    if bars:
         # A tqdm bar ends in "[elapsed<remaining, rate]"; text glued right after it is another line.
-        .with_columns(pl.col("raw").str.replace_all(TQDM_END, "$1\r").str.split("\r"))
-        .explode("raw")
-        .filter(hit | pl.col("_told"))
-        .select(
-            pl.col("source"),
-            pl.col("line").cast(pl.Int64),
-            pl.col("raw").str.slice(0, MAX_LINE_CHARS).str.strip_chars_start("\ufeff\x00").str.strip_chars_end(),
-            (pl.col("raw").str.len_chars() > MAX_LINE_CHARS).alias("cut"),
+        kept = (
+            kept.with_columns(pl.col("raw").str.replace_all(TQDM_END, "$1\r").str.split("\r"))
+            .explode("raw")
+            .filter(hit | pl.col("_told"))
         )
+    return kept.select(
+        pl.col("source"),
+        pl.col("line").cast(pl.Int64),
+        pl.col("raw").str.slice(0, MAX_LINE_CHARS).str.strip_chars_start("\ufeff\x00").str.strip_chars_end(),
+        (pl.col("raw").str.len_chars() > MAX_LINE_CHARS).alias("cut"),
     )
+
+
+def _may_split(rows: pl.DataFrame) -> bool:
+    """Whether `_keep` may split a line of `rows` (the cutter's: each hit line with the line after it): one holds a
+    carriage return, or a tqdm bar's end, alone or glued to the next row (re-joining a wrapped line glues only a
+    hit line and the line after it, so every line `_keep` can make is looked at). A few rows are looked at in
+    Python: a query costs ~1 ms, and ~2 ms more in a scan thread, where polars compiles its regex again."""
+    if rows.height <= SPLIT_CHECK_ROWS:
+        raws = [r or "" for r in rows["raw"].to_list()]
+        pairs = zip(raws, [*raws[1:], ""], strict=False)  # (no rows: no pair)
+        return any("\r" in r for r in raws) or any(
+            _TQDM_END.search(a + b)
+            for a, b in pairs
+            if "<" in a or "<" in b  # (a bar's end holds a `<`)
+        )
+    raw = pl.col("raw")
+    glued = pl.concat_str(raw, raw.shift(-1).fill_null(""))
+    split = (raw.str.contains("\r", literal=True) | glued.str.contains(TQDM_END)).any()
+    return bool(rows.lazy().select(split).collect().item())
 
 
 def after_last_error() -> pl.Expr:
@@ -220,7 +245,8 @@ def _scan(
         .filter(~pl.col("text").is_in(sorted(slow)) & (pl.col("hit") | after_hit))  # not the lines before
         .select(pl.lit(names).gather(pl.col("text")).alias("source"), "line", "raw", "hit")
     )
-    pending = {"": _keep(fast, anchors, line_start)}
+    bars = _may_split(frame)
+    pending = {"": _keep(fast, anchors, line_start, bars)}
     pending |= {
         texts[i].name: _keep(_frame_from_bytes(texts[i].name, texts[i].original, line_start), anchors, line_start)
         for i in sorted(slow)
@@ -229,7 +255,7 @@ def _scan(
     group = done.pop("")
     if group is None:  # read the fast texts one by one
         pending = {
-            t.name: _keep(fast.filter(pl.col("source") == t.name), anchors, line_start)
+            t.name: _keep(fast.filter(pl.col("source") == t.name), anchors, line_start, bars)
             for i, t in enumerate(texts)
             if i not in slow
         }
@@ -320,10 +346,11 @@ def _may_join(rows: pl.DataFrame, whole: list[int], line_start: str) -> set[int]
         .select("text", "raw", "_tail")
         .collect()
     )
-    if candidates.is_empty():  # (compiling the line start in Python costs ~6 ms)
+    pairs = [(i, a, b) for i, a, b in candidates.iter_rows() if may_join(a, b)]
+    if not pairs:  # (compiling the line start in Python costs ~6-10 ms)
         return set()
     start = python_start(line_start)
-    return {i for i, a, b in candidates.iter_rows() if joins(a, b, start)}
+    return {i for i, a, b in pairs if joins(a, b, start)}
 
 
 class _Utf16Reader:

@@ -25,7 +25,6 @@ from typing import Any
 
 import polars as pl
 
-from ncclpm.ingest import printf_regex as pr
 from ncclpm.tables.kinds import K, KindDecl
 from ncclpm.tables.schema import EVENT_FIELDS, EVENTS_SCHEMA, Category
 from ncclpm.util.resources import read_toml
@@ -98,6 +97,8 @@ class Case:
 
 @dataclass(frozen=True)
 class Message:
+    """One of NCCL's messages (`parsers/nccl/`): its format or hand regex, the literal it holds, its reading."""
+
     id: str
     area: str
     origin: str
@@ -124,7 +125,9 @@ class Message:
         """What the entry matches: its hand regex, or its format's first line as printf prints it, fields named."""
         if self.hand_regex is not None or self.format is None:
             return self.hand_regex or ""
-        return pr.printf_regex(_first_line(self.format), names=self.fields)
+        from ncclpm.ingest.printf_regex import printf_regex  # (its ~30 regexes: only for a job with NCCL messages)
+
+        return printf_regex(_first_line(self.format), names=self.fields)
 
     def reading(self, groups: dict[str, str | None], where: str | None) -> tuple[int | None, dict[str, Any]]:
         """What a line it read means: the index of the first case that applies (None: the entry's own reading),
@@ -146,6 +149,8 @@ class Message:
 
 @dataclass(frozen=True)
 class Vocabulary:
+    """NCCL's declared messages, indexed by the literal each holds."""
+
     messages: tuple[Message, ...]
     _by_key: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
 
