@@ -95,3 +95,16 @@ def instances(entry: Message) -> list[Instance]:
 
 def wrapped(message: str) -> str:
     return WRAPPED.format(message=message)
+
+
+@cache
+def vocabulary_doc():  # type: ignore[no-untyped-def]
+    """scripts/vocab/vocabulary_doc.py as a module (it is a script, not part of the package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("vocabulary_doc", VOCAB / "vocabulary_doc.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -11,10 +11,9 @@ from collections.abc import Callable
 import pytest
 
 from ncclpm.api import diagnose
-from ncclpm.ingest.text.nccl_messages import BENIGN
 from ncclpm.model import Band, Category
 from tests import nccl_vocab_instances as nvi
-from tests.test_nccl_messages import verdict_groups
+from tests.test_nccl_messages import message_wins_mismatches
 
 # ncclGetErrorString (src/init.cc, NCCL 2.18-2.30) and its older words (torch 1.x, NCCL 2.x before the hints)
 STRINGS = {
@@ -189,21 +188,9 @@ def test_the_message_wins_over_the_class(wrapper: str, cls: str) -> None:
     notice, a line too weak alone) leaves the class's reading, a lead."""
     assert cls in wrapper and "ncclSystemError" not in wrapper
     fallback, _ = READS[cls]
-    wrong = []
-    for sig, group in verdict_groups().items():
-        i = group[-1]
-        d = diagnose(stdin_bytes=wrapper.format(message=i.message).encode())
-        kind, category, _strength, alone = sig[:4]
-        # a local process gone (peer_closed) names a crash however weak the line; NW01 reads any network line
-        names_cause = category not in (BENIGN, Category.UNKNOWN) and (
-            (alone or 0) >= 0.5 or kind in ("peer_closed", "network_error")
-        )
-        want = category if names_cause else fallback
-        if d.category != want:
-            wrong.append((sig[:4], i.message, str(d.category), d.primary.rule, round(d.confidence, 2)))
-        if not names_cause and d.confidence >= 0.6:
-            wrong.append((sig[:4], "the class alone is a lead, not likely", d.confidence))
-    assert wrong == []
+    # NW01 reads any network line, however weak alone: the class is then that failure's consequence
+    always = ("peer_closed", "network_error")
+    assert message_wins_mismatches(lambda m: wrapper.format(message=m), fallback, always) == []
 
 
 @pytest.mark.parametrize(

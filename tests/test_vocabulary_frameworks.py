@@ -4,23 +4,14 @@ its line (with that entry's category) or as missing - nothing is called benign o
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from functools import cache
 from types import ModuleType
 
 from tests import nccl_vocab_instances as nvi
 
 
-@cache
 def doc() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("vocabulary_doc", nvi.VOCAB / "vocabulary_doc.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return nvi.vocabulary_doc()
 
 
 def rows() -> list[dict]:
