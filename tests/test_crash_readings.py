@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from ncclpm.api import diagnose
+from ncclpm.model import Category
 
 WATCHDOG_BACKTRACE = [
     "(RayWorkerWrapper pid=4009) /usr/lib64/libstdc++.so.6(+0x5e9f4) [0x7fa2fd0009f4]",
@@ -90,3 +93,25 @@ def test_an_extension_built_for_another_torch_is_a_version_fault_not_a_crash(tmp
 def test_an_import_error_that_names_no_symbol_is_no_version_fault(tmp_path: Path) -> None:
     d = _diagnose(tmp_path, ["[rank0]: ImportError: cannot import name 'flash_attn_func' from 'flash_attn'"])
     assert str(d.category) != "config_version"
+
+
+def test_the_oom_kill_and_the_launchers_exit_of_one_pid_name_the_worker(tmp_path: Path) -> None:
+    """The kernel's `Out of memory: Killed process 5523 (python)` and torchrun's `failed (exitcode: -9) local_rank: 2
+    (pid: 5523)` are one death: the summary names local rank 2 and its pid, at a higher confidence than either line
+    alone (it said "A process ... the excerpt does not say which rank it was", 0.50)."""
+    log = tmp_path / "node.log"
+    log.write_text(
+        "[Thu Mar  7 10:00:00 2024] Out of memory: Killed process 5523 (python) total-vm:120000000kB, "
+        "anon-rss:90000000kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:200000kB oom_score_adj:0\n"
+        "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 5521 closing signal SIGTERM\n"
+        "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 2 (pid: 5523) of "
+        "binary: /usr/bin/python3\n"
+    )
+    d = diagnose([log])
+    assert d.category == Category.RANK_CRASH and d.summary.startswith(
+        "Local rank 2 (pid 5523) was killed by the kernel"
+    ), d.summary
+    assert d.confidence == pytest.approx(0.6)
+    other = tmp_path / "other.log"
+    other.write_text(log.read_text().replace("(pid: 5523)", "(pid: 6001)"))
+    assert diagnose([other]).summary.startswith("A process was killed by the kernel")

@@ -173,9 +173,13 @@ class ProcessDiedRankUnknown(Rule):
             .filter((pl.col("source") == last["source"]) & (pl.col("line") < last["line"]))
             .tail(1)["local_rank"]
         )
+        # the kernel's OOM kill and the launcher's report of a worker's exit name the same pid: that worker
+        same_pid = exited.filter(pl.col("pid") == last["pid"]) if oom and last["pid"] is not None else exited.clear()
         who = (
             f"Process {spawned[0]} of torch.multiprocessing.spawn (local rank {spawned[0]})"
             if not spawned.is_empty() and spawned[0] is not None
+            else f"Local rank {same_pid['local_rank'][0]} (pid {last['pid']})"
+            if not same_pid.is_empty()
             else "A process"
         )
         rank = "its global rank" if who != "A process" else "which rank it was"
@@ -189,7 +193,9 @@ class ProcessDiedRankUnknown(Rule):
             else f"{who} {how}"
         )
         return self.finding(
-            confidence=self.base_confidence + (0.05 if not own.is_empty() and not teardown else 0.0),
+            confidence=self.base_confidence
+            + (0.05 if not own.is_empty() and not teardown else 0.0)
+            + (0.1 if not same_pid.is_empty() else 0.0),  # two lines of two programs agree on the process
             culprit_ranks=(),
             summary=f"{first}; the excerpt does not say {rank}.",
             explanation="No line shows a rank waiting on another, so this is where the process ended; in a "
