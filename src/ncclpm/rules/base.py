@@ -56,6 +56,16 @@ class Fix:
         return text + (f" (Not given when {UNLESS[self.unless]}.)" if self.unless else "")
 
 
+WARN_TAG = "NCCL WARN "
+
+
+def warn_message(text: str | None) -> str | None:
+    """An NCCL WARN line's message, without NCCL's prefix (`host:pid:tid [dev] file:line NCCL WARN `); None for a
+    line without the tag."""
+    cut = (text or "").find(WARN_TAG)
+    return None if cut < 0 else (text or "")[cut + len(WARN_TAG) :]
+
+
 def quotes(frame: pl.DataFrame, limit: int = 6, text_col: str = "text") -> tuple[Evidence, ...]:
     """Evidence from rows with source/line/rank/text, de-duplicated, first `limit` rows."""
     if frame.is_empty():

@@ -10,7 +10,7 @@ import polars as pl
 from ncclpm.analysis.crashes import NAMED_CAUSES, NAMES_A_CAUSE
 from ncclpm.model import said
 from ncclpm.rules._hosts import where
-from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text, warn_message
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
 from ncclpm.tables.schema import Category
@@ -147,7 +147,7 @@ class NcclResultClass(Rule):
         if warn.is_empty():
             summary = f"NCCL failed with {result}{on} and no NCCL message says why: {reading.what}."
         else:  # a message no entry reads, or one that names no cause alone: quoted, the class still the lead
-            summary = f"NCCL failed with {result}{on}; its last WARN (`{_message(warn['text'][-1], t.line_prefix)}`) "
+            summary = f"NCCL failed with {result}{on}; its last WARN (`{_warn_said(warn['text'][-1], t.line_prefix)}`) "
             summary += f"names no cause by itself: {reading.what}."
         if len(hosts) > 1:
             summary += f" The same on {len(hosts)} hosts at once: what they share (set-up, sizes), not one GPU."
@@ -201,8 +201,7 @@ class NcclResultClass(Rule):
         return f" on {ranks_text(ranks)}" if ranks else ""
 
 
-def _message(text: str | None, envelopes: str) -> str:
-    """An NCCL WARN line's message, without its prefix (as NW01 quotes one)."""
-    text = text or ""
-    cut = text.find("NCCL WARN ")
-    return said(text[cut + 10 :] if cut >= 0 else text, envelopes, 100)
+def _warn_said(text: str | None, envelopes: str) -> str:
+    """An NCCL WARN line's message as prose quotes it (NW01 reads the same message: `warn_message`)."""
+    message = warn_message(text)
+    return said(message if message is not None else (text or ""), envelopes, 100)

@@ -10,7 +10,7 @@ from ncclpm.analysis.crashes import NAMED_CAUSES, NAMES_A_CAUSE
 from ncclpm.model import said
 from ncclpm.rules._hosts import ranks_on, where
 from ncclpm.rules._links import failing_pairs, implicated_hosts, link_ends
-from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text, warn_message
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
 from ncclpm.tables.schema import Category
@@ -232,6 +232,5 @@ class NcclTransportError(Rule):
         status = (row.get("error_type") or "").split("(")[-1].rstrip(")")
         if row["net_class"] == "ib" and status in IB_STATUS:
             return f"InfiniBand completion status {status} ({IB_STATUS[status]})"
-        text = row["text"] or ""
-        cut = text.find("NCCL WARN ")
-        return text[cut + 10 :].strip()[:160] if cut >= 0 else said(text, envelopes, 160)
+        message = warn_message(row["text"])
+        return message.strip()[:160] if message is not None else said(row["text"] or "", envelopes, 160)
