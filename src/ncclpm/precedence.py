@@ -18,6 +18,7 @@ PRECEDENCE: tuple[tuple[str, str], ...] = (
     ("CV02", "a build that does not fit the node fails at its first GPU call: what NVML or a rank says next follows"),
     ("NV01", "a broken GPU driver makes everything on its node fail: NCCL errors, crashes, timeouts"),
     ("OM01", "an out-of-memory error is the exact reason its rank died"),
+    ("OM02", "a serving engine that stopped on its own memory check says why: its front process's exit follows"),
     ("FR01", "the dumps prove which collective differed, and at which sequence number"),
     ("CF01", "ranks set up wrong (two on one GPU, launcher and script disagree) fail the same way every time"),
     ("CF02", "nodes launched with different world sizes never form one communicator: what follows is a consequence"),

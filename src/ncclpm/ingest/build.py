@@ -17,7 +17,12 @@ from ncclpm.ingest.stacks.build import build_stacks, pid_rank_map
 from ncclpm.ingest.text.errorfiles import read_error_files
 from ncclpm.ingest.text.extract import extract_events, lines_table, parse_lines, source_columns
 from ncclpm.ingest.text.lines import after_last_error, read_kept_lines
-from ncclpm.ingest.text.multiline import parse_elastic_summaries, rank_summary_blocks, stitch_tracebacks
+from ncclpm.ingest.text.multiline import (
+    parse_elastic_summaries,
+    rank_summary_blocks,
+    stitch_tracebacks,
+    traceback_record_ranks,
+)
 from ncclpm.ingest.text.native import watchdog_aborts
 from ncclpm.ingest.text.nccl import (
     fill_launched_ranks,
@@ -89,7 +94,7 @@ def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") ->
     del kept  # the lines as read: parsed holds what is used of them (~50 MB less at the peak of a 1 GB job)
     parsed = bound(parsed, warnings)
     elastic = parse_elastic_summaries(parsed)
-    parsed = rank_summary_blocks(parsed, elastic)
+    parsed = traceback_record_ranks(rank_summary_blocks(parsed, elastic))
     error_files = apply_readings(read_error_files(job.of_kind(SourceKind.ERROR_FILE), warnings), catalog.kinds)
     events = pl.concat([extract_events(parsed, catalog), error_files], how="vertical").cast(EVENTS_SCHEMA)  # type: ignore[arg-type]
     events = watchdog_aborts(bound(events, warnings))

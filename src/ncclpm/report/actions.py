@@ -77,6 +77,7 @@ BY_RULE: dict[str, Callable[[Finding], tuple[Action, str] | None]] = {
     "SL01": _scheduler,
     "EX01": lambda f: (Action.RESTART, "killed from outside while no rank had failed: resubmit, find the sender"),
     "CR03": lambda f: (Action.COLLECT_MORE, "a peer process went away: its own output has the reason, collect it"),
+    "OM02": lambda f: (Action.FIX_CONFIG, "the engine does not fit the GPU: context length, memory share or more GPUs"),
     "CR01": _killed,
     "CR02": _killed,
 }

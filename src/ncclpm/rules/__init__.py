@@ -9,6 +9,7 @@ from ncclpm.rules.config_version import VersionsDifferAcrossRanks
 from ncclpm.rules.cuda_build import CudaBuildDoesNotFit
 from ncclpm.rules.cuda_oom import CudaOutOfMemory
 from ncclpm.rules.dataloader import DataloaderFailure
+from ncclpm.rules.engine_memory import EngineMemoryShort
 from ncclpm.rules.finished_cleanly import JobFinishedCleanly
 from ncclpm.rules.fr_mismatch import FlightRecorderCollectivesDisagree
 from ncclpm.rules.fr_never_joined import FlightRecorderRankStopped
@@ -53,6 +54,7 @@ ALL_RULES: tuple[type[Rule], ...] = (
     CollectivesDisagreeInLogs,
     CollectiveUnderRankBranch,
     CudaOutOfMemory,
+    EngineMemoryShort,
     AllRanksTimedOutTogether,
     ProcessGroupNeverFormed,
     FlightRecorderCollectivesDisagree,

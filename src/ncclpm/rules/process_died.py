@@ -78,6 +78,16 @@ class ProcessDiedRankUnknown(Rule):
         # Lines another rule reads (an OOM, a store timeout, the agent's own SignalException) are not this one's.
         # A launcher's exception that reports the exit (accelerate's CalledProcessError) is read as that exit.
         taken = same_line(t.events, [*VICTIM_KINDS, *EXPLAINED_KINDS, K.agent_killed, K.agent_signal, K.worker_exit])
+        # A framework's front process reporting a child's failure (`See root cause above`) is not its own error, and
+        # its end after that (SGLang kills its own process tree: `Killed`) is the clean-up: the child's error stands.
+        reported = t.kinds(K.child_failed_report).group_by("source").agg(pl.col("line").min().alias("reported"))
+        cleanup = (
+            ev.filter(pl.col("kind") == K.crash_signal)
+            .join(reported, on="source")
+            .filter(pl.col("line") > pl.col("reported"))
+            .select("source", "line")
+        )
+        taken = pl.concat([taken, same_line(t.events, [K.child_failed_report]), cleanup]).unique()
         # a DistBackendError that states NCCL's result class (`NCCL error in: ..., unhandled system error`) is this
         # process's own NCCL call failing when it is all there is - not where the class blames the network or a
         # peer (NW01 reads those), nor where an NCCL WARN line says what failed (its own reading wins)

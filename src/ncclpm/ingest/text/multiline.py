@@ -43,6 +43,52 @@ def _short_frame(m: re.Match[str]) -> str:
     return f"{m['func'] or '?'} ({m['file'].rsplit('/', 1)[-1]}:{m['line']})"
 
 
+_TB_HEAD = "Traceback (most recent call last)"
+# Lines between two kept lines of one traceback: a frame's source line, Python 3.11's `^^^^` marker, and the pieces
+# of either when a paste cut them at 80 columns; a larger gap is not one traceback.
+_RECORD_GAP = 8
+
+
+def traceback_record_ranks(lines: pl.DataFrame) -> pl.DataFrame:
+    """The lines with a rank from the log record they continue: a logger's message that embeds a traceback
+    (`[... TP1] Scheduler hit an exception: Traceback (most recent call last):`, `logger.exception(...)`) carries
+    the process's prefix on its first line only; the traceback's frames and exception line below it are that
+    record's, so they take its rank (and its host and pid). Only a ranked head opens such a record, and only
+    unprefixed frame and exception lines close enough to the previous one continue it."""
+    moves = pl.col("message").str.contains_any([_TB_HEAD, 'File "', *_EXC_WORDS])
+    if lines.is_empty() or lines.filter(moves.fill_null(False) & pl.col("rank").is_not_null()).is_empty():
+        return lines
+    fills: list[dict] = []
+    record: dict | None = None
+    for r in _walk(lines, moves, "source", "line", "rank", "rank_local", "host", "pid", "message"):
+        msg = r["message"] or ""
+        if r["rank"] is not None:
+            # a ranked line opens a record when its message ends in a traceback's head after words of its own
+            head = msg.find(_TB_HEAD)
+            record = dict(r, last=r["line"]) if head > 0 else None
+            continue
+        if record is None or r["source"] != record["source"] or r["line"] - record["last"] > _RECORD_GAP:
+            record = None
+            continue
+        if _TB_HEAD in msg:  # an unprefixed traceback of its own: not this record's
+            record = None
+            continue
+        frame, exc = _FRAME.match(msg), _EXC.match(msg)
+        if not frame and not exc:
+            continue
+        fills.append({"source": r["source"], "line": r["line"], **{k: record[k] for k in _RECORD_KEYS}})
+        record["last"] = r["line"]
+        if exc:
+            record = None
+    if not fills:
+        return lines
+    filled = pl.DataFrame(fills, schema={k: lines.schema[k] for k in ("source", "line", *_RECORD_KEYS)})
+    return lines.update(filled, on=["source", "line"])
+
+
+_RECORD_KEYS = ("rank", "rank_local", "host", "pid")
+
+
 def stitch_tracebacks(lines: pl.DataFrame) -> pl.DataFrame:
     """One row per Python traceback, frames innermost last, keyed to its exception line."""
     rows: list[dict] = []
