@@ -21,6 +21,10 @@ PRECEDENCE: tuple[tuple[str, str], ...] = (
     ("OM02", "a serving engine that stopped on its own memory check says why: its front process's exit follows"),
     ("FR01", "the dumps prove which collective differed, and at which sequence number"),
     ("CF01", "ranks set up wrong (two on one GPU, launcher and script disagree) fail the same way every time"),
+    (
+        "CF05",
+        "a framework asked for more GPUs than the cluster has never started its workers: what follows is a consequence",
+    ),
     ("CF02", "nodes launched with different world sizes never form one communicator: what follows is a consequence"),
     ("CF03", "NCCL rejected the call itself (invalid usage): a setup mistake, whatever failed after it"),
     (

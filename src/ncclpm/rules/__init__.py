@@ -11,6 +11,7 @@ from ncclpm.rules.cuda_oom import CudaOutOfMemory
 from ncclpm.rules.dataloader import DataloaderFailure
 from ncclpm.rules.engine_memory import EngineMemoryShort
 from ncclpm.rules.finished_cleanly import JobFinishedCleanly
+from ncclpm.rules.gpus_short import GpusShort
 from ncclpm.rules.fr_mismatch import FlightRecorderCollectivesDisagree
 from ncclpm.rules.fr_never_joined import FlightRecorderRankStopped
 from ncclpm.rules.insufficient import InsufficientEvidence
@@ -67,6 +68,7 @@ ALL_RULES: tuple[type[Rule], ...] = (
     CrashInsideNccl,
     JobCancelledByScheduler,
     LaunchMisconfigured,
+    GpusShort,
     WorldSizeMismatch,
     NcclInvalidUsage,
     TorchUsageError,
