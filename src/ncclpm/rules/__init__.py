@@ -11,9 +11,9 @@ from ncclpm.rules.cuda_oom import CudaOutOfMemory
 from ncclpm.rules.dataloader import DataloaderFailure
 from ncclpm.rules.engine_memory import EngineMemoryShort
 from ncclpm.rules.finished_cleanly import JobFinishedCleanly
-from ncclpm.rules.gpus_short import GpusShort
 from ncclpm.rules.fr_mismatch import FlightRecorderCollectivesDisagree
 from ncclpm.rules.fr_never_joined import FlightRecorderRankStopped
+from ncclpm.rules.gpus_short import GpusShort
 from ncclpm.rules.insufficient import InsufficientEvidence
 from ncclpm.rules.killed_outside import JobKilledFromOutside
 from ncclpm.rules.launch_config import LaunchMisconfigured
