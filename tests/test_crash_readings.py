@@ -115,3 +115,33 @@ def test_the_oom_kill_and_the_launchers_exit_of_one_pid_name_the_worker(tmp_path
     other = tmp_path / "other.log"
     other.write_text(log.read_text().replace("(pid: 5523)", "(pid: 6001)"))
     assert diagnose([other]).summary.startswith("A process was killed by the kernel")
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        (
+            "[Tue Apr  1 02:11:45 2025] Out of memory: Killed process 48211 (python) total-vm:412345678kB",
+            "the kernel's",
+        ),
+        (
+            "[Tue Mar 11 02:11:45 2025] Memory cgroup out of memory: Killed process 48213 (python) total-vm:61234kB",
+            "its memory cgroup's",
+        ),
+        (
+            "slurmstepd: error: Detected 1 oom_kill event in StepId=771204.0. Some of the step tasks have been OOM Killed.",
+            "Slurm's",
+        ),
+        (
+            "Memory on the node (IP: 10.0.0.5, ID: 7a8b) where the task (actor ID: 1b2c, name=WorkerDict.__init__, "
+            "pid=4410, memory used=180.25GB) was running was 241.86GB / 251.55GB (0.961484), which exceeds the memory "
+            "usage threshold of 0.95. Ray killed this worker (ID: 9f9f) because it was the most recently scheduled task",
+            "Ray's memory monitor",
+        ),
+    ],
+)
+def test_an_oom_kill_says_whose_it_was(tmp_path: Path, line: str, said: str) -> None:
+    """The kernel, a memory cgroup, Slurm and Ray's memory monitor all end a process for host memory; the report
+    names the one whose line it read (`killer`, set by the oom_killer kind's readings)."""
+    d = _diagnose(tmp_path, [line])
+    assert str(d.category) == "rank_crash" and f"killed by {said}" in d.primary.summary, d.primary.summary

@@ -1,5 +1,5 @@
-"""What several rules say of a process's end: the fix for SIGBUS, and a crash at teardown after the work was done
-(how exits are read: `analysis/crashes.py`; the end of the work: `analysis/activity.py`)."""
+"""What several rules say of a process's end: the fix for SIGBUS, who an OOM kill was by, and a crash at teardown
+after the work was done (how exits are read: `analysis/crashes.py`; the end of the work: `analysis/activity.py`)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,20 @@ TEARDOWN = Fix(
     "prefetchers, loggers, async checkpoint writers) before the interpreter exits.",
     when="the job logged the end of its work before the crash",
 )
+
+# an oom_killer event's `killer` (parsers/kinds.toml) as a report says it
+_OOM_KILLERS = {
+    "kernel": "the kernel's OOM killer",
+    "cgroup": "its memory cgroup's OOM killer",
+    "slurm": "Slurm's OOM killer (the job step's memory limit)",
+    "kubernetes": "the OOM killer at its container's memory limit (Kubernetes: OOMKilled)",
+    "ray": "Ray's memory monitor (the node passed its memory threshold)",
+}
+
+
+def oom_killer_said(killer: str | None) -> str:
+    """`the kernel's OOM killer`, `Ray's memory monitor (...)`: whose OOM kill ended a process."""
+    return _OOM_KILLERS.get(killer or "kernel", _OOM_KILLERS["kernel"])
 
 
 def done_before_teardown(done: FinishedWork, prefix: str, who: str) -> str:

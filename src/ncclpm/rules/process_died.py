@@ -9,7 +9,7 @@ import polars as pl
 from ncclpm.analysis.crashes import EXPLAINED_KINDS, OWN_ERROR, fatal_exit
 from ncclpm.analysis.victims import VICTIM_KINDS, same_line
 from ncclpm.model import said
-from ncclpm.rules._exits import BUS_ERROR, TEARDOWN, done_before_teardown
+from ncclpm.rules._exits import BUS_ERROR, TEARDOWN, done_before_teardown, oom_killer_said
 from ncclpm.rules.base import Finding, Fix, Rule, quotes
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
@@ -166,7 +166,7 @@ class ProcessDiedRankUnknown(Rule):
             else f"raised an exception{during} whose line the excerpt cuts off; its traceback's last frame kept: "
             f"{quoted}"
             if cut
-            else f"was killed by the kernel's OOM killer{during} ({quoted}: host memory, not GPU memory)"
+            else f"was killed by {oom_killer_said(last['killer'])}{during} ({quoted}: host memory, not GPU memory)"
             if oom
             else f"died with no error of its own{during} ({quoted}): Ray's SYSTEM_ERROR exit - killed from outside "
             "(host memory first) or crashed below Python"

@@ -7,7 +7,7 @@ from typing import ClassVar
 import polars as pl
 
 from ncclpm.model import said
-from ncclpm.rules._exits import BUS_ERROR, TEARDOWN, done_before_teardown
+from ncclpm.rules._exits import BUS_ERROR, TEARDOWN, done_before_teardown, oom_killer_said
 from ncclpm.rules._why import QUIET_VERDICTS, first_timeout
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.tables import Tables
@@ -93,7 +93,8 @@ class RankDiedFirst(Rule):
         shown = ev.filter(pl.col("rank").is_in(list(culprits)))
         oom = t.kinds(K.oom_killer)
         culprit_pids = set(t.ranks.filter(pl.col("rank").is_in(list(culprits)))["pid"].drop_nulls().to_list())
-        oom_hit = bool(culprit_pids & set(oom["pid"].drop_nulls().to_list()))
+        killed_by = oom.filter(pl.col("pid").is_in(list(culprit_pids)))["killer"]
+        oom_hit = not killed_by.is_empty()
         if oom_hit:
             conf += 0.2  # the kernel names the culprit's own pid: the reason is known
         gpu_fault = shown["strength"].drop_nulls()  # a CUDA error a failing GPU raises as well as a code bug
@@ -113,7 +114,7 @@ class RankDiedFirst(Rule):
             confidence=conf,
             culprit_ranks=culprits,
             summary=f"{first} ({_how(shown.row(0, named=True), t.line_prefix)})"
-            + (" - killed by the kernel's OOM killer (host memory, not GPU memory)" if oom_hit else "")
+            + (f" - killed by {oom_killer_said(killed_by[0])} (host memory, not GPU memory)" if oom_hit else "")
             + (f"; {ranks_text(sorted(others))} then failed waiting for it." if others else "."),
             explanation="The first rank to fail on its own is the cause; timeouts and 'connection closed by "
             "peer' errors on the other ranks are what a dead peer looks like from the outside. torchrun's "

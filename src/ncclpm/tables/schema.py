@@ -58,6 +58,7 @@ EVENT_FIELDS: dict[str, pl.DataType] = {
     "net_class": pl.String(),  # network errors: ib / interface / connect / closed / remote_exited; a lost peer: store
     "strength": pl.Float64(),  # how much the line alone proves its cause (network errors, GPU/driver faults; 0-1)
     "exhausted": pl.String(),  # DataLoader failures: the resource that ran out (shm / fds)
+    "killer": pl.String(),  # an OOM kill: who ended the process (kernel / cgroup / slurm / kubernetes / ray)
     # NCCL's result class an NCCL error names, whatever program wraps it (`ncclInternalError`...: ncclResult_t's names)
     "nccl_result": pl.String(),
 }
