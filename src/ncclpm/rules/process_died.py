@@ -69,7 +69,7 @@ class ProcessDiedRankUnknown(Rule):
         waited = t.events.filter(pl.col("victim") & (pl.col("kind") != K.agent_signal))
         own_kinds = [  # srun's `task 5: Segmentation fault` / `Exited with exit code 1` is scheduler_task_exit
             *(K.exception, K.dataloader_reraise, K.crash_signal, K.cuda_error, K.nccl_fatal, K.oom_killer),
-            *(K.xid_app, K.scheduler_task_exit, K.worker_lost),
+            *(K.xid_app, K.scheduler_task_exit, K.worker_lost, K.child_failed_report),
         ]
         ranked = t.events.filter(pl.col("rank").is_not_null() & pl.col("kind").is_in([*own_kinds, K.worker_exit]))
         if not ranked.is_empty() or not waited.is_empty():
@@ -78,8 +78,8 @@ class ProcessDiedRankUnknown(Rule):
         # Lines another rule reads (an OOM, a store timeout, the agent's own SignalException) are not this one's.
         # A launcher's exception that reports the exit (accelerate's CalledProcessError) is read as that exit.
         taken = same_line(t.events, [*VICTIM_KINDS, *EXPLAINED_KINDS, K.agent_killed, K.agent_signal, K.worker_exit])
-        # A framework's front process reporting a child's failure (`See root cause above`) is not its own error, and
-        # its end after that (SGLang kills its own process tree: `Killed`) is the clean-up: the child's error stands.
+        # A framework's front process that reported a child's failure then ends itself (SGLang kills its own process
+        # tree: the shell's `Killed`): the clean-up, not a kill from outside.
         reported = t.kinds(K.child_failed_report).group_by("source").agg(pl.col("line").min().alias("reported"))
         cleanup = (
             ev.filter(pl.col("kind") == K.crash_signal)
@@ -87,7 +87,7 @@ class ProcessDiedRankUnknown(Rule):
             .filter(pl.col("line") > pl.col("reported"))
             .select("source", "line")
         )
-        taken = pl.concat([taken, same_line(t.events, [K.child_failed_report]), cleanup]).unique()
+        taken = pl.concat([taken, cleanup]).unique()
         # a DistBackendError that states NCCL's result class (`NCCL error in: ..., unhandled system error`) is this
         # process's own NCCL call failing when it is all there is - not where the class blames the network or a
         # peer (NW01 reads those), nor where an NCCL WARN line says what failed (its own reading wins)
@@ -126,7 +126,7 @@ class ProcessDiedRankUnknown(Rule):
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         # The error itself beats the launcher's report of it; the last one is where the process ended.
         own = ev.filter(pl.col("kind") != K.worker_exit)
-        last = (own if not own.is_empty() else ev).tail(1).row(0, named=True)
+        last = _own_end(own if not own.is_empty() else ev)
         oom_killed = own.filter(pl.col("kind") == K.oom_killer)
         if not oom_killed.is_empty():  # the processes ended after an OOM kill (srun's `Killed` tasks) are clean-up
             last = oom_killed.tail(1).row(0, named=True)
@@ -171,6 +171,8 @@ class ProcessDiedRankUnknown(Rule):
             else f"died with no error of its own{during} ({quoted}): Ray's SYSTEM_ERROR exit - killed from outside "
             "(host memory first) or crashed below Python"
             if last["error_type"] == "SYSTEM_ERROR"
+            else f"was lost{during}: its parent reports it ({quoted}), and its own error is not in these lines"
+            if last["kind"] in _REPORTS
             else f"was killed{during} ({quoted}; SIGKILL comes from outside it)"
             if killed
             else f"crashed with {signal}{during} ({quoted})"
@@ -238,3 +240,23 @@ def _exit_said(row: dict, signal: str | None) -> str:
     if row["exit_code"] is None:
         return f"{who} died with {signal}"
     return f"{who} exited with code {row['exit_code']}" + (f" = {signal}" if signal else "")
+
+
+# A parent's report that a worker or child process died (vLLM's `Worker proc ... died unexpectedly`, `Engine core
+# initialization failed. See root cause above`, Ray's `The actor died unexpectedly`): printed after the death.
+_REPORTS = (K.worker_lost, K.child_failed_report)
+
+
+def _own_end(own: pl.DataFrame) -> dict:
+    """Where the process ended: its own error printed before the first report of its loss, when there is one (the
+    report, and what its parent raised after it, follow the death); else the last line, as printed."""
+    reports = same_line(own, list(_REPORTS))
+    first_report = own.join(reports, on=["source", "line"], how="semi").head(1)
+    if not first_report.is_empty():
+        at = first_report.row(0, named=True)
+        before = own.join(reports, on=["source", "line"], how="anti").filter(
+            (pl.col("source") != at["source"]) | (pl.col("line") < at["line"])
+        )
+        if not before.is_empty():
+            return before.tail(1).row(0, named=True)
+    return own.tail(1).row(0, named=True)
