@@ -58,3 +58,19 @@ def test_the_record_ends_at_its_exception() -> None:
         (8, None, "ValueError: another process's line"),
     ]
     assert _ranks(rows) == [2, 2, 2, None]
+
+
+def test_the_failed_collectives_stack_takes_the_watchdogs_rank() -> None:
+    """torch 2.5+'s `Stack trace of the failed collective:` record: its `#i func from file:line` lines are its own,
+    a later unprefixed line that is not such a frame is not."""
+    rows = [
+        (3, 5, "[PG ID 0 PG GUID 0(default_pg) Rank 5] Stack trace of the failed collective: "),
+        (
+            4,
+            None,
+            "#0 all_reduce from /opt/conda/lib/python3.10/site-packages/torch/distributed/distributed_c10d.py:2501",
+        ),
+        (5, None, "#1 log_metrics from /workspace/train.py:152"),
+        (6, None, "RuntimeError: another process's error"),
+    ]
+    assert _ranks(rows) == [5, 5, 5, None]

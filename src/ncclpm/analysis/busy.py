@@ -133,9 +133,14 @@ def data_stalls(t: Tables, ranks: list[int], order: pl.DataFrame) -> pl.DataFram
     return _with_elapsed(t, rows)
 
 
-def waiting_in_barrier(t: Tables, timeouts: pl.DataFrame) -> bool:
+def waiting_in_barrier(t: Tables, timeouts: pl.DataFrame, call_sites: pl.DataFrame) -> bool:
     """The waiting ranks sat in a barrier: a barrier-shaped collective timed out, tracebacks show `barrier`
-    frames, or a `main_process_first` section was waited on."""
+    frames, or a `main_process_first` section was waited on. When torch printed the failed collective's own stack,
+    its call decides (a 1-element all_reduce of a metric is shaped like a barrier but is not one)."""
+    if not t.kinds(K.main_first_wait).is_empty():
+        return True
+    if not call_sites.is_empty():
+        return call_sites["op"].fill_null("").str.contains("barrier").any()
     tiny = timeouts.filter(BARRIER_SHAPED)
     frames = t.tracebacks.filter(pl.col("frames").list.eval(pl.element().str.starts_with("barrier")).list.any())
     return not tiny.is_empty() or frames.height > 0 or not t.kinds(K.main_first_wait).is_empty()

@@ -72,6 +72,12 @@ class Analysis:
         return self.desync_lagging | frozenset(self.idle_at_timeout["rank"].to_list())
 
     @cached_property
+    def call_sites(self) -> pl.DataFrame:
+        """Per rank, the torch call and the program's own frame that issued the collective the watchdog found
+        failed (torch 2.5+'s `Stack trace of the failed collective`): rank, op, func, site."""
+        return victims.call_sites(self.t)
+
+    @cached_property
     def cut_at_end(self) -> bool:
         """The excerpt ends inside a rank's timeout line: ranks absent from it may be in the part not copied."""
         return victims.cut_at_end(self.t, self.timeouts)
@@ -156,7 +162,7 @@ class Analysis:
     # what each rank was busy with (busy.py)
     @cached_property
     def waiting_in_barrier(self) -> bool:
-        return busy.waiting_in_barrier(self.t, self.timeouts)
+        return busy.waiting_in_barrier(self.t, self.timeouts, self.call_sites)
 
     def work_of(self, ranks: list[int], attribute_unranked: bool = False) -> pl.DataFrame:
         """One activity row per rank of `ranks`: the rank-local work it started before the others gave up (an

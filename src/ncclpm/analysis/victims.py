@@ -65,6 +65,27 @@ def idle_at_timeout(t: Tables, timeouts: pl.DataFrame) -> pl.DataFrame:
     return idle.filter(pl.col("last_enqueued") < pl.col("_at")).drop("_at")
 
 
+def call_sites(t: Tables) -> pl.DataFrame:
+    """Where each waiting rank's program issued the collective the watchdog found failed (torch 2.5+ prints its
+    Python stack: `#0 all_reduce from .../distributed_c10d.py:2501`, `#2 log_metrics from /workspace/train.py:152`):
+    one row per rank, its first such stack - `op` the torch call (frame #0), `func`/`site` the first frame outside
+    torch (the program's own call; a library's, like transformers' Trainer, when the program calls through one)."""
+    frames = t.kinds(K.collective_frame).filter(pl.col("rank").is_not_null() & pl.col("count").is_not_null())
+    if frames.is_empty():
+        return pl.DataFrame(schema={"rank": pl.Int32(), "op": pl.String(), "func": pl.String(), "site": pl.String()})
+    # each stack starts again at #0: number the stacks of a source in order, keep each rank's first
+    stacks = frames.sort("source", "line").with_columns((pl.col("count") == 0).cum_sum().over("source").alias("_stack"))
+    first = stacks.filter(pl.col("_stack") == pl.col("_stack").min().over("rank"))
+    op = first.filter(pl.col("count") == 0).group_by("rank").agg(pl.col("detail").first().alias("op"))
+    own = (
+        first.filter(~pl.col("value").str.contains("/torch/", literal=True))
+        .sort("count")
+        .group_by("rank")
+        .agg(pl.col("detail").first().alias("func"), pl.col("value").first().alias("site"))
+    )
+    return op.join(own, on="rank", how="left").sort("rank")
+
+
 def cut_at_end(t: Tables, timeouts: pl.DataFrame) -> bool:
     """A paste that ends inside a rank's timeout line (`... Watchdog caught collective oper`, `OpType=ALLREDUC`): the
     last line ncclpm kept of its file lost the end every timeout line has, so the excerpt goes on past what was

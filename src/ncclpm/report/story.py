@@ -143,15 +143,20 @@ def _timeout_groups(t: Tables) -> list[dict[str, Any]]:
     return list(groups.sort("first", nulls_last=True).iter_rows(named=True))
 
 
-def _what(g: dict[str, Any], failing: dict[str, Any] | None) -> str:
+def _what(g: dict[str, Any], failing: dict[str, Any] | None, sites: pl.DataFrame) -> str:
     if g["op"] is None and failing and failing.get("source") == "flight recorder":
         g = {**g, "op": failing.get("op"), "seq": failing.get("seq")}  # gloo names no op: the dumps do
     op = g["op"] or "a collective"
     seq = f" #{g['seq']}" if g["seq"] is not None else ""
     numel = ""
+    # torch 2.5+ printed the collective's stack: its call, not its shape, says whether it was a barrier
+    site = sites.filter(pl.col("rank").is_in(g["rank"])).head(1)
     if g["numel_in"] is not None:
-        barrier = g["op"] == "ALLREDUCE" and g["numel_in"] == 1
+        barrier = g["op"] == "ALLREDUCE" and g["numel_in"] == 1 and site.is_empty()
         numel = f" (NumelIn={g['numel_in']}" + (", a barrier)" if barrier else ")")
+    if not site.is_empty():
+        row = site.row(0, named=True)
+        numel += f", issued by `{row['op']}`" + (f" from `{row['func']}` ({row['site']})" if row["site"] else "")
     return f"{op}{seq}{numel}"
 
 
@@ -180,7 +185,9 @@ def _inside(row: dict[str, Any], seq: int | None, start: datetime | None, fired:
     return isinstance(err, datetime) and start is not None and fired is not None and start <= err <= fired
 
 
-def _wait_moments(t: Tables, primary: Finding, rows: dict[int, dict], failing: dict | None) -> list[Moment]:
+def _wait_moments(
+    t: Tables, primary: Finding, rows: dict[int, dict], failing: dict | None, sites: pl.DataFrame
+) -> list[Moment]:
     out: list[Moment] = []
     groups = _timeout_groups(t)
     joined = {r for g in groups for r in g["rank"]}
@@ -203,7 +210,7 @@ def _wait_moments(t: Tables, primary: Finding, rows: dict[int, dict], failing: d
         waited = [*(f"{rank_span(away)}, which never joined" for _ in away[:1])]
         waited += [rank_span(r) for r in ([x for x in rest if x not in away],) if r and rank_span(r) != "no rank"]
         waited += [f"{rank_span(inside)}, which failed inside it" for _ in inside[:1]]
-        text = f"{who(g['rank'], rows)} entered {_what(g, failing)} and waited"
+        text = f"{who(g['rank'], rows)} entered {_what(g, failing, sites)} and waited"
         text += f" for {' and '.join(waited)}" if waited else ""
         out.append(_moment(rows, start, text, g["rank"], [], "wait", approx=True))
         if g["first"] is None:
@@ -310,7 +317,7 @@ def build_story(
     t = facts.t
     rows = {r["rank"]: r for r in rank_rows}
     culprits = set(primary.culprit_ranks)
-    waits = _wait_moments(t, primary, rows, failing)
+    waits = _wait_moments(t, primary, rows, failing, facts.call_sites)
     moments = _culprit_moments(t, primary, rows, waited=bool(waits)) + waits
     moments += _victim_errors(t, rows, culprits)
     taken = {ref for m in moments for ref in m.refs}

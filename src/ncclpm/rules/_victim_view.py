@@ -42,7 +42,12 @@ def victims_view(facts: Analysis) -> tuple[list[str], list[str]]:
             f"The waiting rank had already enqueued work up to #{int(status['last_enqueued'].max())}: it kept "  # type: ignore[arg-type]
             "running, so the stall is on the other side of this collective."
         )
-    barrier = bool(to.head(1).select(BARRIER_SHAPED.fill_null(False)).item())
+    site = call_site_text(facts, ranks)
+    if site:
+        proves.append(f"torch printed the failed collective's stack: {site}.")
+    # the collective's own stack says what the call was; else its shape (a 1-element all-reduce: a barrier)
+    shaped = bool(to.head(1).select(BARRIER_SHAPED.fill_null(False)).item())
+    barrier = facts.waiting_in_barrier if not facts.call_sites.is_empty() else shaped
     early = seq is not None and seq <= EARLY_SEQ
     if barrier and early:
         causes = [
@@ -65,3 +70,14 @@ def victims_view(facts: Analysis) -> tuple[list[str], list[str]]:
             "a degraded or broken network link between the ranks (NCCL WARN lines with NCCL_DEBUG=INFO)",
         ]
     return proves, causes
+
+
+def call_site_text(facts: Analysis, ranks: list[int]) -> str | None:
+    """`all_reduce called from log_metrics (/workspace/train.py:152)`: where the first of `ranks` with a printed
+    stack issued the collective it waited in (torch 2.5+), or None."""
+    sites = facts.call_sites.filter(pl.col("rank").is_in(ranks))
+    if sites.is_empty():
+        return None
+    row = sites.row(0, named=True)
+    own = f" called from `{row['func']}` ({row['site']})" if row["site"] else ""
+    return f"`{row['op']}`{own}"

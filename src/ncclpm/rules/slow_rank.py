@@ -8,6 +8,7 @@ import polars as pl
 
 from ncclpm.rules._busy import busy_text
 from ncclpm.rules._timeout import timeout_origin
+from ncclpm.rules._victim_view import call_site_text
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
@@ -131,10 +132,11 @@ class RankBusyOutsideCollectives(Rule):
             shown = set(act["rank"].to_list()) if not act.is_empty() else (named & set(silent)) or set(silent)
             culprits = tuple(sorted(shown | (named & set(silent))))
         doing = busy_text(act)
-        wait = "at a barrier" if in_barrier else "in a collective"
         victims = sorted(self.facts.victim_ranks - set(culprits))
         if not victims:  # the only rank that waited is the one named busy: no story of one rank keeping others
             return None
+        site = call_site_text(self.facts, victims)  # torch 2.5+ printed where the collective was issued
+        wait = f"in {site}" if site else "at a barrier" if in_barrier else "in a collective"
         origin = timeout_origin(self.facts.timeout, int(timeout_ms) if timeout_ms else None)
         origin = f", {origin}" if origin else ""
         limit = f" (timeout {duration_text(timeout_ms)}{origin})" if timeout_ms else ""

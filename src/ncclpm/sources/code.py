@@ -139,7 +139,8 @@ _STRONG_STATEMENTS = (
 
 # Lines that only a running job prints, whatever came before them in the file: a traceback (its head, its frames),
 # a rank or launcher prefix, a glog / ISO / NCCL stamp, Slurm's and Python logging's default prefixes, a C++ abort,
-# a tqdm bar. At the start of a line: in a config or a script such text is indented, quoted or in a comment.
+# a tqdm bar, the frames of torch's failed-collective stack (`#0 all_reduce from .../distributed_c10d.py:2501`).
+# At the start of a line: in a config or a script such text is indented, quoted or in a comment.
 _JOB_LINE = re.compile(
     r"""^(?:Traceback\ \(most\ recent\ call\ last\):
     |\ {2}File\ "[^"\n]+",\ line\ \d+,\ in\s
@@ -151,10 +152,13 @@ _JOB_LINE = re.compile(
     |(?:srun|slurmstepd):\ error:
     |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:
     |terminate\ called\ after
+    |\#\d+\ [\w<>.]+\ from\ \S+\.py:\d+\s*$
     |[^\n]{0,80}?\d{1,3}%\|[^\n|]{0,200}\|\ *\d+/\d+\ \[)""",
     re.X | re.M,
 )
 JOB_LINES = 2  # lines of a job that make a file a log
+# torch's failed-collective frame (`#0 all_reduce from .../distributed_c10d.py:2501`): a `#` line that is no comment
+_FR_STACK_FRAME = re.compile(r"^#\d+ [\w<>.]+ from \S+\.py:\d+\s*$")
 # The last line of a program that died: an uncaught exception, flush left, with a message of a few words
 # (`RuntimeError: CUDA error: an illegal memory access was encountered`). A config never ends on one; in code it is
 # a syntax error (Python) or a command no shell has.
@@ -288,6 +292,9 @@ def _tally(text: str) -> _Tally:
             continue
         if s.startswith("```"):
             t.fences += 1  # Markdown: prose around code blocks, a document rather than code
+            continue
+        if _FR_STACK_FRAME.match(s):  # starts with `#` but is torch's failed-collective frame, not a comment
+            t.log += 1
             continue
         if s.startswith("#") and not after_frame:
             _comment(s, t)

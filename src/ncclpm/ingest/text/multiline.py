@@ -44,6 +44,10 @@ def _short_frame(m: re.Match[str]) -> str:
 
 
 _TB_HEAD = "Traceback (most recent call last)"
+# torch 2.5+'s watchdog prints the failed collective's Python stack under this head, one `#<i> <function> from
+# <file>:<line>` line per frame, unprefixed (parsers/torch/processgroup_nccl.toml, pg.failed_collective_frame)
+_FR_STACK_HEAD = "Stack trace of the failed collective:"
+_FR_FRAME = re.compile(r"^#\d+ [\w<>.]+ from \S+:\d+\s*$")
 # Lines between two kept lines of one traceback: a frame's source line, Python 3.11's `^^^^` marker, and the pieces
 # of either when a paste cut them at 80 columns; a larger gap is not one traceback.
 _RECORD_GAP = 8
@@ -51,21 +55,24 @@ _RECORD_GAP = 8
 
 def traceback_record_ranks(lines: pl.DataFrame) -> pl.DataFrame:
     """The lines with a rank from the log record they continue: a logger's message that embeds a traceback
-    (`[... TP1] Scheduler hit an exception: Traceback (most recent call last):`, `logger.exception(...)`) carries
-    the process's prefix on its first line only; the traceback's frames and exception line below it are that
-    record's, so they take its rank (and its host and pid). Only a ranked head opens such a record, and only
-    unprefixed frame and exception lines close enough to the previous one continue it."""
-    moves = pl.col("message").str.contains_any([_TB_HEAD, 'File "', *_EXC_WORDS])
-    if lines.is_empty() or lines.filter(moves.fill_null(False) & pl.col("rank").is_not_null()).is_empty():
+    (`[... TP1] Scheduler hit an exception: Traceback (most recent call last):`, `logger.exception(...)`) or the
+    watchdog's `Stack trace of the failed collective:` carries the process's prefix on its first line only; the
+    frames and exception line below it are that record's, so they take its rank (and its host and pid). Only a
+    ranked head opens such a record, and only unprefixed frame lines (and a traceback's exception line) close
+    enough to the previous one continue it."""
+    moves = pl.col("message").str.contains_any([_TB_HEAD, _FR_STACK_HEAD, 'File "', " from ", *_EXC_WORDS])
+    heads = pl.col("message").str.contains_any([_TB_HEAD, _FR_STACK_HEAD]) & pl.col("rank").is_not_null()
+    if lines.is_empty() or lines.filter(heads.fill_null(False)).is_empty():
         return lines
     fills: list[dict] = []
     record: dict | None = None
     for r in _walk(lines, moves, "source", "line", "rank", "rank_local", "host", "pid", "message"):
         msg = r["message"] or ""
         if r["rank"] is not None:
-            # a ranked line opens a record when its message ends in a traceback's head after words of its own
-            head = msg.find(_TB_HEAD)
-            record = dict(r, last=r["line"]) if head > 0 else None
+            # a ranked line opens a record when its message ends in a traceback's head after words of its own, or
+            # is the watchdog's head of the failed collective's stack
+            stack = _FR_STACK_HEAD in msg
+            record = dict(r, last=r["line"], stack=stack) if stack or msg.find(_TB_HEAD) > 0 else None
             continue
         if record is None or r["source"] != record["source"] or r["line"] - record["last"] > _RECORD_GAP:
             record = None
@@ -73,7 +80,8 @@ def traceback_record_ranks(lines: pl.DataFrame) -> pl.DataFrame:
         if _TB_HEAD in msg:  # an unprefixed traceback of its own: not this record's
             record = None
             continue
-        frame, exc = _FRAME.match(msg), _EXC.match(msg)
+        frame = _FR_FRAME.match(msg) if record["stack"] else _FRAME.match(msg)
+        exc = None if record["stack"] else _EXC.match(msg)
         if not frame and not exc:
             continue
         fills.append({"source": r["source"], "line": r["line"], **{k: record[k] for k in _RECORD_KEYS}})
