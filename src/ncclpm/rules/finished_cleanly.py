@@ -6,6 +6,7 @@ from typing import ClassVar
 
 import polars as pl
 
+from ncclpm.model import said
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
@@ -17,8 +18,9 @@ class JobFinishedCleanly(Rule):
 
     ## What it detects
     Lines that say the run ended well - a script's `training done`, `Training completed`, Lightning's
-    `Trainer.fit stopped: max_epochs=N reached`, torchrun's `worker group successfully finished` - in a job with
-    no error of any kind: no exception, timeout, crash, NCCL or launcher error, and no non-zero exit.
+    `Trainer.fit stopped: max_epochs=N reached`, torchrun's `worker group successfully finished`, nccl-tests'
+    `# Out of bounds values : 0 OK` - in a job with no error of any kind: no exception, timeout, crash, NCCL or
+    launcher error, and no non-zero exit.
 
     ## Why it matters
     A healthy run handed to a post-mortem tool must not come back with a made-up cause, and must not look like
@@ -46,7 +48,7 @@ class JobFinishedCleanly(Rule):
         failed_exits = t.elastic.filter(pl.col("exit_code").fill_null(0) != 0)
         if not errors.is_empty() or not failed_exits.is_empty():
             return t.events.clear()
-        return t.kinds(K.job_done)
+        return t.kinds(K.job_done, K.test_passed)
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         done = set(ev["rank"].drop_nulls().to_list())
@@ -55,12 +57,15 @@ class JobFinishedCleanly(Rule):
         # the agent's own success line (or one that says all ranks finished) speaks for all its workers; a
         # process's own `training done` with no rank on it speaks for one process
         launcher = (ev["event"] == "activity.group_finished").any()
+        tested = ev.filter(pl.col("kind") == K.test_passed)  # nccl-tests validated every rank's results
         return self.finding(
-            confidence=0.85 if everyone or launcher else self.base_confidence,
+            confidence=0.85 if everyone or launcher or not tested.is_empty() else self.base_confidence,
             culprit_ranks=(),
             summary="No failure: the job finished ("
             + (
-                f"every rank it ran - {ranks_text(sorted(done))} - said so"
+                f"nccl-tests checked every value it moved: `{said(tested['text'][0], t.line_prefix)}`"
+                if not tested.is_empty()
+                else f"every rank it ran - {ranks_text(sorted(done))} - said so"
                 if everyone
                 else "the launcher said so"
                 if launcher
