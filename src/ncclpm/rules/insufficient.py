@@ -88,6 +88,11 @@ class InsufficientEvidence(Rule):
         proves, causes = victims_view(self.facts)
         leads = f" Most likely, in order: {'; '.join(f'({i}) {c}' for i, c in enumerate(causes, 1))}." if causes else ""
         framework = not victims.is_empty() and victims["kind"].eq(K.framework_wait).all()
+        # only the heartbeat monitor's lines: the watchdog thread itself stopped, no collective is shown waiting
+        stuck = victims.filter(pl.col("kind") == K.heartbeat_stuck)
+        watchdog_stuck = not stuck.is_empty() and stuck.height == victims.height
+        stuck_for = stuck["count"].drop_nulls()
+        stuck_ranks = sorted(set(stuck["rank"].drop_nulls().to_list()))
         timed_out = t.kinds(K.collective_timeout)  # (a line with no rank of its own: not a victim line above)
         limit = timed_out["timeout_ms"].drop_nulls()
         waited = f" for {duration_text(limit.max())}" if limit.len() else ""
@@ -96,6 +101,12 @@ class InsufficientEvidence(Rule):
             "SGLang's watchdog, a weight sync) - the waiting side of a worker that hung, died or was busy elsewhere "
             "- and the logs do not show which or why"
             if framework
+            else f"the watchdog thread of {ranks_text(stuck_ranks) if stuck_ranks else 'a process'} itself stopped "
+            "making progress"
+            + (f" for {duration_text(int(stuck_for.max()) * 1000)}" if stuck_for.len() else "")  # type: ignore[arg-type]
+            + " and torch's heartbeat monitor ended the process: a CUDA or NCCL call that hung (an abort, an event "
+            "destroyed), or another thread holding the GIL inside one - the logs do not show which"
+            if watchdog_stuck
             else "the logs show ranks waiting in a collective but not why"
             if not victims.is_empty()
             else "NCCL's watchdog aborted a process (SIGABRT, its backtrace through the watchdog): a collective failed "
