@@ -89,10 +89,12 @@ static int str_code(Dec *x, Cols *c, int64_t v, uint32_t *out) {
     if (v < 0 || x->nodes[v].t == T_NONE) { *out = NONE_CODE; return 0; }
     Node *s = &x->nodes[v];
     if (s->t != T_STR) return no(x, "a text field of another type");
-    const unsigned char *p = x->d + s->v;
+    if (s->code >= 0) { *out = (uint32_t)s->code; return 0; } /* a memoized string seen before */
+    const unsigned char *p = x->d + s->off;
     if (!s->ascii && has_surrogate(p, s->w)) return no(x, "a surrogate in a text field");
     int64_t code = dict_code(&c->strings, (const char *)p, s->w, v);
     if (code < 0) return no(x, "out of memory");
+    s->code = (int32_t)code;
     *out = (uint32_t)code;
     return 0;
 }

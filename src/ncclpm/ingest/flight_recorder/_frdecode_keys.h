@@ -104,7 +104,7 @@ static int repr_int(Buf *b, int64_t v) { /* "%lld", without printf's cost */
 
 static int repr_str(Dec *x, Buf *b, int64_t k) { /* printable ASCII without quote or backslash: repr = 'text' */
     Node *s = &x->nodes[k];
-    const unsigned char *p = x->d + s->v;
+    const unsigned char *p = x->d + s->off;
     for (int64_t i = 0; i < s->w; i++)
         if (p[i] < 0x20 || p[i] > 0x7E || p[i] == '\'' || p[i] == '\\') return -1;
     return put(b, "'", 1) < 0 || put(b, (const char *)p, s->w) < 0 || put(b, "'", 1) < 0 ? -1 : 0;
