@@ -35,26 +35,34 @@ static const char *FIELD[NF] = {"record_id", "pg_id", "collective_seq_id", "time
 #define N_NEST 3
 #define NONE_CODE UINT32_MAX
 
-static int field_of(Dec *x, int64_t key) { /* cached on the node: pickle memoizes the keys, entries share them */
+static int field_lookup(Dec *x, int64_t key) { /* the first time a key node is met */
     Node *s = &x->nodes[key];
-    if (s->field != -3) return s->field;
     s->field = -1;
     if (s->t != T_STR) s->field = -2; /* the Python path reads such keys too; leave them to it */
     for (int f = 0; f < NF && s->field == -1; f++) if (str_is(x, key, FIELD[f])) s->field = (int8_t)f;
     return s->field;
 }
 
+HOT int field_of(Dec *x, int64_t key) { /* cached on the node: pickle memoizes the keys, entries share them */
+    Node *s = &x->nodes[key];
+    if (LIKELY(s->field != -3)) return s->field;
+    return field_lookup(x, key);
+}
+
 /* slots[f] = the entry's value node for field f, or -1 */
 static int entry_fields(Dec *x, int64_t e, int64_t *slots) {
-    Iter it;
-    int64_t key, val;
     for (int f = 0; f < NF; f++) slots[f] = -1;
-    iter(x, e, &it);
-    while ((key = next_kid(x, &it)) >= 0) {
-        if ((val = next_kid(x, &it)) < 0) return no(x, "odd dict");
-        int f = field_of(x, key);
-        if (f == -2) return no(x, "an entry key that is not a string");
-        if (f >= 0) slots[f] = val;
+    /* a dict's segments each hold whole (key, value) pairs (`dict_items`): walked a segment at a time, the visits
+     * counted per segment against the same limit as `next_kid` */
+    for (int64_t sg = x->nodes[e].first; sg >= 0; sg = x->segs[sg].next) {
+        const Seg *seg = &x->segs[sg];
+        if (UNLIKELY((x->visits += seg->len) > x->limit)) return no(x, "expands too much (a reference bomb?)");
+        const Id *kv = x->pool + seg->start;
+        for (int32_t i = 0; i + 1 < seg->len; i += 2) {
+            int f = field_of(x, kv[i]);
+            if (f == -2) return no(x, "an entry key that is not a string");
+            if (f >= 0) slots[f] = kv[i + 1];
+        }
     }
     return 0;
 }

@@ -18,7 +18,7 @@
 #define LIKELY(c) __builtin_expect(!!(c), 1)
 #define UNLIKELY(c) __builtin_expect(!!(c), 0)
 
-enum { T_NONE, T_TRUE, T_FALSE, T_INT, T_FLOAT, T_STR, T_LIST, T_TUPLE, T_DICT };
+enum { T_NONE, T_TRUE, T_FALSE, T_INT, T_FLOAT, T_STR, T_LIST, T_TUPLE, T_DICT }; /* containers last (`kids`) */
 enum { IMM = 0, MUT = 1, FROZEN = 2 }; /* fr_scan's flags: a list/dict is frozen once a second reference is taken */
 /* 24 bytes (the machine's working set is the nodes: a dump's fit in L2-L3 at this size, not at 40).
  * INT/FLOAT: v = the value.  STR: off = offset, w = length, code = its code in the dump's strings once `columns`
@@ -49,8 +49,7 @@ typedef struct {
     const char *why;
 } Dec;
 
-static int grow(void **buf, int64_t *cap, int64_t need, size_t item) {
-    if (need <= *cap) return 0;
+static int grow_slow(void **buf, int64_t *cap, int64_t need, size_t item) {
     int64_t n = *cap ? *cap : 256;
     while (n < need) n *= 2;
     if ((uint64_t)n > SIZE_MAX / item) return -1;
@@ -58,6 +57,9 @@ static int grow(void **buf, int64_t *cap, int64_t need, size_t item) {
     if (!p) return -1;
     *buf = p; *cap = n;
     return 0;
+}
+HOT int grow(void **buf, int64_t *cap, int64_t need, size_t item) { /* the check inline, the growing not */
+    return LIKELY(need <= *cap) ? 0 : grow_slow(buf, cap, need, item);
 }
 #define GROW(dec, arr, cnt, cap, need) grow((void **)&(dec)->arr, &(dec)->cap, (need), sizeof(*(dec)->arr))
 
@@ -73,9 +75,12 @@ static int room(Dec *x) {
 }
 
 HOT int64_t node(Dec *x, uint8_t t) { /* the caller made room */
+    /* no segments (a string's code: not looked up yet), size 1, depth 0; field: not looked up */
+    static const Node fresh = {.first = -1, .last = -1, .w = 0, .size = 1, .ascii = 1, .depth = 0, .flags = IMM,
+                               .field = -3};
     Node *nd = &x->nodes[x->nnode];
-    nd->first = nd->last = -1; /* a container's segments (a string's code: not looked up yet) */
-    nd->w = 0; nd->size = 1; nd->t = t; nd->ascii = 1; nd->depth = 0; nd->flags = IMM; nd->field = -3;
+    *nd = fresh;
+    nd->t = t;
     return x->nnode++;
 }
 
@@ -84,52 +89,47 @@ HOT void push(Dec *x, int64_t r) { x->stack[x->sp++] = (Id)r; } /* the caller ma
 HOT int64_t fence(Dec *x) { return x->nmarks ? x->marks[x->nmarks - 1] : 0; }
 
 
-/* fr_scan's bounds for container `c` holding stack[from:to] on top of what it holds: the size counting references
- * and the depth; refused past the budget or SCAN_DEPTH */
-static int account(Dec *x, int64_t c, int64_t from, int64_t to) {
-    Node *nd = &x->nodes[c];
+/* stack[from:to] become kids of container `c` (appended as one segment), within fr_scan's bounds: the size counting
+ * references and the depth, refused past the budget or SCAN_DEPTH; for a dict (`items`) every other kid is a key,
+ * which must be hashable (tuples could be keys; the dump layout has none).  One pass over the kids. */
+HOT int kids(Dec *x, int64_t c, int64_t from, int64_t to, int items) {
+    Node *nodes = x->nodes, *nd = &nodes[c];
+    int64_t k = to - from;
+    if (nd->flags == FROZEN) return no(x, "a value changed after a second reference to it (a cycle?)");
+    if (k > 0 && (GROW(x, pool, npool, cappool, x->npool + k) < 0 || GROW(x, segs, nseg, capseg, x->nseg + 1) < 0))
+        return no(x, "out of memory");
     uint64_t size = nd->size; /* kids' sizes are < 2^32 and fewer than 2^27: no overflow */
-    int depth = nd->depth;
-    for (int64_t i = from; i < to; i++) {
-        const Node *it = &x->nodes[x->stack[i]];
+    int depth = nd->depth, deepest = -1;
+    const Id *src = x->stack + from;
+    Id *dst = x->pool + x->npool;
+    for (int64_t i = 0; i < k; i++) {
+        Id id = src[i];
+        const Node *it = &nodes[id];
+        if (items && !(i & 1) && it->t >= T_LIST) return no(x, "a dict key of an unusual type"); /* list/tuple/dict */
         size += it->size;
-        if (it->depth >= depth) depth = it->depth + 1;
+        deepest = it->depth > deepest ? it->depth : deepest;
+        dst[i] = id;
     }
+    if (deepest >= depth) depth = deepest + 1;
     if (size > x->budget) return no(x, "expands too much (a reference bomb?)");
     if (depth > SCAN_DEPTH) return no(x, "nested too deep");
     nd->size = (uint32_t)size;
     nd->depth = (uint8_t)depth;
-    return 0;
-}
-
-/* stack[from:to] become kids of container `c` (appended as one segment) */
-static int add_kids(Dec *x, int64_t c, int64_t from, int64_t to) {
-    if (x->nodes[c].flags == FROZEN) return no(x, "a value changed after a second reference to it (a cycle?)");
-    if (account(x, c, from, to) < 0) return -1;
-    if (to <= from) return 0;
-    if (GROW(x, pool, npool, cappool, x->npool + (to - from)) < 0) return no(x, "out of memory");
-    if (GROW(x, segs, nseg, capseg, x->nseg + 1) < 0) return no(x, "out of memory");
-    for (int64_t i = from; i < to; i++) x->pool[x->npool + i - from] = x->stack[i]; /* a few: no memcpy call */
-    x->segs[x->nseg] = (Seg){(int32_t)x->npool, (int32_t)(to - from), -1};
-    x->npool += to - from;
-    Node *nd = &x->nodes[c];
+    if (k <= 0) return 0;
+    x->segs[x->nseg] = (Seg){(int32_t)x->npool, (int32_t)k, -1};
+    x->npool += k;
     if (nd->last >= 0) x->segs[nd->last].next = (Id)x->nseg; else nd->first = (Id)x->nseg;
     nd->last = (Id)x->nseg++;
-    nd->w += (int32_t)(to - from);
+    nd->w += (int32_t)k;
     return 0;
 }
 
-static int hashable(Dec *x, int64_t k) {
-    uint8_t t = x->nodes[k].t;
-    return t != T_LIST && t != T_DICT && t != T_TUPLE; /* tuples could be keys; the dump layout has none */
-}
+static int add_kids(Dec *x, int64_t c, int64_t from, int64_t to) { return kids(x, c, from, to, 0); }
 
 static int dict_items(Dec *x, int64_t c, int64_t from, int64_t to) {
     if (x->nodes[c].t != T_DICT) return no(x, "items set on a non-dict");
     if ((to - from) % 2) return no(x, "odd number of dict items");
-    for (int64_t i = from; i < to; i += 2)
-        if (!hashable(x, x->stack[i])) return no(x, "a dict key of an unusual type");
-    return add_kids(x, c, from, to);
+    return kids(x, c, from, to, 1);
 }
 
 /* a new container holding stack[from:to]; the caller made room for its node */
@@ -175,7 +175,17 @@ HOT int memo_get(Dec *x, uint64_t idx) {
     return 0;
 }
 
-HOT uint64_t le(const unsigned char *p, int w) {
+HOT uint64_t le(const unsigned char *p, int w) { /* w little-endian bytes (the caller checked they are there) */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint16_t v2; uint32_t v4; uint64_t v8;
+    switch (w) { /* one load each */
+    case 1: return p[0];
+    case 2: memcpy(&v2, p, 2); return v2;
+    case 4: memcpy(&v4, p, 4); return v4;
+    case 8: memcpy(&v8, p, 8); return v8;
+    default: break;
+    }
+#endif
     uint64_t v = 0;
     for (int i = w - 1; i >= 0; i--) v = (v << 8) | p[i];
     return v;
