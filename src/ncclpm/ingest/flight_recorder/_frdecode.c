@@ -370,7 +370,7 @@ static PyObject *column_of(void **data, int64_t n, const char *format) {
 
 typedef struct {
     PyObject_HEAD
-    int64_t keep;
+    int64_t keep, hint; /* hint: the rows a take() usually gets (room for them is made at once) */
     Dict strings, nested[N_NEST];
     int64_t strings_taken, nested_taken[N_NEST]; /* codes below these were handed to Python by take() */
     PyObject *new_vals[N_NEST];                  /* values of the codes from nested_taken on */
@@ -416,9 +416,10 @@ static void job_dealloc(Job *self) {
 }
 
 static int job_init(Job *self, PyObject *args, PyObject *kw) {
-    long long keep;
-    if (!PyArg_ParseTuple(args, "L", &keep)) return -1;
+    long long keep, hint = 0;
+    if (!PyArg_ParseTuple(args, "L|L", &keep, &hint)) return -1;
     self->keep = keep;
+    self->hint = hint > 0 && hint < (1LL << 31) ? hint : 0;
     for (int k = 0; k < N_NEST; k++) {
         Py_XSETREF(self->new_vals[k], PyList_New(0));
         if (!self->new_vals[k]) return -1;
@@ -501,7 +502,7 @@ static PyObject *job_decode(Job *self, PyObject *args) {
 
 static int rows_room(Job *j, int64_t more) {
     if (j->rows + more <= j->cap) return 0;
-    int64_t cap = j->cap ? j->cap : 1 << 14;
+    int64_t cap = j->cap ? j->cap : j->hint > (1 << 14) ? j->hint : 1 << 14; /* growing by copies cost more */
     while (cap < j->rows + more) cap *= 2;
 #define RE(p, T) do { void *q = PyMem_RawRealloc((p), (size_t)cap * sizeof(T)); if (!q) return -1; (p) = q; } while (0)
     RE(j->rank, int32_t); RE(j->uid, int64_t);
@@ -672,7 +673,7 @@ static PyTypeObject JobType = {
     .tp_basicsize = sizeof(Job),
     .tp_dealloc = (destructor)job_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Job(keep_frames): one load's dictionaries and rows",
+    .tp_doc = "Job(keep_frames, rows_hint=0): one load's dictionaries and rows",
     .tp_methods = job_methods,
     .tp_getset = job_getset,
     .tp_init = (initproc)job_init,
