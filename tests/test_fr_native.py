@@ -282,6 +282,21 @@ def test_opcode_forms_read_the_same_both_ways(monkeypatch: pytest.MonkeyPatch) -
     assert _same(items, monkeypatch, frames="all") == len(items)
 
 
+def test_row_buffers_grow_past_the_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The load's row buffers get room for `NATIVE_ROWS` + `_ROOM_ROWS` rows at once; a frame that outgrows them (a
+    big dump arriving near the threshold) grows them and keeps every row, and a bad hint is ignored."""
+    items = list(generate(12, 1500, 3, "never_joined").items())
+    # room for 16001 rows (the decoder makes room for 16384 at least): the 11th dump of 1500 rows outgrows it
+    monkeypatch.setattr(fr_decode, "NATIVE_ROWS", 16000)
+    monkeypatch.setattr(fr_decode, "_ROOM_ROWS", 1)
+    assert _same(items, monkeypatch) == len(items)
+    for hint in (-5, 0, 2**40):
+        job = fr_native._frdecode.Job(64, hint)
+        got = job.decode(items[0][1])
+        job.add(got[4], 0, 0)
+        assert job.take()["rows"] == 1500
+
+
 def _decoded(data: bytes, keep: int = -1) -> tuple[object, dict | None]:
     """(what `Job.decode` gives, what `take` gives after adding it: None when the dump is left to Python)."""
     job = fr_native._frdecode.Job(keep)
