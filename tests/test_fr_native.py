@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import pickle
 import random
+import struct
 from pathlib import Path
 
 import pytest
@@ -173,6 +174,127 @@ def test_unusual_values_read_the_same_both_ways(monkeypatch: pytest.MonkeyPatch)
         e["input_sizes"] = shared["entries"][0]["input_sizes"]
     copies = [pickle.dumps(shared, protocol=p) for p in (2, 3, 4, 5)] + [pickle.dumps(copy.deepcopy(shared))]
     assert _same([(f"p{i}/fr_trace_rank_{i}", d) for i, d in enumerate(copies)], monkeypatch) == len(copies)
+
+
+class _Writer:
+    """A pickle of plain values with chosen opcode forms (Python's pickler picks one form per value): dicts filled
+    one SETITEM or `batch` items a SETITEMS at a time (several segments a dict), lists one APPEND or a batch at a
+    time, every int as LONG1 (widths 0 to 8) or in its smallest form, strings as BINUNICODE8, every scalar memoized
+    (so repeats pass memo index 255 and come back by LONG_BINGET) or by BINPUT/LONG_BINPUT."""
+
+    def __init__(self, batch: int, long1: bool, unicode8: bool, memo_all: bool, binput: bool) -> None:
+        self.batch, self.long1, self.unicode8, self.memo_all, self.binput = batch, long1, unicode8, memo_all, binput
+        self.memo: dict[tuple[type, object], int] = {}
+        self.out = bytearray(b"\x80\x04")
+
+    def dump(self, obj: object) -> bytes:
+        self.value(obj)
+        return bytes(self.out + b".")
+
+    def _memoize(self, key: tuple[type, object]) -> None:
+        i = self.memo[key] = len(self.memo)
+        if not self.binput:
+            self.out += b"\x94"  # MEMOIZE
+        else:
+            self.out += b"q" + bytes([i]) if i < 256 else b"r" + i.to_bytes(4, "little")
+
+    def _scalar(self, obj: object, body: bytes) -> None:
+        key = (type(obj), obj)
+        if key in self.memo:
+            i = self.memo[key]
+            self.out += b"h" + bytes([i]) if i < 256 else b"j" + i.to_bytes(4, "little")
+            return
+        self.out += body
+        if self.memo_all or type(obj) is str:
+            self._memoize(key)
+
+    def _int(self, v: int) -> bytes:
+        if not self.long1 and 0 <= v < 256:
+            return b"K" + bytes([v])
+        if not self.long1 and 0 <= v < 65536:
+            return b"M" + v.to_bytes(2, "little")
+        if not self.long1 and -(2**31) <= v < 2**31:
+            return b"J" + v.to_bytes(4, "little", signed=True)
+        raw = v.to_bytes((v + (v < 0)).bit_length() // 8 + 1, "little", signed=True) if v else b""
+        return b"\x8a" + bytes([len(raw)]) + raw
+
+    def value(self, obj: object) -> None:
+        if obj is None or obj is True or obj is False:
+            self.out += {None: b"N", True: b"\x88", False: b"\x89"}[obj]
+        elif type(obj) is int:
+            self._scalar(obj, self._int(obj))
+        elif type(obj) is float:
+            self._scalar(obj, b"G" + struct.pack(">d", obj))
+        elif type(obj) is str:
+            raw = obj.encode("utf-8", "surrogatepass")
+            if self.unicode8:
+                self._scalar(obj, b"\x8d" + len(raw).to_bytes(8, "little") + raw)
+            else:
+                head = b"\x8c" + bytes([len(raw)]) if len(raw) < 256 else b"X" + len(raw).to_bytes(4, "little")
+                self._scalar(obj, head + raw)
+        elif type(obj) is tuple:
+            self.out += b"("
+            for v in obj:
+                self.value(v)
+            self.out += b"t"
+        elif type(obj) is list:
+            self._items(b"]", obj, b"a", b"e")
+        else:
+            assert type(obj) is dict
+            self._items(b"}", [kv for item in obj.items() for kv in item], b"s", b"u", step=2)
+
+    def _items(self, empty: bytes, flat: list, one: bytes, many: bytes, step: int = 1) -> None:
+        self.out += empty
+        size = self.batch * step
+        for at in range(0, len(flat), size):
+            part = flat[at : at + size]
+            if len(part) == step:
+                for v in part:
+                    self.value(v)
+                self.out += one
+            else:
+                self.out += b"("
+                for v in part:
+                    self.value(v)
+                self.out += many
+
+
+def test_opcode_forms_read_the_same_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The forms a pickler may choose (dicts and lists filled in several steps, each int width, 8-byte string
+    lengths, memo indices past 255) read as the Python path reads them; the same string in several text fields
+    (the decoder caches a memoized string's code) and ints past 32 bits and negative ones included."""
+    dump = pickle.loads(REAL_DUMP.read_bytes())  # our own test data, trusted
+    first = dump["entries"][0]
+    first["state"] = first["profiling_name"]  # one memoized string in two text fields
+    first["process_group"] = (first["profiling_name"], first["profiling_name"])
+    first["record_id"], first["pg_id"] = -(2**40) - 3, 2**56 + 7
+    first["collective_seq_id"], first["time_created_ns"] = -129, -(2**63)
+    dump["entries"][1]["record_id"] = 2**63 - 1
+    forms = [
+        (1, False, False, False, False),
+        (2, True, False, True, False),
+        (3, False, True, True, True),
+        (1000, True, True, False, True),
+    ]
+    items = [(f"f{i}/fr_trace_rank_{i}", _Writer(*f).dump(dump)) for i, f in enumerate(forms)]
+    assert all(pickle.loads(d) == dump for _, d in items)  # our writer's output is the same dump
+    assert _same(items, monkeypatch) == len(items)  # all read by the C decoder
+    assert _same(items, monkeypatch, frames="all") == len(items)
+
+
+def test_row_buffers_grow_past_the_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The load's row buffers get room for `NATIVE_ROWS` + `_ROOM_ROWS` rows at once; a frame that outgrows them (a
+    big dump arriving near the threshold) grows them and keeps every row, and a bad hint is ignored."""
+    items = list(generate(12, 1500, 3, "never_joined").items())
+    # room for 16001 rows (the decoder makes room for 16384 at least): the 11th dump of 1500 rows outgrows it
+    monkeypatch.setattr(fr_decode, "NATIVE_ROWS", 16000)
+    monkeypatch.setattr(fr_decode, "_ROOM_ROWS", 1)
+    assert _same(items, monkeypatch) == len(items)
+    for hint in (-5, 0, 2**40):
+        job = fr_native._frdecode.Job(64, hint)
+        got = job.decode(items[0][1])
+        job.add(got[4], 0, 0)
+        assert job.take()["rows"] == 1500
 
 
 def _decoded(data: bytes, keep: int = -1) -> tuple[object, dict | None]:

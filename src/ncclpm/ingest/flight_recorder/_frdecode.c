@@ -35,26 +35,34 @@ static const char *FIELD[NF] = {"record_id", "pg_id", "collective_seq_id", "time
 #define N_NEST 3
 #define NONE_CODE UINT32_MAX
 
-static int field_of(Dec *x, int64_t key) { /* cached on the node: pickle memoizes the keys, entries share them */
+static int field_lookup(Dec *x, int64_t key) { /* the first time a key node is met */
     Node *s = &x->nodes[key];
-    if (s->field != -3) return s->field;
     s->field = -1;
     if (s->t != T_STR) s->field = -2; /* the Python path reads such keys too; leave them to it */
     for (int f = 0; f < NF && s->field == -1; f++) if (str_is(x, key, FIELD[f])) s->field = (int8_t)f;
     return s->field;
 }
 
+HOT int field_of(Dec *x, int64_t key) { /* cached on the node: pickle memoizes the keys, entries share them */
+    Node *s = &x->nodes[key];
+    if (LIKELY(s->field != -3)) return s->field;
+    return field_lookup(x, key);
+}
+
 /* slots[f] = the entry's value node for field f, or -1 */
 static int entry_fields(Dec *x, int64_t e, int64_t *slots) {
-    Iter it;
-    int64_t key, val;
     for (int f = 0; f < NF; f++) slots[f] = -1;
-    iter(x, e, &it);
-    while ((key = next_kid(x, &it)) >= 0) {
-        if ((val = next_kid(x, &it)) < 0) return no(x, "odd dict");
-        int f = field_of(x, key);
-        if (f == -2) return no(x, "an entry key that is not a string");
-        if (f >= 0) slots[f] = val;
+    /* a dict's segments each hold whole (key, value) pairs (`dict_items`): walked a segment at a time, the visits
+     * counted per segment against the same limit as `next_kid` */
+    for (int64_t sg = x->nodes[e].first; sg >= 0; sg = x->segs[sg].next) {
+        const Seg *seg = &x->segs[sg];
+        if (UNLIKELY((x->visits += seg->len) > x->limit)) return no(x, "expands too much (a reference bomb?)");
+        const Id *kv = x->pool + seg->start;
+        for (int32_t i = 0; i + 1 < seg->len; i += 2) {
+            int f = field_of(x, kv[i]);
+            if (f == -2) return no(x, "an entry key that is not a string");
+            if (f >= 0) slots[f] = kv[i + 1];
+        }
     }
     return 0;
 }
@@ -89,10 +97,12 @@ static int str_code(Dec *x, Cols *c, int64_t v, uint32_t *out) {
     if (v < 0 || x->nodes[v].t == T_NONE) { *out = NONE_CODE; return 0; }
     Node *s = &x->nodes[v];
     if (s->t != T_STR) return no(x, "a text field of another type");
-    const unsigned char *p = x->d + s->v;
+    if (s->code >= 0) { *out = (uint32_t)s->code; return 0; } /* a memoized string seen before */
+    const unsigned char *p = x->d + s->off;
     if (!s->ascii && has_surrogate(p, s->w)) return no(x, "a surrogate in a text field");
     int64_t code = dict_code(&c->strings, (const char *)p, s->w, v);
     if (code < 0) return no(x, "out of memory");
+    s->code = (int32_t)code;
     *out = (uint32_t)code;
     return 0;
 }
@@ -360,7 +370,7 @@ static PyObject *column_of(void **data, int64_t n, const char *format) {
 
 typedef struct {
     PyObject_HEAD
-    int64_t keep;
+    int64_t keep, hint; /* hint: the rows a take() usually gets (room for them is made at once) */
     Dict strings, nested[N_NEST];
     int64_t strings_taken, nested_taken[N_NEST]; /* codes below these were handed to Python by take() */
     PyObject *new_vals[N_NEST];                  /* values of the codes from nested_taken on */
@@ -406,9 +416,10 @@ static void job_dealloc(Job *self) {
 }
 
 static int job_init(Job *self, PyObject *args, PyObject *kw) {
-    long long keep;
-    if (!PyArg_ParseTuple(args, "L", &keep)) return -1;
+    long long keep, hint = 0;
+    if (!PyArg_ParseTuple(args, "L|L", &keep, &hint)) return -1;
     self->keep = keep;
+    self->hint = hint > 0 && hint < (1LL << 31) ? hint : 0;
     for (int k = 0; k < N_NEST; k++) {
         Py_XSETREF(self->new_vals[k], PyList_New(0));
         if (!self->new_vals[k]) return -1;
@@ -491,7 +502,7 @@ static PyObject *job_decode(Job *self, PyObject *args) {
 
 static int rows_room(Job *j, int64_t more) {
     if (j->rows + more <= j->cap) return 0;
-    int64_t cap = j->cap ? j->cap : 1 << 14;
+    int64_t cap = j->cap ? j->cap : j->hint > (1 << 14) ? j->hint : 1 << 14; /* growing by copies cost more */
     while (cap < j->rows + more) cap *= 2;
 #define RE(p, T) do { void *q = PyMem_RawRealloc((p), (size_t)cap * sizeof(T)); if (!q) return -1; (p) = q; } while (0)
     RE(j->rank, int32_t); RE(j->uid, int64_t);
@@ -662,7 +673,7 @@ static PyTypeObject JobType = {
     .tp_basicsize = sizeof(Job),
     .tp_dealloc = (destructor)job_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Job(keep_frames): one load's dictionaries and rows",
+    .tp_doc = "Job(keep_frames, rows_hint=0): one load's dictionaries and rows",
     .tp_methods = job_methods,
     .tp_getset = job_getset,
     .tp_init = (initproc)job_init,

@@ -25,7 +25,8 @@ static uint64_t hash_bytes(const char *p, int64_t n) { /* 8 bytes a step, then m
         h ^= h >> 29;
     }
     w = 0;
-    if (i < n) memcpy(&w, p + i, (size_t)(n - i));
+    if (n >= 8 && i < n) memcpy(&w, p + n - 8, 8); /* the last 8 bytes (overlapping): no variable-size copy */
+    else for (int64_t k = n - 1; k >= i; k--) w = (w << 8) | (unsigned char)p[k];
     h = (h ^ w) * 0x100000001B3ULL;
     h ^= h >> 33; h *= 0xFF51AFD7ED558CCDULL; h ^= h >> 33; h *= 0xC4CEB9FE1A85EC53ULL; h ^= h >> 33;
     return h;
@@ -84,10 +85,12 @@ static int64_t dict_code(Dict *t, const char *p, int64_t n, int64_t nd) {
 
 typedef struct { char *b; int64_t n, cap; } Buf;
 
-static int put(Buf *b, const char *s, int64_t n) {
-    if (b->n + n > MAX_KEY_BYTES) return -1;
-    if (grow((void **)&b->b, &b->cap, b->n + n, 1) < 0) return -1;
-    memcpy(b->b + b->n, s, (size_t)n);
+HOT int put(Buf *b, const char *s, int64_t n) {
+    if (UNLIKELY(b->n + n > b->cap)) {
+        if (b->n + n > MAX_KEY_BYTES) return -1;
+        if (grow((void **)&b->b, &b->cap, b->n + n, 1) < 0) return -1;
+    }
+    for (int64_t i = 0; i < n; i++) b->b[b->n + i] = s[i]; /* a few bytes: no memcpy call */
     b->n += n;
     return 0;
 }
@@ -104,7 +107,7 @@ static int repr_int(Buf *b, int64_t v) { /* "%lld", without printf's cost */
 
 static int repr_str(Dec *x, Buf *b, int64_t k) { /* printable ASCII without quote or backslash: repr = 'text' */
     Node *s = &x->nodes[k];
-    const unsigned char *p = x->d + s->v;
+    const unsigned char *p = x->d + s->off;
     for (int64_t i = 0; i < s->w; i++)
         if (p[i] < 0x20 || p[i] > 0x7E || p[i] == '\'' || p[i] == '\\') return -1;
     return put(b, "'", 1) < 0 || put(b, (const char *)p, s->w) < 0 || put(b, "'", 1) < 0 ? -1 : 0;

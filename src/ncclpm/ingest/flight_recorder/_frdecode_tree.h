@@ -18,14 +18,22 @@
 #define LIKELY(c) __builtin_expect(!!(c), 1)
 #define UNLIKELY(c) __builtin_expect(!!(c), 0)
 
-enum { T_NONE, T_TRUE, T_FALSE, T_INT, T_FLOAT, T_STR, T_LIST, T_TUPLE, T_DICT };
+enum { T_NONE, T_TRUE, T_FALSE, T_INT, T_FLOAT, T_STR, T_LIST, T_TUPLE, T_DICT }; /* containers last (`kids`) */
 enum { IMM = 0, MUT = 1, FROZEN = 2 }; /* fr_scan's flags: a list/dict is frozen once a second reference is taken */
-/* STR: v = offset, w = length; INT: v = value; containers: w = kid count, first/last = their segments.  size: what
- * the value expands to counting references, as fr_scan counts it (a string 1 + len/8, a container 1 + its kids').
- * Node ids are int32: a dump has fewer nodes than bytes, and the decoder takes at most MAX_BYTES. */
+/* 24 bytes (the machine's working set is the nodes: a dump's fit in L2-L3 at this size, not at 40).
+ * INT/FLOAT: v = the value.  STR: off = offset, w = length, code = its code in the dump's strings once `columns`
+ * has looked it up (-1 before; pickle memoizes strings, so most lookups are this field).  Containers: w = kid count,
+ * first/last = their segments.  size: what the value expands to counting references, as fr_scan counts it (a
+ * string 1 + len/8, a container 1 + its kids'); it stays below the budget, which stays below 2^32 (MAX_BYTES).
+ * Node ids are int32: a dump has fewer nodes than bytes. */
 typedef int32_t Id;
-#define MAX_BYTES (1 << 30)
-typedef struct { int64_t v, w; uint64_t size; Id first, last; uint8_t t, ascii, depth, flags; int8_t field; } Node;
+#define MAX_BYTES ((1 << 27) - 1) /* 128 MB: a larger dump goes to the Python path (real ones are a few MB) */
+typedef struct {
+    union { int64_t v; struct { int32_t off, code; }; struct { Id first, last; }; };
+    int32_t w;
+    uint32_t size;
+    uint8_t t, ascii, depth, flags; int8_t field;
+} Node;
 typedef struct { int32_t start, len; Id next; } Seg; /* a run of kids in the pool */
 
 typedef struct {
@@ -41,8 +49,7 @@ typedef struct {
     const char *why;
 } Dec;
 
-static int grow(void **buf, int64_t *cap, int64_t need, size_t item) {
-    if (need <= *cap) return 0;
+static int grow_slow(void **buf, int64_t *cap, int64_t need, size_t item) {
     int64_t n = *cap ? *cap : 256;
     while (n < need) n *= 2;
     if ((uint64_t)n > SIZE_MAX / item) return -1;
@@ -50,6 +57,9 @@ static int grow(void **buf, int64_t *cap, int64_t need, size_t item) {
     if (!p) return -1;
     *buf = p; *cap = n;
     return 0;
+}
+HOT int grow(void **buf, int64_t *cap, int64_t need, size_t item) { /* the check inline, the growing not */
+    return LIKELY(need <= *cap) ? 0 : grow_slow(buf, cap, need, item);
 }
 #define GROW(dec, arr, cnt, cap, need) grow((void **)&(dec)->arr, &(dec)->cap, (need), sizeof(*(dec)->arr))
 
@@ -65,7 +75,12 @@ static int room(Dec *x) {
 }
 
 HOT int64_t node(Dec *x, uint8_t t) { /* the caller made room */
-    x->nodes[x->nnode] = (Node){0, 0, 1, -1, -1, t, 1, 0, IMM, -3};
+    /* no segments (a string's code: not looked up yet), size 1, depth 0; field: not looked up */
+    static const Node fresh = {.first = -1, .last = -1, .w = 0, .size = 1, .ascii = 1, .depth = 0, .flags = IMM,
+                               .field = -3};
+    Node *nd = &x->nodes[x->nnode];
+    *nd = fresh;
+    nd->t = t;
     return x->nnode++;
 }
 
@@ -74,54 +89,47 @@ HOT void push(Dec *x, int64_t r) { x->stack[x->sp++] = (Id)r; } /* the caller ma
 HOT int64_t fence(Dec *x) { return x->nmarks ? x->marks[x->nmarks - 1] : 0; }
 
 
-static uint64_t sat_add(uint64_t a, uint64_t b) { return a + b < a ? UINT64_MAX : a + b; }
-
-/* fr_scan's bounds for container `c` holding stack[from:to] on top of what it holds: the size counting references
- * and the depth; refused past the budget or SCAN_DEPTH */
-static int account(Dec *x, int64_t c, int64_t from, int64_t to) {
-    Node *nd = &x->nodes[c];
-    uint64_t size = nd->size;
-    int depth = nd->depth;
-    for (int64_t i = from; i < to; i++) {
-        const Node *it = &x->nodes[x->stack[i]];
-        size = sat_add(size, it->size);
-        if (it->depth >= depth) depth = it->depth + 1;
+/* stack[from:to] become kids of container `c` (appended as one segment), within fr_scan's bounds: the size counting
+ * references and the depth, refused past the budget or SCAN_DEPTH; for a dict (`items`) every other kid is a key,
+ * which must be hashable (tuples could be keys; the dump layout has none).  One pass over the kids. */
+HOT int kids(Dec *x, int64_t c, int64_t from, int64_t to, int items) {
+    Node *nodes = x->nodes, *nd = &nodes[c];
+    int64_t k = to - from;
+    if (nd->flags == FROZEN) return no(x, "a value changed after a second reference to it (a cycle?)");
+    if (k > 0 && (GROW(x, pool, npool, cappool, x->npool + k) < 0 || GROW(x, segs, nseg, capseg, x->nseg + 1) < 0))
+        return no(x, "out of memory");
+    uint64_t size = nd->size; /* kids' sizes are < 2^32 and fewer than 2^27: no overflow */
+    int depth = nd->depth, deepest = -1;
+    const Id *src = x->stack + from;
+    Id *dst = x->pool + x->npool;
+    for (int64_t i = 0; i < k; i++) {
+        Id id = src[i];
+        const Node *it = &nodes[id];
+        if (items && !(i & 1) && it->t >= T_LIST) return no(x, "a dict key of an unusual type"); /* list/tuple/dict */
+        size += it->size;
+        deepest = it->depth > deepest ? it->depth : deepest;
+        dst[i] = id;
     }
+    if (deepest >= depth) depth = deepest + 1;
     if (size > x->budget) return no(x, "expands too much (a reference bomb?)");
     if (depth > SCAN_DEPTH) return no(x, "nested too deep");
-    nd->size = size;
+    nd->size = (uint32_t)size;
     nd->depth = (uint8_t)depth;
-    return 0;
-}
-
-/* stack[from:to] become kids of container `c` (appended as one segment) */
-static int add_kids(Dec *x, int64_t c, int64_t from, int64_t to) {
-    if (x->nodes[c].flags == FROZEN) return no(x, "a value changed after a second reference to it (a cycle?)");
-    if (account(x, c, from, to) < 0) return -1;
-    if (to <= from) return 0;
-    if (GROW(x, pool, npool, cappool, x->npool + (to - from)) < 0) return no(x, "out of memory");
-    if (GROW(x, segs, nseg, capseg, x->nseg + 1) < 0) return no(x, "out of memory");
-    for (int64_t i = from; i < to; i++) x->pool[x->npool + i - from] = x->stack[i]; /* a few: no memcpy call */
-    x->segs[x->nseg] = (Seg){(int32_t)x->npool, (int32_t)(to - from), -1};
-    x->npool += to - from;
-    Node *nd = &x->nodes[c];
+    if (k <= 0) return 0;
+    x->segs[x->nseg] = (Seg){(int32_t)x->npool, (int32_t)k, -1};
+    x->npool += k;
     if (nd->last >= 0) x->segs[nd->last].next = (Id)x->nseg; else nd->first = (Id)x->nseg;
     nd->last = (Id)x->nseg++;
-    nd->w += to - from;
+    nd->w += (int32_t)k;
     return 0;
 }
 
-static int hashable(Dec *x, int64_t k) {
-    uint8_t t = x->nodes[k].t;
-    return t != T_LIST && t != T_DICT && t != T_TUPLE; /* tuples could be keys; the dump layout has none */
-}
+static int add_kids(Dec *x, int64_t c, int64_t from, int64_t to) { return kids(x, c, from, to, 0); }
 
 static int dict_items(Dec *x, int64_t c, int64_t from, int64_t to) {
     if (x->nodes[c].t != T_DICT) return no(x, "items set on a non-dict");
     if ((to - from) % 2) return no(x, "odd number of dict items");
-    for (int64_t i = from; i < to; i += 2)
-        if (!hashable(x, x->stack[i])) return no(x, "a dict key of an unusual type");
-    return add_kids(x, c, from, to);
+    return kids(x, c, from, to, 1);
 }
 
 /* a new container holding stack[from:to]; the caller made room for its node */
@@ -167,7 +175,17 @@ HOT int memo_get(Dec *x, uint64_t idx) {
     return 0;
 }
 
-HOT uint64_t le(const unsigned char *p, int w) {
+HOT uint64_t le(const unsigned char *p, int w) { /* w little-endian bytes (the caller checked they are there) */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint16_t v2; uint32_t v4; uint64_t v8;
+    switch (w) { /* one load each */
+    case 1: return p[0];
+    case 2: memcpy(&v2, p, 2); return v2;
+    case 4: memcpy(&v4, p, 4); return v4;
+    case 8: memcpy(&v8, p, 8); return v8;
+    default: break;
+    }
+#endif
     uint64_t v = 0;
     for (int i = w - 1; i >= 0; i--) v = (v << 8) | p[i];
     return v;
@@ -215,149 +233,165 @@ HOT int need(Dec *x, Py_ssize_t pos, uint64_t k) {
  * reads is one the scan admits: tests/test_fr_native.py checks that on every input it has.  Called without the
  * GIL: it touches only `x` and the bytes. */
 static int64_t run(Dec *x) {
+    /* threaded dispatch (one indirect jump per handler, GCC's labels as values): a switch's single jump mispredicted
+     * most opcodes; the handlers are the switch's cases, unchanged */
+    static const void *const jump[256] = {
+        [0 ... 255] = &&op_other,
+        [0x80] = &&op_proto, [0x95] = &&op_frame, [0x7D] = &&op_empty_dict, [0x5D] = &&op_empty_list,
+        [0x29] = &&op_empty_tuple, [0x4E] = &&op_none, [0x88] = &&op_true, [0x89] = &&op_false, [0x28] = &&op_mark,
+        [0x94] = &&op_memoize, [0x71] = &&op_binput, [0x72] = &&op_long_binput, [0x68] = &&op_binget,
+        [0x6A] = &&op_long_binget, [0x4B] = &&op_int, [0x4D] = &&op_int, [0x4A] = &&op_int, [0x8A] = &&op_int,
+        [0x47] = &&op_binfloat, [0x8C] = &&op_unicode, [0x58] = &&op_unicode, [0x8D] = &&op_unicode,
+        [0x85] = &&op_tuple_n, [0x86] = &&op_tuple_n, [0x87] = &&op_tuple_n, [0x74] = &&op_box, [0x6C] = &&op_box,
+        [0x64] = &&op_box, [0x61] = &&op_append, [0x65] = &&op_appends, [0x73] = &&op_setitem,
+        [0x75] = &&op_setitems, [0x30] = &&op_pop, [0x32] = &&op_dup, [0x2E] = &&op_stop,
+    };
     const unsigned char *d = x->d;
-    Py_ssize_t n = x->n, pos = 0;
+    Py_ssize_t n = x->n, pos = 0, stop = 0;
     int64_t at, r;
+    int op;
     if (n > MAX_BYTES) return no(x, "too big for the decoder");
-    while (pos < n) {
-      Py_ssize_t stop = n - pos > BLOCK ? pos + BLOCK : n;
-      if (room(x) < 0) return -1;
-      while (pos < stop) {
-        int op = d[pos++];
-        switch (op) {
-        case 0x80: /* PROTO */
-            if (need(x, pos, 1) < 0) return -1;
-            if (d[pos] > 5) return no(x, "unsupported protocol");
-            pos += 1; break;
-        case 0x95: /* FRAME */
-            if (need(x, pos, 8) < 0) return -1;
-            if (need(x, pos + 8, le(d + pos, 8)) < 0) return -1;
-            pos += 8; break;
-        case 0x7D: case 0x5D: /* EMPTY_DICT, EMPTY_LIST */
-            r = node(x, op == 0x7D ? T_DICT : T_LIST);
-            x->nodes[r].depth = 1; x->nodes[r].flags = MUT;
-            push(x, r); break;
-        case 0x29: /* EMPTY_TUPLE */
-            r = node(x, T_TUPLE);
-            x->nodes[r].depth = 1;
-            push(x, r); break;
-        case 0x4E: push(x, node(x, T_NONE)); break;  /* NONE */
-        case 0x88: push(x, node(x, T_TRUE)); break;  /* NEWTRUE */
-        case 0x89: push(x, node(x, T_FALSE)); break; /* NEWFALSE */
-        case 0x28: /* MARK */
-            if (GROW(x, marks, nmarks, capmarks, x->nmarks + 1) < 0) return no(x, "out of memory");
-            x->marks[x->nmarks++] = x->sp; break;
-        case 0x94: if (memo_put(x, (uint64_t)x->nmemo) < 0) return -1; break; /* MEMOIZE */
-        case 0x71: /* BINPUT */
-            if (need(x, pos, 1) < 0 || memo_put(x, d[pos]) < 0) return -1;
-            pos += 1; break;
-        case 0x72: /* LONG_BINPUT */
-            if (need(x, pos, 4) < 0 || memo_put(x, le(d + pos, 4)) < 0) return -1;
-            pos += 4; break;
-        case 0x68: /* BINGET */
-            if (need(x, pos, 1) < 0 || memo_get(x, d[pos]) < 0) return -1;
-            pos += 1; break;
-        case 0x6A: /* LONG_BINGET */
-            if (need(x, pos, 4) < 0 || memo_get(x, le(d + pos, 4)) < 0) return -1;
-            pos += 4; break;
-        case 0x4B: case 0x4D: case 0x4A: case 0x8A: { /* BININT1, BININT2, BININT, LONG1 */
-            int w = op == 0x4B ? 1 : op == 0x4D ? 2 : 4;
-            int64_t v;
-            if (op == 0x8A) {
-                if (need(x, pos, 1) < 0) return -1;
-                w = d[pos++];
-                if (w > 8) return no(x, "an int past 64 bits");
-            }
-            if (need(x, pos, (uint64_t)w) < 0) return -1;
-            uint64_t u = w ? le(d + pos, w) : 0;
-            if (op == 0x4A || op == 0x8A) { /* signed, two's complement of w bytes */
-                if (w && w < 8 && (u >> (8 * w - 1)) & 1) u |= ~(uint64_t)0 << (8 * w);
-            }
-            memcpy(&v, &u, sizeof v);
-            pos += w;
-            r = node(x, T_INT);
-            x->nodes[r].v = v;
-            if (op == 0x8A) x->nodes[r].size = 1 + (uint64_t)w / 8; /* the scan counts LONG1 as 1 + len/8 */
-            push(x, r);
-            break;
-        }
-        case 0x47: { /* BINFLOAT, big-endian */
-            if (need(x, pos, 8) < 0) return -1;
-            uint64_t u = 0;
-            for (int i = 0; i < 8; i++) u = (u << 8) | d[pos + i];
-            pos += 8;
-            r = node(x, T_FLOAT);
-            memcpy(&x->nodes[r].v, &u, sizeof u);
-            push(x, r);
-            break;
-        }
-        case 0x8C: case 0x58: case 0x8D: { /* SHORT_BINUNICODE, BINUNICODE, BINUNICODE8 */
-            int w = op == 0x8C ? 1 : op == 0x58 ? 4 : 8;
-            if (need(x, pos, (uint64_t)w) < 0) return -1;
-            uint64_t len = le(d + pos, w);
-            pos += w;
-            if (need(x, pos, len) < 0) return -1;
-            r = node(x, T_STR);
-            Node *s = &x->nodes[r];
-            s->v = pos; s->w = (int64_t)len; s->size = 1 + len / 8;
-            if (!utf8_ok(d + pos, (int64_t)len, &s->ascii)) return no(x, "a string that is not UTF-8");
-            pos += (Py_ssize_t)len;
-            push(x, r);
-            break;
-        }
-        case 0x85: case 0x86: case 0x87: { /* TUPLE1..3 */
-            int64_t k = op - 0x84;
-            if (x->sp - k < fence(x)) return no(x, "stack underflow");
-            if ((r = box(x, T_TUPLE, x->sp - k, x->sp)) < 0) return -1;
-            x->sp -= k;
-            push(x, r);
-            break;
-        }
-        case 0x74: case 0x6C: case 0x64: /* TUPLE, LIST, DICT */
-            if (pop_mark(x, &at) < 0) return -1;
-            if ((r = box(x, op == 0x74 ? T_TUPLE : op == 0x6C ? T_LIST : T_DICT, at, x->sp)) < 0) return -1;
-            x->sp = at;
-            push(x, r);
-            break;
-        case 0x61: /* APPEND */
-            if (x->sp - 2 < fence(x)) return no(x, "stack underflow");
-            if (x->nodes[x->stack[x->sp - 2]].t != T_LIST) return no(x, "append to a non-list");
-            if (add_kids(x, x->stack[x->sp - 2], x->sp - 1, x->sp) < 0) return -1;
-            x->sp -= 1; break;
-        case 0x65: /* APPENDS */
-            if (pop_mark(x, &at) < 0) return -1;
-            if (at - 1 < fence(x)) return no(x, "stack underflow");
-            if (x->nodes[x->stack[at - 1]].t != T_LIST) return no(x, "append to a non-list");
-            if (add_kids(x, x->stack[at - 1], at, x->sp) < 0) return -1;
-            x->sp = at; break;
-        case 0x73: /* SETITEM */
-            if (x->sp - 3 < fence(x)) return no(x, "stack underflow");
-            if (dict_items(x, x->stack[x->sp - 3], x->sp - 2, x->sp) < 0) return -1;
-            x->sp -= 2; break;
-        case 0x75: /* SETITEMS */
-            if (pop_mark(x, &at) < 0) return -1;
-            if (at - 1 < fence(x)) return no(x, "stack underflow");
-            if (dict_items(x, x->stack[at - 1], at, x->sp) < 0) return -1;
-            x->sp = at; break;
-        case 0x30: /* POP */
-            if (x->nmarks && x->marks[x->nmarks - 1] == x->sp) x->nmarks--;
-            else if (x->sp > fence(x)) x->sp--;
-            else return no(x, "stack underflow");
-            break;
-        case 0x32: /* DUP */
-            if (x->sp <= fence(x)) return no(x, "stack underflow");
-            freeze(x, x->stack[x->sp - 1]);
-            push(x, x->stack[x->sp - 1]);
-            break;
-        case 0x2E: /* STOP */
-            if (x->sp <= fence(x)) return no(x, "stack underflow");
-            return x->stack[x->sp - 1];
-        default:
-            return no(x, "an opcode the dump layout does not use");
-        }
-      }
+/* the next opcode; every BLOCK opcodes, room for BLOCK more nodes and stack slots */
+#define NEXT do { \
+        if (UNLIKELY(pos >= stop)) goto refill; \
+        op = d[pos++]; \
+        goto *jump[op]; \
+    } while (0)
+refill:
+    if (pos >= n) return no(x, "truncated");
+    stop = n - pos > BLOCK ? pos + BLOCK : n;
+    if (room(x) < 0) return -1;
+    NEXT;
+op_proto:
+    if (need(x, pos, 1) < 0) return -1;
+    if (d[pos] > 5) return no(x, "unsupported protocol");
+    pos += 1; NEXT;
+op_frame:
+    if (need(x, pos, 8) < 0) return -1;
+    if (need(x, pos + 8, le(d + pos, 8)) < 0) return -1;
+    pos += 8; NEXT;
+op_empty_dict: op_empty_list:
+    r = node(x, op == 0x7D ? T_DICT : T_LIST);
+    x->nodes[r].depth = 1; x->nodes[r].flags = MUT;
+    push(x, r); NEXT;
+op_empty_tuple:
+    r = node(x, T_TUPLE);
+    x->nodes[r].depth = 1;
+    push(x, r); NEXT;
+op_none: push(x, node(x, T_NONE)); NEXT;
+op_true: push(x, node(x, T_TRUE)); NEXT;
+op_false: push(x, node(x, T_FALSE)); NEXT;
+op_mark:
+    if (GROW(x, marks, nmarks, capmarks, x->nmarks + 1) < 0) return no(x, "out of memory");
+    x->marks[x->nmarks++] = x->sp; NEXT;
+op_memoize: if (memo_put(x, (uint64_t)x->nmemo) < 0) return -1; NEXT;
+op_binput:
+    if (need(x, pos, 1) < 0 || memo_put(x, d[pos]) < 0) return -1;
+    pos += 1; NEXT;
+op_long_binput:
+    if (need(x, pos, 4) < 0 || memo_put(x, le(d + pos, 4)) < 0) return -1;
+    pos += 4; NEXT;
+op_binget:
+    if (need(x, pos, 1) < 0 || memo_get(x, d[pos]) < 0) return -1;
+    pos += 1; NEXT;
+op_long_binget:
+    if (need(x, pos, 4) < 0 || memo_get(x, le(d + pos, 4)) < 0) return -1;
+    pos += 4; NEXT;
+op_int: { /* BININT1, BININT2, BININT, LONG1 */
+    int w = op == 0x4B ? 1 : op == 0x4D ? 2 : 4;
+    int64_t v;
+    if (op == 0x8A) {
+        if (need(x, pos, 1) < 0) return -1;
+        w = d[pos++];
+        if (w > 8) return no(x, "an int past 64 bits");
     }
-    return no(x, "truncated");
+    if (need(x, pos, (uint64_t)w) < 0) return -1;
+    uint64_t u = w ? le(d + pos, w) : 0;
+    if (op == 0x4A || op == 0x8A) { /* signed, two's complement of w bytes */
+        if (w && w < 8 && (u >> (8 * w - 1)) & 1) u |= ~(uint64_t)0 << (8 * w);
+    }
+    memcpy(&v, &u, sizeof v);
+    pos += w;
+    r = node(x, T_INT);
+    x->nodes[r].v = v;
+    if (op == 0x8A) x->nodes[r].size = 1 + (uint32_t)w / 8; /* the scan counts LONG1 as 1 + len/8 */
+    push(x, r);
+    NEXT;
+}
+op_binfloat: { /* big-endian */
+    if (need(x, pos, 8) < 0) return -1;
+    uint64_t u = 0;
+    for (int i = 0; i < 8; i++) u = (u << 8) | d[pos + i];
+    pos += 8;
+    r = node(x, T_FLOAT);
+    memcpy(&x->nodes[r].v, &u, sizeof u);
+    push(x, r);
+    NEXT;
+}
+op_unicode: { /* SHORT_BINUNICODE, BINUNICODE, BINUNICODE8 */
+    int w = op == 0x8C ? 1 : op == 0x58 ? 4 : 8;
+    if (need(x, pos, (uint64_t)w) < 0) return -1;
+    uint64_t len = le(d + pos, w);
+    pos += w;
+    if (need(x, pos, len) < 0) return -1;
+    r = node(x, T_STR);
+    Node *s = &x->nodes[r];
+    s->off = (int32_t)pos; s->code = -1; s->w = (int32_t)len; s->size = (uint32_t)(1 + len / 8);
+    if (!utf8_ok(d + pos, (int64_t)len, &s->ascii)) return no(x, "a string that is not UTF-8");
+    pos += (Py_ssize_t)len;
+    push(x, r);
+    NEXT;
+}
+op_tuple_n: { /* TUPLE1..3 */
+    int64_t k = op - 0x84;
+    if (x->sp - k < fence(x)) return no(x, "stack underflow");
+    if ((r = box(x, T_TUPLE, x->sp - k, x->sp)) < 0) return -1;
+    x->sp -= k;
+    push(x, r);
+    NEXT;
+}
+op_box: /* TUPLE, LIST, DICT */
+    if (pop_mark(x, &at) < 0) return -1;
+    if ((r = box(x, op == 0x74 ? T_TUPLE : op == 0x6C ? T_LIST : T_DICT, at, x->sp)) < 0) return -1;
+    x->sp = at;
+    push(x, r);
+    NEXT;
+op_append:
+    if (x->sp - 2 < fence(x)) return no(x, "stack underflow");
+    if (x->nodes[x->stack[x->sp - 2]].t != T_LIST) return no(x, "append to a non-list");
+    if (add_kids(x, x->stack[x->sp - 2], x->sp - 1, x->sp) < 0) return -1;
+    x->sp -= 1; NEXT;
+op_appends:
+    if (pop_mark(x, &at) < 0) return -1;
+    if (at - 1 < fence(x)) return no(x, "stack underflow");
+    if (x->nodes[x->stack[at - 1]].t != T_LIST) return no(x, "append to a non-list");
+    if (add_kids(x, x->stack[at - 1], at, x->sp) < 0) return -1;
+    x->sp = at; NEXT;
+op_setitem:
+    if (x->sp - 3 < fence(x)) return no(x, "stack underflow");
+    if (dict_items(x, x->stack[x->sp - 3], x->sp - 2, x->sp) < 0) return -1;
+    x->sp -= 2; NEXT;
+op_setitems:
+    if (pop_mark(x, &at) < 0) return -1;
+    if (at - 1 < fence(x)) return no(x, "stack underflow");
+    if (dict_items(x, x->stack[at - 1], at, x->sp) < 0) return -1;
+    x->sp = at; NEXT;
+op_pop:
+    if (x->nmarks && x->marks[x->nmarks - 1] == x->sp) x->nmarks--;
+    else if (x->sp > fence(x)) x->sp--;
+    else return no(x, "stack underflow");
+    NEXT;
+op_dup:
+    if (x->sp <= fence(x)) return no(x, "stack underflow");
+    freeze(x, x->stack[x->sp - 1]);
+    push(x, x->stack[x->sp - 1]);
+    NEXT;
+op_stop:
+    if (x->sp <= fence(x)) return no(x, "stack underflow");
+    return x->stack[x->sp - 1];
+op_other:
+    return no(x, "an opcode the dump layout does not use");
+#undef NEXT
 }
 
 /* ---- reading the tree ---------------------------------------------------------------------------------- */
@@ -374,7 +408,7 @@ HOT int64_t next_kid(Dec *x, Iter *it) {
 HOT int str_is(Dec *x, int64_t k, const char *lit) {
     Node *s = &x->nodes[k];
     size_t len = strlen(lit);
-    return s->t == T_STR && (size_t)s->w == len && memcmp(x->d + s->v, lit, len) == 0;
+    return s->t == T_STR && (size_t)s->w == len && memcmp(x->d + s->off, lit, len) == 0;
 }
 
 static PyObject *to_py(Dec *x, int64_t k, int depth);
@@ -415,7 +449,7 @@ static PyObject *to_py(Dec *x, int64_t k, int depth) {
     case T_FALSE: Py_RETURN_FALSE;
     case T_INT: return PyLong_FromLongLong(nd->v);
     case T_FLOAT: { double f; memcpy(&f, &nd->v, sizeof f); return PyFloat_FromDouble(f); }
-    case T_STR: return PyUnicode_DecodeUTF8((const char *)x->d + nd->v, nd->w, "surrogatepass");
+    case T_STR: return PyUnicode_DecodeUTF8((const char *)x->d + nd->off, nd->w, "surrogatepass");
     default: return to_py_box(x, k, depth);
     }
 }

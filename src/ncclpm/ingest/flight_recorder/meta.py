@@ -16,6 +16,7 @@ MAX_TEXT = 1000
 MAX_INT_DIGITS = 19
 _INT32 = 2**31
 _I64 = 2**63
+_INT_TEXT = re.compile(r"\s*-?\d{1,19}\s*")
 
 
 @dataclass
@@ -36,7 +37,7 @@ def as_int(v: object) -> int | None:
         return None
     if isinstance(v, int):
         return v if -_I64 <= v < _I64 else None
-    if isinstance(v, str) and len(v) <= MAX_INT_DIGITS + 4 and re.fullmatch(r"\s*-?\d{1,19}\s*", v):
+    if isinstance(v, str) and len(v) <= MAX_INT_DIGITS + 4 and _INT_TEXT.fullmatch(v):
         n = int(v)
         return n if -_I64 <= n < _I64 else None
     return None

@@ -52,8 +52,9 @@ class NativeLoad:
         names: list[str],
         derive: Callable[[pl.DataFrame], pl.DataFrame],
         schema: pl.Schema,
+        rows_hint: int = 0,
     ) -> None:
-        self.job = _frdecode.Job(keep_frames)
+        self.job = _frdecode.Job(keep_frames, rows_hint)
         self.interners, self.derive, self.schema = interners, derive, schema
         self.sources = pl.Series("source", names, dtype=pl.Categorical)  # by uid: the item's position
         self.words = self._derived([])  # the load's distinct strings, by code
