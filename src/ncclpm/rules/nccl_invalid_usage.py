@@ -6,6 +6,7 @@ from typing import ClassVar
 
 import polars as pl
 
+from ncclpm.analysis.crashes import MESSAGE_CAUSES, NAMES_A_CAUSE
 from ncclpm.ingest.text.nccl_messages import reading
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.tables import Tables
@@ -62,6 +63,12 @@ class NcclInvalidUsage(Rule):
     def evidence(self, t: Tables) -> pl.DataFrame:
         named = t.kinds(K.nccl_config).sort("strength", descending=True, nulls_last=True)
         refused = t.kinds(K.nccl_error).filter(pl.col("nccl_result").is_in(REFUSALS))
+        if named.is_empty() and not refused.is_empty():
+            # the message wins over the class: an NCCL message naming another cause (a collective of another size,
+            # a network or shared-memory failure) is what the refusal reports - its own rule reads it
+            other = t.kinds(*[k for k in MESSAGE_CAUSES if k != K.nccl_config], K.mismatch_detected)
+            if not other.filter(pl.col("strength").fill_null(1.0) >= NAMES_A_CAUSE).is_empty():
+                return refused.clear()
         return pl.concat([named, refused.sort("ts", "source", "line", nulls_last=True)])
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
