@@ -146,6 +146,11 @@ static int cut_text(Rows *r, uint32_t index, const Text *t, const Py_ssize_t *at
 
 #define SC_BITS 12
 #define BUCKETS 8
+/* A candidate is compared only with the literals of its bucket whose last bytes (up to 4: `tail`) it ends in,
+ * found by hashing them (HASH_BITS): by their last byte alone, the 8-byte-or-longer buckets' candidates were
+ * compared with ~50 literals each (most of the matcher's time with ~1,000 anchors). */
+#define HASH_BITS 13
+#define TAIL_MAX 4
 
 typedef struct {
     PyObject_HEAD
@@ -158,6 +163,9 @@ typedef struct {
     Py_ssize_t n;
     uint32_t *order;                     /* the literals by bucket, then by last byte ... */
     uint32_t by_last[BUCKETS][257];      /* ... those of bucket b ending in byte c: by_last[b][c] .. [b][c + 1] */
+    int tail[BUCKETS];                   /* the last bytes of a bucket's literals its candidates are hashed on */
+    uint32_t *hashed;                    /* the literals by hash of (bucket, last tail[b] bytes) ... */
+    uint32_t hash_at[(1 << HASH_BITS) + 1]; /* ... those of hash h: hash_at[h] .. hash_at[h + 1] */
 } Matcher;
 
 /* A byte and the high 4 bits of the byte before it: the 16 bits at data[p - 1] (little-endian) shifted by 4. */
@@ -181,11 +189,22 @@ static double group_cost(double c, Py_ssize_t len) {
     return cost;
 }
 
+/* The last `k` bytes ending at u[p] (p + 1 >= k), and their hash in bucket b. */
+static inline uint32_t tail_key(const unsigned char *u, Py_ssize_t p, int k) {
+    uint32_t key = 0;
+    for (int j = k - 1; j >= 0; j--) key = (key << 8) | u[p - j];
+    return key;
+}
+static inline unsigned tail_hash(uint32_t key, int b) {
+    return (unsigned)((((uint64_t)b << 32) | key) * 0x9E3779B97F4A7C15ULL >> (64 - HASH_BITS));
+}
+
 static void matcher_dealloc(Matcher *m) {
     PyMem_Free(m->store);
     PyMem_Free(m->off);
     PyMem_Free(m->len);
     PyMem_Free(m->order);
+    PyMem_Free(m->hashed);
     Py_TYPE(m)->tp_free((PyObject *)m);
 }
 
@@ -323,6 +342,30 @@ static int matcher_init(Matcher *m, PyObject *args, PyObject *kw) {
                 if ((unsigned char)m->store[m->off[i] + m->len[i] - 1] == c) m->order[k++] = (uint32_t)i;
             m->by_last[b][256] = (uint32_t)k;
         }
+    /* ... and, faster, with those whose last tail[b] bytes it ends in (a bucket's shortest literal's length, at most
+     * TAIL_MAX): a table of the literals by the hash of (bucket, those bytes) */
+    if (!(m->hashed = PyMem_Calloc((size_t)n, sizeof *m->hashed))) { PyErr_NoMemory(); goto fail; }
+    memset(m->hash_at, 0, sizeof m->hash_at);
+    for (b = 0; b < BUCKETS; b++) {
+        Py_ssize_t shortest = m->start[b] < m->start[b + 1] ? m->len[m->start[b]] : TAIL_MAX;
+        m->tail[b] = (int)(shortest < TAIL_MAX ? shortest : TAIL_MAX);
+        for (Py_ssize_t i = m->start[b]; i < m->start[b + 1]; i++) {
+            const unsigned char *lit = (const unsigned char *)m->store + m->off[i];
+            m->hash_at[tail_hash(tail_key(lit, m->len[i] - 1, m->tail[b]), b) + 1]++;
+        }
+    }
+    for (unsigned h = 0; h < (1u << HASH_BITS); h++) m->hash_at[h + 1] += m->hash_at[h];
+    {
+        uint32_t *fill = PyMem_Calloc((size_t)1 << HASH_BITS, sizeof *fill);
+        if (!fill) { PyErr_NoMemory(); goto fail; }
+        for (b = 0; b < BUCKETS; b++)
+            for (Py_ssize_t i = m->start[b]; i < m->start[b + 1]; i++) {
+                const unsigned char *lit = (const unsigned char *)m->store + m->off[i];
+                unsigned h = tail_hash(tail_key(lit, m->len[i] - 1, m->tail[b]), b);
+                m->hashed[m->hash_at[h] + fill[h]++] = (uint32_t)i;
+            }
+        PyMem_Free(fill);
+    }
     PyMem_Free(lits);
     return 0;
 fail:
@@ -365,9 +408,21 @@ static int any_within(const Matcher *m, const unsigned char *u, Py_ssize_t lo, P
  * one across the newline), so an anchor lying wholly in that line after the occurrence's start hides it. */
 static int ends_at(const Matcher *m, int b, const unsigned char *u, Py_ssize_t p, Py_ssize_t size, int tolerant) {
     const unsigned char *store = (const unsigned char *)m->store;
-    int found = 0;
-    for (uint32_t k = m->by_last[b][u[p]]; k < m->by_last[b][u[p] + 1]; k++) {
-        Py_ssize_t i = m->order[k], len = m->len[i];
+    int found = 0, k = m->tail[b];
+    const uint32_t *lits, *stop;
+    if (p + 1 < k) return 0; /* (no literal of the bucket fits before p, newlines or not) */
+    if (tolerant && memchr(u + p + 1 - k, '\n', (size_t)k)) { /* an anchor may be cut within its tail */
+        lits = m->order + m->by_last[b][u[p]];
+        stop = m->order + m->by_last[b][u[p] + 1];
+    } else {
+        /* (a literal of another bucket that hashes alike is compared too: where it matches, its own bucket is a
+         * candidate as well, so the caller's answer is the same) */
+        unsigned h = tail_hash(tail_key(u, p, k), b);
+        lits = m->hashed + m->hash_at[h];
+        stop = m->hashed + m->hash_at[h + 1];
+    }
+    for (; lits < stop; lits++) {
+        Py_ssize_t i = *lits, len = m->len[i];
         const unsigned char *lit = store + m->off[i];
         if (!tolerant) {
             if (len <= p + 1 && memcmp(u + p + 1 - len, lit, (size_t)len) == 0) return 1;
