@@ -15,6 +15,7 @@
  *   (a row never holds one) and the indices of the texts sent to the slow path.
  *
  * utf8(texts) -> bool: whether every text (bytes-like) is valid UTF-8, checked without the GIL.
+ * newlines(data, start, end) -> int: how many newlines data[start:end] holds (bytes-like; SSE2, without the GIL).
  *
  * Block(capacity): a group's texts read (or copied) one after the other into one block of memory, which polars
  *   imports without a copy (`__arrow_c_array__`: a large_binary array, one value per text) and the cutter reads
@@ -599,6 +600,21 @@ done:
 }
 
 
+static PyObject *newlines(PyObject *self, PyObject *args) {
+    Py_buffer v;
+    Py_ssize_t start, end, k;
+    if (!PyArg_ParseTuple(args, "y*nn", &v, &start, &end)) return NULL;
+    if (start < 0) start = 0;
+    if (end > v.len) end = v.len;
+    if (end < start) end = start;
+    Py_BEGIN_ALLOW_THREADS
+    k = count_nl((const char *)v.buf + start, (const char *)v.buf + end);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&v);
+    return PyLong_FromSsize_t(k);
+}
+
+
 /* ---- utf8(texts): whether every text is valid UTF-8 (as Rust's str::from_utf8 and Python's strict decoder
  * require: no overlong form, no surrogate, nothing past U+10FFFF), without the GIL; ASCII 8 bytes at a time ---- */
 
@@ -963,6 +979,7 @@ static PyMethodDef methods[] = {
     {"scan_cut", scan_cut, METH_VARARGS,
      "Find the lines holding an anchor and cut them and their neighbours out of a group of texts."},
     {"utf8", utf8, METH_O, "Whether every text of a list (bytes-like) is valid UTF-8."},
+    {"newlines", newlines, METH_VARARGS, "How many newlines data[start:end] holds."},
     {"trim", trim, METH_NOARGS, "Free the blocks kept for reuse, and the blocks in use once freed."},
     {NULL, NULL, 0, NULL},
 };
