@@ -167,6 +167,8 @@ typedef struct {
     int tail[BUCKETS];                   /* the last bytes of a bucket's literals its candidates are hashed on */
     uint32_t *hashed;                    /* the literals by hash of (bucket, last tail[b] bytes) ... */
     uint32_t hash_at[(1 << HASH_BITS) + 1]; /* ... those of hash h: hash_at[h] .. hash_at[h + 1] */
+    unsigned short_buckets;              /* the buckets whose shortest literal has fewer than TAIL_MAX bytes */
+    uint8_t tail4[1 << 13];              /* a bit per tail4_hash of the last 4 bytes of every other literal */
 } Matcher;
 
 /* A byte and the high 4 bits of the byte before it: the 16 bits at data[p - 1] (little-endian) shifted by 4. */
@@ -198,6 +200,14 @@ static inline uint32_t tail_key(const unsigned char *u, Py_ssize_t p, int k) {
 }
 static inline unsigned tail_hash(uint32_t key, int b) {
     return (unsigned)((((uint64_t)b << 32) | key) * 0x9E3779B97F4A7C15ULL >> (64 - HASH_BITS));
+}
+
+/* 16 bits of the 4 bytes ending at u[p] (p >= 3), as one little- or big-endian load: the same for text and
+ * literals. Most candidates of the filter end in 4 bytes no literal ends in: this one bit spares their lookup. */
+static inline unsigned tail4_hash(const unsigned char *u, Py_ssize_t p) {
+    uint32_t w;
+    memcpy(&w, u + p - 3, 4);
+    return (unsigned)((w * 0x9E3779B1u) >> 16);
 }
 
 static void matcher_dealloc(Matcher *m) {
@@ -356,6 +366,16 @@ static int matcher_init(Matcher *m, PyObject *args, PyObject *kw) {
         }
     }
     for (unsigned h = 0; h < (1u << HASH_BITS); h++) m->hash_at[h + 1] += m->hash_at[h];
+    memset(m->tail4, 0, sizeof m->tail4);
+    m->short_buckets = 0;
+    for (b = 0; b < BUCKETS; b++) {
+        if (m->tail[b] < TAIL_MAX) m->short_buckets |= 1u << b;
+        else
+            for (Py_ssize_t i = m->start[b]; i < m->start[b + 1]; i++) {
+                unsigned h = tail4_hash((const unsigned char *)m->store + m->off[i], m->len[i] - 1);
+                m->tail4[h >> 3] |= (uint8_t)(1u << (h & 7));
+            }
+    }
     {
         uint32_t *fill = PyMem_Calloc((size_t)1 << HASH_BITS, sizeof *fill);
         if (!fill) { PyErr_NoMemory(); goto fail; }
@@ -504,6 +524,10 @@ static int scan_text(const Matcher *m, const char *data, Py_ssize_t size, int to
             check:
                 if (st >= open) continue;
                 unsigned cand = (unsigned)(~st >> 56) & 0xff;
+                if (!(cand & m->short_buckets) && p >= 3 && !(tolerant && memchr(u + p - 3, '\n', 4))) {
+                    unsigned h = tail4_hash(u, p); /* (a literal cut by a newline within its tail: looked up) */
+                    if (!(m->tail4[h >> 3] & (1u << (h & 7)))) continue;
+                }
                 int got = 0;
                 while (cand && got != 2) {
                     int b = __builtin_ctz(cand);
