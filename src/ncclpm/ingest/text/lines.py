@@ -58,6 +58,7 @@ SPLIT_CHECK_ROWS = 4096  # `_may_split` looks at this many rows or fewer in Pyth
 GROUP_FILES = 96  # texts scanned together (one pass of the matcher, one query for the kept lines) ...
 GROUP_BYTES = 48 * 1024 * 1024  # ... holding at most about this many bytes
 CHUNK_BYTES = 8 * 1024 * 1024  # a bigger (or gzipped) file is read in blocks of this size, cut at line ends
+SPARE_ROOM = 64 * 1024  # a block's buffer has this much more room, for the partial line carried into it
 BLOCK_BYTES = GROUP_BYTES + CHUNK_BYTES  # a group's memory (`rawscan.new_block`): room for its last small text
 TAIL_GROUP_BYTES = 4 * 1024 * 1024  # the last groups shrink down to this: see `_group_bytes`
 SCAN_THREADS = 3  # groups scanned at once: the C matcher and polars run without the GIL, and a third thread
@@ -395,7 +396,7 @@ def _spare(spare: queue.SimpleQueue[bytearray] | None, size: int) -> bytearray:
             break
         if len(buf) >= size:
             return buf
-    return bytearray(size)
+    return bytearray(max(size, CHUNK_BYTES + SPARE_ROOM))
 
 
 def _blocks(src: Source, spare: queue.SimpleQueue[bytearray] | None = None) -> Iterator[_Text]:
@@ -452,9 +453,15 @@ def _blocks(src: Source, spare: queue.SimpleQueue[bytearray] | None = None) -> I
 
 def _give_back(spare: queue.SimpleQueue[bytearray], text: _Text) -> Callable[[Future], None]:
     """A callback giving `text`'s buffer (a block of `_blocks`) back to `spare` when its scan is over (the scan
-    reads it only until its rows are cut out)."""
-    buf = text.data.obj if isinstance(text.data, memoryview) else None
-    return lambda _: spare.put(buf) if isinstance(buf, bytearray) else None
+    reads it only until its rows are cut out). It holds the buffer only until then: a future keeps its callbacks,
+    and the scans' futures wait for the finishing thread (a buffer held there would be memory `spare` lost)."""
+    held = [text.data.obj] if isinstance(text.data, memoryview) and isinstance(text.data.obj, bytearray) else []
+
+    def back(_: Future) -> None:
+        while held:
+            spare.put(held.pop())
+
+    return back
 
 
 _FAILURES = (OSError, EOFError, zlib.error, pl.exceptions.PolarsError)
