@@ -159,6 +159,21 @@ def test_the_matcher_takes_many_anchors_sharing_their_last_bytes() -> None:
         assert native[1] == python[1] and native[0].equals(python[0]), whole
 
 
+def test_holds_any_and_only_words_are_what_contains_any_gives() -> None:
+    """`rawscan.holds_any` (the C matcher on each string) and `only_words` give what polars' `contains_any` gives:
+    anchors at either end, in a line after a newline or a carriage return, beside NUL bytes and U+FFFD, none."""
+    cat = catalog()
+    words, read = tuple(cat.stack_anchors), tuple(cat.read_anchors)
+    rnd = random.Random(9)
+    pieces = [*rnd.sample(list(read), 40), *words, "x", " ", "\n", "\r", "\x00", "\ufffd", "é", "NCCL", "WAR"]
+    raw = pl.Series("raw", ["", *("".join(rnd.choice(pieces) for _ in range(rnd.randint(0, 6))) for _ in range(3000))])
+    assert rawscan.holds_any(raw, read).equals(raw.str.contains_any(list(read)))
+    expected = raw.str.contains_any(list(words)) & ~raw.str.contains_any(list(read))
+    got = rawscan.only_words(raw, words, read)
+    assert got.sum() > 10 and got.equals(expected)
+    assert rawscan.only_words(pl.Series("raw", ["plain"]), words, read).to_list() == [False]
+
+
 def test_newlines_in_c_are_what_bytes_count_gives() -> None:
     """`rawscan.newlines` (C, 16 bytes at a time) counts what `bytes.count` counts, in any range of any bytes (NUL
     bytes, carriage returns only, invalid UTF-8, long runs), ranges out of bounds clipped."""
