@@ -210,6 +210,23 @@ static inline unsigned tail4_hash(const unsigned char *u, Py_ssize_t p) {
     return (unsigned)((w * 0x9E3779B1u) >> 16);
 }
 
+/* Whether one of the k <= 4 bytes ending at u[p] (p + 1 >= k) may be a newline, in one load where p >= 3: every
+ * zero byte of w ^ "\n\n\n\n" is flagged by the borrow trick (a byte above a zero one may be flagged too: then
+ * the caller only takes the slower, exact way). */
+static inline int newline_in_tail(const unsigned char *u, Py_ssize_t p, int k) {
+    if (p < 3) return memchr(u + p + 1 - k, '\n', (size_t)k) != NULL;
+    uint32_t w;
+    memcpy(&w, u + p - 3, 4);
+    w ^= 0x0a0a0a0aU;
+    uint32_t flags = (w - 0x01010101U) & ~w & 0x80808080U;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    uint32_t tail = k >= 4 ? 0xffffffffU : (1U << (8 * k)) - 1; /* u[p] is the lowest byte */
+#else
+    uint32_t tail = k >= 4 ? 0xffffffffU : ~((1U << (8 * (4 - k))) - 1); /* u[p] is the highest byte */
+#endif
+    return (flags & tail) != 0;
+}
+
 static void matcher_dealloc(Matcher *m) {
     PyMem_Free(m->store);
     PyMem_Free(m->off);
@@ -432,7 +449,7 @@ static int ends_at(const Matcher *m, int b, const unsigned char *u, Py_ssize_t p
     int found = 0, k = m->tail[b];
     const uint32_t *lits, *stop;
     if (p + 1 < k) return 0; /* (no literal of the bucket fits before p, newlines or not) */
-    if (tolerant && memchr(u + p + 1 - k, '\n', (size_t)k)) { /* an anchor may be cut within its tail */
+    if (tolerant && newline_in_tail(u, p, k)) { /* an anchor may be cut within its tail */
         lits = m->order + m->by_last[b][u[p]];
         stop = m->order + m->by_last[b][u[p] + 1];
     } else {
@@ -524,7 +541,7 @@ static int scan_text(const Matcher *m, const char *data, Py_ssize_t size, int to
             check:
                 if (st >= open) continue;
                 unsigned cand = (unsigned)(~st >> 56) & 0xff;
-                if (!(cand & m->short_buckets) && p >= 3 && !(tolerant && memchr(u + p - 3, '\n', 4))) {
+                if (!(cand & m->short_buckets) && p >= 3 && !(tolerant && newline_in_tail(u, p, 4))) {
                     unsigned h = tail4_hash(u, p); /* (a literal cut by a newline within its tail: looked up) */
                     if (!(m->tail4[h >> 3] & (1u << (h & 7)))) continue;
                 }
