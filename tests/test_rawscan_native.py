@@ -134,6 +134,61 @@ def test_the_matcher_takes_any_anchor_set() -> None:
             assert native[1] == python[1] and native[0].equals(python[0]), (anchors, whole)
 
 
+def test_the_matcher_takes_many_anchors_sharing_their_last_bytes() -> None:
+    """Thousands of anchors, many ending alike (a candidate is compared with the literals of its bucket hashed on
+    its last bytes: collisions, buckets of one length, tails cut by a newline in a text read whole): the same lines
+    as the regex."""
+    rnd = random.Random(11)
+    tails = ["ing", "tion", "ed", "s", "Error", "é", "_id"]
+    letters = "abcdeNCLWR _:é"
+    anchors = sorted(
+        {"".join(rnd.choice(letters) for _ in range(rnd.randint(0, 9))) + rnd.choice(tails) for _ in range(3000)}
+    )
+    texts = []
+    for _ in range(60):
+        parts = [rnd.choice([*rnd.sample(anchors, 3), "a", "b", "ing", "\n", " ", "é", "\x00", "\r"])]
+        parts += [rnd.choice([rnd.choice(anchors), "xx", "ing", "\n", " ", "s", "\r"]) for _ in range(120)]
+        texts.append("".join(parts).encode())
+    for whole in (True, False):
+        items = [lines_mod._Text(f"t{i}", d, d, whole) for i, d in enumerate(texts)]
+        series = lines_mod._as_strings(items, [])
+        firsts, wholes = [1] * len(texts), [whole] * len(texts)
+        native = rawscan.scan_cut(rawscan.matcher(tuple(anchors)), texts, firsts, wholes, following=True)
+        found = lines_mod._hit_lines(series, wholes, anchors)
+        python = rawscan.cut_group(texts, found, firsts, wholes, following=True)
+        assert native[1] == python[1] and native[0].equals(python[0]), whole
+
+
+def test_holds_any_and_only_words_are_what_contains_any_gives() -> None:
+    """`rawscan.holds_any` (the C matcher on each string) and `only_words` give what polars' `contains_any` gives:
+    anchors at either end, in a line after a newline or a carriage return, beside NUL bytes and U+FFFD, none."""
+    cat = catalog()
+    words, read = tuple(cat.stack_anchors), tuple(cat.read_anchors)
+    rnd = random.Random(9)
+    pieces = [*rnd.sample(list(read), 40), *words, "x", " ", "\n", "\r", "\x00", "\ufffd", "é", "NCCL", "WAR"]
+    raw = pl.Series("raw", ["", *("".join(rnd.choice(pieces) for _ in range(rnd.randint(0, 6))) for _ in range(3000))])
+    assert rawscan.holds_any(raw, read).equals(raw.str.contains_any(list(read)))
+    expected = raw.str.contains_any(list(words)) & ~raw.str.contains_any(list(read))
+    got = rawscan.only_words(raw, words, read)
+    assert got.sum() > 10 and got.equals(expected)
+    assert rawscan.only_words(pl.Series("raw", ["plain"]), words, read).to_list() == [False]
+
+
+def test_newlines_in_c_are_what_bytes_count_gives() -> None:
+    """`rawscan.newlines` (C, 16 bytes at a time) counts what `bytes.count` counts, in any range of any bytes (NUL
+    bytes, carriage returns only, invalid UTF-8, long runs), ranges out of bounds clipped."""
+    rnd = random.Random(5)
+    pieces = [b"\n", b"\r", b"\x00", b"\xff\xfe", b"a" * 15, b"\n" * 17, b"\r\n", "漢".encode()]
+    for _ in range(400):
+        data = bytearray(b"".join(rnd.choice(pieces) for _ in range(rnd.randint(0, 300))))
+        start, end = sorted(rnd.randint(-3, len(data) + 3) for _ in range(2))
+        clip = (max(start, 0), max(min(end, len(data)), max(start, 0)))
+        assert rawscan.newlines(data, start, end) == data.count(b"\n", *clip)
+        assert rawscan.newlines(memoryview(bytes(data)), 0, len(data)) == data.count(b"\n")
+    assert rawscan.newlines(b"\n" * 70_000, 0, 70_000) == 70_000
+    assert rawscan.newlines(b"\r" * 5000, 0, 5000) == 0
+
+
 def _strict_utf8(data: bytes) -> bool:
     try:
         data.decode("utf-8")

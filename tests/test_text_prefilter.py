@@ -86,8 +86,8 @@ def test_blocks_scanned_in_the_pool_keep_their_order_warnings_and_failures(tmp_p
     (tmp_path / "d.log").write_bytes(text[:5000])
     blocks = lines_mod._blocks
 
-    def cut_short(src):  # a gzip stream that ends early: after some blocks
-        for i, block in enumerate(blocks(src)):
+    def cut_short(src, *args):  # a gzip stream that ends early: after some blocks
+        for i, block in enumerate(blocks(src, *args)):
             if src.name == "c.log.gz" and i == 5:
                 raise EOFError("Compressed file ended before the end-of-stream marker was reached")
             yield block

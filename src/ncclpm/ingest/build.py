@@ -36,6 +36,7 @@ from ncclpm.ingest.text.nccl import (
     rank_map,
 )
 from ncclpm.ingest.text.ranks import build_ranks, world_size, world_size_is_declared
+from ncclpm.ingest.text.rawscan import only_words
 from ncclpm.sources.discover import Job, SourceKind
 from ncclpm.tables import EXTRA_TABLES, Tables
 from ncclpm.tables.schema import EVENTS_SCHEMA
@@ -75,10 +76,8 @@ def split_stack_words(parsed: pl.DataFrame, catalog: Catalog) -> tuple[pl.DataFr
     stays a line."""
     if parsed.is_empty() or not catalog.stack_anchors:
         return parsed, pl.DataFrame(schema={"source": pl.String(), "line": pl.Int64(), "message": pl.String()})
-    raw = pl.col("raw")
-    only_words = raw.str.contains_any(catalog.stack_anchors) & ~raw.str.contains_any(catalog.read_anchors)
-    only_words = only_words & ~after_last_error()
-    parsed = parsed.with_columns(only_words.alias("_words"))
+    words = only_words(parsed["raw"], tuple(catalog.stack_anchors), tuple(catalog.read_anchors))
+    parsed = parsed.with_columns((words & ~after_last_error()).alias("_words"))
     words = parsed.filter(pl.col("_words")).select("source", "line", "message")
     return parsed.filter(~pl.col("_words")).drop("_words"), words
 

@@ -15,6 +15,7 @@
  *   (a row never holds one) and the indices of the texts sent to the slow path.
  *
  * utf8(texts) -> bool: whether every text (bytes-like) is valid UTF-8, checked without the GIL.
+ * newlines(data, start, end) -> int: how many newlines data[start:end] holds (bytes-like; SSE2, without the GIL).
  *
  * Block(capacity): a group's texts read (or copied) one after the other into one block of memory, which polars
  *   imports without a copy (`__arrow_c_array__`: a large_binary array, one value per text) and the cutter reads
@@ -146,6 +147,11 @@ static int cut_text(Rows *r, uint32_t index, const Text *t, const Py_ssize_t *at
 
 #define SC_BITS 12
 #define BUCKETS 8
+/* A candidate is compared only with the literals of its bucket whose last bytes (up to 4: `tail`) it ends in,
+ * found by hashing them (HASH_BITS): by their last byte alone, the 8-byte-or-longer buckets' candidates were
+ * compared with ~50 literals each (most of the matcher's time with ~1,000 anchors). */
+#define HASH_BITS 13
+#define TAIL_MAX 4
 
 typedef struct {
     PyObject_HEAD
@@ -158,6 +164,11 @@ typedef struct {
     Py_ssize_t n;
     uint32_t *order;                     /* the literals by bucket, then by last byte ... */
     uint32_t by_last[BUCKETS][257];      /* ... those of bucket b ending in byte c: by_last[b][c] .. [b][c + 1] */
+    int tail[BUCKETS];                   /* the last bytes of a bucket's literals its candidates are hashed on */
+    uint32_t *hashed;                    /* the literals by hash of (bucket, last tail[b] bytes) ... */
+    uint32_t hash_at[(1 << HASH_BITS) + 1]; /* ... those of hash h: hash_at[h] .. hash_at[h + 1] */
+    unsigned short_buckets;              /* the buckets whose shortest literal has fewer than TAIL_MAX bytes */
+    uint8_t tail4[1 << 13];              /* a bit per tail4_hash of the last 4 bytes of every other literal */
 } Matcher;
 
 /* A byte and the high 4 bits of the byte before it: the 16 bits at data[p - 1] (little-endian) shifted by 4. */
@@ -181,11 +192,47 @@ static double group_cost(double c, Py_ssize_t len) {
     return cost;
 }
 
+/* The last `k` bytes ending at u[p] (p + 1 >= k), and their hash in bucket b. */
+static inline uint32_t tail_key(const unsigned char *u, Py_ssize_t p, int k) {
+    uint32_t key = 0;
+    for (int j = k - 1; j >= 0; j--) key = (key << 8) | u[p - j];
+    return key;
+}
+static inline unsigned tail_hash(uint32_t key, int b) {
+    return (unsigned)((((uint64_t)b << 32) | key) * 0x9E3779B97F4A7C15ULL >> (64 - HASH_BITS));
+}
+
+/* 16 bits of the 4 bytes ending at u[p] (p >= 3), as one little- or big-endian load: the same for text and
+ * literals. Most candidates of the filter end in 4 bytes no literal ends in: this one bit spares their lookup. */
+static inline unsigned tail4_hash(const unsigned char *u, Py_ssize_t p) {
+    uint32_t w;
+    memcpy(&w, u + p - 3, 4);
+    return (unsigned)((w * 0x9E3779B1u) >> 16);
+}
+
+/* Whether one of the k <= 4 bytes ending at u[p] (p + 1 >= k) may be a newline, in one load where p >= 3: every
+ * zero byte of w ^ "\n\n\n\n" is flagged by the borrow trick (a byte above a zero one may be flagged too: then
+ * the caller only takes the slower, exact way). */
+static inline int newline_in_tail(const unsigned char *u, Py_ssize_t p, int k) {
+    if (p < 3) return memchr(u + p + 1 - k, '\n', (size_t)k) != NULL;
+    uint32_t w;
+    memcpy(&w, u + p - 3, 4);
+    w ^= 0x0a0a0a0aU;
+    uint32_t flags = (w - 0x01010101U) & ~w & 0x80808080U;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    uint32_t tail = k >= 4 ? 0xffffffffU : (1U << (8 * k)) - 1; /* u[p] is the lowest byte */
+#else
+    uint32_t tail = k >= 4 ? 0xffffffffU : ~((1U << (8 * (4 - k))) - 1); /* u[p] is the highest byte */
+#endif
+    return (flags & tail) != 0;
+}
+
 static void matcher_dealloc(Matcher *m) {
     PyMem_Free(m->store);
     PyMem_Free(m->off);
     PyMem_Free(m->len);
     PyMem_Free(m->order);
+    PyMem_Free(m->hashed);
     Py_TYPE(m)->tp_free((PyObject *)m);
 }
 
@@ -323,6 +370,40 @@ static int matcher_init(Matcher *m, PyObject *args, PyObject *kw) {
                 if ((unsigned char)m->store[m->off[i] + m->len[i] - 1] == c) m->order[k++] = (uint32_t)i;
             m->by_last[b][256] = (uint32_t)k;
         }
+    /* ... and, faster, with those whose last tail[b] bytes it ends in (a bucket's shortest literal's length, at most
+     * TAIL_MAX): a table of the literals by the hash of (bucket, those bytes) */
+    if (!(m->hashed = PyMem_Calloc((size_t)n, sizeof *m->hashed))) { PyErr_NoMemory(); goto fail; }
+    memset(m->hash_at, 0, sizeof m->hash_at);
+    for (b = 0; b < BUCKETS; b++) {
+        Py_ssize_t shortest = m->start[b] < m->start[b + 1] ? m->len[m->start[b]] : TAIL_MAX;
+        m->tail[b] = (int)(shortest < TAIL_MAX ? shortest : TAIL_MAX);
+        for (Py_ssize_t i = m->start[b]; i < m->start[b + 1]; i++) {
+            const unsigned char *lit = (const unsigned char *)m->store + m->off[i];
+            m->hash_at[tail_hash(tail_key(lit, m->len[i] - 1, m->tail[b]), b) + 1]++;
+        }
+    }
+    for (unsigned h = 0; h < (1u << HASH_BITS); h++) m->hash_at[h + 1] += m->hash_at[h];
+    memset(m->tail4, 0, sizeof m->tail4);
+    m->short_buckets = 0;
+    for (b = 0; b < BUCKETS; b++) {
+        if (m->tail[b] < TAIL_MAX) m->short_buckets |= 1u << b;
+        else
+            for (Py_ssize_t i = m->start[b]; i < m->start[b + 1]; i++) {
+                unsigned h = tail4_hash((const unsigned char *)m->store + m->off[i], m->len[i] - 1);
+                m->tail4[h >> 3] |= (uint8_t)(1u << (h & 7));
+            }
+    }
+    {
+        uint32_t *fill = PyMem_Calloc((size_t)1 << HASH_BITS, sizeof *fill);
+        if (!fill) { PyErr_NoMemory(); goto fail; }
+        for (b = 0; b < BUCKETS; b++)
+            for (Py_ssize_t i = m->start[b]; i < m->start[b + 1]; i++) {
+                const unsigned char *lit = (const unsigned char *)m->store + m->off[i];
+                unsigned h = tail_hash(tail_key(lit, m->len[i] - 1, m->tail[b]), b);
+                m->hashed[m->hash_at[h] + fill[h]++] = (uint32_t)i;
+            }
+        PyMem_Free(fill);
+    }
     PyMem_Free(lits);
     return 0;
 fail:
@@ -365,9 +446,21 @@ static int any_within(const Matcher *m, const unsigned char *u, Py_ssize_t lo, P
  * one across the newline), so an anchor lying wholly in that line after the occurrence's start hides it. */
 static int ends_at(const Matcher *m, int b, const unsigned char *u, Py_ssize_t p, Py_ssize_t size, int tolerant) {
     const unsigned char *store = (const unsigned char *)m->store;
-    int found = 0;
-    for (uint32_t k = m->by_last[b][u[p]]; k < m->by_last[b][u[p] + 1]; k++) {
-        Py_ssize_t i = m->order[k], len = m->len[i];
+    int found = 0, k = m->tail[b];
+    const uint32_t *lits, *stop;
+    if (p + 1 < k) return 0; /* (no literal of the bucket fits before p, newlines or not) */
+    if (tolerant && newline_in_tail(u, p, k)) { /* an anchor may be cut within its tail */
+        lits = m->order + m->by_last[b][u[p]];
+        stop = m->order + m->by_last[b][u[p] + 1];
+    } else {
+        /* (a literal of another bucket that hashes alike is compared too: where it matches, its own bucket is a
+         * candidate as well, so the caller's answer is the same) */
+        unsigned h = tail_hash(tail_key(u, p, k), b);
+        lits = m->hashed + m->hash_at[h];
+        stop = m->hashed + m->hash_at[h + 1];
+    }
+    for (; lits < stop; lits++) {
+        Py_ssize_t i = *lits, len = m->len[i];
         const unsigned char *lit = store + m->off[i];
         if (!tolerant) {
             if (len <= p + 1 && memcmp(u + p + 1 - len, lit, (size_t)len) == 0) return 1;
@@ -448,6 +541,10 @@ static int scan_text(const Matcher *m, const char *data, Py_ssize_t size, int to
             check:
                 if (st >= open) continue;
                 unsigned cand = (unsigned)(~st >> 56) & 0xff;
+                if (!(cand & m->short_buckets) && p >= 3 && !(tolerant && newline_in_tail(u, p, 4))) {
+                    unsigned h = tail4_hash(u, p); /* (a literal cut by a newline within its tail: looked up) */
+                    if (!(m->tail4[h >> 3] & (1u << (h & 7)))) continue;
+                }
                 int got = 0;
                 while (cand && got != 2) {
                     int b = __builtin_ctz(cand);
@@ -541,6 +638,21 @@ done:
     PyMem_RawFree(ts); PyMem_RawFree(slow); PyMem_RawFree(h.at); PyMem_RawFree(h.len);
     PyMem_RawFree(r.text); PyMem_RawFree(r.line); PyMem_RawFree(r.hit); PyMem_RawFree((void *)r.p); PyMem_RawFree(r.n);
     return result;
+}
+
+
+static PyObject *newlines(PyObject *self, PyObject *args) {
+    Py_buffer v;
+    Py_ssize_t start, end, k;
+    if (!PyArg_ParseTuple(args, "y*nn", &v, &start, &end)) return NULL;
+    if (start < 0) start = 0;
+    if (end > v.len) end = v.len;
+    if (end < start) end = start;
+    Py_BEGIN_ALLOW_THREADS
+    k = count_nl((const char *)v.buf + start, (const char *)v.buf + end);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&v);
+    return PyLong_FromSsize_t(k);
 }
 
 
@@ -908,6 +1020,7 @@ static PyMethodDef methods[] = {
     {"scan_cut", scan_cut, METH_VARARGS,
      "Find the lines holding an anchor and cut them and their neighbours out of a group of texts."},
     {"utf8", utf8, METH_O, "Whether every text of a list (bytes-like) is valid UTF-8."},
+    {"newlines", newlines, METH_VARARGS, "How many newlines data[start:end] holds."},
     {"trim", trim, METH_NOARGS, "Free the blocks kept for reuse, and the blocks in use once freed."},
     {NULL, NULL, 0, NULL},
 };

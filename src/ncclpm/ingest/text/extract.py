@@ -23,6 +23,7 @@ from ncclpm.ingest.catalog import MESSAGE_RANK, Catalog, Pattern
 from ncclpm.ingest.envelopes import Envelope
 from ncclpm.ingest.readings import apply_readings
 from ncclpm.ingest.text.nccl_messages import read_messages
+from ncclpm.ingest.text.rawscan import only_words
 from ncclpm.sources.discover import ANSI_CSI
 from ncclpm.tables.schema import DTYPE_NAMES, EVENT_FIELDS, EVENTS_SCHEMA, LINES_SCHEMA
 
@@ -191,10 +192,7 @@ def row_columns(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
         "_file_rank",
         "_file_local",
         # kept only for a word of the stack (a launcher's command line): not one of the file's own lines for ranks
-        (
-            pl.col("raw").str.contains_any(list(catalog.stack_anchors))
-            & ~pl.col("raw").str.contains_any(catalog.read_anchors)
-        ).alias("_words_only")
+        only_words(env["raw"], tuple(catalog.stack_anchors), tuple(catalog.read_anchors)).alias("_words_only")
         if catalog.stack_anchors
         else pl.lit(False).alias("_words_only"),
         _column(catalog, "host").cast(pl.String).alias("host"),

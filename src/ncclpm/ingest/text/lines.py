@@ -36,6 +36,7 @@ from ncclpm.ingest.text.rawscan import (
     hit_line_regex,
     matcher,
     new_block,
+    newlines,
     scan_cut,
     trim_blocks,
     utf8_text,
@@ -57,6 +58,7 @@ SPLIT_CHECK_ROWS = 4096  # `_may_split` looks at this many rows or fewer in Pyth
 GROUP_FILES = 96  # texts scanned together (one pass of the matcher, one query for the kept lines) ...
 GROUP_BYTES = 48 * 1024 * 1024  # ... holding at most about this many bytes
 CHUNK_BYTES = 8 * 1024 * 1024  # a bigger (or gzipped) file is read in blocks of this size, cut at line ends
+SPARE_ROOM = 64 * 1024  # a block's buffer has this much more room, for the partial line carried into it
 BLOCK_BYTES = GROUP_BYTES + CHUNK_BYTES  # a group's memory (`rawscan.new_block`): room for its last small text
 TAIL_GROUP_BYTES = 4 * 1024 * 1024  # the last groups shrink down to this: see `_group_bytes`
 SCAN_THREADS = 3  # groups scanned at once: the C matcher and polars run without the GIL, and a third thread
@@ -384,16 +386,32 @@ def _utf8_start(buf: bytearray, start: int, end: int) -> int:
     return end
 
 
-def _blocks(src: Source) -> Iterator[_Text]:
+def _spare(spare: queue.SimpleQueue[bytearray] | None, size: int) -> bytearray:
+    """A buffer of at least `size` bytes: one given back to `spare` (its scan over) if there is one, else a new one
+    (reused memory: a new buffer costs a page fault per 4 kB and its zeroing, ~2/3 of reading a block)."""
+    while spare is not None:
+        try:
+            buf = spare.get_nowait()
+        except queue.Empty:
+            break
+        if len(buf) >= size:
+            return buf
+    return bytearray(max(size, CHUNK_BYTES + SPARE_ROOM))
+
+
+def _blocks(src: Source, spare: queue.SimpleQueue[bytearray] | None = None) -> Iterator[_Text]:
     """A big or gzipped file in blocks cut at line ends: memory holds a few blocks, not the file. Each byte is read
-    once into fresh memory and searched a bounded number of times (linear in the file, whatever its lines): only
-    a block's partial last line is carried into the next, and a line longer than a block is never carried whole -
-    it is cut after its last `\\r` (a progress bar's segments are read one by one anyway), or, for one segment
-    longer than a block, at the block's end, the rest of that segment skipped (only a line's start is parsed:
-    MAX_LINE_CHARS, warned). The pieces of one physical line keep its line number. A UTF-16 stream (with a BOM or
-    without) is read as UTF-8. A process's log: nothing to re-join (`whole` false)."""
+    once and searched a bounded number of times (linear in the file, whatever its lines): only a block's partial
+    last line is carried into the next, and a line longer than a block is never carried whole - it is cut after
+    its last `\\r` (a progress bar's segments are read one by one anyway), or, for one segment longer than a
+    block, at the block's end, the rest of that segment skipped (only a line's start is parsed: MAX_LINE_CHARS,
+    warned). The pieces of one physical line keep its line number. A UTF-16 stream (with a BOM or without) is read
+    as UTF-8. A process's log: nothing to re-join (`whole` false). Each block is read into a buffer of `spare`
+    when there is one (the caller gives a block's buffer back there once it is scanned: `_give_back`); the
+    generator never touches a buffer after yielding it."""
     assert src.path is not None
     line0, rest, skipping = 1, b"", False
+    buf: bytearray | None = None
     with src.path.open("rb") as raw:
         fh: Any = raw
         if (head := raw.read(SNIFF_BYTES))[:2] == b"\x1f\x8b":
@@ -404,9 +422,10 @@ def _blocks(src: Source) -> Iterator[_Text]:
         if codec := utf16_codec(head):
             fh = _Utf16Reader(fh, codec)
         while True:
-            buf = bytearray(len(rest) + CHUNK_BYTES)
+            if buf is None or len(buf) < len(rest) + CHUNK_BYTES:  # (else: the last one, not yielded)
+                buf = _spare(spare, len(rest) + CHUNK_BYTES)
             buf[: len(rest)] = rest
-            read = fh.readinto(memoryview(buf)[len(rest) :]) or 0
+            read = fh.readinto(memoryview(buf)[len(rest) : len(rest) + CHUNK_BYTES]) or 0
             begin, new, size = 0, len(rest), len(rest) + read
             if skipping:  # the rest of a segment longer than a block, up to the next line or segment
                 ends = [i for i in (buf.find(b"\n", 0, size), buf.find(b"\r", 0, size)) if i >= 0]
@@ -424,10 +443,25 @@ def _blocks(src: Source) -> Iterator[_Text]:
             rest = bytes(buf[max(cut, begin) : size])
             if cut > begin:
                 data = memoryview(buf)[begin:cut]
+                lines = newlines(buf, begin, cut)
+                buf = None  # handed over: the caller gives it back once scanned
                 yield _Text(src.name, data, data, whole=False, first_line=line0)
-                line0 += buf.count(b"\n", begin, cut)
+                line0 += lines
             if not read:
                 break
+
+
+def _give_back(spare: queue.SimpleQueue[bytearray], text: _Text) -> Callable[[Future], None]:
+    """A callback giving `text`'s buffer (a block of `_blocks`) back to `spare` when its scan is over (the scan
+    reads it only until its rows are cut out). It holds the buffer only until then: a future keeps its callbacks,
+    and the scans' futures wait for the finishing thread (a buffer held there would be memory `spare` lost)."""
+    held = [text.data.obj] if isinstance(text.data, memoryview) and isinstance(text.data.obj, bytearray) else []
+
+    def back(_: Future) -> None:
+        while held:
+            spare.put(held.pop())
+
+    return back
 
 
 _FAILURES = (OSError, EOFError, zlib.error, pl.exceptions.PolarsError)
@@ -605,6 +639,7 @@ def read_kept_lines(
     dropped: dict[str, int] = {}  # hit lines cut when scanned (`_precap`)
     matched: dict[str, int] = {}  # a big file's matching lines (`_Chunked`)
     left = sum(sizes)  # not read yet
+    spare: queue.SimpleQueue[bytearray] = queue.SimpleQueue()  # big files' block buffers, their scans over
     with ThreadPoolExecutor(max_workers=SCAN_THREADS) as pool, ThreadPoolExecutor(max_workers=1) as finishing:
         running: set[Future] = set()
 
@@ -621,8 +656,12 @@ def read_kept_lines(
                 chunked = _Chunked(src.name, keep[src.name])
                 chunked.finished = finishing.submit(chunked.finish, then)  # takes the blocks as they are scanned
                 try:
-                    for block in _blocks(src):  # `then` on the whole file (its ranks), by `finish`
-                        chunked.blocks.put(submit([block], "", None))
+                    for block in _blocks(src, spare):  # `then` on the whole file (its ranks), by `finish`
+                        back = _give_back(spare, block)  # (before the scan lets go of its bytes)
+                        scan = submit([block], "", None)
+                        scan.add_done_callback(back)
+                        chunked.blocks.put(scan)
+                        del block, scan
                 except _FAILURES as exc:
                     chunked.failure = exc
                 chunked.blocks.put(None)
