@@ -68,6 +68,9 @@ class ProcessGroupNeverFormed(Rule):
 
     id = "RZ01"
     name = "process-group-never-formed"
+    fires_on = frozenset(
+        {*INIT_KINDS, K.exception, K.bootstrap_error, K.store_retry, K.store_bind_retry, K.traceback_frame}
+    )
     category = Category.INIT_RENDEZVOUS
     base_confidence = 0.85
     explains = ("CT01", "CR01")

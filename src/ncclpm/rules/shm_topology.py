@@ -62,6 +62,9 @@ class ShmOrP2pFailure(Rule):
 
     id = "SH01"
     name = "shm-or-p2p-failure"
+    fires_on = frozenset(
+        {K.shm_error, K.p2p_error, K.topology_error, K.gpu_not_visible, K.crash_signal, K.worker_exit, K.gpu_topology}
+    )
     category = Category.SHM_P2P_TOPOLOGY
     base_confidence = 0.85
     explains = ("CT01", "CR01")
