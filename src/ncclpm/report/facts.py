@@ -109,13 +109,15 @@ def rank_rows(facts: Analysis, primary: Finding) -> tuple[dict, ...]:
     victims = set(primary.victim_ranks) | set(
         t.events.filter(pl.col("kind") == K.collective_timeout)["rank"].drop_nulls().to_list()
     )
-    table = _finer_first_errors(t, t.ranks)
     fr = _fr_rank_facts(facts)
+    if fr is None and t.ranks.is_empty():  # no rank anywhere: no row (and no query)
+        return ()
+    table = _finer_first_errors(t, t.ranks)
     if fr is not None:
         table = table.join(fr.cast({"rank": table.schema["rank"]}), on="rank", how="full", coalesce=True)
     else:
         table = table.with_columns(pl.lit(None).alias(c) for c in FR_RANK_COLUMNS)
-    to = t.events.filter((pl.col("kind") == K.collective_timeout) & pl.col("rank").is_not_null())
+    to = t.kinds(K.collective_timeout).filter(pl.col("rank").is_not_null())
     numel = (
         to.sort("ts", "source", "line", nulls_last=True)
         .group_by("rank", maintain_order=True)

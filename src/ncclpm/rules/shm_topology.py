@@ -30,6 +30,8 @@ def sigbus_in_nccl(t: Tables) -> pl.DataFrame:
 
 def pcie_host_bridge_paths(t: Tables) -> pl.DataFrame:
     """`nvidia-smi topo -m` rows whose GPU reaches another only through a host bridge, in a job with no NVLink."""
+    if not t.has_kinds(K.gpu_topology):  # (most jobs: no `nvidia-smi topo -m`, no query)
+        return t.events.clear().with_columns(pl.lit(0.0).alias("strength"))
     topo = t.kinds(K.gpu_topology)
     links = topo["detail"].fill_null("").str.split(" ").explode().str.strip_chars()
     if topo.is_empty() or links.str.starts_with("NV").any():
