@@ -146,10 +146,14 @@ def rank_rows(facts: Analysis, primary: Finding) -> tuple[dict, ...]:
     return tuple(rows)
 
 
+VERSION_KINDS = ((K.torch_version, "torch"), (K.nccl_error, "nccl"), (K.nccl_version, "nccl"))  # the first wins
+
+
 def versions(t: Tables) -> dict[str, str]:
     out: dict[str, str] = {}
-    ver = t.events.filter(pl.col("version").is_not_null()).sort("source", "line")
-    for kind, key in ((K.torch_version, "torch"), (K.nccl_error, "nccl"), (K.nccl_version, "nccl")):
+    found = [(kind, key) for kind, key in VERSION_KINDS if t.has_kinds(kind)]  # (most jobs: one or none)
+    ver = t.kinds(*(kind for kind, _ in found)).filter(pl.col("version").is_not_null()) if found else None
+    for kind, key in found if ver is not None else ():
         hit = ver.filter(pl.col("kind") == kind)["version"]
         if hit.len() and key not in out:
             out[key] = ", ".join(sorted(hit.unique().to_list()))  # several: the hosts disagree (see CV01)

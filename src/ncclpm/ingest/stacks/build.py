@@ -127,6 +127,8 @@ def _read_log_stacks(lines: pl.DataFrame, warnings: list[str]) -> list[_Found]:
     """faulthandler blocks (and debug-server sections) inside logs, from their kept lines, per rank stream."""
     cand = lines.filter(pl.col("message").str.contains(_FH_LINE.pattern))
     found: list[_Found] = []
+    if cand.is_empty():  # (most jobs: no stack in the logs, no query more)
+        return found
     for (source,), part in cand.sort("source", "line").group_by(["source"], maintain_order=True):
         dropped: Counter[str] = Counter()
         for (_rank,), stream in part.group_by(["rank"], maintain_order=True):
