@@ -25,7 +25,19 @@ NEAR = 0.05  # a bar's elapsed time within this share of a timeout ran about tha
 def cut_tracebacks(t: Tables) -> pl.DataFrame:
     """Tracebacks a paste cut before their exception line, one row each: where it starts and ends, its rank, the
     innermost frame line kept (`text`, at `frame_line`), and whether every frame is the launcher's own (`launcher`)."""
-    cut = t.tracebacks.filter(pl.col("error_type").is_null())
+    tb = t.tracebacks
+    if tb["error_type"].null_count() == 0:  # (most jobs: every traceback has its exception line, no query)
+        cols = {c: tb.schema[c] for c in ("source", "line", "end_line", "rank", "ts")}
+        return pl.DataFrame(
+            schema={
+                **cols,
+                "text": pl.String(),
+                "frame_line": pl.Int64(),
+                "launcher": pl.Boolean(),
+                "funcs": pl.String(),
+            }
+        )
+    cut = tb.filter(pl.col("error_type").is_null())
     if cut.is_empty():
         return cut.select("source", "line", "end_line", "rank", "ts").with_columns(
             pl.lit(None, pl.String).alias("text"),

@@ -203,14 +203,15 @@ def build_ranks(
 
 def world_size_is_declared(events: pl.DataFrame, fr=None) -> bool:
     """True when a line or a dump states the world size (not just the highest rank seen)."""
-    stated = events.filter((pl.col("kind") == K.world_size) | pl.col("expected").is_not_null())
-    return not stated.is_empty() or (fr is not None and not fr.groups.is_empty())
+    stated = bool((events["kind"] == K.world_size).any()) or events["expected"].null_count() < events.height
+    return stated or (fr is not None and not fr.groups.is_empty())
 
 
 def world_size(events: pl.DataFrame, elastic: pl.DataFrame, fr=None) -> int | None:
     """Best estimate of the job's world size from every hint the logs give (at least highest rank + 1)."""
     hints: list[int] = []
-    declared = events.filter(pl.col("kind") == K.world_size)["nranks"].drop_nulls()
+    said = (events["kind"] == K.world_size).any()  # (most jobs: no line says it, no query)
+    declared = events.filter(pl.col("kind") == K.world_size)["nranks"].drop_nulls() if said else events["nranks"][:0]
     if declared.len():
         hints.append(int(declared.max()))  # type: ignore[arg-type]
     expected = events["expected"].drop_nulls()
