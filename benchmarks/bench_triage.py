@@ -4,7 +4,7 @@ checkout, and where a job's CPU time goes inside a worker.
 Usage:
     python -m tests.synth.make_jobs /tmp/jobs1000 --n 1000      # 1,000 archives of the test cases (16 MB)
     python benchmarks/bench_triage.py /tmp/jobs1000 [--runs 3] [--workers 2] [--baseline OTHER_CHECKOUT]
-    python benchmarks/bench_triage.py /tmp/jobs1000 --phases 100 [--baseline OTHER_CHECKOUT]
+    python benchmarks/bench_triage.py /tmp/jobs1000 --phases 100 [--runs 3] [--baseline OTHER_CHECKOUT]
 
 The first form runs the whole command as a user does (a fresh process that spawns its workers), this checkout
 and the baseline one after the other, `runs` times; it prints each run's wall time, CPU time (user + system of
@@ -14,7 +14,8 @@ the command and its workers: `wait4`), peak RSS of the parent and the load avera
 `--phases N` reads N jobs in one process as a pool worker does (`POLARS_MAX_THREADS=1`, the first job untimed: it
 pays for the imports' first use), and prints the CPU time per job (`resource.getrusage`, every thread) of each
 step: opening the archive and finding its sources, reading the text, the events, the other tables, the analysis
-and rules, the report's parts, the row. CPU time stays comparable on a loaded machine; wall time does not.
+and rules, the report's parts, the row - `runs` rounds, the two checkouts alternating which goes first, medians.
+CPU time stays comparable on a loaded machine; wall time does not.
 """
 
 from __future__ import annotations
@@ -145,11 +146,20 @@ def main() -> None:
     if args.baseline is not None:
         sides["baseline"] = args.baseline.resolve() / "src"
     if args.phases:
-        got = {name: _phases(src, args.jobs, args.phases) for name, src in sides.items()}
-        print(f"CPU ms per job ({args.phases - 1} jobs after a first one, one process, POLARS_MAX_THREADS=1)")
+        rounds: dict[str, list[dict]] = {name: [] for name in sides}
+        for i in range(args.runs):  # the sides alternate which goes first: a load that changes hits both alike
+            for name, src in list(sides.items())[:: 1 if i % 2 == 0 else -1]:
+                rounds[name].append(_phases(src, args.jobs, args.phases))
+                per_job = rounds[name][-1]["per job"] * 1000
+                print(f"round {i + 1} {name:8s} {per_job:6.1f} ms a job  load {os.getloadavg()[0]:.2f}", flush=True)
+        got = {n: {k: statistics.median(r.get(k, float("nan")) for r in rs) for k in STEPS} for n, rs in rounds.items()}
+        print(
+            f"CPU ms per job ({args.phases - 1} jobs after a first one, one process, POLARS_MAX_THREADS=1; "
+            f"medians of {args.runs} rounds)"
+        )
         print(f"{'step':58s}" + "".join(f"{n:>10s}" for n in got))
         for key, label in STEPS.items():
-            print(f"{label:58s}" + "".join(f"{got[n].get(key, float('nan')) * 1000:10.1f}" for n in got))
+            print(f"{label:58s}" + "".join(f"{got[n][key] * 1000:10.1f}" for n in got))
         return
     results: dict[str, list[dict]] = {name: [] for name in sides}
     with tempfile.TemporaryDirectory() as tmp:

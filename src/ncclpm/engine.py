@@ -60,6 +60,8 @@ def evaluate(facts: Analysis, rules: list[type[Rule]]) -> tuple[list[Finding], l
         if missing:
             skipped.append(f"{cls.id} {cls.name}: no {', '.join(missing)}")
             continue
+        if not cls.may_fire(facts.t):  # none of the kinds its evidence reads: it finds nothing (not "not evaluated")
+            continue
         try:
             found = cls(facts).run(facts.t)
         except Exception as exc:  # a broken rule must not take the diagnosis down with it
@@ -73,7 +75,7 @@ def evaluate(facts: Analysis, rules: list[type[Rule]]) -> tuple[list[Finding], l
 def _fires(rule_id: str, facts: Analysis) -> bool:
     """Whether a rule that was not selected would fire (it still silences what it explains)."""
     cls = by_id(rule_id)
-    if any(not facts.has(n) for n in cls.needs):
+    if any(not facts.has(n) for n in cls.needs) or not cls.may_fire(facts.t):
         return False
     try:
         return cls(facts).run(facts.t) is not None

@@ -63,6 +63,10 @@ def rank_line_order(t: Tables) -> tuple[pl.DataFrame, pl.DataFrame]:
         pl.int_range(pl.len()).over("rank").cast(pl.Float64).alias("pos")
     )
     others = ranked.filter(pl.col("source") != pl.col("_primary"))
+    cols = list(ORDER_SCHEMA)
+    if others.is_empty():  # each rank's lines in one file (most jobs): nothing to place, no query more
+        placed = main.select(cols)
+        return placed.sort("rank", "pos", "source", "line"), placed.clear()
     copies = others.join(main.select("rank", "text", "_k", "pos"), on=["rank", "text", "_k"], how="inner")
     extras = others.join(main.select("rank", "text", "_k"), on=["rank", "text", "_k"], how="anti")
     # a line of another file is placed by its time when the rank's ordering file is dated throughout
@@ -77,7 +81,6 @@ def rank_line_order(t: Tables) -> tuple[pl.DataFrame, pl.DataFrame]:
     )
     unplaced = extras.join(timed.select("rank", "source", "line"), on=["rank", "source", "line"], how="anti")
     unplaced = unplaced.with_columns(pl.lit(None, pl.Float64).alias("pos"))
-    cols = list(ORDER_SCHEMA)
     placed = pl.concat([main.select(cols), copies.select(cols), placed_extras.select(cols)])
     return placed.sort("rank", "pos", "source", "line"), unplaced.select(cols)
 

@@ -47,6 +47,7 @@ MESSAGE_CAUSES = [
 NAMES_A_CAUSE = 0.5  # the message's strength alone (parsers/nccl/: `alone`) from which it explains its rank's death
 # What says why something failed, so that NCCL's bare result class (ncclSystemError with no message) adds nothing
 NAMED_CAUSES = [*EXPLAINED_KINDS, *MESSAGE_CAUSES, K.bootstrap_error, K.nccl_fatal, K.cuda_error, K.gpu_unavailable]
+CRASH_KINDS = [K.crash_signal, K.cuda_error, K.nccl_fatal]  # a rank's own death read from its lines
 FATAL_SIGNALS = ["SIGKILL", *NATIVE_CRASHES]
 OWN_ERROR = 1  # a Python process's exit code after an uncaught exception (a timeout's included)
 TORN_DOWN = -15  # SIGTERM: the launcher ending a worker that was still running
@@ -63,6 +64,8 @@ def fatal_exit() -> pl.Expr:
 def unchosen_exits(t: Tables, victims: frozenset[int]) -> pl.DataFrame:
     """The launcher's rows of ranks that ended by a fatal signal or an odd exit code (a SIGABRT only when the rank
     was not a victim: the watchdog aborts a rank whose collective timed out)."""
+    if t.elastic.is_empty():  # (most jobs: no launcher summary, no query)
+        return pl.DataFrame(schema={**t.elastic.schema, "text": t.elastic.schema["exit_text"]})
     named = pl.col("exit_code").replace_strict(EXIT_SIGNALS, default=None, return_dtype=pl.String)
     el = t.elastic.filter(pl.col("rank").is_not_null()).with_columns(pl.col("signal").fill_null(named))
     # Several ranks aborting at the same second are the watchdog's teardown after a collective, not crashes.
@@ -83,17 +86,20 @@ def own_errors(t: Tables) -> pl.DataFrame:
 def crashes(t: Tables, victim_lines: pl.DataFrame, errors: pl.DataFrame, exits: pl.DataFrame) -> pl.DataFrame:
     """Each rank's own failures (`how`: exception, signal, exit) before it waited on anyone, first first: the ranks
     that died of their own error (an exception, a segfault, a kill) while the others were still fine."""
+    cols = ["source", "line", "rank", "ts", "text", "how", "strength", "signal", "detail", "exit_code"]
+    if errors.is_empty() and exits.is_empty() and not t.has_kinds(*CRASH_KINDS):  # nothing to read: no query
+        schema = {c: pl.String() if c == "how" else t.events.schema[c] for c in cols}
+        return pl.DataFrame(schema={**schema, "victim_ts": t.events.schema["ts"]})
     named = t.kinds(*MESSAGE_CAUSES).filter(pl.col("strength").fill_null(1.0) >= NAMES_A_CAUSE)
     explained = set(t.kinds(*EXPLAINED_KINDS)["rank"].drop_nulls().to_list()) | set(named["rank"].drop_nulls())
     victims_at = victim_lines.group_by("rank").agg(pl.col("ts").min().alias("victim_ts"))
     exc = errors.with_columns(pl.lit("exception").alias("how"))
     sig = (
-        t.kinds(K.crash_signal, K.cuda_error, K.nccl_fatal)
+        t.kinds(*CRASH_KINDS)
         .filter(pl.col("rank").is_not_null() & ~pl.col("error_type").fill_null("").str.contains("DistBackendError"))
         .with_columns(pl.lit("signal").alias("how"))
     )
     exits = exits.with_columns(pl.lit("exit").alias("how"))
-    cols = ["source", "line", "rank", "ts", "text", "how", "strength", "signal", "detail", "exit_code"]
     exits = exits.with_columns(pl.lit(None, pl.Float64).alias("strength"))
     ev = pl.concat([exc.select(cols), sig.select(cols), exits.select(cols)])
     # An error printed without a time (a traceback in torchrun's summary) happened by its process's exit,

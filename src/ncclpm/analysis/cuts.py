@@ -25,7 +25,19 @@ NEAR = 0.05  # a bar's elapsed time within this share of a timeout ran about tha
 def cut_tracebacks(t: Tables) -> pl.DataFrame:
     """Tracebacks a paste cut before their exception line, one row each: where it starts and ends, its rank, the
     innermost frame line kept (`text`, at `frame_line`), and whether every frame is the launcher's own (`launcher`)."""
-    cut = t.tracebacks.filter(pl.col("error_type").is_null())
+    tb = t.tracebacks
+    if tb["error_type"].null_count() == 0:  # (most jobs: every traceback has its exception line, no query)
+        cols = {c: tb.schema[c] for c in ("source", "line", "end_line", "rank", "ts")}
+        return pl.DataFrame(
+            schema={
+                **cols,
+                "text": pl.String(),
+                "frame_line": pl.Int64(),
+                "launcher": pl.Boolean(),
+                "funcs": pl.String(),
+            }
+        )
+    cut = tb.filter(pl.col("error_type").is_null())
     if cut.is_empty():
         return cut.select("source", "line", "end_line", "rank", "ts").with_columns(
             pl.lit(None, pl.String).alias("text"),
@@ -72,6 +84,8 @@ def outlasting_work(t: Tables, timeout: TimeoutInForce) -> pl.DataFrame:
     """Bars of rank-local work (an activity on the line of a tqdm bar: tokenising, `map`, loading) that had run about
     as long as a timeout that applies - the one the logs show, the one the code sets, else torch's defaults (10 min
     for NCCL, 30 min for gloo and the store, Trainer's `ddp_timeout`) - with `timeout_ms` the timeout it matches."""
+    if not (t.has_kinds(K.progress_bar) and t.has_kinds(K.activity)):  # (most jobs: no bar of work, no query)
+        return pl.DataFrame(schema={**t.events.schema, "work": t.events.schema["detail"], "matched_ms": pl.Int64()})
     bars = t.kinds(K.progress_bar).filter(pl.col("ran_ms").is_not_null())
     work = t.kinds(K.activity).select("source", "line", pl.col("detail").alias("work"))
     bars = bars.join(work, on=["source", "line"]).unique(["source", "line"], keep="first", maintain_order=True)
@@ -96,6 +110,10 @@ def crash_in_nccl(t: Tables) -> pl.DataFrame:
     """Native backtraces under a crash whose first frame past the signal handler is NCCL's own code: one row per
     crash (its signal line), with `frame` that frame's text and `value` its symbol. Empty when no crash printed
     a backtrace, or it crashed elsewhere."""
+    if not (t.has_kinds(K.crash_signal) and t.has_kinds(K.native_frame)):  # (most jobs: no query)
+        ev = t.events.schema
+        cols = {"source": ev["source"], "sig_line": ev["line"], "rank": ev["rank"], "ts": ev["ts"], "text": ev["text"]}
+        return pl.DataFrame(schema={**cols, "frame": pl.String(), "sym": pl.String()})
     native = _native()
     signals = t.kinds(K.crash_signal).select("source", pl.col("line").alias("sig_line"), "rank", "ts", "text")
     frames = t.kinds(K.native_frame).select(

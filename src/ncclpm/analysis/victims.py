@@ -143,6 +143,8 @@ def _without_reraise(exc: pl.DataFrame) -> pl.DataFrame:
     """A DataLoader worker's exception reaches its rank as `ValueError: Caught ValueError in DataLoader worker
     process 1.`, followed by the worker's `Original Traceback` ending in the real error: that one is quoted, the
     re-raise dropped (when the original follows it in the same file, for the same rank)."""
+    if not (exc["kind"] == K.dataloader_reraise).any():  # (most jobs: nothing to drop, no query)
+        return exc
     rewrap = pl.col("kind") == K.dataloader_reraise
     own = exc.filter(~rewrap).select("source", "rank", pl.col("line").alias("_own"))
     shadowed = (
@@ -178,7 +180,7 @@ def in_context(t: Tables, ev: pl.DataFrame, kinds: list[str], before: int = 80) 
 
 def progress_before(t: Tables, ev: pl.DataFrame) -> pl.DataFrame:
     """Rows of `ev` preceded, in the same file, by a training-progress line: the job had started."""
-    prog = t.kinds(K.progress, K.nccl_comm_init).group_by("source").agg(pl.col("line").min().alias("_first"))
-    if ev.is_empty() or prog.is_empty():
+    if ev.is_empty() or not t.has_kinds(K.progress, K.nccl_comm_init):
         return ev.clear()
+    prog = t.kinds(K.progress, K.nccl_comm_init).group_by("source").agg(pl.col("line").min().alias("_first"))
     return ev.join(prog, on="source").filter(pl.col("_first") < pl.col("line")).drop("_first")

@@ -104,7 +104,8 @@ def build_tables(job: Job, catalog: Catalog, *, fr_columns: str = "analysis") ->
     lines = fill_launched_ranks(fill_line_ranks(lines_table(parsed), process_ranks), launched, lines=True)
     lines, events = _date_yearless((lines, events), elastic)
     fr = _read_dumps(job, warnings, fr_columns)
-    stacks = build_stacks(job, lines, pid_rank_map(lines, events, elastic, process_ranks), fr, warnings)
+    pid_ranks = functools.partial(pid_rank_map, lines, events, elastic, process_ranks)  # (only for a job with stacks)
+    stacks = build_stacks(job, lines, pid_ranks, fr, warnings)
     code = job.of_kind(SourceKind.CODE)
     code_settings = code_settings_table(code, warnings)
     evidence = [s for s in job.sources if s.kind != SourceKind.CODE]

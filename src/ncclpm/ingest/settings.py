@@ -22,6 +22,9 @@ def env_rows(code: pl.DataFrame) -> pl.DataFrame:
 
 def settings_table(events: pl.DataFrame, code: pl.DataFrame | None = None) -> pl.DataFrame:
     """One row per variable, by name."""
+    in_code = code is not None and bool((code["setting"] == "env").any())
+    if not in_code and not (events["kind"] == K.setting).any():  # (most jobs: no setting anywhere, no query)
+        return pl.DataFrame(schema=SETTINGS_SCHEMA)
     rows = events.filter((pl.col("kind") == K.setting) & pl.col("var").is_not_null())
     rows = rows.select("var", "value", "source", "line", "event")
     if code is not None:

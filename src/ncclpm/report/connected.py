@@ -37,13 +37,14 @@ def _settings(t: Tables, var: str) -> list[dict[str, Any]]:
 def _dataloader_timeout(t: Tables) -> tuple[float, str] | None:
     """(seconds, where) of the DataLoader timeout: fired in the log (`DataLoader timed out after N seconds`), else
     set in the code."""
-    fired = t.kinds(K.dataloader_error).filter(pl.col("count").is_not_null()).sort("source", "line")
+    fired = t.kinds(K.dataloader_error)
+    fired = fired.filter(pl.col("count").is_not_null()).sort("source", "line") if not fired.is_empty() else fired
     if not fired.is_empty():
         r = fired.row(0, named=True)
         whom = rank_span([r["rank"]]) if r["rank"] is not None else "a rank"
         return float(r["count"]), f"fired on {whom} at {r['source']}:{r['line']}"
     code = t.extra.get("code_settings")
-    if code is None:
+    if code is None or code.is_empty():
         return None
     set_ = code.filter((pl.col("setting") == "dataloader_timeout") & (pl.col("number").fill_null(0) > 0))
     if set_.is_empty():

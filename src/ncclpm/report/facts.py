@@ -106,26 +106,33 @@ def _finer_first_errors(t: Tables, table: pl.DataFrame) -> pl.DataFrame:
 def rank_rows(facts: Analysis, primary: Finding) -> tuple[dict, ...]:
     t = facts.t
     culprits = set(primary.culprit_ranks)
-    victims = set(primary.victim_ranks) | set(
-        t.events.filter(pl.col("kind") == K.collective_timeout)["rank"].drop_nulls().to_list()
-    )
-    table = _finer_first_errors(t, t.ranks)
+    to = t.kinds(K.collective_timeout).filter(pl.col("rank").is_not_null())
+    victims = set(primary.victim_ranks) | set(to["rank"].to_list())
     fr = _fr_rank_facts(facts)
+    if fr is None and t.ranks.is_empty():  # no rank anywhere: no row (and no query)
+        return ()
+    table = _finer_first_errors(t, t.ranks)
     if fr is not None:
         table = table.join(fr.cast({"rank": table.schema["rank"]}), on="rank", how="full", coalesce=True)
     else:
         table = table.with_columns(pl.lit(None).alias(c) for c in FR_RANK_COLUMNS)
-    to = t.events.filter((pl.col("kind") == K.collective_timeout) & pl.col("rank").is_not_null())
-    numel = (
-        to.sort("ts", "source", "line", nulls_last=True)
-        .group_by("rank", maintain_order=True)
-        .agg(
-            pl.col("numel_in").first().alias("timeout_numel_in"),
-            pl.col("numel_out").first().alias("timeout_numel_out"),
-            pl.col("timeout_ms").first(),
+    if to.is_empty():  # (most jobs: no timeout - the columns the join adds, no query)
+        ev = t.events.schema
+        numel = pl.DataFrame(
+            schema={"rank": table.schema["rank"]}
+            | {"timeout_numel_in": ev["numel_in"], "timeout_numel_out": ev["numel_out"], "timeout_ms": ev["timeout_ms"]}
         )
-        .cast({"rank": table.schema["rank"]})
-    )
+    else:
+        numel = (
+            to.sort("ts", "source", "line", nulls_last=True)
+            .group_by("rank", maintain_order=True)
+            .agg(
+                pl.col("numel_in").first().alias("timeout_numel_in"),
+                pl.col("numel_out").first().alias("timeout_numel_out"),
+                pl.col("timeout_ms").first(),
+            )
+            .cast({"rank": table.schema["rank"]})
+        )
     table = table.join(numel, on="rank", how="left")
     # each rank's last activity and last line across every file in time order (analysis/activity.py), not per file
     order = ["last_activity", "last_activity_ts", "last_activity_ref"]
@@ -135,8 +142,12 @@ def rank_rows(facts: Analysis, primary: Finding) -> tuple[dict, ...]:
     named = facts.task_hosts.rename({"host": "_task_host"}).cast({"rank": table.schema["rank"]})
     table = table.join(named, on="rank", how="left").with_columns(pl.coalesce("host", "_task_host").alias("host"))
     table = table.drop("_task_host")
-    ends = t.elastic.filter(pl.col("rank").is_not_null()).group_by("rank").agg(pl.col("ts").min().alias("exit_ts"))
-    table = table.join(ends.cast({"rank": table.schema["rank"]}), on="rank", how="left")
+    if t.elastic.is_empty():  # (most jobs: no launcher summary, no query)
+        ends = pl.DataFrame(schema={"rank": table.schema["rank"], "exit_ts": t.elastic.schema["ts"]})
+    else:
+        ends = t.elastic.filter(pl.col("rank").is_not_null()).group_by("rank").agg(pl.col("ts").min().alias("exit_ts"))
+        ends = ends.cast({"rank": table.schema["rank"]})
+    table = table.join(ends, on="rank", how="left")
     rows = []
     for r in table.sort("rank").iter_rows(named=True):
         role = "culprit" if r["rank"] in culprits else "waiting" if r["rank"] in victims else ""
@@ -144,10 +155,14 @@ def rank_rows(facts: Analysis, primary: Finding) -> tuple[dict, ...]:
     return tuple(rows)
 
 
+VERSION_KINDS = ((K.torch_version, "torch"), (K.nccl_error, "nccl"), (K.nccl_version, "nccl"))  # the first wins
+
+
 def versions(t: Tables) -> dict[str, str]:
     out: dict[str, str] = {}
-    ver = t.events.filter(pl.col("version").is_not_null()).sort("source", "line")
-    for kind, key in ((K.torch_version, "torch"), (K.nccl_error, "nccl"), (K.nccl_version, "nccl")):
+    found = [(kind, key) for kind, key in VERSION_KINDS if t.has_kinds(kind)]  # (most jobs: one or none)
+    ver = t.kinds(*(kind for kind, _ in found)).filter(pl.col("version").is_not_null()) if found else None
+    for kind, key in found if ver is not None else ():
         hit = ver.filter(pl.col("kind") == kind)["version"]
         if hit.len() and key not in out:
             out[key] = ", ".join(sorted(hit.unique().to_list()))  # several: the hosts disagree (see CV01)

@@ -22,6 +22,8 @@ def _at(frame: pl.DataFrame) -> str:
 
 
 def _dump_signals(t: Tables) -> list[str]:
+    if not t.has_kinds(K.dump_first_signal, K.watchdog_status, K.dump_signal_observed, K.comm_aborted):
+        return []  # (most jobs: none of the lines read here, no query)
     out = []
     first = t.kinds(K.dump_first_signal).filter(pl.col("rank").is_not_null())
     told = t.kinds(K.watchdog_status).filter(pl.col("text").str.contains("Received a dump signal"))
@@ -51,6 +53,8 @@ def _dump_signals(t: Tables) -> list[str]:
 
 
 def _nccl(t: Tables) -> list[str]:
+    if not t.has_kinds(K.nccl_diag_fault, K.ras_rank_status, K.ras_dead):
+        return []  # (most jobs: none of NCCL's diagnostics, no query)
     out = []
     for r in t.kinds(K.nccl_diag_fault).sort("source", "line").head(4).iter_rows(named=True):
         text = r["text"].split("NCCL DIAG ", 1)[-1][:200]

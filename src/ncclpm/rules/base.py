@@ -22,6 +22,7 @@ import polars as pl
 from ncclpm.analysis.job import UNLESS, JobFacts
 from ncclpm.model import MAX_QUOTE, Category, Evidence, Finding, ranks_text  # noqa: F401 - rules use them from here
 from ncclpm.tables import TABLE_NAMES, Tables
+from ncclpm.tables.kinds import K
 
 if TYPE_CHECKING:
     from ncclpm.analysis import Analysis
@@ -89,6 +90,10 @@ class Rule:
     name: ClassVar[str]
     category: ClassVar[Category]
     needs: ClassVar[frozenset[str]] = frozenset({"events"})
+    # Event kinds without one of which `evidence` is empty whatever else the job holds: the engine does not run the
+    # rule on a job with none of them (as if it had found nothing; it is not "not evaluated"). Empty: always run.
+    # Exact or nothing - tests/test_rules_fires_on.py runs every rule on every case to check it.
+    fires_on: ClassVar[frozenset[str]] = frozenset()
     base_confidence: ClassVar[float] = 0.5
     explains: ClassVar[tuple[str, ...]] = ()
     fallback: ClassVar[bool] = False  # run only when no other rule found a root cause
@@ -99,6 +104,7 @@ class Rule:
         unknown = sorted(set(cls.needs) - TABLE_NAMES)
         if unknown:
             raise RuleError(f"{cls.__name__}: `needs` names unknown tables {unknown} (known: {sorted(TABLE_NAMES)})")
+        K.check(*cls.fires_on, where=f"{cls.__name__}.fires_on")
         if not isinstance(cls.explains, tuple):
             raise RuleError(f"{cls.__name__}: `explains` must be a tuple of rule ids")
         if "## How to fix" in (cls.__doc__ or ""):
@@ -116,6 +122,11 @@ class Rule:
     @property
     def job(self) -> JobFacts:
         return self.facts.job
+
+    @classmethod
+    def may_fire(cls, t: Tables) -> bool:
+        """False when the job holds none of the kinds the rule's evidence needs (`fires_on`): it cannot fire."""
+        return not cls.fires_on or t.has_kinds(*cls.fires_on)
 
     def run(self, t: Tables) -> Finding | None:
         ev = self.evidence(t)

@@ -40,6 +40,7 @@ class VersionsDifferAcrossRanks(Rule):
 
     id = "CV01"
     name = "versions-differ-across-ranks"
+    fires_on = frozenset({K.version_mismatch, K.nccl_version, K.torch_version})
     category = Category.CONFIG_VERSION
     base_confidence = 0.8
     explains = ("CT01", "CR01", "NW01")

@@ -34,6 +34,7 @@ class DataloaderFailure(Rule):
 
     id = "DL01"
     name = "dataloader-failure"
+    fires_on = frozenset({K.dataloader_error, K.fd_exhaustion, K.frame_dataloader})
     category = Category.DATALOADER_HANG
     base_confidence = 0.8
     explains = ("CT01",)

@@ -42,6 +42,10 @@ class LaunchMisconfigured(Rule):
 
     id = "CF01"
     name = "launch-misconfigured"
+    fires_on = frozenset(  # (more processes than GPUs: a launcher option's)
+        {K.duplicate_gpu, K.gpu_unavailable, K.launcher_args, K.launch_env_missing, K.launch_option_error}
+        | {K.fd_exhaustion, K.launcher_option}
+    )
     category = Category.CONFIG_VERSION
     base_confidence = 0.9
     explains = ("CT01", "CR01", "RZ01")

@@ -45,6 +45,7 @@ class CollectivesDisagreeInLogs(Rule):
 
     id = "MC01"
     name = "collectives-disagree-in-logs"
+    fires_on = frozenset({K.mismatch_detected, K.collective_timeout})  # (`facts.timeouts` are collective timeouts)
     category = Category.MISMATCHED_COLLECTIVES
     base_confidence = 0.8
     explains = ("CT01", "CR01")

@@ -90,6 +90,7 @@ class NcclResultClass(Rule):
 
     id = "NC01"
     name = "nccl-result-class"
+    fires_on = frozenset({K.nccl_error})
     category = Category.CONFIG_VERSION  # ncclInternalError's; the others' are in CLASSES
     base_confidence = 0.35
     FIXES: ClassVar[dict[str, Fix]] = {

@@ -42,6 +42,7 @@ class NcclInvalidUsage(Rule):
 
     id = "CF03"
     name = "nccl-invalid-usage"
+    fires_on = frozenset({K.nccl_config, K.nccl_error})
     category = Category.CONFIG_VERSION
     base_confidence = 0.6  # NCCL's own word for a wrong call: which mistake is not said
     explains = ("CT01", "CR01", "CR02", "IN01")

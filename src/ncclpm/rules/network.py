@@ -67,6 +67,7 @@ class NcclTransportError(Rule):
 
     id = "NW01"
     name = "nccl-network-error"
+    fires_on = frozenset({K.network_error, K.nccl_error})
     category = Category.NETWORK_TRANSPORT
     base_confidence = 0.85
     # Before CR01 in precedence.py: a rank that raised an NCCL network error "crashed" because of the network.

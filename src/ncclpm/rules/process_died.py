@@ -66,13 +66,13 @@ class ProcessDiedRankUnknown(Rule):
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         # The launcher's `closing signal SIGTERM` to the other workers follows a failure: nobody waited there.
-        waited = t.events.filter(pl.col("victim") & (pl.col("kind") != K.agent_signal))
+        waited = (t.events["victim"] & (t.events["kind"] != K.agent_signal)).any()  # (Series: no query)
         own_kinds = [  # srun's `task 5: Segmentation fault` / `Exited with exit code 1` is scheduler_task_exit
             *(K.exception, K.dataloader_reraise, K.crash_signal, K.cuda_error, K.nccl_fatal, K.oom_killer),
             *(K.xid_app, K.scheduler_task_exit, K.worker_lost, K.child_failed_report),
         ]
-        ranked = t.events.filter(pl.col("rank").is_not_null() & pl.col("kind").is_in([*own_kinds, K.worker_exit]))
-        if not ranked.is_empty() or not waited.is_empty():
+        ranked = t.kinds(*own_kinds, K.worker_exit)["rank"]
+        if ranked.null_count() < ranked.len() or waited:
             return pl.DataFrame()  # a named rank's error (CR01 reads it) or someone waited: not one process's end
         ev = t.events.filter(pl.col("rank").is_null())
         # Lines another rule reads (an OOM, a store timeout, the agent's own SignalException) are not this one's.

@@ -68,6 +68,9 @@ class ProcessGroupNeverFormed(Rule):
 
     id = "RZ01"
     name = "process-group-never-formed"
+    fires_on = frozenset(
+        {*INIT_KINDS, K.exception, K.bootstrap_error, K.store_retry, K.store_bind_retry, K.traceback_frame}
+    )
     category = Category.INIT_RENDEZVOUS
     base_confidence = 0.85
     explains = ("CT01", "CR01")
@@ -93,23 +96,27 @@ class ProcessGroupNeverFormed(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        # Store waits after the group formed are the waiting side of a busy rank (WT01), not a rendezvous.
-        later = self.facts.store_waits.select("source", "line")
-        # after the job had made progress the group had formed: an agent losing its store then (the store's host
-        # gone) or a re-rendezvous after a failure is not the group never forming
-        ran = progress_before(t, t.kinds(K.rendezvous_timeout, K.store_connect)).select("source", "line")
-        ev = t.kinds(*INIT_KINDS).join(pl.concat([later, ran]), on=["source", "line"], how="anti")
+        init = t.kinds(*INIT_KINDS)
         name = pl.col("error_type").str.split(".").list.last()  # `torch.distributed.DistNetworkError`
         # by its type, or - torch <= 1.12 raised a plain RuntimeError - by the errno's words in its message
         said_errno = pl.col("detail").fill_null("").str.contains(CONNECTION_WORDS)
         raised = t.kinds(K.exception).filter(name.is_in(CONNECTION_ERRORS) | said_errno)
-        later = pl.concat([later, progress_before(t, raised).select("source", "line")])
-        in_init = in_context(t, raised, [K.frame_init, K.frame_rendezvous]).join(
-            pl.concat([ev.select("source", "line"), later]), on=["source", "line"], how="anti"
-        )
         # NCCL's bootstrap failing to reach its root (parsers/nccl/: a refused connect in bootstrap.cc's trace)
         boot = t.kinds(K.bootstrap_error)
-        found = pl.concat([ev, in_init, boot])
+        if init.is_empty() and raised.is_empty():  # (most jobs: no store line, no connection error to place)
+            found = boot
+        else:
+            # Store waits after the group formed are the waiting side of a busy rank (WT01), not a rendezvous.
+            later = self.facts.store_waits.select("source", "line")
+            # after the job had made progress the group had formed: an agent losing its store then (the store's
+            # host gone) or a re-rendezvous after a failure is not the group never forming
+            ran = progress_before(t, t.kinds(K.rendezvous_timeout, K.store_connect)).select("source", "line")
+            ev = init.join(pl.concat([later, ran]), on=["source", "line"], how="anti")
+            later = pl.concat([later, progress_before(t, raised).select("source", "line")])
+            in_init = in_context(t, raised, [K.frame_init, K.frame_rendezvous]).join(
+                pl.concat([ev.select("source", "line"), later]), on=["source", "line"], how="anti"
+            )
+            found = pl.concat([ev, in_init, boot])
         if found.is_empty():
             found = _stuck_retrying(t)
         if found.is_empty():

@@ -30,6 +30,8 @@ def sigbus_in_nccl(t: Tables) -> pl.DataFrame:
 
 def pcie_host_bridge_paths(t: Tables) -> pl.DataFrame:
     """`nvidia-smi topo -m` rows whose GPU reaches another only through a host bridge, in a job with no NVLink."""
+    if not t.has_kinds(K.gpu_topology):  # (most jobs: no `nvidia-smi topo -m`, no query)
+        return t.events.clear().with_columns(pl.lit(0.0).alias("strength"))
     topo = t.kinds(K.gpu_topology)
     links = topo["detail"].fill_null("").str.split(" ").explode().str.strip_chars()
     if topo.is_empty() or links.str.starts_with("NV").any():
@@ -62,6 +64,9 @@ class ShmOrP2pFailure(Rule):
 
     id = "SH01"
     name = "shm-or-p2p-failure"
+    fires_on = frozenset(
+        {K.shm_error, K.p2p_error, K.topology_error, K.gpu_not_visible, K.crash_signal, K.worker_exit, K.gpu_topology}
+    )
     category = Category.SHM_P2P_TOPOLOGY
     base_confidence = 0.85
     explains = ("CT01", "CR01")

@@ -62,6 +62,10 @@ class Tables:
             frame = self.extra.get(name)
         return isinstance(frame, pl.DataFrame) and not frame.is_empty()
 
+    def has_kinds(self, *kinds: str) -> bool:
+        """Whether any event is of one of `kinds` (declared kinds only), without building a frame."""
+        return any(k in self._rows_of_kind for k in K.check(*kinds, where="Tables.has_kinds"))
+
     def kinds(self, *kinds: str) -> pl.DataFrame:
         """Events of the given kinds (declared kinds only: a misspelt one raises `UnknownKind`), in table order."""
         wanted = dict.fromkeys(K.check(*kinds, where="Tables.kinds"))

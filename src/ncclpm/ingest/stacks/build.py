@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import polars as pl
@@ -26,6 +27,8 @@ from ncclpm.sources.discover import Job, SourceKind
 from ncclpm.sources.line_tags import without_line_tags
 from ncclpm.sources.stack_sniff import stack_format
 from ncclpm.util.clamp import MAX_RANK
+
+PidRanks = dict[tuple[str | None, int], int]  # (host, pid) -> global rank: `pid_rank_map`
 
 STACKS_SCHEMA = pl.Schema(
     {
@@ -124,6 +127,8 @@ def _read_log_stacks(lines: pl.DataFrame, warnings: list[str]) -> list[_Found]:
     """faulthandler blocks (and debug-server sections) inside logs, from their kept lines, per rank stream."""
     cand = lines.filter(pl.col("message").str.contains(_FH_LINE.pattern))
     found: list[_Found] = []
+    if cand.is_empty():  # (most jobs: no stack in the logs, no query more)
+        return found
     for (source,), part in cand.sort("source", "line").group_by(["source"], maintain_order=True):
         dropped: Counter[str] = Counter()
         for (_rank,), stream in part.group_by(["rank"], maintain_order=True):
@@ -195,7 +200,7 @@ def _unique(pairs: list[tuple]) -> dict:
     return {k: next(iter(v)) for k, v in seen.items() if len(v) == 1}
 
 
-def _resolve_ranks(blocks: list[Block], pid_ranks: dict[tuple[str | None, int], int]) -> None:
+def _resolve_ranks(blocks: list[Block], pid_ranks: PidRanks) -> None:
     """Ranks of dumps that name none themselves: the job's pid → rank map (a worker process takes its parent's
     rank), a `rank` local, then the other dumps of the same process - found by pid, or by pthread id (which
     faulthandler and py-spy `--json` both print) when that names one process only."""
@@ -220,14 +225,19 @@ def _resolve_ranks(blocks: list[Block], pid_ranks: dict[tuple[str | None, int], 
 
 
 def build_stacks(
-    job: Job, lines: pl.DataFrame, pid_ranks: dict[tuple[str | None, int], int], fr: object | None, warnings: list[str]
+    job: Job,
+    lines: pl.DataFrame,
+    pid_ranks: PidRanks | Callable[[], PidRanks],
+    fr: object | None,
+    warnings: list[str],
 ) -> pl.DataFrame:
-    """The `stacks` table (schema `STACKS_SCHEMA`), frames outermost first (depth 0)."""
+    """The `stacks` table (schema `STACKS_SCHEMA`), frames outermost first (depth 0). `pid_ranks` may be a function
+    that works the map out (`pid_rank_map`): called only when the job holds a stack (~13 queries a job)."""
     found = _read_stack_sources(job, warnings) + _read_log_stacks(lines, warnings) + _fr_stacks(fr)
-    _resolve_ranks([f.block for f in found], pid_ranks)
     rows: dict[str, list] = {k: [] for k in STACKS_SCHEMA.names()}
     if not found:  # (the frame rules' ~30 regexes are compiled in Python, ~8 ms, only for a job with stacks)
         return pl.DataFrame(rows, schema=STACKS_SCHEMA)
+    _resolve_ranks([f.block for f in found], pid_ranks() if callable(pid_ranks) else pid_ranks)
     rules = frame_rules()
     for n, f in enumerate(found):
         b = f.block

@@ -364,6 +364,9 @@ def _texts(parsed: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
     -> 2 init.cc:695 -> 2`: where the failure went) and the `Last error:` texts."""
     from ncclpm.ingest.text.nccl import nccl_warnings
 
+    if not (events["kind"] == K.nccl_warn).any():  # (most jobs: no WARN line - only the quoted ones, if any)
+        last = _last_errors(parsed)
+        return last if last.is_empty() else last.unique(["source", "line"], keep="first")
     warns = events.filter((pl.col("kind") == K.nccl_warn) & pl.col("value").is_not_null()).select(
         "source", "line", pl.col("value").str.strip_chars().alias("msg"), pl.col("detail").alias("where")
     )

@@ -65,70 +65,109 @@ def build_ranks(
         .unique()
         .sort("rank")
     )
-    hosts = (
-        lines.filter(pl.col("rank").is_not_null())
-        .group_by("rank")
-        .agg(
-            pl.col("host").drop_nulls().mode().sort().first().alias("host"),  # a tie: the same host every run
-            pl.col("pid").drop_nulls().first().alias("pid"),
+    world = None if comms is None or comms.is_empty() else comms.filter(pl.col("nranks") == pl.col("nranks").max())
+    if world is not None:
+        base = pl.concat([base, world.select("rank")]).drop_nulls().unique().sort("rank")
+    if base.is_empty():  # no rank anywhere (a one-process excerpt): no query more
+        return pl.DataFrame(schema=RANKS_SCHEMA)
+    # Each part is joined on the rank; a part whose rows are absent (most jobs have no timeout, no launcher summary,
+    # no watchdog status...) is its columns of nulls, typed as the join would give them, without its queries.
+    parts: list[pl.DataFrame] = []
+    nulls: dict[str, pl.DataType] = {}
+    ev, kind = events.schema, ranked["kind"]
+    if lines["rank"].null_count() < lines.height:
+        parts.append(
+            lines.filter(pl.col("rank").is_not_null())
+            .group_by("rank")
+            .agg(
+                pl.col("host").drop_nulls().mode().sort().first().alias("host"),  # a tie: the same host every run
+                pl.col("pid").drop_nulls().first().alias("pid"),
+            )
         )
-    )
-    counts = ranked.group_by("rank").agg(pl.len().cast(pl.UInt32).alias("n_events"))
-    timeouts = _first_by_time(
-        ranked.filter(pl.col("kind") == K.collective_timeout),
-        [
-            pl.lit(True).alias("timed_out"),
-            pl.col("op").first().alias("timeout_op"),
-            pl.col("seq").first().alias("timeout_seq"),
-        ],
-    )
-    status = (
-        ranked.filter(pl.col("kind") == K.watchdog_status)
-        .group_by("rank")
-        .agg(pl.col("last_enqueued").max(), pl.col("last_completed").max())
-    )
-    errors = _first_by_time(
-        # a launcher's report that the process exited is its end (the `exits` columns), not its first error
-        _messages_over_wrappers(ranked.filter((pl.col("severity") == "error") & (pl.col("kind") != K.worker_exit))),
-        [
-            pl.col("ts").first().alias("first_error_ts"),
-            pl.col("text").first().str.slice(0, 300).alias("first_error"),
-            _ref().first().alias("first_error_ref"),
-        ],
-    )
-    exits = (
-        elastic.filter(pl.col("rank").is_not_null())
-        .sort("root_cause")
-        .group_by("rank")
-        .agg(
-            pl.col("exit_code").last(),
-            pl.col("signal").last(),
-            # torchrun's failure summary names each failed rank's host and pid: used when no line prefix does
-            pl.col("host").drop_nulls().last().alias("_exit_host"),
-            pl.col("pid").drop_nulls().last().alias("_exit_pid"),
+    else:
+        nulls |= {"host": lines.schema["host"], "pid": lines.schema["pid"]}
+    if ranked.height:
+        parts.append(ranked.group_by("rank").agg(pl.len().cast(pl.UInt32).alias("n_events")))
+    else:
+        nulls["n_events"] = pl.UInt32()
+    if (kind == K.collective_timeout).any():
+        parts.append(
+            _first_by_time(
+                ranked.filter(pl.col("kind") == K.collective_timeout),
+                [
+                    pl.lit(True).alias("timed_out"),
+                    pl.col("op").first().alias("timeout_op"),
+                    pl.col("seq").first().alias("timeout_seq"),
+                ],
+            )
         )
-    )
-    activity = (
-        ranked.filter(pl.col("kind").is_in(ACTIVITY_KINDS))
-        .sort(["rank", "ts", "source", "line"], nulls_last=False)
-        .group_by("rank", maintain_order=True)
-        .agg(
-            pl.col("ts").last().alias("last_activity_ts"),
-            pl.col("text").last().str.slice(0, 300).alias("last_activity"),
-            _ref().last().alias("last_activity_ref"),
+    else:
+        nulls |= {"timed_out": pl.Boolean(), "timeout_op": ev["op"], "timeout_seq": ev["seq"]}
+    if (kind == K.watchdog_status).any():
+        parts.append(
+            ranked.filter(pl.col("kind") == K.watchdog_status)
+            .group_by("rank")
+            .agg(pl.col("last_enqueued").max(), pl.col("last_completed").max())
         )
-    )
+    else:
+        nulls |= {"last_enqueued": ev["last_enqueued"], "last_completed": ev["last_completed"]}
+    # a launcher's report that the process exited is its end (the `exits` columns), not its first error
+    if ((ranked["severity"] == "error") & (kind != K.worker_exit)).any():
+        parts.append(
+            _first_by_time(
+                _messages_over_wrappers(
+                    ranked.filter((pl.col("severity") == "error") & (pl.col("kind") != K.worker_exit))
+                ),
+                [
+                    pl.col("ts").first().alias("first_error_ts"),
+                    pl.col("text").first().str.slice(0, 300).alias("first_error"),
+                    _ref().first().alias("first_error_ref"),
+                ],
+            )
+        )
+    else:
+        nulls |= {"first_error_ts": ev["ts"], "first_error": ev["text"], "first_error_ref": pl.String()}
+    if elastic["rank"].null_count() < elastic.height:
+        parts.append(
+            elastic.filter(pl.col("rank").is_not_null())
+            .sort("root_cause")
+            .group_by("rank")
+            .agg(
+                pl.col("exit_code").last(),
+                pl.col("signal").last(),
+                # torchrun's failure summary names each failed rank's host and pid: used when no line prefix does
+                pl.col("host").drop_nulls().last().alias("_exit_host"),
+                pl.col("pid").drop_nulls().last().alias("_exit_pid"),
+            )
+        )
+    else:
+        el = elastic.schema
+        nulls |= {"exit_code": el["exit_code"], "signal": el["signal"]}
+        nulls |= {"_exit_host": el["host"], "_exit_pid": el["pid"]}
+    if any((kind == k).any() for k in ACTIVITY_KINDS):
+        parts.append(
+            ranked.filter(pl.col("kind").is_in(ACTIVITY_KINDS))
+            .sort(["rank", "ts", "source", "line"], nulls_last=False)
+            .group_by("rank", maintain_order=True)
+            .agg(
+                pl.col("ts").last().alias("last_activity_ts"),
+                pl.col("text").last().str.slice(0, 300).alias("last_activity"),
+                _ref().last().alias("last_activity_ref"),
+            )
+        )
+    else:
+        nulls |= {"last_activity_ts": ev["ts"], "last_activity": ev["text"], "last_activity_ref": pl.String()}
     # The NCCL version a rank itself reports (torch's `NCCL error ..., NCCL version X`, its own banner): used when no
     # Init COMPLETE line ties it to a communicator (init failed).
-    own_version = (
-        ranked.filter(pl.col("kind").is_in([K.nccl_version, K.nccl_error]) & pl.col("version").is_not_null())
-        .group_by("rank")
-        .agg(pl.col("version").mode().sort().first().alias("_own_version"))
-    )
-    parts = [hosts, counts, timeouts, status, errors, exits, activity, own_version]
-    if comms is not None and not comms.is_empty():
-        world = comms.filter(pl.col("nranks") == pl.col("nranks").max())
-        base = pl.concat([base, world.select("rank")]).drop_nulls().unique().sort("rank")
+    if (((kind == K.nccl_version) | (kind == K.nccl_error)) & ranked["version"].is_not_null()).any():
+        parts.append(
+            ranked.filter(pl.col("kind").is_in([K.nccl_version, K.nccl_error]) & pl.col("version").is_not_null())
+            .group_by("rank")
+            .agg(pl.col("version").mode().sort().first().alias("_own_version"))
+        )
+    else:
+        nulls["_own_version"] = ev["version"]
+    if world is not None:
         parts.append(
             world.group_by("rank").agg(
                 pl.col("host").first().alias("nccl_host"),
@@ -140,6 +179,8 @@ def build_ranks(
     out = base
     for part in parts:
         out = out.join(part, on="rank", how="left")
+    if nulls:  # (the columns' order does not matter: the table is selected by name below)
+        out = out.with_columns(pl.lit(None, dtype).alias(name) for name, dtype in nulls.items())
     if "nccl_host" in out.columns:
         out = out.with_columns(
             pl.coalesce("host", "nccl_host").alias("host"), pl.coalesce("pid", "nccl_pid").alias("pid")
@@ -162,14 +203,15 @@ def build_ranks(
 
 def world_size_is_declared(events: pl.DataFrame, fr=None) -> bool:
     """True when a line or a dump states the world size (not just the highest rank seen)."""
-    stated = events.filter((pl.col("kind") == K.world_size) | pl.col("expected").is_not_null())
-    return not stated.is_empty() or (fr is not None and not fr.groups.is_empty())
+    stated = bool((events["kind"] == K.world_size).any()) or events["expected"].null_count() < events.height
+    return stated or (fr is not None and not fr.groups.is_empty())
 
 
 def world_size(events: pl.DataFrame, elastic: pl.DataFrame, fr=None) -> int | None:
     """Best estimate of the job's world size from every hint the logs give (at least highest rank + 1)."""
     hints: list[int] = []
-    declared = events.filter(pl.col("kind") == K.world_size)["nranks"].drop_nulls()
+    said = (events["kind"] == K.world_size).any()  # (most jobs: no line says it, no query)
+    declared = events.filter(pl.col("kind") == K.world_size)["nranks"].drop_nulls() if said else events["nranks"][:0]
     if declared.len():
         hints.append(int(declared.max()))  # type: ignore[arg-type]
     expected = events["expected"].drop_nulls()
