@@ -38,6 +38,7 @@ class EngineMemoryShort(Rule):
     category = Category.CUDA_OOM
     base_confidence = 0.85
     explains = ("CR01", "CR02")
+    fires_on = frozenset({K.engine_memory_short})
     FIXES: ClassVar[dict[str, Fix]] = {
         "fit": Fix(
             "Make the engine fit the GPU: lower the context length (vLLM `--max-model-len`, whose error estimates the "

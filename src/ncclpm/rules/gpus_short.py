@@ -38,6 +38,7 @@ class GpusShort(Rule):
     category = Category.CONFIG_VERSION
     base_confidence = 0.85
     explains = ("CR01", "CR02", "CF04")
+    fires_on = frozenset({K.gpus_short})
     FIXES: ClassVar[dict[str, Fix]] = {
         "ask_less": Fix(
             "Ask for what the cluster has: lower the tensor-, pipeline- or data-parallel size, or the GPUs per "
