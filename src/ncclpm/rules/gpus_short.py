@@ -76,11 +76,10 @@ class GpusShort(Rule):
 
 
 def _log_ends_waiting(t: Tables, ev: pl.DataFrame) -> bool:
-    """No error of any kind after the last warning or wait: the start-up never got past them."""
+    """Nothing after the last warning or wait: no line of the job read after it in its file (the engine going on
+    to start its workers, `vLLM is using nccl==...`, the server starting), and no error in another file."""
     last = ev.sort("source", "line").tail(1).row(0, named=True)
-    later = t.events.filter(
-        (pl.col("severity") == "error")
-        & (pl.col("kind") != K.gpus_short)
-        & ((pl.col("source") != last["source"]) | (pl.col("line") > last["line"]))
-    )
-    return later.is_empty()
+    others = t.events.filter(pl.col("kind") != K.gpus_short)
+    later_here = others.filter((pl.col("source") == last["source"]) & (pl.col("line") > last["line"]))
+    errors_elsewhere = others.filter((pl.col("source") != last["source"]) & (pl.col("severity") == "error"))
+    return later_here.is_empty() and errors_elsewhere.is_empty()
