@@ -60,37 +60,45 @@ def traceback_record_ranks(lines: pl.DataFrame) -> pl.DataFrame:
     frames and exception line below it are that record's, so they take its rank (and its host and pid). Only a
     ranked head opens such a record, and only unprefixed frame lines (and a traceback's exception line) close
     enough to the previous one continue it."""
-    moves = pl.col("message").str.contains_any([_TB_HEAD, _FR_STACK_HEAD, 'File "', " from ", *_EXC_WORDS])
-    heads = pl.col("message").str.contains_any([_TB_HEAD, _FR_STACK_HEAD]) & pl.col("rank").is_not_null()
-    if lines.is_empty() or lines.filter(heads.fill_null(False)).is_empty():
-        return lines
-    fills: list[dict] = []
-    record: dict | None = None
-    for r in _walk(lines, moves, "source", "line", "rank", "rank_local", "host", "pid", "message"):
-        msg = r["message"] or ""
-        if r["rank"] is not None:
-            # a ranked line opens a record when its message ends in a traceback's head after words of its own, or
-            # is the watchdog's head of the failed collective's stack
-            stack = _FR_STACK_HEAD in msg
-            record = dict(r, last=r["line"], stack=stack) if stack or msg.find(_TB_HEAD) > 0 else None
+    msg = pl.col("message")
+    # a head: the watchdog's stack head, or a traceback's head after words of the record's own, on a ranked line
+    heads = (msg.str.contains(_FR_STACK_HEAD, literal=True) | (msg.str.find(_TB_HEAD, literal=True) > 0)) & pl.col(
+        "rank"
+    ).is_not_null()
+    sources = lines.filter(heads.fill_null(False))["source"].unique() if not lines.is_empty() else None
+    if sources is None or sources.is_empty():
+        return lines  # (most jobs: no such record; a `[rank1]: Traceback` carries its prefix on every line)
+    moves = pl.col("source").is_in(sources.implode()) & msg.str.contains_any(
+        [_TB_HEAD, _FR_STACK_HEAD, 'File "', " from ", *_EXC_WORDS]
+    )
+    keys = ("source", "line", *_RECORD_KEYS, "message")
+    walked = lines.filter(moves.fill_null(False)).select(keys).sort("source", "line", maintain_order=True)
+    fills: dict[str, list] = {k: [] for k in ("source", "line", *_RECORD_KEYS)}
+    record: tuple | None = None  # the head's (source, rank, rank_local, host, pid), the stack flag, the last line
+    stack = False
+    last = 0
+    for source, line, rank, rank_local, host, pid, text in walked.iter_rows():
+        text = text or ""
+        if rank is not None:
+            stack = _FR_STACK_HEAD in text
+            record = (source, rank, rank_local, host, pid) if stack or text.find(_TB_HEAD) > 0 else None
+            last = line
             continue
-        if record is None or r["source"] != record["source"] or r["line"] - record["last"] > _RECORD_GAP:
-            record = None
+        if record is None or source != record[0] or line - last > _RECORD_GAP or _TB_HEAD in text:
+            record = None  # too far from it, another file, or an unprefixed traceback of its own
             continue
-        if _TB_HEAD in msg:  # an unprefixed traceback of its own: not this record's
-            record = None
-            continue
-        frame = _FR_FRAME.match(msg) if record["stack"] else _FRAME.match(msg)
-        exc = None if record["stack"] else _EXC.match(msg)
+        frame = _FR_FRAME.match(text) if stack else _FRAME.match(text)
+        exc = None if stack else _EXC.match(text)
         if not frame and not exc:
             continue
-        fills.append({"source": r["source"], "line": r["line"], **{k: record[k] for k in _RECORD_KEYS}})
-        record["last"] = r["line"]
+        for key, value in zip(("source", "line", *_RECORD_KEYS), (source, line, *record[1:]), strict=True):
+            fills[key].append(value)
+        last = line
         if exc:
             record = None
-    if not fills:
+    if not fills["line"]:
         return lines
-    filled = pl.DataFrame(fills, schema={k: lines.schema[k] for k in ("source", "line", *_RECORD_KEYS)})
+    filled = pl.DataFrame(fills, schema={k: lines.schema[k] for k in fills})
     return lines.update(filled, on=["source", "line"])
 
 
