@@ -57,10 +57,10 @@ class GpusShort(Rule):
         errors = ev.filter(pl.col("severity") == "error")
         decisive = not errors.is_empty()
         if not decisive and not _log_ends_waiting(t, ev):
-            return None  # the warning or the wait was followed by the job's own errors: the GPUs came
+            return None  # the job went on past the warning or the wait (its workers started, or failed): the GPUs came
         said_row = (errors if decisive else ev).row(0, named=True)
         how = "stopped before starting its workers" if decisive else "was still waiting for them when the log ends"
-        # vLLM's placement-group timeout names no count of GPUs in a fixed form: its wait says enough
+        # vLLM's placement-group timeout is quoted by its wait (its specs, a long list, are in the evidence)
         what = said_row["detail"] or f"Cannot provide a placement group within {said_row['count']} seconds"
         return self.finding(
             confidence=self.base_confidence if decisive else 0.6,
