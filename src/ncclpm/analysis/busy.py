@@ -143,4 +143,4 @@ def waiting_in_barrier(t: Tables, timeouts: pl.DataFrame, call_sites: pl.DataFra
         return call_sites["op"].fill_null("").str.contains("barrier").any()
     tiny = timeouts.filter(BARRIER_SHAPED)
     frames = t.tracebacks.filter(pl.col("frames").list.eval(pl.element().str.starts_with("barrier")).list.any())
-    return not tiny.is_empty() or frames.height > 0 or not t.kinds(K.main_first_wait).is_empty()
+    return not tiny.is_empty() or frames.height > 0

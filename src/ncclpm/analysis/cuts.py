@@ -37,14 +37,7 @@ def cut_tracebacks(t: Tables) -> pl.DataFrame:
                 "funcs": pl.String(),
             }
         )
-    cut = tb.filter(pl.col("error_type").is_null())
-    if cut.is_empty():
-        return cut.select("source", "line", "end_line", "rank", "ts").with_columns(
-            pl.lit(None, pl.String).alias("text"),
-            pl.lit(None, pl.Int64).alias("frame_line"),
-            pl.lit(False).alias("launcher"),
-            pl.lit(None, pl.String).alias("funcs"),
-        )
+    cut = tb.filter(pl.col("error_type").is_null())  # (not empty: some traceback lacks its exception line)
     frames = t.kinds(K.traceback_frame).select("source", pl.col("line").alias("fl"), "text", "detail", "value")
     joined = cut.select("source", "line", "end_line", "rank", "ts").join(frames, on="source")
     inside = joined.filter((pl.col("fl") > pl.col("line")) & (pl.col("fl") <= pl.col("end_line")))

@@ -160,11 +160,11 @@ VERSION_KINDS = ((K.torch_version, "torch"), (K.nccl_error, "nccl"), (K.nccl_ver
 
 def versions(t: Tables) -> dict[str, str]:
     out: dict[str, str] = {}
-    found = [(kind, key) for kind, key in VERSION_KINDS if t.has_kinds(kind)]  # (most jobs: one or none)
-    ver = t.kinds(*(kind for kind, _ in found)).filter(pl.col("version").is_not_null()) if found else None
-    for kind, key in found if ver is not None else ():
-        hit = ver.filter(pl.col("kind") == kind)["version"]
-        if hit.len() and key not in out:
+    for kind, key in VERSION_KINDS:
+        if key in out or not t.has_kinds(kind):  # (most jobs: one kind or none, no query for the others)
+            continue
+        hit = t.kinds(kind)["version"].drop_nulls()
+        if hit.len():
             out[key] = ", ".join(sorted(hit.unique().to_list()))  # several: the hosts disagree (see CV01)
     if "nccl" not in out and t.fr is not None and not t.fr.dumps.is_empty():
         libs = t.fr.dumps.filter(pl.col("comm_lib_version").fill_null("") != "")["comm_lib_version"]

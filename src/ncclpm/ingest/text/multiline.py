@@ -51,6 +51,7 @@ _FR_FRAME = re.compile(r"^#\d+ [\w<>.]+ from \S+:\d+\s*$")
 # Lines between two kept lines of one traceback: a frame's source line, Python 3.11's `^^^^` marker, and the pieces
 # of either when a paste cut them at 80 columns; a larger gap is not one traceback.
 _RECORD_GAP = 8
+_RECORD_KEYS = ("rank", "rank_local", "host", "pid")  # what a record's head lends the lines that continue it
 
 
 def traceback_record_ranks(lines: pl.DataFrame) -> pl.DataFrame:
@@ -74,9 +75,9 @@ def traceback_record_ranks(lines: pl.DataFrame) -> pl.DataFrame:
     keys = ("source", "line", *_RECORD_KEYS, "message")
     walked = lines.filter(moves.fill_null(False)).select(keys).sort("source", "line", maintain_order=True)
     fills: dict[str, list] = {k: [] for k in ("source", "line", *_RECORD_KEYS)}
-    record: tuple | None = None  # the head's (source, rank, rank_local, host, pid), the stack flag, the last line
-    stack = False
-    last = 0
+    record: tuple | None = None  # the open record's head: (source, rank, rank_local, host, pid)
+    stack = False  # the open record is the failed collective's stack (else a Python traceback)
+    last = 0  # the line of its head or of the last line it took
     for source, line, rank, rank_local, host, pid, text in walked.iter_rows():
         text = text or ""
         if rank is not None:
@@ -100,9 +101,6 @@ def traceback_record_ranks(lines: pl.DataFrame) -> pl.DataFrame:
         return lines
     filled = pl.DataFrame(fills, schema={k: lines.schema[k] for k in fills})
     return lines.update(filled, on=["source", "line"])
-
-
-_RECORD_KEYS = ("rank", "rank_local", "host", "pid")
 
 
 def stitch_tracebacks(lines: pl.DataFrame) -> pl.DataFrame:

@@ -200,8 +200,7 @@ _TID = r"[\w.-]+:\d+:(\d+) \[\d+\]"
 def nccl_warnings(events: pl.DataFrame) -> pl.DataFrame:
     """One row per NCCL WARN with the return-code chain NCCL printed after it on the same thread
     (`proxy.cc:1390 -> 3`, ...) and the ncclResult_t it ends in (nccl.h codes)."""
-    kind = events["kind"]
-    if not ((kind == K.nccl_warn).any() or (kind == K.nccl_retcode).any()):  # (most jobs: no query)
+    if not events["kind"].is_in([K.nccl_warn, K.nccl_retcode]).any():  # (most jobs: no query)
         return pl.DataFrame(schema=WARNINGS_SCHEMA)
     rows = _process_key(events.filter(pl.col("kind").is_in([K.nccl_warn, K.nccl_retcode])))
     rows = rows.filter(pl.col("_host").is_not_null()).with_columns(

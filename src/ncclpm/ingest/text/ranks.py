@@ -144,7 +144,7 @@ def build_ranks(
         el = elastic.schema
         nulls |= {"exit_code": el["exit_code"], "signal": el["signal"]}
         nulls |= {"_exit_host": el["host"], "_exit_pid": el["pid"]}
-    if any((kind == k).any() for k in ACTIVITY_KINDS):
+    if kind.is_in(ACTIVITY_KINDS).any():
         parts.append(
             ranked.filter(pl.col("kind").is_in(ACTIVITY_KINDS))
             .sort(["rank", "ts", "source", "line"], nulls_last=False)
