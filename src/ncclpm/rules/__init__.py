@@ -25,6 +25,7 @@ from ncclpm.rules.nccl_invalid_usage import NcclInvalidUsage
 from ncclpm.rules.network import NcclTransportError
 from ncclpm.rules.not_a_job import NotATrainingLog
 from ncclpm.rules.nvml import NvmlDriverFailure
+from ncclpm.rules.parallel_layout import ParallelLayoutRefused
 from ncclpm.rules.peer_gone import PeerProcessGone
 from ncclpm.rules.process_died import ProcessDiedRankUnknown
 from ncclpm.rules.rank_branch import CollectiveUnderRankBranch
@@ -69,6 +70,7 @@ ALL_RULES: tuple[type[Rule], ...] = (
     JobCancelledByScheduler,
     LaunchMisconfigured,
     GpusShort,
+    ParallelLayoutRefused,
     WorldSizeMismatch,
     NcclInvalidUsage,
     TorchUsageError,

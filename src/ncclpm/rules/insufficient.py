@@ -87,7 +87,9 @@ class InsufficientEvidence(Rule):
         victims = self.facts.victim_lines
         proves, causes = victims_view(self.facts)
         leads = f" Most likely, in order: {'; '.join(f'({i}) {c}' for i, c in enumerate(causes, 1))}." if causes else ""
-        framework = not victims.is_empty() and victims["kind"].eq(K.framework_wait).all()
+        # a framework's waits only (its engine process's lines carry no rank, so they are victims without a rank)
+        waits = victims if not victims.is_empty() else t.events.filter(pl.col("victim"))
+        framework = not waits.is_empty() and waits["kind"].eq(K.framework_wait).all()
         # only the heartbeat monitor's lines: the watchdog thread itself stopped, no collective is shown waiting
         stuck = victims.filter(pl.col("kind") == K.heartbeat_stuck)
         watchdog_stuck = not stuck.is_empty() and stuck.height == victims.height
