@@ -34,6 +34,7 @@ PRECEDENCE: tuple[tuple[str, str], ...] = (
     ),
     ("MC01", "ranks issuing different collectives is a program bug no infrastructure fix touches"),
     ("SH01", "a /dev/shm or peer-to-peer failure breaks the communicator before any collective"),
+    ("SH02", "a benchmark's wrong values are corrupted data: nothing else failed, so no other rule has a lead"),
     ("SK01", "the stacks show where the odd rank really was, down to the user's line"),
     ("DL01", "a DataLoader failure is why its rank stopped issuing collectives"),
     ("CV01", "mixed NCCL/torch versions break the wire protocol: what follows is a consequence"),

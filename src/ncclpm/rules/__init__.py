@@ -43,6 +43,7 @@ from ncclpm.rules.timeout_symptom import CollectiveTimeoutSymptom
 from ncclpm.rules.torch_usage import TorchUsageError
 from ncclpm.rules.work_outlasted import WorkOutlastedTimeout
 from ncclpm.rules.world_size import WorldSizeMismatch
+from ncclpm.rules.wrong_values import CollectivesDeliveredWrongValues
 
 ALL_RULES: tuple[type[Rule], ...] = (
     CollectiveTimeoutSymptom,
@@ -71,6 +72,7 @@ ALL_RULES: tuple[type[Rule], ...] = (
     LaunchMisconfigured,
     GpusShort,
     ParallelLayoutRefused,
+    CollectivesDeliveredWrongValues,
     WorldSizeMismatch,
     NcclInvalidUsage,
     TorchUsageError,
