@@ -152,7 +152,8 @@ class ProcessDiedRankUnknown(Rule):
         # an activity's own words (`Loading checkpoint shards`), else the progress line as printed
         said_doing = pl.when(pl.col("kind") == K.activity).then(pl.coalesce("detail", "text")).otherwise("text")
         what = doing.select(said_doing).to_series() if not doing.is_empty() else None
-        during = f" during `{what[0].strip()[:100]}`" if what is not None else ""
+        # (a tqdm bar's padding collapsed: `0%| | 12/5000 [01:12<8:21:03, 6.03s/it]`)
+        during = f" during `{' '.join(what[0].split())[:100]}`" if what is not None else ""
         quoted = f"`{said(last['text'], t.line_prefix)}`"
         if last["kind"] == K.worker_exit:  # the launcher's line: what it says, not the command line it repeats
             quoted = _exit_said(last, signal)
@@ -187,11 +188,17 @@ class ProcessDiedRankUnknown(Rule):
         )
         # the kernel's OOM kill and the launcher's report of a worker's exit name the same pid: that worker
         same_pid = exited.filter(pl.col("pid") == last["pid"]) if oom and last["pid"] is not None else exited.clear()
+        # the launcher reports one worker's failure (torchrun's `failed (exitcode: -9) local_rank: 2 (pid: 1302)`):
+        # the one process this excerpt saw die is that worker
+        failed = exited.filter(fatal_exit().fill_null(False) | (pl.col("exit_code") == OWN_ERROR))
+        lone = failed.row(0, named=True) if failed["local_rank"].n_unique() == 1 else None
         who = (
             f"Process {spawned[0]} of torch.multiprocessing.spawn (local rank {spawned[0]})"
             if not spawned.is_empty() and spawned[0] is not None
             else f"Local rank {same_pid['local_rank'][0]} (pid {last['pid']})"
             if not same_pid.is_empty()
+            else f"Local rank {lone['local_rank']}" + (f" (pid {lone['pid']})" if lone["pid"] is not None else "")
+            if lone is not None
             else "A process"
         )
         rank = "its global rank" if who != "A process" else "which rank it was"
