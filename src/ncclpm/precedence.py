@@ -25,6 +25,7 @@ PRECEDENCE: tuple[tuple[str, str], ...] = (
         "CF05",
         "a framework asked for more GPUs than the cluster has never started its workers: what follows is a consequence",
     ),
+    ("SL02", "a request the scheduler refused started nothing: whatever the launcher printed after it follows"),
     ("CF06", "a parallel layout the framework refused at start-up stops every rank the same way: its crash follows"),
     ("CF02", "nodes launched with different world sizes never form one communicator: what follows is a consequence"),
     ("CF03", "NCCL rejected the call itself (invalid usage): a setup mistake, whatever failed after it"),

@@ -32,6 +32,7 @@ from ncclpm.rules.rank_branch import CollectiveUnderRankBranch
 from ncclpm.rules.rank_crash import RankDiedFirst
 from ncclpm.rules.rendezvous import ProcessGroupNeverFormed
 from ncclpm.rules.scheduler import JobCancelledByScheduler
+from ncclpm.rules.scheduler_refused import SchedulerRefusedRequest
 from ncclpm.rules.shm_topology import ShmOrP2pFailure
 from ncclpm.rules.slow_rank import RankBusyOutsideCollectives
 from ncclpm.rules.stacks import StacksOddRankOut
@@ -72,6 +73,7 @@ ALL_RULES: tuple[type[Rule], ...] = (
     LaunchMisconfigured,
     GpusShort,
     ParallelLayoutRefused,
+    SchedulerRefusedRequest,
     CollectivesDeliveredWrongValues,
     WorldSizeMismatch,
     NcclInvalidUsage,

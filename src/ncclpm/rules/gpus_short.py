@@ -6,6 +6,7 @@ from typing import ClassVar
 
 import polars as pl
 
+from ncclpm.rules._pending import log_ends_pending
 from ncclpm.rules.base import Finding, Fix, Rule, quotes
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
@@ -56,7 +57,7 @@ class GpusShort(Rule):
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         errors = ev.filter(pl.col("severity") == "error")
         decisive = not errors.is_empty()
-        if not decisive and not _log_ends_waiting(t, ev):
+        if not decisive and not log_ends_pending(t, ev):
             return None  # the job went on past the warning or the wait (its workers started, or failed): the GPUs came
         said_row = (errors if decisive else ev).row(0, named=True)
         how = "stopped before starting its workers" if decisive else "was still waiting for them when the log ends"
@@ -73,13 +74,3 @@ class GpusShort(Rule):
             dont=("Do not look for a crashed rank or a network fault: no worker started.",),
             verify=("`ray status` shows at least the GPUs the job asks for before it starts.",),
         )
-
-
-def _log_ends_waiting(t: Tables, ev: pl.DataFrame) -> bool:
-    """Nothing after the last warning or wait: no line of the job read after it in its file (the engine going on
-    to start its workers, `vLLM is using nccl==...`, the server starting), and no error in another file."""
-    last = ev.sort("source", "line").tail(1).row(0, named=True)
-    others = t.events.filter(pl.col("kind") != K.gpus_short)
-    later_here = others.filter((pl.col("source") == last["source"]) & (pl.col("line") > last["line"]))
-    errors_elsewhere = others.filter((pl.col("source") != last["source"]) & (pl.col("severity") == "error"))
-    return later_here.is_empty() and errors_elsewhere.is_empty()

@@ -93,6 +93,11 @@ class ProcessGroupNeverFormed(Rule):
             "or let torchrun choose one (`--rdzv-endpoint=host:0`).",
             when="the store's own port was taken",
         ),
+        "place_all": Fix(
+            "Get every process scheduled first: the cluster's scheduler had not placed them all (its message is "
+            "quoted); ask for what the nodes offer or free them, then start the job.",
+            when="the scheduler had not placed every process",
+        ),
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
@@ -201,14 +206,21 @@ class ProcessGroupNeverFormed(Rule):
                 ),
             )
         who = f" ({ranks_text(culprits)})" if culprits else ""
+        # the processes that never came: the scheduler could not place them (a pod Pending for want of GPUs)
+        unplaced = t.kinds(K.scheduler_refused)
+        why = (
+            f"; the scheduler had not placed every process (`{unplaced['detail'][0]}`)"
+            if not unplaced.is_empty()
+            else ""
+        )
         return self.finding(
             confidence=conf,
             culprit_ranks=culprits,
-            summary=f"The process group never formed: {how}{who}.",
+            summary=f"The process group never formed: {how}{who}{why}.",
             explanation="The failure happened before any collective: the processes did not all reach the "
             "rendezvous/TCPStore. This is a launch or network-setup problem, not a training or NCCL bug.",
-            evidence=quotes(ev),
-            fixes=self.fixes(*_fix_order(ev)),
+            evidence=quotes(ev) + quotes(unplaced, 1),
+            fixes=self.fixes(*(["place_all"] if why else []), *_fix_order(ev)),
             dont=(
                 "No NCCL variable (NCCL_P2P_DISABLE, NCCL_IB_DISABLE, NCCL_SOCKET_IFNAME) affects the "
                 "TCPStore rendezvous that failed here.",
