@@ -224,6 +224,9 @@ def _resolve_rank(catalog: Catalog) -> pl.Expr:
 
 def _fill_ranks(env: pl.DataFrame) -> pl.DataFrame:
     stream = ["source", "_role", "_local"]
+    # the process the file's rank printed from: a line of another process (its own pid on it: vLLM's API server
+    # beside `(Worker_TP1 pid=2212)`) is not that rank's
+    rank_pid = pl.col("pid").filter(pl.col("_direct").is_not_null()).drop_nulls().first().over("source")
     env = env.with_columns(
         pl.col("_direct").drop_nulls().mode().sort().first().over(stream).alias("_stream_rank"),
         # A file that mostly talks about one rank is that rank's log (a per-rank file with some unprefixed
@@ -234,6 +237,7 @@ def _fill_ranks(env: pl.DataFrame) -> pl.DataFrame:
                 (pl.col("_direct").is_not_null() & ~pl.col("_words_only")).sum().over("source")
                 > 0.5 * (~pl.col("_words_only")).sum().over("source")
             )
+            & (pl.col("pid").is_null() | rank_pid.is_null() | (pl.col("pid") == rank_pid))
         )
         .then(pl.col("_direct").drop_nulls().first().over("source"))
         .alias("_file_single"),
