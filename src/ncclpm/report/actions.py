@@ -73,7 +73,12 @@ BY_RULE: dict[str, Callable[[Finding], tuple[Action, str] | None]] = {
     "SH01": lambda f: (Action.FIX_CONFIG, "/dev/shm or peer-to-peer set-up: container or launch settings"),
     "CF01": lambda f: (Action.FIX_CONFIG, "ranks set up wrong (GPU binding, launcher vs script)"),
     "TS01": lambda f: (Action.RAISE_TIMEOUT, "the timeout in force is too short for the job's work"),
-    "TO01": lambda f: (Action.RAISE_TIMEOUT, "every rank was in the collective: give it more time"),
+    # (a stall at a default timeout nobody set is the transport's: its category's action, not more time)
+    "TO01": lambda f: (
+        (Action.RAISE_TIMEOUT, "every rank was in the collective: give it more time")
+        if f.category == Category.TIMEOUT_TOO_SHORT
+        else None
+    ),
     "SL01": _scheduler,
     "EX01": lambda f: (Action.RESTART, "killed from outside while no rank had failed: resubmit, find the sender"),
     "CR03": lambda f: (Action.COLLECT_MORE, "a peer process went away: its own output has the reason, collect it"),
