@@ -100,8 +100,8 @@ class InsufficientEvidence(Rule):
         waited = f" for {duration_text(limit.max())}" if limit.len() else ""
         shown = (
             "a serving or RL framework's process waited on its peers (vLLM's shared-memory broadcast or RPC, "
-            "SGLang's watchdog, a weight sync) - the waiting side of a worker that hung, died or was busy elsewhere "
-            "- and the logs do not show which or why"
+            "SGLang's watchdog, Ray's compiled-graph channel, a weight sync) - the waiting side of a worker that "
+            "hung, died or was busy elsewhere - and the logs do not show which or why"
             if framework
             else f"the watchdog thread of {ranks_text(stuck_ranks) if stuck_ranks else 'a process'} itself stopped "
             "making progress"
