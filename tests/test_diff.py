@@ -199,6 +199,22 @@ def test_one_sided_facts_claim_nothing(tmp_path: Path) -> None:
     assert by_what["NCCL_IB_DISABLE"].good == "not set" and by_what["NCCL_IB_DISABLE"].relevance != "none"
 
 
+CASES = Path(__file__).resolve().parent / "cases"
+
+
+def test_two_failed_runs_are_no_before_and_after() -> None:
+    """GOOD failed too, and no setting shows in both runs: the headline says both, and claims no comparison of
+    settings that were never there ("the 0 settings ... are the same")."""
+    report = diff(
+        [CASES / "excerpt_megatron_world_not_divisible" / "input"],
+        [CASES / "excerpt_vllm_heads_not_divisible_by_tp" / "input"],
+    )
+    assert report.compared == 0
+    assert "GOOD failed too (`config_version`), so the runs are not a before and after" in report.headline
+    assert "there was nothing to compare" in report.headline
+    assert "the 0 settings" not in report.headline and "look at what happened only in BAD" not in report.headline
+
+
 @pytest.mark.parametrize(
     ("text", "seconds"),
     [

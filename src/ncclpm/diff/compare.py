@@ -234,12 +234,19 @@ def headline(good: RunSummary, bad: RunSummary, diffs: list[Difference], compare
         )
     changed = [d for d in diffs if d.section != "progress" and d.good is not None and d.bad is not None]
     nothing = (
-        f"Nothing changed between GOOD and BAD: the {compared} settings, versions and launch options both runs show "
-        "are the same"
+        "No setting, version or launch option shows in both runs: there was nothing to compare"
+        if not compared
+        else f"Nothing changed between GOOD and BAD: the {compared} settings, versions and launch options both runs "
+        "show are the same"
         if not changed
         else f"No difference between GOOD and BAD bears on it: {compared} facts (versions, settings, shape, NCCL's "
         "choices) compared, the rest differs only in what cannot matter (times, pids, paths)"
     )
+    if good.failed and Category(good.category).names_a_cause:  # two failures: not a before and after
+        return (
+            f"{verdict} GOOD failed too (`{good.category}`), so the runs are not a before and after. {nothing}; "
+            "each run's own diagnosis names its cause (BAD's below)."
+        )
     return (
         f"{verdict} {nothing}. The failure did not come from a change of configuration ncclpm can see: look at what "
         "happened only in BAD (its diagnosis below; a rank killed from outside, a node, a transient fault)."
