@@ -59,3 +59,19 @@ def test_the_lookup_table_is_exit_signal() -> None:
 
     for code in range(-70, 260):
         assert EXIT_SIGNALS.get(code) == exit_signal(code), code
+
+
+def test_a_rank_s_pid_is_the_one_torchrun_states(tmp_path: Path) -> None:
+    """torchrun's `failed (exitcode: 1) local_rank: 3 (pid: 40214)` is printed by the agent (its own pid, 140211,
+    in the glog prefix) about the worker: the rank's pid is the worker's."""
+    (tmp_path / "console.log").write_text(
+        "[rank3]: Traceback (most recent call last):\n"
+        '[rank3]:   File "/workspace/train.py", line 41, in <module>\n'
+        "[rank3]: RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        "E1120 10:02:11.412000 140211 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) "
+        "local_rank: 3 (pid: 40214) of binary: /usr/bin/python\n"
+    )
+    from ncclpm.api import build
+
+    ranks = build([tmp_path]).ranks
+    assert ranks.filter(ranks["rank"] == 3)["pid"].to_list() == [40214]

@@ -18,6 +18,7 @@ ACTIVITY_KINDS = [K.activity, K.progress]
 # (`Last error:` and the NCCL text on the lines after them): the message is the error, they are its envelope.
 WRAPPER_KINDS = [K.exception, K.nccl_error]
 NCCL_WRAPPER = r"NCCL error|nccl[A-Z]\w*Error|DistBackendError"
+STATED_PID_EVENT = "elastic.worker_failed"  # the launcher line that states a worker's pid (parsers/torch_elastic.toml)
 BURST_LINES = 4  # error lines at most this far apart in one file are one error (a traceback's last lines)
 
 
@@ -90,6 +91,13 @@ def build_ranks(
         parts.append(ranked.group_by("rank").agg(pl.len().cast(pl.UInt32).alias("n_events")))
     else:
         nulls["n_events"] = pl.UInt32()
+    # torchrun's `failed (exitcode: 1) local_rank: 3 (pid: 40214)` states the worker's pid; the line's own prefix
+    # holds the agent's, which printed it
+    stated = ranked.filter(pl.col("event") == STATED_PID_EVENT) if (kind == K.worker_exit).any() else ranked.clear()
+    if stated.height:
+        parts.append(stated.group_by("rank").agg(pl.col("pid").drop_nulls().first().alias("_stated_pid")))
+    else:
+        nulls["_stated_pid"] = ev["pid"]
     if (kind == K.collective_timeout).any():
         parts.append(
             _first_by_time(
@@ -187,7 +195,7 @@ def build_ranks(
         )
     out = out.with_columns(
         pl.coalesce("host", "_exit_host").alias("host"),
-        pl.coalesce("pid", "_exit_pid").alias("pid"),
+        pl.coalesce("_stated_pid", "pid", "_exit_pid").alias("pid"),
         pl.col("timed_out").fill_null(False),
         pl.col("n_events").fill_null(0),
     )
