@@ -96,6 +96,9 @@ def test_a_pattern_plan_built_once_reads_what_a_fresh_one_reads() -> None:
         once = _pattern_events(lines, p).collect()
         again = _pattern_events(lines, p).collect()
         assert once.equals(again)
+        # among the lines holding one of its anchors, its regex alone matches the same lines
+        held = lines.filter(pl.col("message").str.contains_any(list(p.anchors)))
+        assert _pattern_events(held, p, anchored=True).collect().equals(once)
 
 
 def test_a_declared_kind_read_twice_is_still_checked() -> None:

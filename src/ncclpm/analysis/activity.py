@@ -44,18 +44,26 @@ def rank_line_order(t: Tables) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(placed, unplaced): every kept line of a ranked process with its `pos` in the rank's time order (copies of a
     line share its place), and the lines no order could place."""
     # torchrun's failure summary names each rank's exit below its entry: the launcher's words, not the rank's lines
-    summary = t.elastic.group_by("source").agg(pl.col("line").min().alias("_summary"))
-    ranked = (
-        t.lines.filter(pl.col("rank").is_not_null())
-        .join(summary, on="source", how="left")
-        .filter(pl.col("_summary").is_null() | (pl.col("line") < pl.col("_summary")))
-        .select("rank", "source", "line", "ts", pl.col("message").fill_null("").alias("text"))
-        .sort("source", "line")
-        .with_columns(pl.col("ts").forward_fill().over("source").alias("_ts"))
-        .with_columns(pl.int_range(pl.len()).over("rank", "source", "text").alias("_k"))
+    ranked = t.lines.filter(pl.col("rank").is_not_null())
+    if not t.elastic.is_empty():
+        summary = t.elastic.group_by("source").agg(pl.col("line").min().alias("_summary"))
+        ranked = ranked.join(summary, on="source", how="left").filter(
+            pl.col("_summary").is_null() | (pl.col("line") < pl.col("_summary"))
+        )
+    ranked = ranked.select("rank", "source", "line", "ts", pl.col("message").fill_null("").alias("text")).sort(
+        "source", "line"
     )
     if ranked.is_empty():
         return pl.DataFrame(schema=ORDER_SCHEMA), pl.DataFrame(schema=ORDER_SCHEMA)
+    cols = list(ORDER_SCHEMA)
+    if ranked.select((pl.col("source").n_unique().over("rank") == 1).all()).item():
+        # each rank's lines in one file (most jobs): its order is the file's, nothing to place, no query more
+        pos = pl.int_range(pl.len()).over("rank").cast(pl.Float64).alias("pos")
+        placed = ranked.with_columns(pos).select(cols)
+        return placed.sort("rank", "pos", "source", "line"), placed.clear()
+    ranked = ranked.with_columns(pl.col("ts").forward_fill().over("source").alias("_ts")).with_columns(
+        pl.int_range(pl.len()).over("rank", "source", "text").alias("_k")
+    )
     counts = ranked.group_by("rank", "source").len().sort("rank", "len", "source", descending=[False, True, False])
     primary = counts.group_by("rank", maintain_order=True).first().select("rank", pl.col("source").alias("_primary"))
     ranked = ranked.join(primary, on="rank")
@@ -63,10 +71,6 @@ def rank_line_order(t: Tables) -> tuple[pl.DataFrame, pl.DataFrame]:
         pl.int_range(pl.len()).over("rank").cast(pl.Float64).alias("pos")
     )
     others = ranked.filter(pl.col("source") != pl.col("_primary"))
-    cols = list(ORDER_SCHEMA)
-    if others.is_empty():  # each rank's lines in one file (most jobs): nothing to place, no query more
-        placed = main.select(cols)
-        return placed.sort("rank", "pos", "source", "line"), placed.clear()
     copies = others.join(main.select("rank", "text", "_k", "pos"), on=["rank", "text", "_k"], how="inner")
     extras = others.join(main.select("rank", "text", "_k"), on=["rank", "text", "_k"], how="anti")
     # a line of another file is placed by its time when the rank's ordering file is dated throughout

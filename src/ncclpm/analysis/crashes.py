@@ -92,21 +92,28 @@ def crashes(t: Tables, victim_lines: pl.DataFrame, errors: pl.DataFrame, exits: 
         return pl.DataFrame(schema={**schema, "victim_ts": t.events.schema["ts"]})
     named = t.kinds(*MESSAGE_CAUSES).filter(pl.col("strength").fill_null(1.0) >= NAMES_A_CAUSE)
     explained = set(t.kinds(*EXPLAINED_KINDS)["rank"].drop_nulls().to_list()) | set(named["rank"].drop_nulls())
-    victims_at = victim_lines.group_by("rank").agg(pl.col("ts").min().alias("victim_ts"))
-    exc = errors.with_columns(pl.lit("exception").alias("how"))
-    sig = (
-        t.kinds(*CRASH_KINDS)
-        .filter(pl.col("rank").is_not_null() & ~pl.col("error_type").fill_null("").str.contains("DistBackendError"))
-        .with_columns(pl.lit("signal").alias("how"))
-    )
-    exits = exits.with_columns(pl.lit("exit").alias("how"))
-    exits = exits.with_columns(pl.lit(None, pl.Float64).alias("strength"))
-    ev = pl.concat([exc.select(cols), sig.select(cols), exits.select(cols)])
+    # the parts a job holds (an absent one would add no row, only its queries)
+    parts = [errors.with_columns(pl.lit("exception").alias("how")).select(cols)] if not errors.is_empty() else []
+    if t.has_kinds(*CRASH_KINDS):
+        sig = t.kinds(*CRASH_KINDS).filter(
+            pl.col("rank").is_not_null() & ~pl.col("error_type").fill_null("").str.contains("DistBackendError")
+        )
+        parts.append(sig.with_columns(pl.lit("signal").alias("how")).select(cols))
+    if not exits.is_empty():
+        how = [pl.lit("exit").alias("how"), pl.lit(None, pl.Float64).alias("strength")]
+        parts.append(exits.with_columns(how).select(cols))
+    ev = pl.concat(parts) if len(parts) > 1 else parts[0]
     # An error printed without a time (a traceback in torchrun's summary) happened by its process's exit,
     # which the launcher dates: order it by that, not after every dated line.
-    ended = t.elastic.filter(pl.col("rank").is_not_null()).group_by("rank").agg(pl.col("ts").min().alias("_end"))
-    ev = ev.join(ended, on="rank", how="left").with_columns(pl.coalesce("ts", "_end").alias("ts")).drop("_end")
-    ev = ev.filter(~pl.col("rank").is_in(list(explained))).join(victims_at, on="rank", how="left")
-    # A rank that was already waiting on someone else when it failed is a victim, not the cause.
-    ev = ev.filter(pl.col("victim_ts").is_null() | (pl.col("ts") < pl.col("victim_ts")))
+    if t.elastic["rank"].null_count() < t.elastic.height:
+        ended = t.elastic.filter(pl.col("rank").is_not_null()).group_by("rank").agg(pl.col("ts").min().alias("_end"))
+        ev = ev.join(ended, on="rank", how="left").with_columns(pl.coalesce("ts", "_end").alias("ts")).drop("_end")
+    ev = ev.filter(~pl.col("rank").is_in(list(explained)))
+    if victim_lines.is_empty():  # (no rank waited on anyone: no victim time to compare with)
+        ev = ev.with_columns(pl.lit(None, victim_lines.schema["ts"]).alias("victim_ts"))
+    else:
+        victims_at = victim_lines.group_by("rank").agg(pl.col("ts").min().alias("victim_ts"))
+        ev = ev.join(victims_at, on="rank", how="left")
+        # A rank that was already waiting on someone else when it failed is a victim, not the cause.
+        ev = ev.filter(pl.col("victim_ts").is_null() | (pl.col("ts") < pl.col("victim_ts")))
     return ev.sort("ts", "rank", "line", nulls_last=True)

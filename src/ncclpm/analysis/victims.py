@@ -130,8 +130,9 @@ def same_line(events: pl.DataFrame, kinds: list[str]) -> pl.DataFrame:
 
 def exceptions_not_victim(t: Tables, exclude_kinds: list[str]) -> pl.DataFrame:
     """Exception lines (logs and error files) that are neither a victim symptom nor another rule's kind."""
-    exc = t.events.filter(pl.col("kind").is_in([K.exception, K.dataloader_reraise]) & pl.col("rank").is_not_null())
-    exc = exc.filter(~pl.col("victim"))
+    exc = t.kinds(K.exception, K.dataloader_reraise).filter(pl.col("rank").is_not_null() & ~pl.col("victim"))
+    if exc.is_empty():  # (no ranked exception: no line to take away)
+        return exc
     taken = same_line(t.events, [*VICTIM_KINDS, *exclude_kinds])
     return _without_reraise(exc.join(taken, on=["source", "line"], how="anti"))
 

@@ -11,9 +11,20 @@ import polars as pl
 
 from ncclpm.util.clamp import EARLIEST, FIELD_BOUNDS, LATEST, MAX_RANK
 
+_CHECKS: dict[tuple[str, ...], dict[str, pl.Expr]] = {}  # a frame's columns -> its checks (built once per shape)
+
 
 def _checks(frame: pl.DataFrame) -> dict[str, pl.Expr]:
-    """column -> expression true where the value is outside what it can mean."""
+    """column -> expression true (or null) where the value is outside what it can mean."""
+    held = _CHECKS.get(key := tuple(frame.columns))
+    if held is None:
+        if len(_CHECKS) >= 64:
+            _CHECKS.clear()
+        held = _CHECKS[key] = _checks_of(frame)
+    return held
+
+
+def _checks_of(frame: pl.DataFrame) -> dict[str, pl.Expr]:
     out: dict[str, pl.Expr] = {}
     if "rank" in frame.columns:
         out["rank"] = (pl.col("rank") < 0) | (pl.col("rank") > MAX_RANK)
@@ -30,10 +41,12 @@ def bound(frame: pl.DataFrame, warnings: list[str] | None = None, what: str = "v
     checks = _checks(frame)
     if frame.is_empty() or not checks:
         return frame
-    bad = frame.select(**{k: e.fill_null(False) for k, e in checks.items()})
-    hit = [k for k in checks if bad[k].any()]
+    # whether any value is out of bounds, every column in one query (most jobs: none, nothing more to do)
+    anywhere = frame.select(**{k: e.fill_null(False).any() for k, e in checks.items()}).row(0)
+    hit = [k for k, h in zip(checks, anywhere, strict=True) if h]
     if not hit:
         return frame
+    bad = frame.select(**{k: checks[k].fill_null(False) for k in hit})
     if warnings is not None:
         for k in hit:
             first = frame.filter(bad[k]).row(0, named=True)

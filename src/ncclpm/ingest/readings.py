@@ -86,7 +86,10 @@ def apply_readings(events: pl.DataFrame, kinds: dict[str, KindDecl]) -> pl.DataF
         exprs.append(plan.victim.alias("victim"))
     if events.height > _FEW and all(events.schema.get(a) == EVENT_FIELDS[a] for a in plan.chains):
         return _on_read_kinds(events, exprs, plan.read, plan.victim)
-    return events.with_columns(exprs).with_columns(pl.col("victim").fill_null(False))
+    # (no expression reads another's output: `victim` is made non-null in the same query)
+    return events.with_columns(
+        e.fill_null(False).alias("victim") if e.meta.output_name() == "victim" else e for e in exprs
+    )
 
 
 _FEW = 10_000  # rows: below this, evaluating every reading on every event costs less than picking the rows

@@ -133,21 +133,34 @@ def rank_rows(facts: Analysis, primary: Finding) -> tuple[dict, ...]:
             )
             .cast({"rank": table.schema["rank"]})
         )
-    table = table.join(numel, on="rank", how="left")
+    # each part is joined on the rank; an empty part adds its columns of nulls, typed as the join would, in the
+    # same place, all at once with the next part joined (most jobs: no timeout, no launcher summary...)
+    pending: dict[str, pl.DataType] = {}
+
+    def joined(table: pl.DataFrame, part: pl.DataFrame) -> pl.DataFrame:
+        if part.is_empty():
+            pending.update((c, dt) for c, dt in part.schema.items() if c != "rank")
+            return table
+        if pending:
+            table = table.with_columns(pl.lit(None, dt).alias(c) for c, dt in pending.items())
+            pending.clear()
+        return table.join(part.cast({"rank": table.schema["rank"]}), on="rank", how="left")
+
+    table = joined(table, numel)
     # each rank's last activity and last line across every file in time order (analysis/activity.py), not per file
     order = ["last_activity", "last_activity_ts", "last_activity_ref"]
-    act = facts.last_activity.select("rank", *order).cast({"rank": table.schema["rank"]})
-    table = table.drop(order).join(act, on="rank", how="left")
-    table = table.join(facts.last_lines.cast({"rank": table.schema["rank"]}), on="rank", how="left")
-    named = facts.task_hosts.rename({"host": "_task_host"}).cast({"rank": table.schema["rank"]})
-    table = table.join(named, on="rank", how="left").with_columns(pl.coalesce("host", "_task_host").alias("host"))
-    table = table.drop("_task_host")
+    table = joined(table.drop(order), facts.last_activity.select("rank", *order))
+    table = joined(table, facts.last_lines)
+    if not facts.task_hosts.is_empty():
+        table = joined(table, facts.task_hosts.rename({"host": "_task_host"}))
+        table = table.with_columns(pl.coalesce("host", "_task_host").alias("host")).drop("_task_host")
     if t.elastic.is_empty():  # (most jobs: no launcher summary, no query)
         ends = pl.DataFrame(schema={"rank": table.schema["rank"], "exit_ts": t.elastic.schema["ts"]})
     else:
         ends = t.elastic.filter(pl.col("rank").is_not_null()).group_by("rank").agg(pl.col("ts").min().alias("exit_ts"))
-        ends = ends.cast({"rank": table.schema["rank"]})
-    table = table.join(ends, on="rank", how="left")
+    table = joined(table, ends)
+    if pending:
+        table = table.with_columns(pl.lit(None, dt).alias(c) for c, dt in pending.items())
     rows = []
     for r in table.sort("rank").iter_rows(named=True):
         role = "culprit" if r["rank"] in culprits else "waiting" if r["rank"] in victims else ""

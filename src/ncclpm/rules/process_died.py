@@ -80,33 +80,34 @@ class ProcessDiedRankUnknown(Rule):
         taken = same_line(t.events, [*VICTIM_KINDS, *EXPLAINED_KINDS, K.agent_killed, K.agent_signal, K.worker_exit])
         # A framework's front process that reported a child's failure then ends itself (SGLang kills its own process
         # tree: the shell's `Killed`): the clean-up, not a kill from outside.
-        reported = t.kinds(K.child_failed_report).group_by("source").agg(pl.col("line").min().alias("reported"))
-        cleanup = (
-            ev.filter(pl.col("kind") == K.crash_signal)
-            .join(reported, on="source")
-            .filter(pl.col("line") > pl.col("reported"))
-            .select("source", "line")
-        )
-        taken = pl.concat([taken, cleanup]).unique()
+        if t.has_kinds(K.child_failed_report):  # (the parts a job lacks are left out: they take nothing away)
+            reported = t.kinds(K.child_failed_report).group_by("source").agg(pl.col("line").min().alias("reported"))
+            cleanup = (
+                ev.filter(pl.col("kind") == K.crash_signal)
+                .join(reported, on="source")
+                .filter(pl.col("line") > pl.col("reported"))
+                .select("source", "line")
+            )
+            taken = pl.concat([taken, cleanup]).unique()
         # a DistBackendError that states NCCL's result class (`NCCL error in: ..., unhandled system error`) is this
         # process's own NCCL call failing when it is all there is - not where the class blames the network or a
         # peer (NW01 reads those), nor where an NCCL WARN line says what failed (its own reading wins)
-        own_nccl = same_line(
-            ev.filter((pl.col("kind") == K.nccl_error) & pl.col("net_class").is_null()), [K.nccl_error]
-        )
-        if not t.kinds(K.nccl_warn).is_empty():
-            own_nccl = own_nccl.clear()
-        rethrown = ev.join(own_nccl, on=["source", "line"], how="anti").filter(
-            pl.col("error_type").fill_null("").str.contains("DistBackendError")
-        )
-        own = (
-            ev.filter(pl.col("kind").is_in(own_kinds))
-            .join(taken, on=["source", "line"], how="anti")
-            # the watchdog thread re-throwing a collective's failure: a symptom (CR01 reads it the same way); the
-            # launcher's ChildFailedError only reports a worker's failure, whose own error is elsewhere
-            .join(rethrown.select("source", "line"), on=["source", "line"], how="anti")
-            .filter(~pl.col("error_type").fill_null("").str.contains("ChildFailedError"))
-        )
+        rethrown = ev
+        if not t.has_kinds(K.nccl_warn):
+            own_nccl = same_line(
+                ev.filter((pl.col("kind") == K.nccl_error) & pl.col("net_class").is_null()), [K.nccl_error]
+            )
+            if not own_nccl.is_empty():
+                rethrown = ev.join(own_nccl, on=["source", "line"], how="anti")
+        rethrown = rethrown.filter(pl.col("error_type").fill_null("").str.contains("DistBackendError"))
+        own = ev.filter(pl.col("kind").is_in(own_kinds))
+        if not taken.is_empty():
+            own = own.join(taken, on=["source", "line"], how="anti")
+        # the watchdog thread re-throwing a collective's failure: a symptom (CR01 reads it the same way); the
+        # launcher's ChildFailedError only reports a worker's failure, whose own error is elsewhere
+        if not rethrown.is_empty():
+            own = own.join(rethrown.select("source", "line"), on=["source", "line"], how="anti")
+        own = own.filter(~pl.col("error_type").fill_null("").str.contains("ChildFailedError"))
         ended = fatal_exit().fill_null(False) | (pl.col("exit_code") == OWN_ERROR)  # exit 1: an uncaught error
         exits = ev.filter((pl.col("kind") == K.worker_exit) & ended)
         found = pl.concat([own, exits], how="diagonal_relaxed").sort("source", "line")

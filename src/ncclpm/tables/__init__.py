@@ -67,12 +67,21 @@ class Tables:
         return any(k in self._rows_of_kind for k in K.check(*kinds, where="Tables.has_kinds"))
 
     def kinds(self, *kinds: str) -> pl.DataFrame:
-        """Events of the given kinds (declared kinds only: a misspelt one raises `UnknownKind`), in table order."""
+        """Events of the given kinds (declared kinds only: a misspelt one raises `UnknownKind`), in table order.
+        Each answer is kept: the facts and rules of a job ask for the same kinds ~40 times (frames are not changed
+        in place, so one frame serves every asker)."""
+        held = self._of_kinds.get(kinds)
+        if held is not None:
+            return held
         wanted = dict.fromkeys(K.check(*kinds, where="Tables.kinds"))
         rows = [self._rows_of_kind[k] for k in wanted if k in self._rows_of_kind]
-        if not rows:
-            return self.events.clear()
-        return self.events[rows[0] if len(rows) == 1 else pl.concat(rows).sort()]
+        got = self.events[rows[0] if len(rows) == 1 else pl.concat(rows).sort()] if rows else self.events.clear()
+        self._of_kinds[kinds] = got
+        return got
+
+    @functools.cached_property
+    def _of_kinds(self) -> dict[tuple[str, ...], pl.DataFrame]:
+        return {}
 
     @functools.cached_property
     def _rows_of_kind(self) -> dict[str, pl.Series]:

@@ -12,6 +12,7 @@ the year) is no date: `failed_at`/`started_at` stay null, `failed_clock` keeps t
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime
 from typing import Any
 
@@ -105,15 +106,13 @@ def _first_error_time(tables: Any) -> datetime | None:
 def failure_time(tables: Any, d: Any) -> datetime | None:
     """The time of the first decisive event, on the logs' own clock (dated or not), or None."""
     first_error, first_line = _decisive_times(tables, d)
-    candidates = (
-        first_error,
-        first_line,
-        _story_time(d),
-        _culprit_error_time(d),
-        _fr_time(tables, d),
-        _first_error_time(tables),
+    later = (  # each worked out only when the ones before it gave no time
+        lambda: _story_time(d),
+        lambda: _culprit_error_time(d),
+        lambda: _fr_time(tables, d),
+        lambda: _first_error_time(tables),
     )
-    for candidate in candidates:
+    for candidate in itertools.chain((first_error, first_line), (f() for f in later)):
         if candidate is not None:
             return candidate.replace(tzinfo=None)
     return None

@@ -102,8 +102,9 @@ def _top_error(tables: Any, d: Any, job: Any) -> str | None:
     relies on."""
     import polars as pl
 
-    tb = tables.tracebacks.filter(pl.col("detail").fill_null("") != "")
-    tb = tb.filter(~pl.col("error_type").fill_null("").str.ends_with("ChildFailedError"))
+    tb = tables.tracebacks.filter(
+        (pl.col("detail").fill_null("") != "") & ~pl.col("error_type").fill_null("").str.ends_with("ChildFailedError")
+    )
     if not tb.is_empty():
         r = tb.sort("ts", "source", "line", nulls_last=True).row(0, named=True)
         return f"{r['error_type']}: {r['detail']}"

@@ -303,7 +303,8 @@ class _PatternPlan:
     """The expressions of one pattern's plan (`_pattern_events`), built once per pattern: a job's plans were built
     anew each time (~40 patterns with hits a job, ~60 expressions each)."""
 
-    hits: pl.Expr
+    hits: pl.Expr  # the rows it matches: holding one of its anchors, and its regex
+    matches: pl.Expr  # the same among rows known to hold one of its anchors: its regex alone
     extract: list[pl.Expr]  # `_m`, the groups (and `_all`, each match, for a repeating pattern: first)
     columns: list[pl.Expr | str]
     tags: list[pl.Expr]
@@ -316,7 +317,8 @@ def _pattern_plan(p: Pattern) -> _PatternPlan:
     held = _PLANS.get(id(p))
     if held is not None and held[0] is p:
         return held[1]
-    hits = pl.col("message").str.contains_any(list(p.anchors)) & pl.col("message").str.contains(p.regex)
+    matches = pl.col("message").str.contains(p.regex)
+    hits = pl.col("message").str.contains_any(list(p.anchors)) & matches
     if p.repeat:  # one event per match: each match is read again on its own for its groups
         extract = [
             pl.col("message").str.extract_all(p.regex).alias("_all"),
@@ -350,17 +352,19 @@ def _pattern_plan(p: Pattern) -> _PatternPlan:
     tags = [
         pl.coalesce(c, f"tag_{c}").alias(c) if c in p.fields else pl.col(f"tag_{c}").alias(c) for c in ("pg", "pg_desc")
     ]
-    plan = _PatternPlan(hits, extract, columns, tags)
+    plan = _PatternPlan(hits, matches, extract, columns, tags)
     if len(_PLANS) >= 4096:  # (the shipped catalog has ~250 patterns; tests build many catalogs)
         _PLANS.clear()
     _PLANS[id(p)] = (p, plan)
     return plan
 
 
-def _pattern_events(parsed: pl.LazyFrame, p: Pattern) -> pl.LazyFrame:
-    """The events of one pattern, with only the fields it declares (the others are added once, at the end)."""
+def _pattern_events(parsed: pl.LazyFrame, p: Pattern, *, anchored: bool = False) -> pl.LazyFrame:
+    """The events of one pattern, with only the fields it declares (the others are added once, at the end).
+    `anchored`: every row holds one of its anchors (`_pattern_rows`), so they are not looked for again (polars
+    builds an automaton of them at each call: ~0.4 ms a pattern, ~15 patterns a job)."""
     plan = _pattern_plan(p)
-    hits = parsed.filter(plan.hits)
+    hits = parsed.filter(plan.matches if anchored else plan.hits)
     if p.repeat:
         hits = hits.with_columns(plan.extract[0]).explode("_all").with_columns(plan.extract[1])
     else:
@@ -413,21 +417,20 @@ def _drop_superseded(events: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
     return events if gone.is_empty() else events.join(gone, on=["source", "line", "kind"], how="anti")
 
 
-_OWNERS: dict[int, tuple[Sequence[Pattern], list[str], pl.DataFrame]] = {}  # id(patterns) -> (them, anchors, owners)
+_OWNERS: dict[int, tuple[Sequence[Pattern], list[str], dict[str, list[int]]]] = {}  # id(patterns) -> (them, ...)
 
 
-def _anchor_owners(patterns: Sequence[Pattern]) -> tuple[list[str], pl.DataFrame]:
-    """The patterns' anchors, sorted, and which pattern (its index) owns each: built once per catalog's patterns (a
-    triage worker reads every job with the same ones)."""
+def _anchor_owners(patterns: Sequence[Pattern]) -> tuple[list[str], dict[str, list[int]]]:
+    """The patterns' anchors, sorted, and which patterns (their indexes) own each: built once per catalog's patterns
+    (a triage worker reads every job with the same ones)."""
     held = _OWNERS.get(id(patterns))
     if held is not None and held[0] is patterns:
         return held[1], held[2]
-    anchors = sorted({a for p in patterns for a in p.anchors})
-    owners = pl.DataFrame(
-        [(a, i) for i, p in enumerate(patterns) for a in set(p.anchors)],
-        schema={"anchor": pl.String(), "pattern": pl.UInt32()},
-        orient="row",
-    )
+    owners: dict[str, list[int]] = {}
+    for i, p in enumerate(patterns):
+        for a in dict.fromkeys(p.anchors):
+            owners.setdefault(a, []).append(i)
+    anchors = sorted(owners)
     if isinstance(patterns, tuple):  # (a list may change: not kept)
         if len(_OWNERS) >= 8:
             _OWNERS.clear()
@@ -436,26 +439,26 @@ def _anchor_owners(patterns: Sequence[Pattern]) -> tuple[list[str], pl.DataFrame
 
 
 def _pattern_rows(parsed: pl.DataFrame, patterns: Sequence[Pattern]) -> list[tuple[Pattern, pl.Series]]:
-    """The patterns one of whose anchors occurs in some line, each with the numbers of those rows. Building a
-    pattern's plan compiles its regex (~10 ms each), so skipping the ones that cannot match is most of a small
-    job's time; and a pattern's plan reads only its rows (each plan filtered every line: ~7 ms apiece on the
+    """The patterns one of whose anchors occurs in some line, each with the numbers of those rows (ascending).
+    Building a pattern's plan compiles its regex (~10 ms each), so skipping the ones that cannot match is most of a
+    small job's time; and a pattern's plan reads only its rows (each plan filtered every line: ~7 ms apiece on the
     512-rank job's 160k lines, for patterns with a few hundred). Every occurrence of every anchor is found in one
-    overlapping Aho-Corasick pass (one `contains_any` per pattern scanned the lines ~100 times)."""
+    overlapping Aho-Corasick pass (one `contains_any` per pattern scanned the lines ~100 times); the anchors found
+    are few (a job's lines hold a few dozen of the ~1,000), so they are told to their patterns in Python, not by a
+    join and a query per pattern."""
     if parsed.is_empty():
         return []
     anchors, owners = _anchor_owners(patterns)
     if not anchors:
         return []
-    found = (
-        parsed.select(pl.col("message").str.extract_many(anchors, overlapping=True).alias("anchor"))
-        .with_row_index("row")
-        .explode("anchor")
-        .drop_nulls("anchor")
-    )
-    hits = found.join(owners, on="anchor", maintain_order="left").select("pattern", "row")  # rows in order
-    parts = hits.partition_by("pattern", as_dict=True, maintain_order=True)
-    rows = {key[0]: part["row"].unique(maintain_order=True) for key, part in parts.items()}
-    return [(p, rows[i]) for i, p in enumerate(patterns) if i in rows]
+    found = parsed.select(pl.col("message").str.extract_many(anchors, overlapping=True).alias("anchor"))
+    rows: dict[int, list[int]] = {}
+    for row, held in enumerate(found.to_series().to_list()):
+        if not held:
+            continue
+        for i in dict.fromkeys(i for a in held for i in owners[a]):
+            rows.setdefault(i, []).append(row)
+    return [(p, pl.Series("row", rows[i], dtype=pl.UInt32)) for i, p in enumerate(patterns) if i in rows]
 
 
 def _patterns_with_anchor_hits(parsed: pl.DataFrame, patterns: Sequence[Pattern]) -> list[Pattern]:
@@ -469,7 +472,9 @@ def extract_events(parsed: pl.DataFrame, catalog: Catalog, *, messages: bool = T
 
     Every pattern is one lazy plan over its rows (the lines holding one of its anchors), and all of them run in one
     `collect_all` (in parallel): one query instead of one per pattern, which was most of a small job's time."""
-    plans = [_pattern_events(parsed[rows].lazy(), p) for p, rows in _pattern_rows(parsed, catalog.patterns)]
+    plans = [
+        _pattern_events(parsed[rows].lazy(), p, anchored=True) for p, rows in _pattern_rows(parsed, catalog.patterns)
+    ]
     frames = pl.collect_all(plans) if plans else []
     if not frames:  # (a select of literals on a frame without columns would make one row of nulls)
         events = apply_readings(pl.DataFrame(schema=EVENTS_SCHEMA), catalog.kinds)

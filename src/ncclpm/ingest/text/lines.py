@@ -622,6 +622,19 @@ def _group_bytes(left: int) -> int:
     return max(TAIL_GROUP_BYTES, min(GROUP_BYTES, left // 3))
 
 
+_POOL: tuple[int, ThreadPoolExecutor] | None = None  # (the process that made it, the scan threads)
+
+
+def _scan_pool() -> ThreadPoolExecutor:
+    """The scan threads, kept for the life of the process: polars keeps its compiled regexes per thread, and a job's
+    fresh threads compiled the per-line columns' regexes (the envelopes' ~40 groups...) again: ~6 ms a thread, for
+    each of a triage worker's jobs. A forked child makes its own (the parent's threads are not in it)."""
+    global _POOL
+    if _POOL is None or _POOL[0] != os.getpid():
+        _POOL = (os.getpid(), ThreadPoolExecutor(max_workers=SCAN_THREADS, thread_name_prefix="ncclpm-scan"))
+    return _POOL[1]
+
+
 def read_kept_lines(
     sources: list[Source], anchors: list[str], warnings: list[str], line_start: str = "", then: Then = None
 ) -> pl.DataFrame:
@@ -640,7 +653,8 @@ def read_kept_lines(
     matched: dict[str, int] = {}  # a big file's matching lines (`_Chunked`)
     left = sum(sizes)  # not read yet
     spare: queue.SimpleQueue[bytearray] = queue.SimpleQueue()  # big files' block buffers, their scans over
-    with ThreadPoolExecutor(max_workers=SCAN_THREADS) as pool, ThreadPoolExecutor(max_workers=1) as finishing:
+    pool = _scan_pool()  # (every scan this call submits is waited for below)
+    with ThreadPoolExecutor(max_workers=1) as finishing:
         running: set[Future] = set()
 
         def submit(texts: list[_Text], rejoin: str, then: Then, memory: Block | None = None) -> Future:
