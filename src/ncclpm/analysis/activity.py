@@ -51,13 +51,16 @@ def rank_line_order(t: Tables) -> tuple[pl.DataFrame, pl.DataFrame]:
         .filter(pl.col("_summary").is_null() | (pl.col("line") < pl.col("_summary")))
         .select("rank", "source", "line", "ts", pl.col("message").fill_null("").alias("text"))
         .sort("source", "line")
-        .with_columns(pl.col("ts").forward_fill().over("source").alias("_ts"))
-        .with_columns(pl.int_range(pl.len()).over("rank", "source", "text").alias("_k"))
     )
     if ranked.is_empty():
         return pl.DataFrame(schema=ORDER_SCHEMA), pl.DataFrame(schema=ORDER_SCHEMA)
     counts = ranked.group_by("rank", "source").len().sort("rank", "len", "source", descending=[False, True, False])
     primary = counts.group_by("rank", maintain_order=True).first().select("rank", pl.col("source").alias("_primary"))
+    if counts.height > primary.height:  # a rank in several files: its other files' lines are placed (a window
+        # over every line's text: ~0.3 s on a 1 GB job's 160k lines, for nothing when each rank has one file)
+        ranked = ranked.with_columns(pl.col("ts").forward_fill().over("source").alias("_ts")).with_columns(
+            pl.int_range(pl.len()).over("rank", "source", "text").alias("_k")
+        )
     ranked = ranked.join(primary, on="rank")
     main = ranked.filter(pl.col("source") == pl.col("_primary")).with_columns(
         pl.int_range(pl.len()).over("rank").cast(pl.Float64).alias("pos")
