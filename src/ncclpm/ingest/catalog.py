@@ -155,6 +155,29 @@ class Catalog:
         """One regex: every slot optional, in file order, then the rest of the line as `message`."""
         return self._once("envelope_regex", lambda: env_mod.compose(self.envelopes))
 
+    def envelope_head_groups(self, head: str) -> list[str]:
+        """The groups the composed envelope head `head` captures, in order (an unnamed one is named by its number)."""
+        return self._once(
+            ("head_groups", head), lambda: pl.Series([], dtype=pl.String).str.extract_groups(head).struct.fields
+        )
+
+    def envelope_marks(self) -> str:
+        """The composed envelope slots, each envelope in a group `_used{i}` (`i` its index): which ones a line uses."""
+        return self._once("envelope_marks", lambda: f"^{env_mod.compose_slots(self.envelopes, mark=True)}")
+
+    def envelope_subset(self, keep: frozenset[int]) -> tuple[str, str | None, str | None]:
+        """The composed slots of the envelopes in `keep` (indices); the regex of the lines where another one may
+        match at a slot's start (`envelopes.others_reachable`: on the other lines both capture the same); the same
+        with those others marked."""
+        return self._once(
+            ("envelope_subset", keep),
+            lambda: (
+                env_mod.compose_slots(self.envelopes, keep),
+                env_mod.others_reachable(self.envelopes, keep),
+                env_mod.others_reachable(self.envelopes, keep, mark=True),
+            ),
+        )
+
     def column_sources(self, column: str) -> list[Envelope]:
         """Envelopes that fill a `lines` column, most trusted first (see `envelopes.column_sources`)."""
         return list(self._once(("column_sources", column), lambda: env_mod.column_sources(self.envelopes, column)))

@@ -22,7 +22,7 @@ COLUMNS = ("rank", "local_rank", "role", "host", "pid", "ts", "level")
 TS_FORMATS = ("iso", "mdy", "mmdd")
 RESERVED_GROUPS = frozenset({"source", "line", "raw", "message"})
 _KEYS = frozenset({"id", "slot", "regex", "notes", "example", "columns", "ts_format", "level", "head"})
-_GROUP = re.compile(r"\(\?P?<([A-Za-z_]\w*)>")
+GROUP_NAME = re.compile(r"\(\?P?<([A-Za-z_]\w*)>")  # a named group; its name
 _NAMED_GROUP = re.compile(r"(?<!\\)\(\?P?<[A-Za-z_]\w*>")
 
 
@@ -43,7 +43,7 @@ class Envelope:
 
     @property
     def groups(self) -> tuple[str, ...]:
-        return tuple(_GROUP.findall(self.regex))
+        return tuple(GROUP_NAME.findall(self.regex))
 
 
 def to_python(rx: str) -> str:
@@ -69,7 +69,7 @@ def parse_envelope(
             raise error(f"{where}: missing key {key!r}")
     regex = ascii_classes(raw["regex"])
     check_regex(regex, where)
-    groups = set(_GROUP.findall(regex))
+    groups = set(GROUP_NAME.findall(regex))
     bad = sorted(g for g in groups if g in RESERVED_GROUPS or g.startswith("_"))
     if bad:
         raise error(f"{where}: group names {bad} are reserved (source, line, raw, message, _*)")
@@ -132,8 +132,46 @@ def slots(envelopes: tuple[Envelope, ...]) -> dict[str, list[Envelope]]:
 
 def compose(envelopes: tuple[Envelope, ...]) -> str:
     """One regex: every slot optional, in order, then the rest of the line as `message`."""
-    parts = "".join(f"(?:{'|'.join(e.regex for e in alts)})?" for alts in slots(envelopes).values())
-    return f"^{parts}(?<message>.*)$"
+    return f"^{compose_slots(envelopes)}(?<message>.*)$"
+
+
+def compose_slots(envelopes: tuple[Envelope, ...], keep: frozenset[int] | None = None, mark: bool = False) -> str:
+    """`compose`'s slots, without its anchor and message: only the envelopes whose index is in `keep` (None: all),
+    the slots in the whole catalog's order; `mark` wraps envelope i in a group `_used{i}`, telling which matched
+    (a group does not change which way a regex matches)."""
+    index = {e.id: i for i, e in enumerate(envelopes)}  # (ids are unique in a catalog)
+    parts = []
+    for alts in slots(envelopes).values():
+        regexes = [
+            f"(?<_used{index[e.id]}>{e.regex})" if mark else e.regex
+            for e in alts
+            if keep is None or index[e.id] in keep
+        ]
+        if regexes:
+            parts.append(f"(?:{'|'.join(regexes)})?")
+    return "".join(parts)
+
+
+def others_reachable(envelopes: tuple[Envelope, ...], keep: frozenset[int], mark: bool = False) -> str | None:
+    """A regex (no groups) matching a line where an envelope not in `keep` matches at the start of its slot on some
+    way through the slots before (any of their envelopes, or none): the lines whose composed match may use one of
+    them. On the others, the slots of `keep` alone capture what the whole composition does: under leftmost-first
+    each slot takes its first envelope matching where the slot starts (what follows always matches: every slot is
+    optional, then `.*$`), so an envelope left out changes nothing where it matches at no slot's start. None: every
+    envelope is kept. `mark` wraps envelope i left out in a group `_other{i}`: one of those a line may use."""
+    index = {e.id: i for i, e in enumerate(envelopes)}
+    tail: str | None = None
+    for alts in reversed(slots(envelopes).values()):
+        others = [
+            f"(?<_other{index[e.id]}>{to_python(e.regex)})" if mark else to_python(e.regex)
+            for e in alts
+            if index[e.id] not in keep
+        ]
+        options = [f"(?:{'|'.join(others)})"] if others else []
+        if tail is not None:
+            options.append(f"(?:{'|'.join(to_python(e.regex) for e in alts)})?{tail}")
+        tail = f"(?:{'|'.join(options)})" if options else None
+    return None if tail is None else f"^{tail}"
 
 
 def column_sources(envelopes: tuple[Envelope, ...], column: str) -> list[Envelope]:

@@ -152,18 +152,85 @@ def _without_ansi(kept: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+_REST = "(?<message>.*)$"
+_SPLIT_ROWS = 2000  # fewer lines: the one composed head (the split's own regexes, compiled per thread, cost more)
+_SAMPLE_ROWS = 64
+_WIDENINGS = 4  # the envelopes a sample uses, then those the lines left may use, this many times at most
+# (catalog id, the envelopes a frame's sample used) -> the envelopes its lines needed: where the next frame starts
+_WIDENED: dict[tuple[int, frozenset[int]], frozenset[int]] = {}
+
+
 def _envelope_groups(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
     """The envelope's groups and `message`. Regex captures are computed over the whole match, so the head alone is
     captured and the message is the rest of the line: the groups `envelope_regex()` gives (its `(?<message>.*)$`
     matches the rest of any line without a newline, so it never changes which head matches) at ~60 % of the cost."""
-    full, rest = catalog.envelope_regex(), "(?<message>.*)$"
-    if not (full.startswith("^") and full.endswith(rest)) or kept["raw"].str.contains("\n", literal=True).any():
+    full = catalog.envelope_regex()
+    if not (full.startswith("^") and full.endswith(_REST)) or kept["raw"].str.contains("\n", literal=True).any():
         return kept.with_columns(pl.col("raw").str.extract_groups(full).alias("_e")).unnest("_e")
-    head = f"^(?<_envelope_head>{full[1 : -len(rest)]})"
-    env = kept.with_columns(pl.col("raw").str.extract_groups(head).alias("_e")).unnest("_e")
+    env = pl.concat([kept, _head_groups(kept["raw"], catalog)], how="horizontal")
     return env.with_columns(pl.col("raw").str.strip_prefix(pl.col("_envelope_head")).alias("message")).drop(
         "_envelope_head"
     )
+
+
+def _captures(raw: pl.Series, regex: str) -> pl.DataFrame:
+    return raw.str.extract_groups(regex).struct.unnest()
+
+
+def _sample(raw: pl.Series) -> pl.Series:
+    """At most `_SAMPLE_ROWS` lines, evenly spread."""
+    step = max(1, raw.len() // _SAMPLE_ROWS)
+    return raw.gather(range(0, min(raw.len(), step * _SAMPLE_ROWS), step))
+
+
+def _marked(raw: pl.Series, regex: str, prefix: str) -> frozenset[int]:
+    """The numbers of the groups `{prefix}{i}` of `regex` that some line captures."""
+    found = _captures(raw, regex)
+    nulls = found.null_count().row(0)  # (one query: a column at a time cost ~40 us each, ~110 columns)
+    return frozenset(
+        int(c[len(prefix) :])
+        for c, n in zip(found.columns, nulls, strict=True)
+        if c.startswith(prefix) and n < found.height
+    )
+
+
+def _head_groups(raw: pl.Series, catalog: Catalog) -> pl.DataFrame:
+    """`_envelope_head` and every envelope group of each line (of lines without a newline), as the composed head
+    captures them. The captures' cost grows with the groups of the regex (77 in the shipped catalog), and a job's
+    lines use a few envelopes: on a big frame, the envelopes a sample of its lines uses are composed alone, and
+    only the lines where another envelope may match at a slot's start get the whole composition (exact:
+    `envelopes.others_reachable`)."""
+    full = catalog.envelope_regex()
+    head = f"^(?<_envelope_head>{full[1 : -len(_REST)]})"
+    if raw.len() < _SPLIT_ROWS:
+        return _captures(raw, head)
+    groups = catalog.envelope_head_groups(head)
+    if any(g.isdigit() for g in groups):  # an unnamed group: numbered by its place, which the split would move
+        return _captures(raw, head)
+    sampled = _marked(_sample(raw), catalog.envelope_marks(), "_used")
+    used = _WIDENED.get((id(catalog), sampled), sampled)  # a job's frames mostly widen alike (hint only)
+    for widening in range(_WIDENINGS + 1):
+        slots, others, others_marked = catalog.envelope_subset(used)
+        if others is None or others_marked is None:  # every envelope is used
+            return _captures(raw, head)
+        elsewhere = raw.str.contains(others)
+        if elsewhere.sum() <= raw.len() // _SAMPLE_ROWS or widening == _WIDENINGS:
+            break
+        used |= _marked(_sample(raw.filter(elsewhere)), others_marked, "_other")  # (one more at least)
+    if elsewhere.sum() > raw.len() // 4:
+        return _captures(raw, head)
+    if len(_WIDENED) >= 256:
+        _WIDENED.clear()
+    _WIDENED[(id(catalog), sampled)] = used
+    part = {s.name: s for s in _captures(raw, f"^(?<_envelope_head>{slots})")}
+    nulls = pl.Series([None], dtype=pl.String).new_from_index(0, raw.len())
+    if elsewhere.any():
+        rows = elsewhere.arg_true()
+        whole = _captures(raw.gather(rows), head)
+        for g, n in zip(whole.columns, whole.null_count().row(0), strict=True):
+            if g in part or n < whole.height:  # (the others are nulls in both)
+                part[g] = part.get(g, nulls.clone().alias(g)).scatter(rows, whole[g])
+    return pl.DataFrame([part[g] if g in part else nulls.alias(g) for g in groups])
 
 
 def _with_envelope(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
