@@ -175,10 +175,10 @@ def _last_rows_reference(e: pl.DataFrame) -> dict[int, tuple[int, int]]:
     return {r: (n, at) for r, (n, _, at) in out.items()}
 
 
-@pytest.mark.parametrize("order", ["ascending", "shuffled", "ties_and_nulls", "rank_split"])
+@pytest.mark.parametrize("order", ["ascending", "ascending_ties", "null_last", "shuffled", "ties_and_nulls", "rank_split"])
 def test_last_rows_any_record_order(order: str) -> None:
-    """The plain-aggregation path (a rank's last row holds its highest record_id) and the re-read of the other ranks
-    give the row a stable sort by record_id would, across slice boundaries."""
+    """The runs of a table in rank order whose record ids never go down within a rank, and the slice-by-slice
+    group_by of any other table, give the row a stable sort by record_id would."""
     from ncclpm.analysis.fr_match import _last_rows
 
     rng = random.Random(order)
@@ -190,6 +190,10 @@ def test_last_rows_any_record_order(order: str) -> None:
             rng.shuffle(rid)
         if order == "ties_and_nulls":
             rid = [None if rng.random() < 0.2 else v // 3 for v in rid]
+        if order == "ascending_ties":
+            rid = [v // 3 for v in rid]
+        if order == "null_last":  # the highest id is not the last row's (nulls are lowest)
+            rid = [*rid[:-1], None]
         ranks += [rank] * n
         ids += rid
     if order == "rank_split":  # a rank's rows in two runs (a second dump of the rank)

@@ -464,39 +464,42 @@ def _frames_str(col: str, depth: int = 4) -> pl.Expr:
 def _last_rows(e: pl.DataFrame, step: int = 65536) -> pl.DataFrame:
     """Per rank: its number of entries and the row of its last entry, the highest record_id (nulls lowest), the later
     row on ties - as a stable sort would.  Slice by slice (a rank may span two) and then merged: one query over the
-    whole table hashed every row (+6 MB at 512k entries, the analysis' peak).  Only plain aggregations per slice
-    (count, max, last): where a rank's last row holds its highest record_id, as in every dump of a ring buffer that
-    numbers its entries in order, that row is the one; the ranks where it is not are read again (`_last_rows_slow`)."""
+    whole table hashed every row (+6 MB at 512k entries, the analysis' peak).  A table in rank order whose record
+    ids never go down within a rank (dumps of ring buffers numbering their entries in order: most jobs) is read from
+    its runs of ranks instead (`_last_rows_in_order`)."""
+    fast = _last_rows_in_order(e)
+    if fast is not None:
+        return fast
     k, i = pl.col("_k"), pl.col("_i")
     parts = [
         e.slice(at, step)
         .select("rank", pl.col("record_id").cast(_I).fill_null(-(2**63)).alias("_k"))
         .with_row_index("_i", offset=at)
         .group_by("rank")
-        .agg(pl.len().alias("n"), k.max().alias("_top"), k.last(), i.last())
+        .agg(pl.len().alias("n"), k.max(), i.filter(k == k.max()).max())
         for at in range(0, e.height, step)
     ]
-    schema = {"rank": pl.Int32, "n": pl.UInt32, "_top": _I, "_k": _I, "_i": pl.UInt32}
+    schema = {"rank": pl.Int32, "n": pl.UInt32, "_k": _I, "_i": pl.UInt32}
     merged = pl.concat(parts) if parts else pl.DataFrame(schema=schema)
-    merged = merged.group_by("rank").agg(
-        pl.col("n").sum().alias("n_entries"), pl.col("_top").max(), k.sort_by(i).last(), i.max()
-    )
-    odd = merged.filter(pl.col("_k") != pl.col("_top"))["rank"]
-    out = merged.select("rank", "n_entries", "_i")
-    if odd.is_empty():
-        return out
-    rows = e.with_row_index("_i").filter(pl.col("rank").is_in(odd.implode())).select("rank", "record_id", "_i")
-    slow = _last_rows_slow(rows)
-    return pl.concat([out.filter(~pl.col("rank").is_in(odd.implode())), slow.select(out.columns).cast(out.schema)])
+    return merged.group_by("rank").agg(pl.col("n").sum().alias("n_entries"), i.filter(k == k.max()).max())
 
 
-def _last_rows_slow(rows: pl.DataFrame) -> pl.DataFrame:
-    """`_last_rows` for `rows` (rank, record_id, _i = the row's index in the table), with any order of record ids."""
-    k, i = pl.col("_k"), pl.col("_i")
-    return (
-        rows.with_columns(pl.col("record_id").cast(_I).fill_null(-(2**63)).alias("_k"))
-        .group_by("rank")
-        .agg(pl.len().alias("n_entries"), i.filter(k == k.max()).max())
+def _last_rows_in_order(e: pl.DataFrame) -> pl.DataFrame | None:
+    """`_last_rows` when each rank's rows are one run and its record ids (none null) never go down there: its last row
+    is then the one, with no group_by (an elementwise pass; the group_bys cost ~0.15 s of CPU at 2M entries).
+    None otherwise."""
+    rank = e.get_column("rank")
+    if e.is_empty() or not rank.is_sorted() or e.get_column("record_id").null_count():
+        return None
+    k, rank_col = pl.col("record_id"), pl.col("rank")  # (each compared with the row before it)
+    in_order = ((rank_col != rank_col.shift(1)) | (k >= k.shift(1))).fill_null(True).all()
+    if not e.select(in_order).item():
+        return None
+    runs = rank.rle().struct.unnest()
+    return runs.select(
+        pl.col("value").alias("rank"),
+        pl.col("len").alias("n_entries"),
+        (pl.col("len").cum_sum() - 1).cast(pl.UInt32).alias("_i"),
     )
 
 
