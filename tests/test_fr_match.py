@@ -175,7 +175,9 @@ def _last_rows_reference(e: pl.DataFrame) -> dict[int, tuple[int, int]]:
     return {r: (n, at) for r, (n, _, at) in out.items()}
 
 
-@pytest.mark.parametrize("order", ["ascending", "ascending_ties", "null_last", "shuffled", "ties_and_nulls", "rank_split"])
+@pytest.mark.parametrize(
+    "order", ["ascending", "ascending_ties", "null_last", "shuffled", "ties_and_nulls", "rank_split"]
+)
 def test_last_rows_any_record_order(order: str) -> None:
     """The runs of a table in rank order whose record ids never go down within a rank, and the slice-by-slice
     group_by of any other table, give the row a stable sort by record_id would."""
