@@ -79,10 +79,11 @@ def _firsts(chunks: list[pl.DataFrame], used: list[Dump]) -> pl.DataFrame:
     """Per (dump, pg_id, group): its rank and first pg_name/pg_desc, groups in the order their first entry comes:
     one per-chunk partial aggregate (a group_by over the whole multi-chunk table would copy it) that both
     `_seen_groups` and `_pg_keys` read (they had each made a pass over every entry)."""
-    parts = [
-        c.group_by("_id", "pg_id", "group_key", maintain_order=True).agg(
-            pl.col("pg_name").first(), pl.col("pg_desc").first(), pl.col("rank").first()
-        )
+    parts = [  # (lazy: the same query's eager form took 2.5x the CPU, 0.19 against 0.08 s at 2M entries)
+        c.lazy()
+        .group_by("_id", "pg_id", "group_key", maintain_order=True)
+        .agg(pl.col("pg_name").first(), pl.col("pg_desc").first(), pl.col("rank").first())
+        .collect()
         for c in chunks
     ]
     if not parts:
