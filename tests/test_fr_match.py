@@ -161,3 +161,48 @@ def test_missing_dump_noted_not_blamed() -> None:
 def test_2000_entries() -> None:
     a = _analyze(list(generate(16, 2000, 3, "stopped_completing").items()))
     assert a.culprit_ranks == (culprit_rank(16, "stopped_completing"),)
+
+
+def _last_rows_reference(e: pl.DataFrame) -> dict[int, tuple[int, int]]:
+    """rank -> (entries, index of its last row: the highest record_id, nulls lowest, the later row on ties)."""
+    out: dict[int, tuple[int, int]] = {}
+    for i, (rank, rid) in enumerate(e.select("rank", "record_id").iter_rows()):
+        n, best, at = out.get(rank, (0, None, -1)) if rank in out else (0, None, -1)
+        key = -(2**63) if rid is None else rid
+        if best is None or key >= best:
+            best, at = key, i
+        out[rank] = (n + 1, best, at)
+    return {r: (n, at) for r, (n, _, at) in out.items()}
+
+
+@pytest.mark.parametrize(
+    "order", ["ascending", "ascending_ties", "null_last", "shuffled", "ties_and_nulls", "rank_split"]
+)
+def test_last_rows_any_record_order(order: str) -> None:
+    """The runs of a table in rank order whose record ids never go down within a rank, and the slice-by-slice
+    group_by of any other table, give the row a stable sort by record_id would."""
+    from ncclpm.analysis.fr_match import _last_rows
+
+    rng = random.Random(order)
+    ranks, ids = [], []
+    for rank in range(40):
+        n = rng.randint(1, 90)
+        rid = list(range(n))
+        if order == "shuffled" or (order == "ties_and_nulls" and rank % 3):
+            rng.shuffle(rid)
+        if order == "ties_and_nulls":
+            rid = [None if rng.random() < 0.2 else v // 3 for v in rid]
+        if order == "ascending_ties":
+            rid = [v // 3 for v in rid]
+        if order == "null_last":  # the highest id is not the last row's (nulls are lowest)
+            rid = [*rid[:-1], None]
+        ranks += [rank] * n
+        ids += rid
+    if order == "rank_split":  # a rank's rows in two runs (a second dump of the rank)
+        ranks += [3] * 5
+        ids += [1, 2, 0, 2, 1]
+    e = pl.DataFrame({"rank": ranks, "record_id": ids}, schema={"rank": pl.Int32, "record_id": pl.Int32})
+    want = _last_rows_reference(e)
+    for step in (7, 64, 65536):
+        got = {r: (n, i) for r, n, i in _last_rows(e, step).select("rank", "n_entries", "_i").iter_rows()}
+        assert got == want, step

@@ -176,6 +176,23 @@ def test_unusual_values_read_the_same_both_ways(monkeypatch: pytest.MonkeyPatch)
     assert _same([(f"p{i}/fr_trace_rank_{i}", d) for i, d in enumerate(copies)], monkeypatch) == len(copies)
 
 
+def test_nested_values_that_almost_match_read_the_same_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The decoder finds a dump's sizes and dtypes by structure (a hash of the nodes, then a walk comparing them) before
+    making their repr: values one list/tuple, one int, one dim, one byte or one element apart, repeated in any order
+    and as fresh or shared objects, get the ids the Python path gives them."""
+    sizes = [[[4, 8]], [(4, 8)], ([4, 8],), [[4, 8], []], [[8, 4]], [[4, 9]], [[4]], [[4, 8, 0]], [[-4, 8]], []]
+    sizes += [[[2**40, 8]], [[4, 8], [4, 8]], [[4, 8]], [(4,)], [[4, 8]]]
+    dtypes = [["Float"], ("Float",), ["Float", "Float"], ["Floa"], ["Float "], ["float"], [], ["Float", "Half"]]
+    dtypes += [["Half", "Float"], ["BFloat16"], ["Float"]]
+    dump = pickle.loads(REAL_DUMP.read_bytes())  # our own test data, trusted
+    rng = random.Random(7)
+    for i, e in enumerate(dump["entries"]):
+        e["input_sizes"] = copy.deepcopy(sizes[rng.randrange(len(sizes))]) if i % 3 else sizes[i % len(sizes)]
+        e["input_dtypes"] = copy.deepcopy(dtypes[rng.randrange(len(dtypes))]) if i % 2 else dtypes[i % len(dtypes)]
+    items = [(f"n{i}/fr_trace_rank_{i}", pickle.dumps(dump, protocol=p)) for i, p in enumerate((2, 4, 5))]
+    assert _same(items, monkeypatch) == len(items)
+
+
 class _Writer:
     """A pickle of plain values with chosen opcode forms (Python's pickler picks one form per value): dicts filled
     one SETITEM or `batch` items a SETITEMS at a time (several segments a dict), lists one APPEND or a batch at a

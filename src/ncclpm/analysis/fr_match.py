@@ -464,7 +464,12 @@ def _frames_str(col: str, depth: int = 4) -> pl.Expr:
 def _last_rows(e: pl.DataFrame, step: int = 65536) -> pl.DataFrame:
     """Per rank: its number of entries and the row of its last entry, the highest record_id (nulls lowest), the later
     row on ties - as a stable sort would.  Slice by slice (a rank may span two) and then merged: one query over the
-    whole table hashed every row (+6 MB at 512k entries, the analysis' peak)."""
+    whole table hashed every row (+6 MB at 512k entries, the analysis' peak).  A table in rank order whose record
+    ids never go down within a rank (dumps of ring buffers numbering their entries in order: most jobs) is read from
+    its runs of ranks instead (`_last_rows_in_order`)."""
+    fast = _last_rows_in_order(e)
+    if fast is not None:
+        return fast
     k, i = pl.col("_k"), pl.col("_i")
     parts = [
         e.slice(at, step)
@@ -477,6 +482,25 @@ def _last_rows(e: pl.DataFrame, step: int = 65536) -> pl.DataFrame:
     schema = {"rank": pl.Int32, "n": pl.UInt32, "_k": _I, "_i": pl.UInt32}
     merged = pl.concat(parts) if parts else pl.DataFrame(schema=schema)
     return merged.group_by("rank").agg(pl.col("n").sum().alias("n_entries"), i.filter(k == k.max()).max())
+
+
+def _last_rows_in_order(e: pl.DataFrame) -> pl.DataFrame | None:
+    """`_last_rows` when each rank's rows are one run and its record ids (none null) never go down there: its last row
+    is then the one, with no group_by (an elementwise pass; the group_bys cost ~0.15 s of CPU at 2M entries).
+    None otherwise."""
+    rank = e.get_column("rank")
+    if e.is_empty() or not rank.is_sorted() or e.get_column("record_id").null_count():
+        return None
+    k, rank_col = pl.col("record_id"), pl.col("rank")  # (each compared with the row before it)
+    in_order = ((rank_col != rank_col.shift(1)) | (k >= k.shift(1))).fill_null(True).all()
+    if not e.select(in_order).item():
+        return None
+    runs = rank.rle().struct.unnest()
+    return runs.select(
+        pl.col("value").alias("rank"),
+        pl.col("len").alias("n_entries"),
+        (pl.col("len").cum_sum() - 1).cast(pl.UInt32).alias("_i"),
+    )
 
 
 def _rank_facts(load: FRLoad, coll: pl.DataFrame, v: _Verdict) -> pl.DataFrame:

@@ -76,6 +76,7 @@ typedef struct { /* one dump's columns, codes into its own dictionaries */
     uint32_t *ncodes;   /* N_NEST x n */
     Dict strings, nested[N_NEST];
     Buf key;
+    NCache seen[N_NEST]; /* by structure: sizes and dtypes (`shape_hash`) */
     int64_t newest_t, newest_r;
 } Cols;
 
@@ -83,7 +84,7 @@ static void cols_free(Cols *c) {
     PyMem_RawFree(c->ints); PyMem_RawFree(c->bools); PyMem_RawFree(c->valid); PyMem_RawFree(c->scodes);
     PyMem_RawFree(c->ncodes); PyMem_RawFree(c->key.b);
     dict_free(&c->strings);
-    for (int k = 0; k < N_NEST; k++) dict_free(&c->nested[k]);
+    for (int k = 0; k < N_NEST; k++) { dict_free(&c->nested[k]); ncache_free(&c->seen[k]); }
     memset(c, 0, sizeof *c);
 }
 
@@ -179,10 +180,15 @@ static int columns(Dec *x, int64_t entries, int64_t keep_frames, Cols *c) {
         for (int k = 0; k < N_NEST; k++) {
             int64_t v = nested[k];
             if (v < 0 || x->nodes[v].t == T_NONE) { c->ncodes[k * n + i] = NONE_CODE; continue; }
-            c->key.n = 0;
-            if (repr_nested(x, &c->key, v, k) < 0) return no(x, "a nested value of an unusual shape");
-            int64_t code = dict_code(&c->nested[k], c->key.b, c->key.n, v);
-            if (code < 0) return no(x, "out of memory");
+            uint64_t h = 0;
+            int hashed = k != K_FRAMES && shape_hash(x, v, k, &h) == 0; /* (stacks: only the kept ones are read) */
+            int64_t code = hashed ? ncache_find(x, &c->seen[k], h, v, k) : -1;
+            if (code < 0) {
+                c->key.n = 0;
+                if (repr_nested(x, &c->key, v, k) < 0) return no(x, "a nested value of an unusual shape");
+                code = dict_code(&c->nested[k], c->key.b, c->key.n, v);
+                if (code < 0 || (hashed && ncache_put(&c->seen[k], h, v, code) < 0)) return no(x, "out of memory");
+            }
             c->ncodes[k * n + i] = (uint32_t)code;
         }
         if (i >= n - 64) { /* fr_decode._newest: the latest (time_created_ns, record_id) of the last 64 */
@@ -362,6 +368,19 @@ static PyObject *column_of(void **data, int64_t n, const char *format) {
     m->buffers[1] = m->data;
     c->mem = m; c->n = n; c->format = format;
     return (PyObject *)c;
+}
+
+/* an Int64 column whose values all fit 32 bits as Int32 (a new buffer; the table holds these counters as Int32 where
+ * they fit, `fr_decode.NARROW`: polars' cast of 128k rows cost more than this loop); its Arrow format */
+static const char *narrowed(int64_t **data, int64_t n) {
+    int64_t *v = *data;
+    for (int64_t i = 0; i < n; i++) if (v[i] < INT32_MIN || v[i] > INT32_MAX) return "l";
+    int32_t *w = PyMem_RawMalloc((size_t)(n ? n : 1) * sizeof(int32_t));
+    if (!w) return "l";
+    for (int64_t i = 0; i < n; i++) w[i] = (int32_t)v[i];
+    PyMem_RawFree(v);
+    *data = (int64_t *)w;
+    return "i";
 }
 
 /* ---- Job: a load's dictionaries and rows --------------------------------------------------------------------- */
@@ -611,7 +630,8 @@ static PyObject *job_take(Job *self, PyObject *unused) {
     SET("rows", PyLong_FromLongLong(n));
     SET("rank", COL(self->rank, "i"));
     SET("_id", COL(self->uid, "l"));
-    for (int f = 0; f < N_INT; f++) SET(INTS[f], COL(self->ints[f], "l"));
+    for (int f = 0; f < N_INT; f++) /* the counters Int32 where they fit; the times stay Int64 */
+        SET(INTS[f], COL(self->ints[f], f == F_TIME ? "l" : narrowed(&self->ints[f], n)));
     for (int f = 0; f < N_BOOL; f++) SET(BOOLS[f], COL(self->bools[f], "C"));
     if (self->any_invalid) {
         PyObject *valid = PyDict_New();

@@ -177,4 +177,115 @@ static int repr_nested(Dec *x, Buf *b, int64_t k, int kind) {
     return put(b, tuple ? ")" : "]", 1);
 }
 
+/* ---- a dump's cache of its nested values, by structure (sizes and dtypes: one of each per entry) ----------------
+ * Building a value's repr (digits, quotes) and hashing it was ~14 % of decoding.  A value whose structure (container
+ * types and lengths, ints, string bytes) equals one already read has the same repr, so its code is found by a hash
+ * of the nodes and a walk comparing them; only a value not seen in this dump gets its repr.  The cache holds only
+ * values whose repr was read, so a value of a shape `repr_nested` refuses never hits it. */
+
+typedef struct { uint64_t h; int64_t node, code; } CSlot; /* code -1: an empty slot */
+typedef struct { CSlot *s; int64_t n, count; } NCache;
+
+HOT uint64_t mix(uint64_t h, uint64_t v) { h = (h ^ v) * 0x100000001B3ULL; return h ^ (h >> 29); }
+
+/* a hash of the value's structure, for the shapes `repr_nested` reads of sizes (lists of int lists) and dtypes (lists
+ * of strings); -1 for another shape or past the visits' limit (the repr path then says why) */
+static int shape_hash(Dec *x, int64_t k, int kind, uint64_t *out) {
+    const Node *nd = &x->nodes[k];
+    if ((nd->t != T_LIST && nd->t != T_TUPLE) || nd->w > MAX_NESTED) return -1;
+    uint64_t h = mix(hash_seed, (uint64_t)nd->t << 32 | (uint32_t)nd->w);
+    Iter it;
+    int64_t c;
+    iter(x, k, &it);
+    while ((c = next_kid(x, &it)) >= 0) {
+        const Node *cn = &x->nodes[c];
+        if (kind == K_DTYPES) {
+            if (cn->t != T_STR) return -1;
+            h = mix(h, hash_bytes((const char *)x->d + cn->off, cn->w));
+            continue;
+        }
+        if (cn->t != T_LIST && cn->t != T_TUPLE) return -1;
+        h = mix(h, (uint64_t)cn->t << 32 | (uint32_t)cn->w);
+        Iter jt;
+        int64_t e;
+        iter(x, c, &jt);
+        while ((e = next_kid(x, &jt)) >= 0) {
+            if (x->nodes[e].t != T_INT) return -1;
+            h = mix(h, (uint64_t)x->nodes[e].v);
+        }
+    }
+    if (x->why) return -1;
+    h ^= h >> 33; h *= 0xFF51AFD7ED558CCDULL; h ^= h >> 33;
+    *out = h;
+    return 0;
+}
+
+/* whether two values of the shapes `shape_hash` reads have the same structure (so the same repr): container types
+ * and lengths, ints, string bytes (one loop, no recursion: a sizes list's dims are one level down) */
+static int same_value(Dec *x, int64_t a, int64_t b, int kind) {
+    const Node *p = &x->nodes[a], *q = &x->nodes[b];
+    if (a == b) return 1;
+    if (p->t != q->t || p->w != q->w) return 0;
+    Iter i, j;
+    int64_t u, v;
+    iter(x, a, &i);
+    iter(x, b, &j);
+    while ((u = next_kid(x, &i)) >= 0) {
+        if ((v = next_kid(x, &j)) < 0) return 0;
+        if (u == v) continue; /* a memoized value, shared */
+        const Node *pu = &x->nodes[u], *qv = &x->nodes[v];
+        if (pu->t != qv->t || pu->w != qv->w) return 0;
+        if (kind == K_DTYPES) {
+            if (pu->t != T_STR || memcmp(x->d + pu->off, x->d + qv->off, (size_t)pu->w) != 0) return 0;
+            continue;
+        }
+        if (pu->t != T_LIST && pu->t != T_TUPLE) return 0;
+        Iter i2, j2;
+        int64_t e, f;
+        iter(x, u, &i2);
+        iter(x, v, &j2);
+        while ((e = next_kid(x, &i2)) >= 0) {
+            if ((f = next_kid(x, &j2)) < 0) return 0;
+            const Node *pe = &x->nodes[e], *qf = &x->nodes[f];
+            if (pe->t != T_INT || qf->t != T_INT || pe->v != qf->v) return 0;
+        }
+    }
+    return !x->why;
+}
+
+static void ncache_free(NCache *c) { PyMem_RawFree(c->s); memset(c, 0, sizeof *c); }
+
+/* the code of a value equal to `k` (hash h) read before in this dump, or -1 */
+static int64_t ncache_find(Dec *x, const NCache *c, uint64_t h, int64_t k, int kind) {
+    if (!c->n) return -1;
+    for (uint64_t i = h & (uint64_t)(c->n - 1);; i = (i + 1) & (uint64_t)(c->n - 1)) {
+        const CSlot *sl = &c->s[i];
+        if (sl->code < 0) return -1;
+        if (sl->h == h && same_value(x, sl->node, k, kind)) return sl->code;
+    }
+}
+
+/* remember `k` (hash h) has `code`; -1 on out of memory */
+static int ncache_put(NCache *c, uint64_t h, int64_t k, int64_t code) {
+    if ((c->count + 1) * 2 > c->n) {
+        int64_t n = c->n ? c->n * 2 : 64;
+        CSlot *s = PyMem_RawMalloc((size_t)n * sizeof(CSlot));
+        if (!s) return -1;
+        for (int64_t i = 0; i < n; i++) s[i].code = -1;
+        for (int64_t i = 0; i < c->n; i++) {
+            if (c->s[i].code < 0) continue;
+            uint64_t j = c->s[i].h & (uint64_t)(n - 1);
+            while (s[j].code >= 0) j = (j + 1) & (uint64_t)(n - 1);
+            s[j] = c->s[i];
+        }
+        PyMem_RawFree(c->s);
+        c->s = s; c->n = n;
+    }
+    uint64_t j = h & (uint64_t)(c->n - 1);
+    while (c->s[j].code >= 0) j = (j + 1) & (uint64_t)(c->n - 1);
+    c->s[j] = (CSlot){h, k, code};
+    c->count++;
+    return 0;
+}
+
 #endif

@@ -84,7 +84,6 @@ HOT int64_t node(Dec *x, uint8_t t) { /* the caller made room */
     return x->nnode++;
 }
 
-HOT void push(Dec *x, int64_t r) { x->stack[x->sp++] = (Id)r; } /* the caller made room */
 
 HOT int64_t fence(Dec *x) { return x->nmarks ? x->marks[x->nmarks - 1] : 0; }
 
@@ -149,32 +148,6 @@ static int pop_mark(Dec *x, int64_t *at) {
     return 0;
 }
 
-HOT int memo_put(Dec *x, uint64_t idx) {
-    if (x->sp <= fence(x)) return no(x, "memo put on an empty stack");
-    if (idx > (uint64_t)(x->nmemo + MEMO_SLACK)) return no(x, "memo index far ahead");
-    if ((int64_t)idx >= x->capmemo) {
-        int64_t old = x->capmemo;
-        if (GROW(x, memo, nmemo, capmemo, (int64_t)idx + 1) < 0) return no(x, "out of memory");
-        memset(x->memo + old, 0, (size_t)(x->capmemo - old) * sizeof(Id));
-    }
-    if (!x->memo[idx]) x->nmemo++;
-    x->memo[idx] = x->stack[x->sp - 1] + 1;
-    if ((int64_t)idx >= x->memo_hi) x->memo_hi = (int64_t)idx + 1;
-    return 0;
-}
-
-HOT void freeze(Dec *x, int64_t r) { /* a second reference: the list or dict may not change any more */
-    if (x->nodes[r].flags == MUT) x->nodes[r].flags = FROZEN;
-}
-
-HOT int memo_get(Dec *x, uint64_t idx) {
-    if (idx >= (uint64_t)x->capmemo || !x->memo[idx]) return no(x, "memo index never set");
-    int64_t r = x->memo[idx] - 1;
-    freeze(x, r);
-    push(x, r);
-    return 0;
-}
-
 HOT uint64_t le(const unsigned char *p, int w) { /* w little-endian bytes (the caller checked they are there) */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     uint16_t v2; uint32_t v4; uint64_t v8;
@@ -231,167 +204,229 @@ HOT int need(Dec *x, Py_ssize_t pos, uint64_t k) {
  * expands to counting references, nesting, memo indices, no change after a second reference), and reads a subset
  * of the opcodes the scan admits, each at least as strictly (the stack below a MARK is out of reach), so a dump it
  * reads is one the scan admits: tests/test_fr_native.py checks that on every input it has.  Called without the
- * GIL: it touches only `x` and the bytes. */
+ * GIL: it touches only `x` and the bytes.
+ *
+ * The hot state (the stack and its top, the nodes and their count, the memo, the innermost mark) lives in locals
+ * that the compiler keeps in registers: through `x` every store to a node's int64 value could alias `x`'s counters,
+ * so each opcode reloaded and stored them.  SYNC writes them back before a helper that reads `x`, RELOAD takes the
+ * (possibly moved) arrays back after it. */
 static int64_t run(Dec *x) {
-    /* threaded dispatch (one indirect jump per handler, GCC's labels as values): a switch's single jump mispredicted
-     * most opcodes; the handlers are the switch's cases, unchanged */
+    /* threaded dispatch (one indirect jump per handler, GCC/Clang labels as values): a switch's single jump
+     * mispredicted most opcodes */
     static const void *const jump[256] = {
         [0 ... 255] = &&op_other,
         [0x80] = &&op_proto, [0x95] = &&op_frame, [0x7D] = &&op_empty_dict, [0x5D] = &&op_empty_list,
         [0x29] = &&op_empty_tuple, [0x4E] = &&op_none, [0x88] = &&op_true, [0x89] = &&op_false, [0x28] = &&op_mark,
         [0x94] = &&op_memoize, [0x71] = &&op_binput, [0x72] = &&op_long_binput, [0x68] = &&op_binget,
-        [0x6A] = &&op_long_binget, [0x4B] = &&op_int, [0x4D] = &&op_int, [0x4A] = &&op_int, [0x8A] = &&op_int,
+        [0x6A] = &&op_long_binget, [0x4B] = &&op_int1, [0x4D] = &&op_int2, [0x4A] = &&op_int, [0x8A] = &&op_int,
         [0x47] = &&op_binfloat, [0x8C] = &&op_unicode, [0x58] = &&op_unicode, [0x8D] = &&op_unicode,
         [0x85] = &&op_tuple_n, [0x86] = &&op_tuple_n, [0x87] = &&op_tuple_n, [0x74] = &&op_box, [0x6C] = &&op_box,
         [0x64] = &&op_box, [0x61] = &&op_append, [0x65] = &&op_appends, [0x73] = &&op_setitem,
         [0x75] = &&op_setitems, [0x30] = &&op_pop, [0x32] = &&op_dup, [0x2E] = &&op_stop,
     };
+    static const Node fresh = {.first = -1, .last = -1, .w = 0, .size = 1, .ascii = 1, .depth = 0, .flags = IMM,
+                               .field = -3}; /* as `node` makes them */
     const unsigned char *d = x->d;
     Py_ssize_t n = x->n, pos = 0, stop = 0;
     int64_t at, r;
     int op;
     if (n > MAX_BYTES) return no(x, "too big for the decoder");
+    Node *nodes = x->nodes;
+    Id *stack = x->stack, *memo = x->memo;
+    int64_t nnode = x->nnode, sp = x->sp, nmemo = x->nmemo, memo_hi = x->memo_hi, capmemo = x->capmemo;
+    int64_t fen = fence(x); /* the innermost mark: the stack below it is out of reach */
+#define SYNC() do { x->nnode = nnode; x->sp = sp; x->nmemo = nmemo; x->memo_hi = memo_hi; } while (0)
+#define RELOAD() do { nodes = x->nodes; stack = x->stack; memo = x->memo; capmemo = x->capmemo; fen = fence(x); } while (0)
+#define NODE(t_) (nodes[nnode] = fresh, nodes[nnode].t = (t_), nnode++)
+#define PUSH(id) (stack[sp++] = (Id)(id))
+#define FREEZE(id) do { Node *fz_ = &nodes[id]; if (fz_->flags == MUT) fz_->flags = FROZEN; } while (0)
 /* the next opcode; every BLOCK opcodes, room for BLOCK more nodes and stack slots */
 #define NEXT do { \
         if (UNLIKELY(pos >= stop)) goto refill; \
         op = d[pos++]; \
         goto *jump[op]; \
     } while (0)
+#define FAIL(why_) do { SYNC(); return no(x, why_); } while (0)
+#define CALL(expr) do { SYNC(); if ((expr) < 0) return -1; RELOAD(); } while (0)
+#define NEED(k) do { if (UNLIKELY((uint64_t)(k) > (uint64_t)(n - pos))) FAIL("truncated"); } while (0)
 refill:
-    if (pos >= n) return no(x, "truncated");
+    if (pos >= n) FAIL("truncated");
     stop = n - pos > BLOCK ? pos + BLOCK : n;
-    if (room(x) < 0) return -1;
+    CALL(room(x));
     NEXT;
 op_proto:
-    if (need(x, pos, 1) < 0) return -1;
-    if (d[pos] > 5) return no(x, "unsupported protocol");
+    NEED(1);
+    if (d[pos] > 5) FAIL("unsupported protocol");
     pos += 1; NEXT;
 op_frame:
-    if (need(x, pos, 8) < 0) return -1;
-    if (need(x, pos + 8, le(d + pos, 8)) < 0) return -1;
+    NEED(8);
+    if (need(x, pos + 8, le(d + pos, 8)) < 0) { SYNC(); return -1; }
     pos += 8; NEXT;
 op_empty_dict: op_empty_list:
-    r = node(x, op == 0x7D ? T_DICT : T_LIST);
-    x->nodes[r].depth = 1; x->nodes[r].flags = MUT;
-    push(x, r); NEXT;
+    r = NODE(op == 0x7D ? T_DICT : T_LIST);
+    nodes[r].depth = 1; nodes[r].flags = MUT;
+    PUSH(r); NEXT;
 op_empty_tuple:
-    r = node(x, T_TUPLE);
-    x->nodes[r].depth = 1;
-    push(x, r); NEXT;
-op_none: push(x, node(x, T_NONE)); NEXT;
-op_true: push(x, node(x, T_TRUE)); NEXT;
-op_false: push(x, node(x, T_FALSE)); NEXT;
+    r = NODE(T_TUPLE);
+    nodes[r].depth = 1;
+    PUSH(r); NEXT;
+op_none: r = NODE(T_NONE); PUSH(r); NEXT;
+op_true: r = NODE(T_TRUE); PUSH(r); NEXT;
+op_false: r = NODE(T_FALSE); PUSH(r); NEXT;
 op_mark:
-    if (GROW(x, marks, nmarks, capmarks, x->nmarks + 1) < 0) return no(x, "out of memory");
-    x->marks[x->nmarks++] = x->sp; NEXT;
-op_memoize: if (memo_put(x, (uint64_t)x->nmemo) < 0) return -1; NEXT;
-op_binput:
-    if (need(x, pos, 1) < 0 || memo_put(x, d[pos]) < 0) return -1;
-    pos += 1; NEXT;
-op_long_binput:
-    if (need(x, pos, 4) < 0 || memo_put(x, le(d + pos, 4)) < 0) return -1;
-    pos += 4; NEXT;
-op_binget:
-    if (need(x, pos, 1) < 0 || memo_get(x, d[pos]) < 0) return -1;
-    pos += 1; NEXT;
-op_long_binget:
-    if (need(x, pos, 4) < 0 || memo_get(x, le(d + pos, 4)) < 0) return -1;
-    pos += 4; NEXT;
-op_int: { /* BININT1, BININT2, BININT, LONG1 */
-    int w = op == 0x4B ? 1 : op == 0x4D ? 2 : 4;
+    if (GROW(x, marks, nmarks, capmarks, x->nmarks + 1) < 0) FAIL("out of memory");
+    x->marks[x->nmarks++] = sp;
+    fen = sp; NEXT;
+op_memoize: at = nmemo; goto memo_put;
+op_binput: NEED(1); at = d[pos]; pos += 1; goto memo_put;
+op_long_binput: NEED(4); at = (int64_t)le(d + pos, 4); pos += 4; goto memo_put;
+memo_put: /* the stack's top under memo index `at` */
+    if (sp <= fen) FAIL("memo put on an empty stack");
+    if (at > nmemo + MEMO_SLACK) FAIL("memo index far ahead");
+    if (UNLIKELY(at >= capmemo)) {
+        int64_t old = capmemo;
+        SYNC();
+        if (GROW(x, memo, nmemo, capmemo, at + 1) < 0) return no(x, "out of memory");
+        RELOAD();
+        memset(memo + old, 0, (size_t)(capmemo - old) * sizeof(Id));
+    }
+    if (!memo[at]) nmemo++;
+    memo[at] = stack[sp - 1] + 1;
+    if (at >= memo_hi) memo_hi = at + 1;
+    NEXT;
+op_binget: NEED(1); at = d[pos]; pos += 1; goto memo_get;
+op_long_binget: NEED(4); at = (int64_t)le(d + pos, 4); pos += 4; goto memo_get;
+memo_get: /* a second reference: a list or dict may not change any more */
+    if (UNLIKELY(at >= capmemo || !memo[at])) FAIL("memo index never set");
+    r = memo[at] - 1;
+    FREEZE(r);
+    PUSH(r);
+    NEXT;
+op_int1: /* BININT1 */
+    NEED(1);
+    r = NODE(T_INT);
+    nodes[r].v = d[pos];
+    pos += 1;
+    PUSH(r); NEXT;
+op_int2: /* BININT2 */
+    NEED(2);
+    r = NODE(T_INT);
+    nodes[r].v = (int64_t)le(d + pos, 2);
+    pos += 2;
+    PUSH(r); NEXT;
+op_int: { /* BININT, LONG1 */
+    int w = 4;
     int64_t v;
     if (op == 0x8A) {
-        if (need(x, pos, 1) < 0) return -1;
+        NEED(1);
         w = d[pos++];
-        if (w > 8) return no(x, "an int past 64 bits");
+        if (w > 8) FAIL("an int past 64 bits");
     }
-    if (need(x, pos, (uint64_t)w) < 0) return -1;
+    NEED(w);
     uint64_t u = w ? le(d + pos, w) : 0;
-    if (op == 0x4A || op == 0x8A) { /* signed, two's complement of w bytes */
-        if (w && w < 8 && (u >> (8 * w - 1)) & 1) u |= ~(uint64_t)0 << (8 * w);
-    }
+    if (w && w < 8 && (u >> (8 * w - 1)) & 1) u |= ~(uint64_t)0 << (8 * w); /* signed, two's complement */
     memcpy(&v, &u, sizeof v);
     pos += w;
-    r = node(x, T_INT);
-    x->nodes[r].v = v;
-    if (op == 0x8A) x->nodes[r].size = 1 + (uint32_t)w / 8; /* the scan counts LONG1 as 1 + len/8 */
-    push(x, r);
+    r = NODE(T_INT);
+    nodes[r].v = v;
+    if (op == 0x8A) nodes[r].size = 1 + (uint32_t)w / 8; /* the scan counts LONG1 as 1 + len/8 */
+    PUSH(r);
     NEXT;
 }
 op_binfloat: { /* big-endian */
-    if (need(x, pos, 8) < 0) return -1;
+    NEED(8);
     uint64_t u = 0;
     for (int i = 0; i < 8; i++) u = (u << 8) | d[pos + i];
     pos += 8;
-    r = node(x, T_FLOAT);
-    memcpy(&x->nodes[r].v, &u, sizeof u);
-    push(x, r);
+    r = NODE(T_FLOAT);
+    memcpy(&nodes[r].v, &u, sizeof u);
+    PUSH(r);
     NEXT;
 }
 op_unicode: { /* SHORT_BINUNICODE, BINUNICODE, BINUNICODE8 */
     int w = op == 0x8C ? 1 : op == 0x58 ? 4 : 8;
-    if (need(x, pos, (uint64_t)w) < 0) return -1;
+    NEED(w);
     uint64_t len = le(d + pos, w);
     pos += w;
-    if (need(x, pos, len) < 0) return -1;
-    r = node(x, T_STR);
-    Node *s = &x->nodes[r];
+    NEED(len);
+    r = NODE(T_STR);
+    Node *s = &nodes[r];
     s->off = (int32_t)pos; s->code = -1; s->w = (int32_t)len; s->size = (uint32_t)(1 + len / 8);
-    if (!utf8_ok(d + pos, (int64_t)len, &s->ascii)) return no(x, "a string that is not UTF-8");
+    if (!utf8_ok(d + pos, (int64_t)len, &s->ascii)) FAIL("a string that is not UTF-8");
     pos += (Py_ssize_t)len;
-    push(x, r);
+    PUSH(r);
     NEXT;
 }
 op_tuple_n: { /* TUPLE1..3 */
     int64_t k = op - 0x84;
-    if (x->sp - k < fence(x)) return no(x, "stack underflow");
-    if ((r = box(x, T_TUPLE, x->sp - k, x->sp)) < 0) return -1;
-    x->sp -= k;
-    push(x, r);
+    if (sp - k < fen) FAIL("stack underflow");
+    SYNC();
+    if ((r = box(x, T_TUPLE, sp - k, sp)) < 0) return -1;
+    RELOAD();
+    nnode = x->nnode;
+    sp -= k;
+    PUSH(r);
     NEXT;
 }
 op_box: /* TUPLE, LIST, DICT */
+    SYNC();
     if (pop_mark(x, &at) < 0) return -1;
-    if ((r = box(x, op == 0x74 ? T_TUPLE : op == 0x6C ? T_LIST : T_DICT, at, x->sp)) < 0) return -1;
-    x->sp = at;
-    push(x, r);
+    if ((r = box(x, op == 0x74 ? T_TUPLE : op == 0x6C ? T_LIST : T_DICT, at, sp)) < 0) return -1;
+    RELOAD();
+    nnode = x->nnode;
+    sp = at;
+    PUSH(r);
     NEXT;
 op_append:
-    if (x->sp - 2 < fence(x)) return no(x, "stack underflow");
-    if (x->nodes[x->stack[x->sp - 2]].t != T_LIST) return no(x, "append to a non-list");
-    if (add_kids(x, x->stack[x->sp - 2], x->sp - 1, x->sp) < 0) return -1;
-    x->sp -= 1; NEXT;
+    if (sp - 2 < fen) FAIL("stack underflow");
+    if (nodes[stack[sp - 2]].t != T_LIST) FAIL("append to a non-list");
+    CALL(add_kids(x, stack[sp - 2], sp - 1, sp));
+    sp -= 1; NEXT;
 op_appends:
+    SYNC();
     if (pop_mark(x, &at) < 0) return -1;
-    if (at - 1 < fence(x)) return no(x, "stack underflow");
-    if (x->nodes[x->stack[at - 1]].t != T_LIST) return no(x, "append to a non-list");
-    if (add_kids(x, x->stack[at - 1], at, x->sp) < 0) return -1;
-    x->sp = at; NEXT;
+    fen = fence(x);
+    if (at - 1 < fen) FAIL("stack underflow");
+    if (nodes[stack[at - 1]].t != T_LIST) FAIL("append to a non-list");
+    CALL(add_kids(x, stack[at - 1], at, sp));
+    sp = at; NEXT;
 op_setitem:
-    if (x->sp - 3 < fence(x)) return no(x, "stack underflow");
-    if (dict_items(x, x->stack[x->sp - 3], x->sp - 2, x->sp) < 0) return -1;
-    x->sp -= 2; NEXT;
+    if (sp - 3 < fen) FAIL("stack underflow");
+    CALL(dict_items(x, stack[sp - 3], sp - 2, sp));
+    sp -= 2; NEXT;
 op_setitems:
+    SYNC();
     if (pop_mark(x, &at) < 0) return -1;
-    if (at - 1 < fence(x)) return no(x, "stack underflow");
-    if (dict_items(x, x->stack[at - 1], at, x->sp) < 0) return -1;
-    x->sp = at; NEXT;
+    fen = fence(x);
+    if (at - 1 < fen) FAIL("stack underflow");
+    CALL(dict_items(x, stack[at - 1], at, sp));
+    sp = at; NEXT;
 op_pop:
-    if (x->nmarks && x->marks[x->nmarks - 1] == x->sp) x->nmarks--;
-    else if (x->sp > fence(x)) x->sp--;
-    else return no(x, "stack underflow");
+    if (x->nmarks && fen == sp) { x->nmarks--; fen = fence(x); }
+    else if (sp > fen) sp--;
+    else FAIL("stack underflow");
     NEXT;
 op_dup:
-    if (x->sp <= fence(x)) return no(x, "stack underflow");
-    freeze(x, x->stack[x->sp - 1]);
-    push(x, x->stack[x->sp - 1]);
+    if (sp <= fen) FAIL("stack underflow");
+    FREEZE(stack[sp - 1]);
+    r = stack[sp - 1];
+    PUSH(r);
     NEXT;
 op_stop:
-    if (x->sp <= fence(x)) return no(x, "stack underflow");
-    return x->stack[x->sp - 1];
+    if (sp <= fen) FAIL("stack underflow");
+    SYNC();
+    return stack[sp - 1];
 op_other:
-    return no(x, "an opcode the dump layout does not use");
+    FAIL("an opcode the dump layout does not use");
 #undef NEXT
+#undef SYNC
+#undef RELOAD
+#undef NODE
+#undef PUSH
+#undef FREEZE
+#undef FAIL
+#undef CALL
+#undef NEED
 }
 
 /* ---- reading the tree ---------------------------------------------------------------------------------- */

@@ -314,7 +314,8 @@ class Chunks:
             if f is not None:
                 (raw if "_raw" in f.columns else parts).append(f)
         if parts:
-            self.frames.append(_slim(pl.concat(parts, rechunk=True)))
+            # (a frame of the C decoder may hold counters and ids narrower than the Python path's: `_slim` decides)
+            self.frames.append(_slim(pl.concat(parts, rechunk=True, how="vertical_relaxed")))
         self.pending, self.rows = [], 0
 
     def _raw(self, d: Dump, warnings: list[str]) -> pl.DataFrame:
@@ -454,7 +455,13 @@ def decode_all(items: list[Item], keep_frames: int, full: bool = False, native: 
     chunks = Chunks(full)
     load = (
         fr_native.NativeLoad(
-            keep_frames, chunks.interners, [n for n, _ in items], _derive, chunks.schema, NATIVE_ROWS + _ROOM_ROWS
+            keep_frames,
+            chunks.interners,
+            [n for n, _ in items],
+            _derive,
+            chunks.schema,
+            NATIVE_ROWS + _ROOM_ROWS,
+            NARROW,
         )
         if native
         else None

@@ -75,21 +75,28 @@ def _choose(dumps: list[Dump]) -> list[str]:
     return []
 
 
-def _seen_groups(chunks: list[pl.DataFrame], used: list[Dump]) -> pl.DataFrame:
-    """Per group: its first pg_name/pg_desc and the ranks holding entries, from per-chunk partial aggregates
-    (a group_by over the whole multi-chunk table would copy it)."""
-    parts = [
-        c.group_by("_id", "group_key", maintain_order=True).agg(
-            pl.col("pg_name").first(), pl.col("pg_desc").first(), pl.col("rank").first()
-        )
+def _firsts(chunks: list[pl.DataFrame], used: list[Dump]) -> pl.DataFrame:
+    """Per (dump, pg_id, group): its rank and first pg_name/pg_desc, groups in the order their first entry comes:
+    one per-chunk partial aggregate (a group_by over the whole multi-chunk table would copy it) that both
+    `_seen_groups` and `_pg_keys` read (they had each made a pass over every entry)."""
+    parts = [  # (lazy: the same query's eager form took 2.5x the CPU, 0.19 against 0.08 s at 2M entries)
+        c.lazy()
+        .group_by("_id", "pg_id", "group_key", maintain_order=True)
+        .agg(pl.col("pg_name").first(), pl.col("pg_desc").first(), pl.col("rank").first())
+        .collect()
         for c in chunks
     ]
     if not parts:
-        return pl.DataFrame(schema={"group_key": pl.String, "pg_name": pl.String, "pg_desc": pl.String})
+        schema = {"_id": pl.Int64, "pg_id": pl.Int64, "group_key": pl.String, "pg_name": pl.String}
+        return pl.DataFrame(schema={**schema, "pg_desc": pl.String, "rank": pl.Int32})
+    return pl.concat(parts, how="vertical_relaxed").filter(pl.col("_id").is_in([d.uid for d in used]))
+
+
+def _seen_groups(firsts: pl.DataFrame) -> pl.DataFrame:
+    """Per group: its first pg_name/pg_desc and the ranks holding entries (from `_firsts`: the first row of a
+    (dump, group) is the first of its (dump, pg_id, group) rows, which come in the order of their first entry)."""
     return (
-        pl.concat(parts)
-        .filter(pl.col("_id").is_in([d.uid for d in used]))
-        .group_by("group_key", maintain_order=True)
+        firsts.group_by("group_key", maintain_order=True)
         .agg(pl.col("pg_name").first(), pl.col("pg_desc").first(), pl.col("rank").unique().sort().alias("held"))
         .cast({"group_key": pl.String, "pg_name": pl.String, "pg_desc": pl.String})
     )
@@ -124,16 +131,9 @@ def _groups_table(used: list[Dump], seen: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=FR_GROUPS_SCHEMA).sort("group_key")  # deterministic order
 
 
-def _pg_keys(chunks: list[pl.DataFrame], used: list[Dump]) -> pl.DataFrame:
-    """(rank, pg_id) -> the group_key of its first entry, from per-chunk partial aggregates (no copy of the table)."""
-    parts = [
-        c.group_by("_id", "pg_id", maintain_order=True).agg(pl.col("rank").first(), pl.col("group_key").first())
-        for c in chunks
-    ]
-    if not parts:
-        return pl.DataFrame(schema={"rank": pl.Int32, "pg_id": pl.Int64, "group_key": pl.String})
-    keys = pl.concat(parts).filter(pl.col("_id").is_in([d.uid for d in used]))
-    keys = keys.unique(["rank", "pg_id"], keep="first", maintain_order=True)
+def _pg_keys(firsts: pl.DataFrame) -> pl.DataFrame:
+    """(rank, pg_id) -> the group_key of its first entry (from `_firsts`, in the order of their first entry)."""
+    keys = firsts.unique(["rank", "pg_id"], keep="first", maintain_order=True)
     return keys.select("rank", "pg_id", pl.col("group_key").cast(pl.String))
 
 
@@ -194,7 +194,8 @@ def load_fr_dumps(items: Iterable[tuple[str, DumpData]], *, frames: str = "tail"
     dumps = out.dumps
     warnings.extend(_choose([d for d in dumps if not d.bad]))
     used = sorted((d for d in dumps if d.used), key=lambda d: d.rank)
-    seen = _seen_groups(out.frames, used)
+    firsts = _firsts(out.frames, used)
+    seen = _seen_groups(firsts)
     entries = (
         pl.concat(out.frames, rechunk=False, how="vertical_relaxed")  # a chunk's Int64 counters widen the others
         if out.frames
@@ -207,7 +208,7 @@ def load_fr_dumps(items: Iterable[tuple[str, DumpData]], *, frames: str = "tail"
     return FRLoad(
         compact=entries,
         groups=_groups_table(used, seen),
-        status=_status_table(used, _pg_keys(out.frames, used)),
+        status=_status_table(used, _pg_keys(firsts)),
         dumps=table,
         warnings=tuple(warnings),
         values=out.values,
