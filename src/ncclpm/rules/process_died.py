@@ -192,7 +192,12 @@ class ProcessDiedRankUnknown(Rule):
         # the launcher reports one worker's failure (torchrun's `failed (exitcode: -9) local_rank: 2 (pid: 1302)`):
         # the one process this excerpt saw die is that worker
         failed = exited.filter(fatal_exit().fill_null(False) | (pl.col("exit_code") == OWN_ERROR))
-        lone = failed.row(0, named=True) if failed["local_rank"].n_unique() == 1 else None
+        lone = (
+            failed.row(0, named=True)
+            # (a death whose own line names another pid - the OOM killer's victim - is not that worker's)
+            if failed["local_rank"].n_unique() == 1 and (last["pid"] is None or last["pid"] in failed["pid"])
+            else None
+        )
         who = (
             f"Process {spawned[0]} of torch.multiprocessing.spawn (local rank {spawned[0]})"
             if not spawned.is_empty() and spawned[0] is not None
