@@ -49,6 +49,8 @@ def test_case(case: Path) -> None:
         assert str(d.action) == spec["action"], d.action_reason
     if "summary_contains" in spec:
         assert spec["summary_contains"] in d.summary, d.summary
+    if "fix_contains" in spec:  # the verdict's first fix
+        assert d.primary.fixes and spec["fix_contains"] in d.primary.fixes[0], d.primary.fixes
     for ev in d.primary.evidence:
         assert ev.file and ev.text, "every evidence quote names its file and text"
     for f in d.findings:  # fix text has one source: the rule's FIXES (also its documentation)

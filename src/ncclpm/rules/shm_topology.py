@@ -76,6 +76,13 @@ class ShmOrP2pFailure(Rule):
             "mount an `emptyDir: {medium: Memory}` volume at /dev/shm. Check with `df -h /dev/shm`.",
             when="shared memory",
         ),
+        "cumem": Fix(
+            "NCCL 2.19+ shares GPU buffers between processes through CUDA's cuMem handles (`NCCL_CUMEM_ENABLE`, on by "
+            "default): where the driver or the container does not support them (`operation not supported`), set "
+            "`NCCL_CUMEM_ENABLE=0`, or run the container with `--ipc=host` / `--cap-add SYS_PTRACE` and a driver "
+            "that supports them.",
+            when="a CUDA call of peer-to-peer set-up was not supported",
+        ),
         "p2p": Fix(
             "Enable peer access on the host: disable PCIe ACS in the BIOS / set `iommu=pt`; check "
             "`nvidia-smi topo -m` and `nvidia-smi topo -p2p r`.",
@@ -125,7 +132,7 @@ class ShmOrP2pFailure(Rule):
             explanation="NCCL connects GPUs of one node through shared memory or CUDA peer-to-peer; when that "
             "fails the communicator cannot be built and every rank fails or waits.",
             evidence=quotes(ev) + (quotes(size, 1) if shm else ()),
-            fixes=self.fixes("shm" if shm else "p2p"),
+            fixes=self.fixes(*(["shm"] if shm else [*(["cumem"] if _not_supported(ev) else []), "p2p"])),
             dont=(
                 "`NCCL_SHM_DISABLE=1` / `NCCL_P2P_DISABLE=1` route intra-node traffic through slower paths; use "
                 "them only as a stop-gap while the host is fixed.",
@@ -133,3 +140,9 @@ class ShmOrP2pFailure(Rule):
             verify=("`nccl-tests` `all_reduce_perf -g <gpus per node>` on one node passes at NVLink/PCIe bandwidth.",),
             facts={"hosts": hosts},
         )
+
+
+def _not_supported(ev: pl.DataFrame) -> bool:
+    """A peer-to-peer set-up whose CUDA call was not supported (`Cuda failure 801 'operation not supported'`)."""
+    p2p = ev.filter(pl.col("kind") == K.p2p_error)
+    return bool((p2p["error_type"] == "operation not supported").any())
