@@ -56,6 +56,13 @@ class LaunchMisconfigured(Rule):
             "`--nproc_per_node` match the GPUs of the node.",
             when="two ranks on one GPU, or a GPU index the node does not have",
         ),
+        "see_gpus": Fix(
+            "Run the job where its processes see the GPUs: `nvidia-smi` inside the container must list them (`docker "
+            "run --gpus all`, the NVIDIA container toolkit, a pod's `nvidia.com/gpu` limit), `CUDA_VISIBLE_DEVICES` "
+            "must not be empty, and torch must be a CUDA build "
+            "(`python -c 'import torch; print(torch.version.cuda)'`).",
+            when="a process saw no GPU at all",
+        ),
         "local_rank_arg": Fix(
             "Accept both spellings in the script (`parser.add_argument('--local-rank', '--local_rank', type=int)`) "
             "or, better, read `int(os.environ['LOCAL_RANK'])` and launch with `torchrun`: since torch 2.0 "
@@ -127,7 +134,8 @@ class LaunchMisconfigured(Rule):
             # every line says it saw none (kinds.toml: `count` 0)
             none = (unavailable["count"] == 0).fill_null(False).all()
             what = (
-                "found no GPU at all, and the nccl backend needs one per rank"
+                "found no GPU at all: its process sees none (a container without GPUs, a CPU build of torch, "
+                "CUDA_VISIBLE_DEVICES empty, the driver not loaded)"
                 if none
                 else "asked for a GPU its process does not see (a device index beyond the visible GPUs): more "
                 "processes per node than visible GPUs, or CUDA_VISIBLE_DEVICES hiding some"
@@ -140,7 +148,7 @@ class LaunchMisconfigured(Rule):
                 "node's GPUs, or `CUDA_VISIBLE_DEVICES` hides some of them; a process that sees none runs in a "
                 "CPU-only container or wheel, or with `CUDA_VISIBLE_DEVICES` empty.",
                 evidence=quotes(unavailable),
-                fixes=self.fixes("set_device"),
+                fixes=self.fixes("see_gpus" if none else "set_device"),
                 dont=("Do not look for a network or NCCL problem: the rank never got a GPU.",),
                 verify=("`nvidia-smi -L` on the node lists at least `--nproc_per_node` GPUs.",),
             )
