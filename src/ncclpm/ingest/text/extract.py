@@ -23,7 +23,7 @@ from ncclpm.ingest.catalog import MESSAGE_RANK, Catalog, Pattern
 from ncclpm.ingest.envelopes import Envelope
 from ncclpm.ingest.readings import apply_readings
 from ncclpm.ingest.text.nccl_messages import read_messages
-from ncclpm.ingest.text.rawscan import only_words
+from ncclpm.ingest.text.rawscan import FEW_LINES, only_words
 from ncclpm.sources.discover import ANSI_CSI
 from ncclpm.tables.schema import DTYPE_NAMES, EVENT_FIELDS, EVENTS_SCHEMA, LINES_SCHEMA
 
@@ -519,6 +519,8 @@ def _pattern_rows(parsed: pl.DataFrame, patterns: Sequence[Pattern]) -> list[tup
     if not anchors:
         return []
     found = parsed.select(pl.col("message").str.extract_many(anchors, overlapping=True).alias("anchor"))
+    if parsed.height > FEW_LINES:  # a Python loop over every line: ~3 us a line, 5x the join's cost at 160k lines
+        return _pattern_rows_joined(found, owners, patterns)
     rows: dict[int, list[int]] = {}
     for row, held in enumerate(found.to_series().to_list()):
         if not held:
@@ -526,6 +528,27 @@ def _pattern_rows(parsed: pl.DataFrame, patterns: Sequence[Pattern]) -> list[tup
         for i in dict.fromkeys(i for a in held for i in owners[a]):
             rows.setdefault(i, []).append(row)
     return [(p, pl.Series("row", rows[i], dtype=pl.UInt32)) for i, p in enumerate(patterns) if i in rows]
+
+
+def _pattern_rows_joined(
+    found: pl.DataFrame, owners: dict[str, list[int]], patterns: Sequence[Pattern]
+) -> list[tuple[Pattern, pl.Series]]:
+    """`_pattern_rows` of a large frame: each line's anchors joined to their patterns in polars."""
+    owned = pl.DataFrame(
+        [(a, i) for a, held in owners.items() for i in held],
+        schema={"anchor": pl.String(), "pattern": pl.UInt32()},
+        orient="row",
+    )
+    hits = (
+        found.with_row_index("row")
+        .explode("anchor")
+        .drop_nulls("anchor")
+        .join(owned, on="anchor", maintain_order="left")
+        .select("pattern", "row")
+    )
+    parts = hits.partition_by("pattern", as_dict=True, maintain_order=True)
+    rows = {key[0]: part["row"].unique(maintain_order=True) for key, part in parts.items()}
+    return [(p, rows[i]) for i, p in enumerate(patterns) if i in rows]
 
 
 def _patterns_with_anchor_hits(parsed: pl.DataFrame, patterns: Sequence[Pattern]) -> list[Pattern]:

@@ -181,7 +181,9 @@ def newlines(data: Bytes | bytearray, start: int, end: int) -> int:
     return (data if isinstance(data, bytes | bytearray) else bytes(data)).count(b"\n", start, end)
 
 
-FEW_LINES = 4096  # (`only_words`)
+FEW_LINES = (
+    4096  # up to this many lines, per-line Python beats a polars query's fixed cost (`only_words`, `_pattern_rows`)
+)
 
 
 def holds_any(raw: pl.Series, anchors: tuple[str, ...]) -> pl.Series:
