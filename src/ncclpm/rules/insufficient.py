@@ -24,6 +24,11 @@ MISSING = {
         "the launcher reports ranks failed whose own errors are not in the files",
     ),
     "logs": ("logs of ranks {ranks|that printed nothing} (no line from them was found)", "some ranks printed nothing"),
+    "other_nodes": (
+        "the other nodes' logs, first the node whose agent ended first (often the rendezvous endpoint's host): "
+        "its workers' errors are why the job ended",
+        "the job ended on another node",
+    ),
     "dumps": (
         "flight-recorder dumps: run with `TORCH_NCCL_TRACE_BUFFER_SIZE=2000` and "
         "`TORCH_NCCL_DUMP_ON_TIMEOUT=1` (dumps land in `TORCH_FR_DUMP_TEMP_FILE`, default "
@@ -41,6 +46,10 @@ MISSING = {
         "no stack dumps in the job",
     ),
 }
+
+
+# torchrun's agent's own lines when another node's agent ended the job first (closed the rendezvous, took the store)
+ENDED_ELSEWHERE = [K.rendezvous_closed, K.rendezvous_shutdown]
 
 
 class InsufficientEvidence(Rule):
@@ -75,7 +84,11 @@ class InsufficientEvidence(Rule):
         # ranks the launcher saw fail (not the ones it then ended itself with SIGTERM), their own errors not shown
         failed = t.elastic.filter(~pl.col("exit_code").fill_null(0).is_in([0, TORN_DOWN]))["rank"].drop_nulls().unique()
         failed = sorted(set(failed.to_list()) - set(t.events.filter(pl.col("severity") == "error")["rank"].to_list()))
+        # torchrun's agent found the job already ended by another node's agent: the failure is on that node
+        ended = t.events.filter(pl.col("victim"))
+        ended_elsewhere = not ended.is_empty() and ended["kind"].is_in(ENDED_ELSEWHERE).all()
         wanted = [
+            *(["other_nodes"] if ended_elsewhere else []),
             *(["errors"] if failed else []),
             *(["logs"] if absent else []),
             *(["dumps"] if t.fr is None else []),
@@ -116,6 +129,9 @@ class InsufficientEvidence(Rule):
             if t.kinds(K.crash_signal)["victim"].any()
             else f"the logs show a process that waited in a collective{waited} and timed out, but not for whom or why"
             if not timed_out.is_empty()
+            else "torchrun's agent here found the job already ended by another node's agent (the rendezvous closed, "
+            "or its store gone): the failure happened on that node, and its logs are not among these"
+            if ended_elsewhere
             else "the logs show a process cut off from another (a peer gone or not answering) but not which or why"
             if t.events["victim"].any()
             else f"the launcher reports {ranks_text(failed)} aborted together (SIGABRT: what NCCL's watchdog does "
@@ -140,6 +156,7 @@ class InsufficientEvidence(Rule):
             + ".",
             evidence=quotes(victims, 4)
             or quotes(timed_out, 2)
+            or (quotes(ended, 2) if ended_elsewhere else ())
             or (quotes(self.facts.scope.job, 2) if not self.facts.scope.recognised else ()),
             fixes=tuple(f for k in wanted for f in self.fixes(k, ranks=", ".join(map(str, ranks_of[k][:16]))))
             if wanted
