@@ -8,7 +8,7 @@ import polars as pl
 
 from ncclpm.analysis.crashes import NAMED_CAUSES, NAMES_A_CAUSE
 from ncclpm.model import said
-from ncclpm.rules._hosts import ranks_on, where
+from ncclpm.rules._hosts import host_ranks, ranks_on, where
 from ncclpm.rules._links import failing_pairs, implicated_hosts, link_ends
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text, warn_message
 from ncclpm.tables import Tables
@@ -87,6 +87,17 @@ class NcclTransportError(Rule):
             "between the hosts; for IB status 12 on a congested but healthy fabric raise `NCCL_IB_TIMEOUT` "
             "(e.g. 22)."
         ),
+        "debug_warn": Fix(
+            "Rerun with `NCCL_DEBUG=WARN` (`NCCL_DEBUG_FILE=/path/nccl.%h.%p` to keep it): the WARN line NCCL prints "
+            "before this error names the system call that failed.",
+            when="no NCCL message says which call failed",
+        ),
+        "shm_size": Fix(
+            "In a container, check `df -h /dev/shm`: Docker's default is 64 MB, too small for NCCL's shared-memory "
+            "buffers - start it with `--shm-size=16g` or `--ipc=host` (Kubernetes: an `emptyDir` with `medium: "
+            "Memory` mounted on /dev/shm).",
+            when="the ranks may share a host",
+        ),
         "gloo_ifname": Fix(
             "Set `GLOO_SOCKET_IFNAME` to an interface every host has and that routes between them (`ip -br addr`), "
             "or unset it; with no setting gloo uses the address the host name resolves to (`hostname -i`).",
@@ -120,10 +131,19 @@ class NcclTransportError(Rule):
                 f"picked (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME unset or wrong). {detail}"
             )
         if set(ev["net_class"].to_list()) <= {CLASS_ONLY}:
+            one_host = self._one_host(t)
+            likely = (
+                "most often the network"
+                if one_host is False
+                else "with every rank on one host, most often /dev/shm (too small in a container) or a CUDA IPC or "
+                "memory call, not the network"
+                if one_host
+                else "most often the network across hosts, /dev/shm within one (too small in a container)"
+            )
             return (
                 f"NCCL failed with a system error{f' on {where(t, reporters)}' if reporters else ''} (ncclSystemError: "
-                "a socket, InfiniBand verbs, /dev/shm or memory call) and no NCCL message says which: most often "
-                "the network. Rerun with NCCL_DEBUG=WARN to see NCCL's own line."
+                f"a socket, InfiniBand verbs, /dev/shm or memory call) and no NCCL message says which: {likely}. "
+                "Rerun with NCCL_DEBUG=WARN to see NCCL's own line."
             )
         if set(ev["net_class"].to_list()) <= {"interface"}:
             ifname = (
@@ -181,7 +201,11 @@ class NcclTransportError(Rule):
         elif gone:
             summary = f"NCCL's closed connections ({detail}) are what a dead peer looks like: a process went away."
         return self.finding(
-            category=Category.SYMPTOM if symptom else self.category,
+            category=Category.SYMPTOM
+            if symptom
+            else Category.SHM_P2P_TOPOLOGY  # the class alone, every rank on one host: /dev/shm or CUDA IPC
+            if set(ev["net_class"].to_list()) <= {CLASS_ONLY} and self._one_host(t)
+            else self.category,
             confidence=0.4 if symptom else strongest,
             culprit_ranks=() if symptom else culprits,
             summary=summary,
@@ -189,10 +213,7 @@ class NcclTransportError(Rule):
             "process died first, the host common to every failing pair is where the link, port or "
             "interface configuration is bad; every other rank then waits on the collective that crosses it.",
             evidence=quotes(ev),
-            fixes=self.fixes(
-                *(["gloo_ifname"] if _gloo_device(ev) else NCCL_FIXES),
-                hosts=", ".join(culprit_hosts) or "the named hosts",
-            ),
+            fixes=self.fixes(*self._fix_keys(t, ev), hosts=", ".join(culprit_hosts) or "the named hosts"),
             dont=(
                 "`NCCL_IB_DISABLE=1` only moves the traffic to TCP sockets - an order of magnitude slower - "
                 "and hides the bad link.",
@@ -207,6 +228,30 @@ class NcclTransportError(Rule):
                 "classes": sorted(set(ev["net_class"].to_list())),
             },
         )
+
+    def _fix_keys(self, t: Tables, ev: pl.DataFrame) -> tuple[str, ...]:
+        if _gloo_device(ev):
+            return ("gloo_ifname",)
+        if not set(ev["net_class"].to_list()) <= {CLASS_ONLY}:
+            return NCCL_FIXES
+        one_host = self._one_host(t)  # the class alone: NCCL's own line first, then where the call most often fails
+        return (
+            ("shm_size", "debug_warn")  # on one host the likeliest cause's check is also the quickest
+            if one_host
+            else ("debug_warn", *NCCL_FIXES)
+            if one_host is False
+            else ("debug_warn", "shm_size", "check_ports", "interfaces")
+        )
+
+    def _one_host(self, t: Tables) -> bool | None:
+        """Whether every rank of the job ran on one host: None where the logs do not say (ranks without a host, or
+        known ranks whose host is not known)."""
+        hr = host_ranks(t)
+        if hr.is_empty():
+            return None
+        if hr["host"].n_unique() > 1:
+            return False
+        return True if self.facts.known_ranks <= set(hr["rank"].to_list()) else None
 
     def _crashed_first(self, t: Tables, ev: pl.DataFrame, culprit_hosts: list[str]) -> set[int]:
         """Ranks that died on their own and explain these lines (a dead peer closes its connections and stops
