@@ -34,6 +34,7 @@ PRECEDENCE: tuple[tuple[str, str], ...] = (
         "torch refused how the program uses it (DDP's reducer, tensors a backend cannot take): the code's setting",
     ),
     ("MC01", "ranks issuing different collectives is a program bug no infrastructure fix touches"),
+    ("MC03", "ranks that built different models are refused by DDP before any collective: every rank's stop follows"),
     ("SH01", "a /dev/shm or peer-to-peer failure breaks the communicator before any collective"),
     ("SH02", "a benchmark's wrong values are corrupted data: nothing else failed, so no other rule has a lead"),
     ("SK01", "the stacks show where the odd rank really was, down to the user's line"),

@@ -19,6 +19,7 @@ from ncclpm.rules.killed_outside import JobKilledFromOutside
 from ncclpm.rules.launch_config import LaunchMisconfigured
 from ncclpm.rules.main_first import MainProcessFirstOutlastedTimeout
 from ncclpm.rules.mismatch_logs import CollectivesDisagreeInLogs
+from ncclpm.rules.models_differ import ModelsDiffer
 from ncclpm.rules.nccl_class import NcclResultClass
 from ncclpm.rules.nccl_crash import CrashInsideNccl
 from ncclpm.rules.nccl_invalid_usage import NcclInvalidUsage
@@ -73,6 +74,7 @@ ALL_RULES: tuple[type[Rule], ...] = (
     LaunchMisconfigured,
     GpusShort,
     ParallelLayoutRefused,
+    ModelsDiffer,
     SchedulerRefusedRequest,
     CollectivesDeliveredWrongValues,
     WorldSizeMismatch,
