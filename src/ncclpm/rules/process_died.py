@@ -262,9 +262,9 @@ _REPORTS = (K.worker_lost, K.child_failed_report)
 
 def _own_end(own: pl.DataFrame) -> dict:
     """Where the process ended: its own error printed before the first report of its loss, when there is one (the
-    report, and what its parent raised after it, follow the death); the first report when there are only reports
-    (each parent reports its child's failure after it: the first is nearest the child, and vLLM's quotes its
-    error); else the last line, as printed."""
+    report, and what its parent raised after it, follow the death); the first parent's report when there are only
+    reports (vLLM's and SGLang's parents each report their child's failure after it: the first is nearest the child,
+    and vLLM's quotes its error); else the last line, as printed (Ray's exit type follows its ActorDiedError)."""
     reports = same_line(own, list(_REPORTS))
     first_report = own.join(reports, on=["source", "line"], how="semi").head(1)
     if not first_report.is_empty():
@@ -273,6 +273,7 @@ def _own_end(own: pl.DataFrame) -> dict:
         before = mine.filter((pl.col("source") != at["source"]) | (pl.col("line") < at["line"]))
         if not before.is_empty():
             return before.tail(1).row(0, named=True)
-        if mine.is_empty():
-            return at
+        chain = own.filter(pl.col("kind") == K.child_failed_report)
+        if mine.is_empty() and not chain.is_empty():
+            return chain.row(0, named=True)
     return own.tail(1).row(0, named=True)
