@@ -261,8 +261,10 @@ def _end_moments(t: Tables, rows: dict[int, dict], culprits: set[int]) -> list[M
             ranks += members
             root = same.filter(pl.col("root_cause"))["rank"].to_list()
             note = ""
-            if root and culprits and not set(root) & culprits:
-                note = ' (torchrun\'s "first observed failure": a waiting rank, not the cause)'
+            if root and culprits and not set(root) & culprits:  # (it only saw that exit first)
+                waiting = all(rows.get(r, {}).get("role") == "waiting" for r in root)
+                what = "a waiting rank" if waiting else "the first exit it saw"
+                note = f' (torchrun\'s "first observed failure": {what}, not the cause)'
             parts.append(f"{rank_span(members)} ended with {_exit_text(code, signal)}{note}")
         ref = _ref(at["source"][0], at["exit_line"][0] if at["exit_line"][0] is not None else at["line"][0])
         out.append(_moment(rows, at["ts"][0], "; ".join(parts), ranks, [ref], "end"))
