@@ -283,3 +283,61 @@ def test_texts_that_do_not_fit_a_block_are_read_as_python_bytes(tmp_path: Path, 
     monkeypatch.setattr(lines_mod, "GROUP_BYTES", 4096)
     small = lines_mod.read_kept_lines(job, cat.anchors, [], cat.line_start_regex())
     assert whole.height > 300 and small.equals(whole)
+
+
+def test_the_filter_lets_no_byte_through_unverified(monkeypatch) -> None:
+    """The filter keys each byte by its low 4 bits (and the whole byte before): anchors whose bytes differ from the
+    text's only in their high 4 bits (letters flipped in case, `a` against `q`, digits against punctuation) pass it
+    and must be refused by the comparison; an anchor's first byte after any byte, at a text's first byte, right
+    after a newline or a carriage return, and an anchor cut by a newline or CRLF in a text read as lines."""
+    rnd = random.Random(21)
+    anchors = rnd.sample(sorted(catalog().anchors), 60)
+
+    def flip(a: str) -> str:
+        i = rnd.randrange(len(a))
+        c = ord(a[i])
+        return a[:i] + (chr(c ^ rnd.choice([0x10, 0x20, 0x30])) if 0x21 <= c < 0x5F else a[i]) + a[i + 1 :]
+
+    texts = []
+    for _ in range(120):
+        parts = []
+        for _ in range(rnd.randint(1, 30)):
+            a = rnd.choice(anchors)
+            piece = rnd.choice(
+                [a, flip(a), flip(flip(a)), a[: len(a) // 2] + rnd.choice(["\n", "\r\n"]) + a[len(a) // 2 :]]
+            )
+            parts.append(chr(rnd.randrange(1, 127)) + piece if rnd.random() < 0.7 else piece)
+            parts.append(rnd.choice(["", " ", "\n", "\r\n", "\r", "\n\n", "x" * rnd.randint(0, 20)]))
+        texts.append("".join(parts).encode())
+    for whole in (True, False):
+        for i in range(0, len(texts), 10):
+            _both(texts[i : i + 10], whole, True, 1, monkeypatch)
+    _both(texts, False, False, 7, monkeypatch)
+
+
+def _nccl_text() -> bytes:
+    """The repo's logs holding NCCL's lines, one after the other (a text like a big job's)."""
+    paths = sorted((ROOT / "tests" / "cases").rglob("*.log")) + sorted((ROOT / "sample_logs").rglob("*.log"))
+    texts = [p.read_bytes() for p in paths if p.is_file() and p.stat().st_size < 1_000_000]
+    return b"".join(t if t.endswith(b"\n") else t + b"\n" for t in texts if b"NCCL" in t)
+
+
+def test_a_text_cut_anywhere_reads_as_the_regex_reads_it(monkeypatch) -> None:
+    """A big file's blocks read as lines, with their first lines' numbers, where the cuts fall mid-line and
+    mid-anchor; the same text with CRLF endings, with lines of 200 kB around its anchors, and encoded as UTF-16
+    (NUL bytes between the characters: valid UTF-8, no anchor in it)."""
+    rnd = random.Random(23)
+    text = _nccl_text()
+    assert len(text) > 100_000 and text.count(b"NCCL WARN") > 5
+    variants = [
+        text,
+        text.replace(b"\n", b"\r\n"),
+        text.replace(b"NCCL WARN", b"y" * 200_000 + b"NCCL WARN", 3),
+        text[:100_000].decode().encode("utf-16-le"),
+    ]
+    for data in variants:
+        cuts = sorted(rnd.sample(range(1, len(data)), 12))
+        pieces = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+        for following in (True, False):
+            _both(pieces, False, following, 1_000, monkeypatch)
+        _both(pieces[:4], True, True, 1, monkeypatch)
