@@ -78,8 +78,8 @@ def test_a_missing_or_damaged_snapshot_means_parsing_toml(tmp_path: Path, monkey
 
 
 def _command(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    """The installed `ncclpm` command (`cli.run`) run as a user runs it."""
-    code = "import sys; sys.argv[0] = 'ncclpm'; from ncclpm.cli import run; run()"
+    """The installed `ncclpm` command (`command.run`, which runs `cli.run`) run as a user runs it."""
+    code = "import sys; sys.argv[0] = 'ncclpm'; from ncclpm.command import run; run()"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, input=stdin, timeout=120)
 
 
@@ -240,3 +240,35 @@ def test_a_c_module_built_from_older_sources_means_the_python_text_path(monkeypa
     finally:
         monkeypatch.undo()
         importlib.reload(rawscan)
+
+
+_GC_AFTER = """
+import gc, json, os, sys
+sys.argv = ["ncclpm", *sys.argv[1:]]
+usual = gc.get_threshold()
+exit_ = os._exit
+def report(code):
+    print(json.dumps({"usual": usual == gc.get_threshold(), "frozen": gc.get_freeze_count()}), file=sys.stderr)
+    exit_(code)
+os._exit = report
+from ncclpm.command import run
+run()
+"""
+
+
+def test_the_command_freezes_its_modules_and_collects_the_work_as_usual() -> None:
+    """`ncclpm.command.run` holds the collector back while modules load (`util/collector.py`); a command that works (`diagnose`) then
+    freezes them and puts the usual threshold back before reading the job."""
+    res = subprocess.run(
+        [sys.executable, "-c", _GC_AFTER, "diagnose", str(SAMPLE), "-f", "json"], capture_output=True, timeout=120
+    )
+    got = json.loads(res.stderr.decode().strip().splitlines()[-1])
+    assert got["usual"] and got["frozen"] > 10_000, got
+
+
+def test_the_cli_called_in_process_leaves_the_collector_alone() -> None:
+    import gc
+
+    before = gc.get_threshold(), gc.get_freeze_count()
+    assert CliRunner().invoke(main, ["diagnose", str(SAMPLE), "-f", "json"]).exit_code == 0
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
