@@ -12,7 +12,6 @@ a misspelt kind in a rule fails every test at once instead of making the rule si
 
 from __future__ import annotations
 
-import difflib
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -117,6 +116,8 @@ def load_kinds(path: Path) -> list[KindDecl]:
 
 
 def unknown_kind_message(name: str, known: Mapping[str, KindDecl] | set[str], where: str) -> str:
+    import difflib  # (an error's suggestion: not loaded by every run)
+
     close = difflib.get_close_matches(name, list(known), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return f"{where}: event kind {name!r} is not declared in {KINDS_FILE}{hint}"
