@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import marshal
-import tomllib
 from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
@@ -67,6 +66,8 @@ def write_toml_snapshot(directory: Path, out: Path) -> int:
     """Record every TOML file of `directory` parsed, keyed by the file's hash (a file `marshal` cannot hold
     exactly is left out); returns how many. Run at install time (`hatch_build.py` loads this module by path, so
     it imports nothing but the standard library)."""
+    import tomllib
+
     docs = {}
     for path in sorted(directory.rglob("*.toml")):
         data = path.read_bytes()
@@ -75,6 +76,13 @@ def write_toml_snapshot(directory: Path, out: Path) -> int:
             docs[_key(path.relative_to(directory))] = (_digest(data), doc)
     out.write_bytes(pack_toml_snapshot(docs))
     return len(docs)
+
+
+def toml_error() -> type[ValueError]:
+    """`tomllib.TOMLDecodeError`, for an `except` clause (evaluated only when something was raised)."""
+    import tomllib
+
+    return tomllib.TOMLDecodeError
 
 
 def _key(relative: Path) -> str:
@@ -124,15 +132,17 @@ def _snapshot() -> _Snapshot:
 
 def read_toml(path: Path) -> dict[str, Any]:
     """A TOML file parsed. Parsing the shipped catalogs costs ~30 ms per run (a tenth of a small job), unpacking
-    their parse recorded at install time ~2 ms (JSON in JSON before: ~16 ms); it is used for a file whose bytes
-    still have the recorded hash, so an edited or a user's file is always read afresh. Raises what `tomllib.loads`
-    and reading the file raise (too deep: a `TOMLDecodeError` too)."""
+    their parse recorded at install time a few ms (`marshal`, only the files read); it is used for a file whose
+    bytes still have the recorded hash, so an edited or a user's file is always read afresh. Raises what
+    `tomllib.loads` and reading the file raise (too deep: a `TOMLDecodeError` too)."""
     data = path.read_bytes()
     snapshot = _snapshot()
     key = path.name if path.name in snapshot.index else f"{path.parent.name}/{path.name}"
     recorded = snapshot.parse(key, _digest(data)) if key in snapshot.index else None
     if recorded is not None:
         return recorded
+    import tomllib  # (~4 ms: a run whose catalogs all come from the snapshot does without it)
+
     try:
         return tomllib.loads(_text(data))
     except RecursionError:  # (`tomllib` recurses once per level: a user's catalog of 5,000-deep arrays)
