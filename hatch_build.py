@@ -1,4 +1,4 @@
-"""Build hook: record the shipped TOML catalogs' parse (`ncclpm/_toml_snapshot.json`, read by
+"""Build hook: record the shipped TOML catalogs' parse (`ncclpm/_toml_snapshot.bin`, read by
 `ncclpm.util.resources.read_toml` while each file's hash still matches) and the report templates' compiled code
 (`ncclpm/_templates_snapshot.bin`, `ncclpm.render.template_code`), and compile the optional C modules: the opcode
 scanner (`ncclpm/ingest/flight_recorder/_frscan.c`), the dump decoder (`ncclpm/ingest/flight_recorder/_frdecode.c`)
@@ -63,7 +63,7 @@ def _write_snapshots(root: Path, folder: Path) -> list[str]:
     templates compiled, at each run."""
     written = []
     for name, path, function, source in (
-        ("_toml_snapshot.json", "src/ncclpm/util/resources.py", "write_toml_snapshot", "parsers"),
+        ("_toml_snapshot.bin", "src/ncclpm/util/resources.py", "write_toml_snapshot", "parsers"),
         ("_templates_snapshot.bin", "src/ncclpm/render/template_code.py", "write_template_snapshot", "templates"),
     ):
         try:

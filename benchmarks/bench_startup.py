@@ -2,8 +2,9 @@
 
 Usage: python benchmarks/bench_startup.py [--runs 21] [--baseline OTHER_CHECKOUT]
 
-Each command runs as a fresh process, as a user runs it: this checkout through its `ncclpm` console entry
-(`ncclpm.cli:run`, or `main` in a checkout without it), the baseline with its `src` first on `sys.path` (its C
+Each command runs as a fresh process, as a user runs it: each checkout through its own `ncclpm` console entry
+(`[project.scripts]` in its pyproject.toml: `ncclpm.command:run`, `ncclpm.cli:run` before; `ncclpm.cli:main` in a
+checkout without `run`), with its `src` first on `sys.path` (the baseline's C
 modules are this checkout's when it has none built: they are the same sources). The tiny job is 21 lines of
 `sample_logs/nccl_rank0_sample_generation` (a timeout, a checkpointing rank, torchrun's summary); the NCCL job is
 a WARN and torch's exception quoting it, which loads NCCL's declared messages (parsers/nccl/). Bytecode is
@@ -26,9 +27,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 _ENTRY = (
     "import sys; sys.path.insert(0, sys.argv.pop(1)); sys.argv[0] = 'ncclpm'\n"
-    "import ncclpm.cli as c\n"
-    "(getattr(c, 'run', None) or (lambda: c.main(prog_name='ncclpm')))()\n"
+    "from {module} import {function} as entry\n"
+    "entry()\n"
 )
+
+
+def _entry(checkout: Path) -> str:
+    """The code that runs the checkout's `ncclpm` console entry (its pyproject.toml's `[project.scripts]`)."""
+    import tomllib
+
+    target = tomllib.loads((checkout / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]["ncclpm"]
+    module, _, function = target.partition(":")
+    if module == "ncclpm.cli" and function == "main":  # (a checkout without `run`: click's main needs a name)
+        return (
+            "import sys; sys.path.insert(0, sys.argv.pop(1))\nfrom ncclpm.cli import main\nmain(prog_name='ncclpm')\n"
+        )
+    return _ENTRY.format(module=module, function=function)
 
 
 def _tiny_job(folder: Path) -> Path:
@@ -62,9 +76,10 @@ def _nccl_job(folder: Path) -> Path:
 
 
 def _one(checkout: Path, args: list[str], env: dict[str, str]) -> tuple[float, float]:
+    code = _entry(checkout)
     start = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-c", _ENTRY, str(checkout / "src"), *args],
+        [sys.executable, "-c", code, str(checkout / "src"), *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=env,
@@ -114,7 +129,9 @@ def main() -> None:
 def _check(checkout: Path, args: list[str], env: dict[str, str]) -> None:
     """Run the command once, untimed; stop unless it worked (a failing command is fast, and would be measured so:
     a stale or borrowed C module that no longer fits its Python code, for one)."""
-    got = subprocess.run([sys.executable, "-c", _ENTRY, str(checkout / "src"), *args], capture_output=True, env=env)
+    got = subprocess.run(
+        [sys.executable, "-c", _entry(checkout), str(checkout / "src"), *args], capture_output=True, env=env
+    )
     if got.returncode != 0 or not got.stdout:
         raise SystemExit(f"{checkout}: ncclpm {' '.join(args)} failed ({got.returncode}): {got.stderr[-400:]!r}")
 

@@ -33,9 +33,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 _ENTRY = (
     "import sys; sys.path.insert(0, sys.argv.pop(1)); sys.argv[0] = 'ncclpm'\n"
-    "import ncclpm.cli as c\n"
-    "(getattr(c, 'run', None) or (lambda: c.main(prog_name='ncclpm')))()\n"
-)
+    "import importlib, tomllib\n"
+    "module, _, function = tomllib.load(open(sys.argv.pop(1), 'rb'))['project']['scripts']['ncclpm'].partition(':')\n"
+    "entry = getattr(importlib.import_module(module), function)\n"
+    "entry() if function == 'run' else entry(prog_name='ncclpm')\n"
+)  # the checkout's own console entry (its pyproject.toml's [project.scripts]), as a user runs `ncclpm`
 
 _PHASES = r"""
 import collections, functools, json, os, resource, sys
@@ -106,7 +108,20 @@ STEPS = {
 
 
 def _run(src: Path, jobs: Path, workers: int, out: Path) -> dict:
-    cmd = [sys.executable, "-c", _ENTRY, str(src), "triage", str(jobs), "-j", str(workers), "-q", "-o", str(out)]
+    cmd = [
+        sys.executable,
+        "-c",
+        _ENTRY,
+        str(src),
+        str(src.parent / "pyproject.toml"),
+        "triage",
+        str(jobs),
+        "-j",
+        str(workers),
+        "-q",
+        "-o",
+        str(out),
+    ]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))  # `tests.real_issues` lives in the checkout
 def _rules_index() -> tuple[Path, Callable[[str], str]]:
     from ncclpm.ruledocs.index import INDEX, generate
 
-    return INDEX, lambda _old: generate()
+    return Path(INDEX), lambda _old: generate()
 
 
 def _readme() -> tuple[Path, Callable[[str], str]]:

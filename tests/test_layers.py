@@ -92,6 +92,7 @@ ORDER = (
     "triage",
     "watch",
     "cli",
+    "command",
     "__main__",
 )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -67,7 +68,7 @@ def test_the_rules_index_is_the_registry() -> None:
     from ncclpm.precedence import PRECEDENCE
     from ncclpm.ruledocs.index import INDEX, generate, load
 
-    assert INDEX.read_text(encoding="utf-8") == generate(), "stale: run `python scripts/regenerate.py`"
+    assert Path(INDEX).read_text(encoding="utf-8") == generate(), "stale: run `python scripts/regenerate.py`"
     assert sorted(load()) == sorted(rule_id for rule_id, _ in PRECEDENCE)
 
 
@@ -80,3 +81,51 @@ def test_a_rule_missing_from_the_index_is_read_from_the_registry(monkeypatch: py
     assert rules_index.by_id("CR01", registered=True).doc == by_id("CR01").doc()
     with pytest.raises(KeyError):
         rules_index.by_id("CR01")
+
+
+_LOADED = """
+import json, os, sys
+baseline = set(sys.modules)
+import click
+with_click = set(sys.modules)
+sys.argv = ["ncclpm", *sys.argv[1:]]
+exit_ = os._exit
+def report(code):
+    print(json.dumps(sorted(set(sys.modules) - with_click)), file=sys.stderr)
+    exit_(code)
+os._exit = report
+from ncclpm.command import run
+run()
+"""
+# what `ncclpm --help`, `rules` and `explain` may load besides click and what click loads: the CLI, its helpers, the
+# rules' index (a JSON file), gettext's locale lookup (click translates its own words) and help formatting
+_LIGHT = {
+    "ncclpm",
+    "ncclpm.cli",
+    "ncclpm.command",
+    "ncclpm.util.collector",
+    "ncclpm.util",
+    "ncclpm.util.folding",
+    "ncclpm.util.outfile",
+    "ncclpm.precedence",
+    "ncclpm.ruledocs",
+    "ncclpm.ruledocs.index",
+    "gc",
+    "locale",
+    "_locale",
+    "difflib",  # click's "did you mean" for a usage error
+    "heapq",
+    "_heapq",
+    "textwrap",
+    "click._textwrap",
+}
+
+
+@pytest.mark.parametrize("args", [["--help"], ["diagnose", "--help"], ["rules"], ["explain", "CR01"], ["nope"]])
+def test_help_rules_and_explain_load_nothing_heavy(args: list[str]) -> None:
+    """The `ncclpm` command (its console entry) for help, `rules` and `explain` loads click and little else: no
+    polars, no rules, no parsers - and no `pathlib` or `shutil` either, which click's help does not need."""
+    res = subprocess.run([sys.executable, "-c", _LOADED, *args], capture_output=True, text=True, timeout=60)
+    loaded = set(json.loads(res.stderr.strip().splitlines()[-1]))
+    extra = {m for m in loaded - _LIGHT if not m.startswith(("json", "encodings."))}
+    assert not extra, f"loaded for {args}: {sorted(extra)}"

@@ -34,8 +34,8 @@ def snapshot_at(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 def test_the_snapshot_gives_every_shipped_catalog_as_toml_parses_it(snapshot_at) -> None:
     parsers = resources.data_dir("parsers")
-    out = snapshot_at(parsers)
-    recorded = json.loads(out.read_text(encoding="utf-8"))["files"]
+    snapshot_at(parsers)
+    recorded = resources._snapshot().keys()
     shipped = sorted(parsers.rglob("*.toml"))  # parsers/nccl/<area>.toml too
     assert sorted(recorded) == sorted(p.relative_to(parsers).as_posix() for p in shipped)
     for path in shipped:
@@ -48,29 +48,37 @@ def test_the_snapshot_is_used_only_while_the_file_is_unchanged(tmp_path: Path, s
     toml = cat / "x.toml"
     toml.write_text('[a]\nb = "recorded"\n', encoding="utf-8")
     out = snapshot_at(cat)
-    doc = json.loads(out.read_text(encoding="utf-8"))
-    doc["files"]["x.toml"][1] = json.dumps({"a": {"b": "from the snapshot"}})
-    out.write_text(json.dumps(doc), encoding="utf-8")
+    digest = resources._digest(toml.read_bytes())
+    out.write_bytes(resources.pack_toml_snapshot({"x.toml": (digest, {"a": {"b": "from the snapshot"}})}))
     resources._snapshot.cache_clear()
     assert resources.read_toml(toml) == {"a": {"b": "from the snapshot"}}  # same bytes: the recorded parse
     toml.write_text('[a]\nb = "edited"\n', encoding="utf-8")
     assert resources.read_toml(toml) == {"a": {"b": "edited"}}  # other bytes: parsed afresh
 
 
-def test_what_json_cannot_hold_exactly_is_not_recorded(tmp_path: Path, snapshot_at) -> None:
+def test_what_marshal_cannot_hold_exactly_is_not_recorded(tmp_path: Path, snapshot_at) -> None:
     (tmp_path / "dated.toml").write_text("when = 2026-11-26T10:00:00Z\n", encoding="utf-8")
+    (tmp_path / "nan.toml").write_text("x = nan\n", encoding="utf-8")
     (tmp_path / "plain.toml").write_text("n = 1\n", encoding="utf-8")
-    out = snapshot_at(tmp_path)
-    assert list(json.loads(out.read_text(encoding="utf-8"))["files"]) == ["plain.toml"]
+    snapshot_at(tmp_path)
+    assert resources._snapshot().keys() == ["plain.toml"]
     assert resources.read_toml(tmp_path / "dated.toml")["when"].year == 2026
 
 
 def test_a_missing_or_damaged_snapshot_means_parsing_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = resources.data_dir("parsers") / "kinds.toml"
-    for content in (None, "not json", '{"format": 99, "files": {}}', '{"format": 1, "files": []}'):
-        snap = tmp_path / "snap.json"
+    good = resources.pack_toml_snapshot({"kinds.toml": (resources._digest(path.read_bytes()), {"kind": []})})
+    for content in (
+        None,
+        b"not a snapshot",
+        b"",
+        good[:-5],  # cut short: the recorded parse no longer unpacks
+        good.replace(b"\x02", b"\x63", 1),  # another format
+        b'{"format": 1, "files": {}}',  # the JSON of before
+    ):
+        snap = tmp_path / "snap.bin"
         if content is not None:
-            snap.write_text(content, encoding="utf-8")
+            snap.write_bytes(content)
         monkeypatch.setattr(resources, "SNAPSHOT", snap if content is not None else tmp_path / "none.json")
         resources._snapshot.cache_clear()
         assert resources.read_toml(path) == tomllib.loads(path.read_text(encoding="utf-8"))
@@ -78,8 +86,8 @@ def test_a_missing_or_damaged_snapshot_means_parsing_toml(tmp_path: Path, monkey
 
 
 def _command(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    """The installed `ncclpm` command (`cli.run`) run as a user runs it."""
-    code = "import sys; sys.argv[0] = 'ncclpm'; from ncclpm.cli import run; run()"
+    """The installed `ncclpm` command (`command.run`, which runs `cli.run`) run as a user runs it."""
+    code = "import sys; sys.argv[0] = 'ncclpm'; from ncclpm.command import run; run()"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, input=stdin, timeout=120)
 
 
@@ -240,3 +248,35 @@ def test_a_c_module_built_from_older_sources_means_the_python_text_path(monkeypa
     finally:
         monkeypatch.undo()
         importlib.reload(rawscan)
+
+
+_GC_AFTER = """
+import gc, json, os, sys
+sys.argv = ["ncclpm", *sys.argv[1:]]
+usual = gc.get_threshold()
+exit_ = os._exit
+def report(code):
+    print(json.dumps({"usual": usual == gc.get_threshold(), "frozen": gc.get_freeze_count()}), file=sys.stderr)
+    exit_(code)
+os._exit = report
+from ncclpm.command import run
+run()
+"""
+
+
+def test_the_command_freezes_its_modules_and_collects_the_work_as_usual() -> None:
+    """`ncclpm.command.run` holds the collector back while modules load (`util/collector.py`); a command that works (`diagnose`) then
+    freezes them and puts the usual threshold back before reading the job."""
+    res = subprocess.run(
+        [sys.executable, "-c", _GC_AFTER, "diagnose", str(SAMPLE), "-f", "json"], capture_output=True, timeout=120
+    )
+    got = json.loads(res.stderr.decode().strip().splitlines()[-1])
+    assert got["usual"] and got["frozen"] > 10_000, got
+
+
+def test_the_cli_called_in_process_leaves_the_collector_alone() -> None:
+    import gc
+
+    before = gc.get_threshold(), gc.get_freeze_count()
+    assert CliRunner().invoke(main, ["diagnose", str(SAMPLE), "-f", "json"]).exit_code == 0
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before

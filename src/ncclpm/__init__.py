@@ -6,7 +6,9 @@ package loads nothing else: the entry points load the parsers, tables and rules 
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # (not `typing`'s: the command's start-up imports `typing` later, see ncclpm.command)
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
 __all__ = ["Diagnosis", "__version__", "build", "diagnose"]

@@ -1,3 +1,3 @@
-from ncclpm.cli import run
+from ncclpm.command import run
 
 run()

@@ -13,16 +13,18 @@ from __future__ import annotations
 import inspect
 import os
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from ncclpm import __version__
+from ncclpm.util.collector import modules_loaded
 from ncclpm.util.folding import fold_warnings
 from ncclpm.util.outfile import OutputError, check_output, write_text
 
 if TYPE_CHECKING:  # (no polars at start-up)
+    from pathlib import Path
+
     from ncclpm.analysis.identity import Identity
     from ncclpm.tables import Tables
 
@@ -147,6 +149,43 @@ def _use_colour(choice: str, output: Path | None) -> bool:
     )
 
 
+def _terminal_columns() -> int:
+    """`shutil.get_terminal_size().columns` (COLUMNS, else the terminal's, else 80), without importing `shutil`
+    and the `bz2`, `lzma` it loads (~3 ms of `--help`)."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns > 0:
+        return columns
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80  # type: ignore[union-attr]
+    except (AttributeError, ValueError, OSError):
+        return 80
+
+
+class _HelpFormatter(click.HelpFormatter):
+    """click's, as wide as click makes it (the terminal's width, 50-80 columns), measured by `_terminal_columns`."""
+
+    def __init__(self, indent_increment: int = 2, width: int | None = None, max_width: int | None = None) -> None:
+        if width is None and click.formatting.FORCED_WIDTH is None:
+            width = max(min(_terminal_columns(), 80 if max_width is None else max_width) - 2, 50)
+        super().__init__(indent_increment, width, max_width)
+
+
+class _Context(click.Context):
+    formatter_class = _HelpFormatter
+
+
+class _Command(click.Command):
+    context_class = _Context
+
+
+class _Group(click.Group):
+    context_class = _Context
+    command_class = _Command
+
+
 class _Main(click.Group):
     """Turns an unexpected exception into exit code 3 and one line naming it (Python's default would be 1), and
     Ctrl-C into exit code 130 without a traceback."""
@@ -165,10 +204,14 @@ class _Main(click.Group):
             filename, lineno = _innermost_own_frame(exc)
             first = (str(exc).strip().splitlines() or [""])[0][:300]
             _say(
-                f"ncclpm: internal error: {type(exc).__name__}: {first} (at {Path(filename).name}:{lineno}) - a bug "
-                "in ncclpm, please report it; NCCLPM_DEBUG=1 shows the traceback"
+                f"ncclpm: internal error: {type(exc).__name__}: {first} (at {os.path.basename(filename)}:{lineno}) - a "
+                "bug in ncclpm, please report it; NCCLPM_DEBUG=1 shows the traceback"
             )
             ctx.exit(EXIT_INTERNAL)
+
+    context_class = _Context
+    command_class = _Command
+    group_class = _Group
 
 
 def _innermost_own_frame(exc: BaseException) -> tuple[str, int]:
@@ -183,6 +226,16 @@ def _innermost_own_frame(exc: BaseException) -> tuple[str, int]:
     return frame.f_code.co_filename, lineno
 
 
+class _PathArg(click.Path):
+    """`click.Path(path_type=pathlib.Path)`, `pathlib` imported when a path is given: `--help`, `rules` and
+    `explain` do without it (~5 ms: it loads `urllib.parse` and `ipaddress`)."""
+
+    def coerce_path_result(self, value: str | os.PathLike[str]) -> Path:  # type: ignore[override]
+        from pathlib import Path
+
+        return Path(value)
+
+
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "NCCLPM"})
 @click.version_option(__version__, prog_name="ncclpm")
 def main() -> None:
@@ -193,7 +246,7 @@ def main() -> None:
 patterns_option = click.option(
     "--patterns",
     multiple=True,
-    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    type=_PathArg(file_okay=False, exists=True),
     help="Extra folder of TOML pattern catalogs.",
 )
 select_option = click.option(
@@ -224,7 +277,7 @@ colour_option = click.option(
     type=click.Choice(FORMATS),
     help="Report format [default: text on a terminal, md when piped or written to a file].",
 )
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the report here.")
+@click.option("-o", "--output", type=_PathArg(dir_okay=False), help="Write the report here.")
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
 @select_option
 @ignore_option
@@ -264,16 +317,16 @@ def diagnose(
     if stdin is None or not files:  # (files beside a paste are collected later, by `build`: no settings then)
         tune_for(job, len(stdin) if stdin is not None else 0)
     from ncclpm.api import build
-
-    _load_patterns(patterns)
-    fmt = fmt or _default_format(output)
-    name = name or ("pasted text" if stdin is not None and not files else None)
-    tables = build(files, stdin_bytes=stdin, patterns=patterns, name=name, job=job)
-    tables = _one_job_only(tables, files, one_job)
     from ncclpm.engine import diagnose_tables
     from ncclpm.render import render
     from ncclpm.tables.schema import Band, Category
 
+    _load_patterns(patterns)
+    modules_loaded()
+    fmt = fmt or _default_format(output)
+    name = name or ("pasted text" if stdin is not None and not files else None)
+    tables = build(files, stdin_bytes=stdin, patterns=patterns, name=name, job=job)
+    tables = _one_job_only(tables, files, one_job)
     d = diagnose_tables(tables, select, ignore)
     del tables  # the report needs only the diagnosis: the tables' memory (a job's dumps) goes back before it
     for w in () if quiet else fold_warnings(d.warnings):
@@ -325,6 +378,8 @@ def _one_job_only(tables: Tables, files: list[str], one_job: bool) -> Tables:
 
 def _job_hints(found: Identity, files: list[str]) -> list[str]:
     """`ncclpm triage DIR` when triage splits DIR into the same jobs; else each job's own paths."""
+    from pathlib import Path
+
     from ncclpm.triage.jobs import find_jobs
 
     if len(files) == 1 and Path(files[0]).is_dir():
@@ -350,7 +405,7 @@ def _job_hints(found: Identity, files: list[str]) -> list[str]:
     type=click.Choice(DIFF_FORMATS),
     help="Report format [default: text on a terminal, md when piped or written to a file].",
 )
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the report here.")
+@click.option("-o", "--output", type=_PathArg(dir_okay=False), help="Write the report here.")
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
 @patterns_option
 @colour_option
@@ -385,6 +440,7 @@ def diff_runs(
     _load_patterns(patterns)
     from ncclpm.analysis.identity import SeveralJobsError
 
+    modules_loaded()
     try:
         report = diff(
             [p for p in good if p != "-"],
@@ -444,7 +500,7 @@ def explain(rule: str) -> None:
     type=click.Choice(["csv", "ndjson", "parquet"]),
     help="Default: from the -o extension (.parquet, .ndjson), else csv.",
 )
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-o", "--output", type=_PathArg(dir_okay=False))
 @click.option("--force", is_flag=True)
 def tables(paths: tuple[str, ...], name: str, fmt: str | None, output: Path | None, force: bool) -> None:
     """Export one parsed table (events, lines, ranks, tracebacks, elastic, fr_entries, ...)."""
@@ -457,6 +513,7 @@ def tables(paths: tuple[str, ...], name: str, fmt: str | None, output: Path | No
 
     _check_output(output, force)
     stdin = _read_stdin() if "-" in paths else None
+    modules_loaded()
     t = build(
         [p for p in paths if p != "-"], stdin_bytes=stdin, fr_columns="all" if name == "fr_entries" else "analysis"
     )
@@ -510,11 +567,11 @@ def _reports_dir(reports: Path | None, force: bool) -> str | None:
 
 
 @main.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, required=True, type=_PathArg())
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=_PathArg(dir_okay=False),
     help="Write here: the fleet page (.html), the summary (.md) or the table, one row per job (.parquet, .csv, "
     ".ndjson) - by extension, or -f.",
 )
@@ -522,24 +579,24 @@ def _reports_dir(reports: Path | None, force: bool) -> str | None:
 @click.option(
     "--summary",
     "summary_out",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=_PathArg(dir_okay=False),
     help="Write the Markdown summary here (default: stdout when there is no -o).",
 )
 @click.option(
     "--table",
     "table_out",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=_PathArg(dir_okay=False),
     help="Also write the table here (.parquet, .csv, .ndjson), e.g. beside -o fleet.html.",
 )
 @click.option(
     "--hosts",
     "hosts_out",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=_PathArg(dir_okay=False),
     help="Write the per-host roll-up here (.parquet, .csv, .ndjson): one row per culprit host.",
 )
 @click.option(
     "--reports",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=_PathArg(file_okay=False),
     help="Write each job's own HTML report into this folder; the fleet page links to them.",
 )
 @click.option("-j", "--jobs", "workers", type=click.IntRange(min=1), help="Parallel processes [default: all cores].")
@@ -547,7 +604,7 @@ def _reports_dir(reports: Path | None, force: bool) -> str | None:
 @click.option(
     "--baseline",
     "baseline_path",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    type=_PathArg(dir_okay=False, exists=True),
     help="An earlier triage table (.parquet/.csv/.ndjson): failure signatures it never had are marked new.",
 )
 @select_option
@@ -597,6 +654,7 @@ def triage(
         "reports": _reports_dir(reports, force),
     }
     _load_patterns(patterns)
+    modules_loaded()
     baseline = None
     if baseline_path is not None:
         try:
@@ -723,7 +781,7 @@ def _signal_number(value: str | None) -> int | None:
 
 
 @main.command()
-@click.argument("jobdir", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.argument("jobdir", type=_PathArg(file_okay=False, exists=True))
 @click.option(
     "--pid",
     "pids",
@@ -765,7 +823,7 @@ def _signal_number(value: str | None) -> int | None:
 @click.option(
     "--out",
     "out_root",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=_PathArg(file_okay=False),
     help="Where collections go [default: JOBDIR/ncclpm-watch].",
 )
 @click.option(
@@ -810,6 +868,7 @@ def watch(
         raise click.UsageError(str(exc)) from None
     from ncclpm.watch.runner import Settings, Watcher, quiet_down
 
+    modules_loaded()
     if post is not None and not post.startswith(("http://", "https://")):
         raise click.UsageError(f"--post: {post!r} is not an http(s) URL")
     quiet_down()
@@ -845,7 +904,7 @@ def catalog() -> None:
 
 
 @catalog.command("check")
-@click.argument("dirs", nargs=-1, type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.argument("dirs", nargs=-1, type=_PathArg(file_okay=False, exists=True))
 def catalog_check(dirs: tuple[Path, ...]) -> None:
     """Validate the shipped catalogs (and DIRS) and the code readings: ids, regexes, fields, examples."""
     from ncclpm.ingest.catalog import CatalogError, load_catalog
@@ -858,6 +917,7 @@ def catalog_check(dirs: tuple[Path, ...]) -> None:
     except (CatalogError, ReadingError) as exc:
         click.echo(f"catalog error: {exc}", err=True)
         sys.exit(EXIT_INPUT)
+    modules_loaded()
     problems = run_examples(cat) + run_reading_examples()
     for p in problems:
         click.echo(p, err=True)
@@ -870,7 +930,7 @@ def catalog_check(dirs: tuple[Path, ...]) -> None:
 
 
 @catalog.command("kinds")
-@click.argument("dirs", nargs=-1, type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.argument("dirs", nargs=-1, type=_PathArg(file_okay=False, exists=True))
 def catalog_kinds(dirs: tuple[Path, ...]) -> None:
     """The declared event kinds (shipped and DIRS): what each means and the patterns that produce it."""
     from ncclpm.ingest.catalog import CatalogError, load_catalog

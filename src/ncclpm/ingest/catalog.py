@@ -14,7 +14,6 @@ so explicitly instead of letting polars fail later with a less helpful message.
 from __future__ import annotations
 
 import re
-import tomllib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from ncclpm.ingest.text.nccl_messages import MessageError, Vocabulary, load_mess
 from ncclpm.tables.kinds import KINDS_FILE, KindDecl, KindError, load_kinds, merge_kinds, unknown_kind_message
 from ncclpm.tables.schema import DTYPE_NAMES, EVENT_FIELDS, Category
 from ncclpm.util.ascii_classes import ascii_classes
-from ncclpm.util.resources import data_dir, read_toml
+from ncclpm.util.resources import data_dir, read_toml, toml_error
 
 _UNSUPPORTED = re.compile(r"\(\?<?[=!]|\\[1-9]")
 # A pattern field named `rank` is the rank the message names itself (`[7] is setting up NCCL communicator`):
@@ -372,7 +371,7 @@ def load_catalog(extra_dirs: tuple[Path, ...] = (), *, compile_shipped: bool = F
             name = path.relative_to(directory).as_posix()  # `torch/store.toml` in a producer's folder
             try:
                 doc = read_toml(path)
-            except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as exc:
+            except (toml_error(), UnicodeDecodeError, OSError) as exc:
                 raise CatalogError(f"{name}: invalid TOML: {exc}") from exc
             if "kind" in doc and name != KINDS_FILE:
                 raise CatalogError(f"{name}: [[kind]] entries belong in {KINDS_FILE}")

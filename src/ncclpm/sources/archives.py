@@ -53,25 +53,27 @@ import os
 import stat
 import struct
 import sys
-import tarfile
 import zipfile
 import zlib
 from collections import Counter
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from ncclpm.util.escape import UNSAFE_IN_NAMES
+
+if TYPE_CHECKING:  # (`tarfile`, ~3 ms, is imported when a tar archive is read: a job of plain logs never is)
+    import tarfile
 
 CHUNK = 1 << 20
 SNIFF_BYTES = 65536
 BLOCK = 512
 MAX_EXAMPLES = 5
 
-# Exceptions that mean "this content is bad", raised by the stdlib readers on hostile or damaged input.
+# Exceptions that mean "this content is bad", raised by the stdlib readers on hostile or damaged input (and
+# `tarfile.TarError`: `_bad_content`).
 BAD_CONTENT: tuple[type[BaseException], ...] = (
-    tarfile.TarError,
     zipfile.BadZipFile,
     zipfile.LargeZipFile,
     OSError,
@@ -89,10 +91,13 @@ BAD_CONTENT: tuple[type[BaseException], ...] = (
 
 
 def _bad_content() -> tuple[type[BaseException], ...]:
-    """BAD_CONTENT plus the error of the optional zstandard package once it has been imported."""
+    """BAD_CONTENT, `tarfile.TarError`, and the error of the optional zstandard package once it has been imported
+    (called by `except` clauses: only once something was raised)."""
+    import tarfile
+
     zstandard = sys.modules.get("zstandard")
     error = getattr(zstandard, "ZstdError", None)
-    return (*BAD_CONTENT, error) if isinstance(error, type) else BAD_CONTENT
+    return (tarfile.TarError, *BAD_CONTENT, error) if isinstance(error, type) else (tarfile.TarError, *BAD_CONTENT)
 
 
 @dataclass(frozen=True)
@@ -439,6 +444,8 @@ def _check_tar_end(tf: tarfile.TarFile, scan: _Scan, warnings: list[str]) -> Non
 
 
 def _iter_tar(fh: IO[bytes], kind: str, scan: _Scan, ctx: _Ctx, depth: int) -> Iterator[Member]:
+    import tarfile
+
     stream = _Metered(_decompressor(fh, kind), ctx.budget)
     try:
         tf = tarfile.open(fileobj=stream, mode="r|")  # type: ignore[call-overload]  # noqa: SIM115

@@ -12,14 +12,12 @@ a misspelt kind in a rule fails every test at once instead of making the rule si
 
 from __future__ import annotations
 
-import difflib
-import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from ncclpm.util.ascii_classes import ascii_classes
-from ncclpm.util.resources import data_dir, read_toml
+from ncclpm.util.resources import data_dir, read_toml, toml_error
 
 KINDS_FILE = "kinds.toml"
 _KEYS = frozenset({"name", "meaning", "victim", "any_program", "benign", "reading"})
@@ -111,12 +109,14 @@ def merge_kinds(decls: list[KindDecl]) -> dict[str, KindDecl]:
 def load_kinds(path: Path) -> list[KindDecl]:
     try:
         doc = read_toml(path)
-    except tomllib.TOMLDecodeError as exc:
+    except toml_error() as exc:
         raise KindError(f"{path.name}: invalid TOML: {exc}") from exc
     return parse_kinds(doc, path.name)
 
 
 def unknown_kind_message(name: str, known: Mapping[str, KindDecl] | set[str], where: str) -> str:
+    import difflib  # (an error's suggestion: not loaded by every run)
+
     close = difflib.get_close_matches(name, list(known), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return f"{where}: event kind {name!r} is not declared in {KINDS_FILE}{hint}"

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable
-from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (the CLI imports this module at start-up: `--help` does without `pathlib`)
+    from collections.abc import Callable
+    from pathlib import Path
 
 
 class OutputError(Exception):
@@ -62,6 +65,7 @@ def _place(tmp: Path, output: Path, force: bool) -> None:
 def write_output(output: Path, write: Callable[[Path], None], force: bool) -> None:
     """Call `write(tmp)` to write the content to a temporary file, then put it at `output` (module docstring)."""
     import tempfile
+    from pathlib import Path
 
     check_output(output, force)
     try:

@@ -8,14 +8,15 @@ repository root are used. Anything else is a broken install and raises a clear e
 from __future__ import annotations
 
 import hashlib
-import json
-import tomllib
+import marshal
 from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-SNAPSHOT = Path(__file__).parents[1] / "_toml_snapshot.json"  # written at install time by hatch_build.py
+SNAPSHOT = Path(__file__).parents[1] / "_toml_snapshot.bin"  # written at install time by hatch_build.py
+_FORMAT = 2
+_HEAD = 4  # the snapshot starts with the length of its index (bytes, little-endian)
 
 
 def data_dir(name: str) -> Path:
@@ -40,26 +41,48 @@ def _text(data: bytes) -> str:
     return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
 
 
-def _json_exact(doc: Any) -> bool:
-    """JSON gives `doc` back unchanged (TOML dates and times would come back as strings)."""
+def _exact(doc: Any) -> bool:
+    """`marshal` gives `doc` back unchanged (it holds no TOML date or time; a NaN is never equal to itself)."""
     try:
-        return isinstance(doc, dict) and json.loads(json.dumps(doc)) == doc
-    except (TypeError, ValueError):  # a date or a time: JSON has none
+        return isinstance(doc, dict) and marshal.loads(marshal.dumps(doc)) == doc
+    except ValueError:  # a date or a time
         return False
 
 
+def pack_toml_snapshot(docs: dict[str, tuple[str, dict[str, Any]]]) -> bytes:
+    """The snapshot of `docs` (key -> (the file's hash, its parse)): an index (key -> hash, start, end), then each
+    parse on its own, so that a run unpacks only the files it reads (not NCCL's vocabulary in a job without it)."""
+    index, blobs, at = {}, [], 0
+    for key, (digest, doc) in docs.items():
+        blob = marshal.dumps(doc)
+        index[key] = (digest, at, at + len(blob))
+        blobs.append(blob)
+        at += len(blob)
+    head = marshal.dumps((_FORMAT, index))
+    return len(head).to_bytes(_HEAD, "little") + head + b"".join(blobs)
+
+
 def write_toml_snapshot(directory: Path, out: Path) -> int:
-    """Record every TOML file of `directory` parsed, as JSON keyed by the file's hash (a file JSON cannot hold
+    """Record every TOML file of `directory` parsed, keyed by the file's hash (a file `marshal` cannot hold
     exactly is left out); returns how many. Run at install time (`hatch_build.py` loads this module by path, so
     it imports nothing but the standard library)."""
-    entries = {}
+    import tomllib
+
+    docs = {}
     for path in sorted(directory.rglob("*.toml")):
         data = path.read_bytes()
         doc = tomllib.loads(_text(data))
-        if _json_exact(doc):
-            entries[_key(path.relative_to(directory))] = [_digest(data), json.dumps(doc, ensure_ascii=False)]
-    out.write_text(json.dumps({"format": 1, "files": entries}), encoding="utf-8")
-    return len(entries)
+        if _exact(doc):
+            docs[_key(path.relative_to(directory))] = (_digest(data), doc)
+    out.write_bytes(pack_toml_snapshot(docs))
+    return len(docs)
+
+
+def toml_error() -> type[ValueError]:
+    """`tomllib.TOMLDecodeError`, for an `except` clause (evaluated only when something was raised)."""
+    import tomllib
+
+    return tomllib.TOMLDecodeError
 
 
 def _key(relative: Path) -> str:
@@ -67,25 +90,59 @@ def _key(relative: Path) -> str:
     return relative.as_posix()
 
 
+class _Snapshot:
+    """A snapshot read (`pack_toml_snapshot`): its index, and its parses unpacked when asked for."""
+
+    def __init__(self, data: bytes) -> None:
+        self.index: dict[str, tuple[str, int, int]] = {}
+        self.body = memoryview(b"")
+        try:
+            size = int.from_bytes(data[:_HEAD], "little")
+            fmt, index = marshal.loads(data[_HEAD : _HEAD + size])
+            if fmt == _FORMAT and isinstance(index, dict):
+                self.index, self.body = index, memoryview(data)[_HEAD + size :]
+        except (ValueError, EOFError, TypeError):  # damaged, or another format: no snapshot
+            pass
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def keys(self) -> list[str]:
+        return list(self.index)
+
+    def parse(self, key: str, digest: str) -> dict[str, Any] | None:
+        """The recorded parse of `key` if the file still has the recorded hash, else None."""
+        entry = self.index.get(key)
+        if entry is None or entry[0] != digest:
+            return None
+        try:
+            doc = marshal.loads(self.body[entry[1] : entry[2]])
+        except (ValueError, EOFError, TypeError):
+            return None
+        return doc if isinstance(doc, dict) else None
+
+
 @lru_cache(maxsize=1)
-def _snapshot() -> dict[str, list[str]]:
+def _snapshot() -> _Snapshot:
     try:
-        doc = json.loads(SNAPSHOT.read_text(encoding="utf-8"))
-        return doc["files"] if doc.get("format") == 1 and isinstance(doc.get("files"), dict) else {}
-    except (OSError, ValueError, AttributeError):
-        return {}
+        return _Snapshot(SNAPSHOT.read_bytes())
+    except OSError:
+        return _Snapshot(b"")
 
 
 def read_toml(path: Path) -> dict[str, Any]:
-    """A TOML file parsed. Parsing the shipped catalogs costs ~30 ms per run (a tenth of a small job), JSON ~1 ms:
-    their parse recorded at install time is used for a file whose bytes still have the recorded hash, so an
-    edited or a user's file is always read afresh. Raises what `tomllib.loads` and reading the file raise (too
-    deep: a `TOMLDecodeError` too)."""
+    """A TOML file parsed. Parsing the shipped catalogs costs ~30 ms per run (a tenth of a small job), unpacking
+    their parse recorded at install time a few ms (`marshal`, only the files read); it is used for a file whose
+    bytes still have the recorded hash, so an edited or a user's file is always read afresh. Raises what
+    `tomllib.loads` and reading the file raise (too deep: a `TOMLDecodeError` too)."""
     data = path.read_bytes()
     snapshot = _snapshot()
-    entry = snapshot.get(path.name) or snapshot.get(f"{path.parent.name}/{path.name}")
-    if entry is not None and len(entry) == 2 and entry[0] == _digest(data):
-        return json.loads(entry[1])
+    key = path.name if path.name in snapshot.index else f"{path.parent.name}/{path.name}"
+    recorded = snapshot.parse(key, _digest(data)) if key in snapshot.index else None
+    if recorded is not None:
+        return recorded
+    import tomllib  # (~4 ms: a run whose catalogs all come from the snapshot does without it)
+
     try:
         return tomllib.loads(_text(data))
     except RecursionError:  # (`tomllib` recurses once per level: a user's catalog of 5,000-deep arrays)
