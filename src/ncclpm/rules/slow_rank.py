@@ -14,6 +14,7 @@ from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
 from ncclpm.tables.schema import Category, FRCulprit
 from ncclpm.util.durations import duration_text
+from ncclpm.util.frames import filtered
 
 BUSY_KINDS = [K.dataloader_error, K.fd_exhaustion, K.cuda_oom, K.nvml_error, K.crash_signal, K.cuda_error]
 
@@ -62,11 +63,11 @@ class RankBusyOutsideCollectives(Rule):
     _work: pl.DataFrame  # the silent ranks' rank-local work, worked out by `evidence` and read by `assess`
 
     def _named(self, t: Tables) -> set[int]:
-        barrier = t.kinds(K.monitored_barrier).filter(pl.col("subject_rank").is_not_null())
+        barrier = filtered(t.kinds(K.monitored_barrier), pl.col("subject_rank").is_not_null())
         # The root's list of who never arrived beats another rank's "no answer from rank 0", which is also what
         # that rank sees when the root raised after naming someone else.
         strength = pl.col("strength").fill_null(0.0)
-        named = set(barrier.filter(strength == strength.max())["subject_rank"].to_list())
+        named = set(filtered(barrier, strength == strength.max())["subject_rank"].to_list())
         fa = self.facts.fr
         if fa is not None and fa.culprit_kind == FRCulprit.NEVER_JOINED:
             named |= set(fa.culprit_ranks)

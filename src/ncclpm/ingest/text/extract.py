@@ -25,7 +25,7 @@ from ncclpm.ingest.readings import apply_readings
 from ncclpm.ingest.text.nccl_messages import read_messages
 from ncclpm.ingest.text.rawscan import FEW_LINES, only_words
 from ncclpm.sources.discover import ANSI_CSI
-from ncclpm.tables.schema import DTYPE_NAMES, EVENT_FIELDS, EVENTS_SCHEMA, LINES_SCHEMA
+from ncclpm.tables.schema import DTYPE_NAMES, EVENT_FIELDS, EVENTS_SCHEMA, LINES_SCHEMA, empty
 
 _TAG = (
     r"\[(?:PG (?:ID )?(?<_tag_pg_id>\d+) (?:PG GUID (?<_tag_guid>[^\s(\]]+)(?:\((?<_tag_desc>[^)]*)\))? "
@@ -343,7 +343,7 @@ def parse_lines(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
     """The `lines` table (plus the pg tag columns `tag_pg`/`tag_pg_desc` used by extraction). `kept` holds
     (source, line, raw), with its `row_columns` (or `source_columns`) already or without."""
     if kept.is_empty():  # a job of dumps only: no regex compiled, no string code paged in (~16 MB of its peak)
-        return pl.DataFrame(schema=PARSED_SCHEMA)
+        return empty(PARSED_SCHEMA)
     if "rank" in kept.columns:  # `source_columns`
         env = kept
     else:
@@ -567,7 +567,7 @@ def extract_events(parsed: pl.DataFrame, catalog: Catalog, *, messages: bool = T
     ]
     frames = pl.collect_all(plans) if plans else []
     if not frames:  # (a select of literals on a frame without columns would make one row of nulls)
-        events = apply_readings(pl.DataFrame(schema=EVENTS_SCHEMA), catalog.kinds)
+        events = apply_readings(empty(EVENTS_SCHEMA), catalog.kinds)
         return read_messages(parsed, events, catalog.vocabulary, catalog.kinds) if messages else events
     # Sorted before the fields no pattern declared are added: the sort copies every column it is given.
     got = _drop_superseded(pl.concat(frames, how="diagonal_relaxed"), catalog).sort("source", "line", "event")
