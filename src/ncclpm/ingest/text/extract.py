@@ -26,6 +26,7 @@ from ncclpm.ingest.text.nccl_messages import read_messages
 from ncclpm.ingest.text.rawscan import FEW_LINES, only_words
 from ncclpm.sources.discover import ANSI_CSI
 from ncclpm.tables.schema import DTYPE_NAMES, EVENT_FIELDS, EVENTS_SCHEMA, LINES_SCHEMA, empty
+from ncclpm.util.frames import engine_for
 
 _TAG = (
     r"\[(?:PG (?:ID )?(?<_tag_pg_id>\d+) (?:PG GUID (?<_tag_guid>[^\s(\]]+)(?:\((?<_tag_desc>[^)]*)\))? "
@@ -565,7 +566,7 @@ def extract_events(parsed: pl.DataFrame, catalog: Catalog, *, messages: bool = T
     plans = [
         _pattern_events(parsed[rows].lazy(), p, anchored=True) for p, rows in _pattern_rows(parsed, catalog.patterns)
     ]
-    frames = pl.collect_all(plans) if plans else []
+    frames = pl.collect_all(plans, engine=engine_for(parsed.height)) if plans else []  # type: ignore[arg-type]
     if not frames:  # (a select of literals on a frame without columns would make one row of nulls)
         events = apply_readings(empty(EVENTS_SCHEMA), catalog.kinds)
         return read_messages(parsed, events, catalog.vocabulary, catalog.kinds) if messages else events

@@ -46,6 +46,7 @@ from ncclpm.ingest.unwrap import MIN_WIDTH, joins, may_join, python_start, rejoi
 from ncclpm.sources.discover import Source
 from ncclpm.tables.schema import empty
 from ncclpm.util.encoding import SNIFF_BYTES, decode_text, utf16_codec
+from ncclpm.util.frames import IN_MEMORY_ROWS
 
 __all__ = ["anchor_regex", "read_kept_lines"]
 
@@ -56,6 +57,7 @@ JOB_KEPT_LINES = 400_000  # per job: each source keeps its share of it (`allowan
 MIN_KEPT_LINES = 200  # a source's share is never less (its first and last 100 matching lines)
 TQDM_END = r"(\[\d+:\d{2}(?::\d{2})?<[^\]\r]{0,80}\])"
 _TQDM_END = re.compile(TQDM_END)  # (the same in Python: `_may_split`)
+SLOW_IN_MEMORY_BYTES = 256 * 1024  # texts read the slow way, at most this big in all: their group is read in memory
 SPLIT_CHECK_ROWS = 4096  # `_may_split` looks at this many rows or fewer in Python
 GROUP_FILES = 96  # texts scanned together (one pass of the matcher, one query for the kept lines) ...
 GROUP_BYTES = 48 * 1024 * 1024  # ... holding at most about this many bytes
@@ -255,7 +257,9 @@ def _scan(
         texts[i].name: _keep(_frame_from_bytes(texts[i].name, texts[i].original, line_start), anchors, line_start)
         for i in sorted(slow)
     }
-    done = _collect(pending, warnings)
+    # a group of few rows (the texts read the slow way: small ones) is read in memory, not streamed
+    small = frame.height <= IN_MEMORY_ROWS and sum(len(texts[i].original) for i in slow) <= SLOW_IN_MEMORY_BYTES
+    done = _collect(pending, warnings, "in-memory" if small else "auto")
     group = done.pop("")
     if group is None:  # read the fast texts one by one
         pending = {
@@ -596,11 +600,13 @@ def _text(src: Source, line_start: str, block: Block | None = None) -> _Text:
     return _Text(src.name, utf8, data, whole)
 
 
-def _collect(pending: dict[str, pl.LazyFrame], warnings: list[str]) -> dict[str, pl.DataFrame | None]:
+def _collect(
+    pending: dict[str, pl.LazyFrame], warnings: list[str], engine: str = "auto"
+) -> dict[str, pl.DataFrame | None]:
     """The pending sources' kept lines, in one `collect_all` (one by one if that fails)."""
     names, lazies = list(pending), list(pending.values())
     try:
-        return dict(zip(names, pl.collect_all(lazies), strict=True))
+        return dict(zip(names, pl.collect_all(lazies, engine=engine), strict=True))  # type: ignore[arg-type]
     except pl.exceptions.PolarsError:
         pass
     out: dict[str, pl.DataFrame | None] = {}
