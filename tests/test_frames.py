@@ -23,3 +23,15 @@ def test_empty_frames_are_shared_per_schema() -> None:
     assert empty(EVENTS_SCHEMA) is empty(dict(EVENTS_SCHEMA)) and empty(EVENTS_SCHEMA).schema == EVENTS_SCHEMA
     us, ns = empty({"ts": pl.Datetime("us")}), empty({"ts": pl.Datetime("ns")})
     assert us.schema["ts"] == pl.Datetime("us") and ns.schema["ts"] == pl.Datetime("ns") and us.is_empty()
+
+
+def test_readings_of_no_event_are_the_query_s() -> None:
+    """`apply_readings` answers an empty events table that already holds its columns without a query: the frame
+    a query gives (here: made to run by a missing `victim` column)."""
+    from ncclpm.api import catalog
+    from ncclpm.ingest.readings import apply_readings
+
+    kinds = catalog().kinds
+    got = apply_readings(empty(EVENTS_SCHEMA), kinds)
+    queried = apply_readings(empty(EVENTS_SCHEMA).drop("victim"), kinds)
+    assert got.schema == EVENTS_SCHEMA and queried.select(got.columns).schema == got.schema and queried.is_empty()

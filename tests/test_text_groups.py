@@ -127,16 +127,23 @@ def test_readings_computed_on_their_kinds_rows_only_give_the_same_events(tmp_pat
     assert read_rows.equals(every_row, null_equal=True) and every_row.equals(events, null_equal=True)
 
 
-def test_events_of_kinds_by_row_numbers_are_the_filter_s_rows(tmp_path: Path) -> None:
-    """`Tables.kinds` gathers the rows of each kind (numbered once): the rows, order and schema a filter gives."""
+def test_events_of_kinds_by_row_numbers_are_the_filter_s_rows(tmp_path: Path, monkeypatch) -> None:
+    """`Tables.kinds` gathers the rows of each kind (numbered once, in Python for a few events, else by a
+    partition): the rows, order and schema a filter gives."""
+    import dataclasses
+
+    import ncclpm.tables as tables_mod
     from ncclpm.ingest.build import build_tables
 
-    t = build_tables(collect([_case_job(tmp_path)]), catalog())
-    kinds = t.events["kind"].unique().sort().to_list()
+    built = build_tables(collect([_case_job(tmp_path)]), catalog())
+    kinds = built.events["kind"].unique().sort().to_list()
     assert len(kinds) > 10
-    for wanted in [[k] for k in kinds] + [kinds[::3], kinds[1::2] + kinds[1::2], ["cuda_oom", "progress"]]:
-        expected = t.events.filter(pl.col("kind").is_in(wanted))
-        assert t.kinds(*wanted).equals(expected, null_equal=True), wanted
+    for few in (0, 10**9):
+        monkeypatch.setattr(tables_mod, "_FEW_EVENTS", few)
+        t = dataclasses.replace(built)  # (its own kept answers)
+        for wanted in [[k] for k in kinds] + [kinds[::3], kinds[1::2] + kinds[1::2], ["cuda_oom", "progress"]]:
+            expected = t.events.filter(pl.col("kind").is_in(wanted))
+            assert t.kinds(*wanted).equals(expected, null_equal=True), wanted
 
 
 def test_wrap_pairs_told_in_python_are_the_query_s(tmp_path: Path, monkeypatch) -> None:
