@@ -127,13 +127,62 @@ def test_readings_computed_on_their_kinds_rows_only_give_the_same_events(tmp_pat
     assert read_rows.equals(every_row, null_equal=True) and every_row.equals(events, null_equal=True)
 
 
-def test_events_of_kinds_by_row_numbers_are_the_filter_s_rows(tmp_path: Path) -> None:
-    """`Tables.kinds` gathers the rows of each kind (numbered once): the rows, order and schema a filter gives."""
+def test_events_of_kinds_by_row_numbers_are_the_filter_s_rows(tmp_path: Path, monkeypatch) -> None:
+    """`Tables.kinds` gathers the rows of each kind (numbered once, in Python for a few events, else by a
+    partition): the rows, order and schema a filter gives."""
+    import dataclasses
+
+    import ncclpm.tables as tables_mod
     from ncclpm.ingest.build import build_tables
 
-    t = build_tables(collect([_case_job(tmp_path)]), catalog())
-    kinds = t.events["kind"].unique().sort().to_list()
+    built = build_tables(collect([_case_job(tmp_path)]), catalog())
+    kinds = built.events["kind"].unique().sort().to_list()
     assert len(kinds) > 10
-    for wanted in [[k] for k in kinds] + [kinds[::3], kinds[1::2] + kinds[1::2], ["cuda_oom", "progress"]]:
-        expected = t.events.filter(pl.col("kind").is_in(wanted))
-        assert t.kinds(*wanted).equals(expected, null_equal=True), wanted
+    for few in (0, 10**9):
+        monkeypatch.setattr(tables_mod, "_FEW_EVENTS", few)
+        t = dataclasses.replace(built)  # (its own kept answers)
+        for wanted in [[k] for k in kinds] + [kinds[::3], kinds[1::2] + kinds[1::2], ["cuda_oom", "progress"]]:
+            expected = t.events.filter(pl.col("kind").is_in(wanted))
+            assert t.kinds(*wanted).equals(expected, null_equal=True), wanted
+
+
+def test_wrap_pairs_told_in_python_are_the_query_s(tmp_path: Path, monkeypatch) -> None:
+    """`_may_join` narrows a few rows' pairs in Python (the line start left to `unwrap.joins`), many rows' in a
+    query that also checks the line start: the same texts to re-join, on every case log cut as the scan cuts it
+    (and on its pairs made longer, so that more of them reach the exact check)."""
+    from ncclpm.ingest.text.rawscan import matcher, scan_cut
+
+    cat = catalog()
+    start = cat.line_start_regex()
+    texts = [lines_mod._text(s, start) for s in collect([_case_job(tmp_path)]).of_kind("text")]
+    whole = [t.whole for t in texts]
+    rows, _ = scan_cut(matcher(tuple(cat.anchors)), [t.data for t in texts], [1] * len(texts), whole, following=True)
+    padded = rows.with_columns(pl.concat_str(pl.col("raw"), pl.lit("x" * 70)).alias("raw"))
+    told = [i for i, w in enumerate(whole) if w]
+    assert rows.height > 1000 and told
+    for frame in (rows, padded):
+        monkeypatch.setattr(lines_mod, "FEW_LINES", 10**9)
+        few = lines_mod._may_join(frame, told, start)
+        monkeypatch.setattr(lines_mod, "FEW_LINES", 0)
+        assert few == lines_mod._may_join(frame, told, start)
+    assert lines_mod._join_pairs_few(padded, set(told))  # (the exact check was reached)
+
+
+def test_texts_read_the_slow_way_share_the_group_s_per_line_columns(tmp_path: Path, monkeypatch) -> None:
+    """Texts re-joined whole (an anchor cut by a newline, a hit line glued to its neighbour) go through the per-line
+    columns with their group's fast texts, in one call: each source's lines as when they were computed apart."""
+    cat = catalog()
+    job = collect([_case_job(tmp_path)]).of_kind("text")
+    slow: list[str] = []
+    read = lines_mod._frame_from_bytes
+    monkeypatch.setattr(lines_mod, "_frame_from_bytes", lambda name, *a: slow.append(name) or read(name, *a))
+    per_source = lines_mod.read_kept_lines(
+        job, cat.anchors, [], cat.line_start_regex(), functools.partial(source_columns, catalog=cat)
+    )
+    assert slow  # (some case logs are read the slow way)
+    for name in list(slow):  # (read alone, each is read the slow way again)
+        alone = next(s for s in job if s.name == name)
+        apart = lines_mod.read_kept_lines(
+            [alone], cat.anchors, [], cat.line_start_regex(), functools.partial(source_columns, catalog=cat)
+        )
+        assert per_source.filter(pl.col("source") == name).equals(apart, null_equal=True), name

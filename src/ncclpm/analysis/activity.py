@@ -21,6 +21,8 @@ import polars as pl
 
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import empty
+from ncclpm.util.frames import filtered, ordered
 
 ACTIVITY_KINDS = (K.activity, K.progress)
 ORDER_SCHEMA = {
@@ -54,7 +56,7 @@ def rank_line_order(t: Tables) -> tuple[pl.DataFrame, pl.DataFrame]:
         "source", "line"
     )
     if ranked.is_empty():
-        return pl.DataFrame(schema=ORDER_SCHEMA), pl.DataFrame(schema=ORDER_SCHEMA)
+        return empty(ORDER_SCHEMA), empty(ORDER_SCHEMA)
     cols = list(ORDER_SCHEMA)
     if ranked.select((pl.col("source").n_unique().over("rank") == 1).all()).item():
         # each rank's lines in one file (most jobs): its order is the file's, nothing to place, no query more
@@ -92,7 +94,7 @@ def rank_line_order(t: Tables) -> tuple[pl.DataFrame, pl.DataFrame]:
 def last_lines(placed: pl.DataFrame, unplaced: pl.DataFrame) -> pl.DataFrame:
     """Per rank: its last line (text, file:line, time) in time order, and whether it is proven the last."""
     if placed.is_empty():
-        return pl.DataFrame(schema=LAST_SCHEMA)
+        return empty(LAST_SCHEMA)
     ordered = placed.sort("rank", "pos", "source", "line")
     last = ordered.group_by("rank", maintain_order=True).last()
     loose = unplaced.group_by("rank").len()
@@ -150,7 +152,7 @@ class FinishedWork:
 def finished_work(t: Tables, placed: pl.DataFrame) -> FinishedWork | None:
     """Whether the work was done before the job failed: a `job_done` line (`training done`, the trainer's or the
     agent's end) earlier than every error and exit of the job; with the last step logged before it."""
-    done = t.kinds(K.job_done).sort("ts", "source", "line", nulls_last=True)
+    done = ordered(t.kinds(K.job_done), "ts", "source", "line", nulls_last=True)
     if done.is_empty():
         return None
     first = done.row(0, named=True)
@@ -190,13 +192,13 @@ def finished_work(t: Tables, placed: pl.DataFrame) -> FinishedWork | None:
 def task_hosts(t: Tables) -> pl.DataFrame:
     """(rank, host) from srun's task lines (`srun: error: HOST: task N: ...`: `value` the host, `detail` the task)
     when srun launched the ranks themselves - no torchrun summary in the job, whose agents would be srun's tasks."""
-    empty = pl.DataFrame(schema={"rank": pl.Int32(), "host": pl.String()})
+    nothing = empty({"rank": pl.Int32(), "host": pl.String()})
     if not t.elastic.is_empty():
-        return empty
+        return nothing
     tasks = pl.col("value").is_not_null() & pl.col("detail").str.contains(r"^\d+$")
-    rows = t.kinds(K.scheduler_task_exit).filter(tasks)
+    rows = filtered(t.kinds(K.scheduler_task_exit), tasks)
     if rows.is_empty():
-        return empty
+        return nothing
     return (
         rows.select(pl.col("detail").cast(pl.Int32).alias("rank"), pl.col("value").alias("host"))
         .unique("rank", keep="first", maintain_order=True)

@@ -15,6 +15,7 @@ import polars as pl
 from ncclpm.analysis.victims import BARRIER_SHAPED
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
+from ncclpm.util.frames import filtered
 
 
 def first_symptom(timeouts: pl.DataFrame, victim_lines: pl.DataFrame) -> datetime | None:
@@ -105,7 +106,7 @@ STALL_RATIO = 4.0  # ... and this many times its running average: the input pipe
 def data_stalls(t: Tables, ranks: list[int], order: pl.DataFrame) -> pl.DataFrame:
     """Ranks whose last line is a progress line showing the step waited long for its batch (`data_wait`: far above
     its average): what they were busy with is their DataLoader, as a work row (`detail` says it in words)."""
-    waits = t.kinds(K.data_wait).filter(pl.col("rank").is_in(ranks) & pl.col("detail").is_not_null())
+    waits = filtered(t.kinds(K.data_wait), pl.col("rank").is_in(ranks) & pl.col("detail").is_not_null())
     if waits.is_empty():
         return _with_elapsed(t, t.kinds(K.activity).clear().with_columns(pl.lit(False).alias("attributed")))
     where = order.select("rank", "source", "line", "pos")

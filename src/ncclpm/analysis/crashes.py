@@ -9,6 +9,8 @@ import polars as pl
 from ncclpm.analysis.victims import exceptions_not_victim
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import empty
+from ncclpm.util.frames import filtered
 from ncclpm.util.signals import EXIT_SIGNALS, NATIVE_CRASHES
 
 # Kinds another rule explains better (a DataLoader, an OOM, NVML, a mismatch, the store): their ranks are no crash.
@@ -65,7 +67,7 @@ def unchosen_exits(t: Tables, victims: frozenset[int]) -> pl.DataFrame:
     """The launcher's rows of ranks that ended by a fatal signal or an odd exit code (a SIGABRT only when the rank
     was not a victim: the watchdog aborts a rank whose collective timed out)."""
     if t.elastic.is_empty():  # (most jobs: no launcher summary, no query)
-        return pl.DataFrame(schema={**t.elastic.schema, "text": t.elastic.schema["exit_text"]})
+        return empty({**t.elastic.schema, "text": t.elastic.schema["exit_text"]})
     named = pl.col("exit_code").replace_strict(EXIT_SIGNALS, default=None, return_dtype=pl.String)
     el = t.elastic.filter(pl.col("rank").is_not_null()).with_columns(pl.col("signal").fill_null(named))
     # Several ranks aborting at the same second are the watchdog's teardown after a collective, not crashes.
@@ -89,8 +91,8 @@ def crashes(t: Tables, victim_lines: pl.DataFrame, errors: pl.DataFrame, exits: 
     cols = ["source", "line", "rank", "ts", "text", "how", "strength", "signal", "detail", "exit_code"]
     if errors.is_empty() and exits.is_empty() and not t.has_kinds(*CRASH_KINDS):  # nothing to read: no query
         schema = {c: pl.String() if c == "how" else t.events.schema[c] for c in cols}
-        return pl.DataFrame(schema={**schema, "victim_ts": t.events.schema["ts"]})
-    named = t.kinds(*MESSAGE_CAUSES).filter(pl.col("strength").fill_null(1.0) >= NAMES_A_CAUSE)
+        return empty({**schema, "victim_ts": t.events.schema["ts"]})
+    named = filtered(t.kinds(*MESSAGE_CAUSES), pl.col("strength").fill_null(1.0) >= NAMES_A_CAUSE)
     explained = set(t.kinds(*EXPLAINED_KINDS)["rank"].drop_nulls().to_list()) | set(named["rank"].drop_nulls())
     # the parts a job holds (an absent one would add no row, only its queries)
     parts = [errors.with_columns(pl.lit("exception").alias("how")).select(cols)] if not errors.is_empty() else []

@@ -12,6 +12,8 @@ import polars as pl
 from ncclpm.analysis.timeout import TORCH_NCCL_DEFAULT_MS, TimeoutInForce
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import empty
+from ncclpm.util.frames import filtered
 from ncclpm.util.resources import data_dir, read_toml
 
 # torchrun's own code: its entry point, the elastic agent and launcher, and Python's module runner under them.
@@ -60,7 +62,7 @@ def agent_failed_early(t: Tables, cut: pl.DataFrame) -> pl.DataFrame:
     """torchrun's agent failing before any worker ran: a traceback through the launcher's own frames only, in its
     start-up (launch_agent, the agent's first run or rendezvous), and no output of any worker in the job (no rank
     named, no worker's exit, no other traceback). Empty otherwise."""
-    agent = cut.filter(pl.col("launcher"))
+    agent = filtered(cut, pl.col("launcher"))
     if agent.is_empty():
         return agent
     started = agent.filter(pl.col("funcs").str.contains(r"\b(?:" + "|".join(_AGENT_START) + r")\b"))
@@ -78,7 +80,7 @@ def outlasting_work(t: Tables, timeout: TimeoutInForce) -> pl.DataFrame:
     as long as a timeout that applies - the one the logs show, the one the code sets, else torch's defaults (10 min
     for NCCL, 30 min for gloo and the store, Trainer's `ddp_timeout`) - with `timeout_ms` the timeout it matches."""
     if not (t.has_kinds(K.progress_bar) and t.has_kinds(K.activity)):  # (most jobs: no bar of work, no query)
-        return pl.DataFrame(schema={**t.events.schema, "work": t.events.schema["detail"], "matched_ms": pl.Int64()})
+        return empty({**t.events.schema, "work": t.events.schema["detail"], "matched_ms": pl.Int64()})
     bars = t.kinds(K.progress_bar).filter(pl.col("ran_ms").is_not_null())
     work = t.kinds(K.activity).select("source", "line", pl.col("detail").alias("work"))
     bars = bars.join(work, on=["source", "line"]).unique(["source", "line"], keep="first", maintain_order=True)
@@ -106,7 +108,7 @@ def crash_in_nccl(t: Tables) -> pl.DataFrame:
     if not (t.has_kinds(K.crash_signal) and t.has_kinds(K.native_frame)):  # (most jobs: no query)
         ev = t.events.schema
         cols = {"source": ev["source"], "sig_line": ev["line"], "rank": ev["rank"], "ts": ev["ts"], "text": ev["text"]}
-        return pl.DataFrame(schema={**cols, "frame": pl.String(), "sym": pl.String()})
+        return empty({**cols, "frame": pl.String(), "sym": pl.String()})
     native = _native()
     signals = t.kinds(K.crash_signal).select("source", pl.col("line").alias("sig_line"), "rank", "ts", "text")
     frames = t.kinds(K.native_frame).select(

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from ncclpm.tables.schema import FRCulprit
+from ncclpm.tables.schema import FRCulprit, empty
 
 if TYPE_CHECKING:  # (the dump reader's modules load only for a job with dumps)
     from ncclpm.tables.fr import FRLoad
@@ -348,7 +348,7 @@ def _mismatches(coll: pl.DataFrame, held: pl.DataFrame, expand: _Expand) -> pl.D
         "t": _I,
     }
     if not parts:
-        return pl.DataFrame(schema=schema)
+        return empty(schema)
     votes = pl.concat(parts)
     first = votes.group_by("group_key").agg(pl.col("seq").min().alias("first"), pl.col("seq").n_unique().alias("n_bad"))
     top = votes.join(first, left_on=["group_key", "seq"], right_on=["group_key", "first"])
@@ -480,7 +480,7 @@ def _last_rows(e: pl.DataFrame, step: int = 65536) -> pl.DataFrame:
         for at in range(0, e.height, step)
     ]
     schema = {"rank": pl.Int32, "n": pl.UInt32, "_k": _I, "_i": pl.UInt32}
-    merged = pl.concat(parts) if parts else pl.DataFrame(schema=schema)
+    merged = pl.concat(parts) if parts else empty(schema)
     return merged.group_by("rank").agg(pl.col("n").sum().alias("n_entries"), i.filter(k == k.max()).max())
 
 

@@ -8,6 +8,7 @@ import polars as pl
 from ncclpm.analysis.crashes import EXPLAINED_KINDS
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
+from ncclpm.util.frames import filtered
 
 # A collective that timed out first makes a closed connection its consequence (the aborting ranks close theirs).
 WAITED_FIRST = [K.collective_timeout, K.watchdog_status, K.heartbeat_stuck, K.monitored_barrier]
@@ -18,7 +19,7 @@ def barrier_lost_peer(t: Tables) -> pl.DataFrame:
     """A non-root rank's monitored-barrier failure (`received errors while waiting for send/recv from rank N`)
     whose original exception, below it, is the peer's closed connection: rank N went away, it did not keep the
     others waiting (a late root gives `Timed out waiting ... for recv` instead)."""
-    weak = t.kinds(K.monitored_barrier).filter(pl.col("strength").fill_null(0.0) < ROOT_STRENGTH)
+    weak = filtered(t.kinds(K.monitored_barrier), pl.col("strength").fill_null(0.0) < ROOT_STRENGTH)
     closed = t.kinds(K.peer_closed).group_by("source", "rank").agg(pl.col("line").max().alias("_closed"))
     if weak.is_empty() or closed.is_empty():
         return weak.clear()

@@ -9,6 +9,7 @@ import polars as pl
 from ncclpm.analysis.victims import in_context, progress_before
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import empty
 
 # The DataLoader's shared-seed exchange: rank 0 draws the seed and publishes it in the store; the others wait.
 SEED_PUBLISHER = 0
@@ -18,7 +19,7 @@ def store_waits(t: Tables) -> pl.DataFrame:
     """Store timeouts that happened after the process group had formed, with the rank waited for (`awaited`, if
     known) and `how` (nccl_id, dataloader_seed, after_start, exit_barrier)."""
     if not t.has_kinds(K.store_error, K.store_timeout):  # (most jobs: no store wait, no query)
-        return pl.DataFrame(schema={**t.events.schema, "awaited": pl.Int64(), "how": pl.String()})
+        return empty({**t.events.schema, "awaited": pl.Int64(), "how": pl.String()})
     # a wait the store's dropped connection ended is a process gone (CR03 reads it), not one still busy
     gone = t.kinds(K.peer_closed).select("source", "line")
     nccl_id = (

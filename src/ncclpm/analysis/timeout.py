@@ -12,6 +12,7 @@ import polars as pl
 from ncclpm.ingest.code.settings import code_facts
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
+from ncclpm.util.frames import filtered
 
 TORCH_NCCL_DEFAULT_MS = 600_000  # torch's process-group timeout for NCCL when no `timeout=` is given
 
@@ -53,7 +54,7 @@ class TimeoutInForce:
 def configured_pg_timeout(t: Tables) -> ConfiguredTimeout | None:
     """The process-group timeout the code sets, when the code read gives it as exactly one literal value; None when
     no code sets it, or when it is set to different values."""
-    rows = code_facts(t, "pg_timeout").filter(pl.col("number").is_not_null())
+    rows = filtered(code_facts(t, "pg_timeout"), pl.col("number").is_not_null())
     if rows.is_empty() or rows["number"].n_unique() != 1:
         return None
     r = rows.row(0, named=True)

@@ -11,7 +11,9 @@ import polars as pl
 
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import empty
 from ncclpm.util.clamp import MAX_LISTED_RANKS
+from ncclpm.util.frames import filtered, ordered
 
 VICTIM_KINDS = list(K.victims)  # declared `victim = true` in parsers/kinds.toml
 # A collective shaped like a barrier: NCCL implements `barrier()` as a 1-element ALLREDUCE (also what scalar
@@ -23,8 +25,8 @@ def victim_lines(t: Tables) -> pl.DataFrame:
     """Events that show a rank waiting on, or torn down because of, another rank (the `victim` column: victim
     kinds, and exceptions whose message reads like one). Lines of a victim kind come first: they name the
     collective."""
-    victims = t.events.filter(pl.col("victim") & pl.col("rank").is_not_null())
-    return victims.sort(~pl.col("kind").is_in(VICTIM_KINDS), maintain_order=True)
+    victims = filtered(t.events, pl.col("victim") & pl.col("rank").is_not_null())
+    return ordered(victims, ~pl.col("kind").is_in(VICTIM_KINDS), maintain_order=True)
 
 
 def timeouts(t: Tables) -> pl.DataFrame:
@@ -45,9 +47,9 @@ def idle_at_timeout(t: Tables, timeouts: pl.DataFrame) -> pl.DataFrame:
     completed NCCL work: 4410` while rank 5 waited in #4411) - torch's desync report's "not joined", from the
     rank's own line. Sequence numbers count per process group: a status is compared with a timeout of its own
     group (a timeout line that names none is the default group's, as its rank's own status line says)."""
-    empty = t.events.clear()
+    nothing = t.events.clear()
     if timeouts.is_empty():
-        return empty
+        return nothing
     status = t.kinds(K.watchdog_status).filter(
         pl.col("rank").is_not_null() & pl.col("last_enqueued").is_not_null() & pl.col("last_completed").is_not_null()
     )
@@ -58,7 +60,7 @@ def idle_at_timeout(t: Tables, timeouts: pl.DataFrame) -> pl.DataFrame:
         group = pg or "0"
         stuck[group] = min(seq, stuck.get(group, seq))
     if not stuck:
-        return empty
+        return nothing
     idle = status.filter(
         ~pl.col("rank").is_in(waited) & (pl.col("last_completed") >= pl.col("last_enqueued"))
     ).with_columns(pl.col("pg").fill_null("0").replace_strict(stuck, default=None, return_dtype=pl.Int64).alias("_at"))
@@ -70,9 +72,9 @@ def call_sites(t: Tables) -> pl.DataFrame:
     Python stack: `#0 all_reduce from .../distributed_c10d.py:2501`, `#2 log_metrics from /workspace/train.py:152`):
     one row per rank, its first such stack - `op` the torch call (frame #0), `func`/`site` the first frame outside
     torch (the program's own call; a library's, like transformers' Trainer, when the program calls through one)."""
-    frames = t.kinds(K.collective_frame).filter(pl.col("rank").is_not_null() & pl.col("count").is_not_null())
+    frames = filtered(t.kinds(K.collective_frame), pl.col("rank").is_not_null() & pl.col("count").is_not_null())
     if frames.is_empty():
-        return pl.DataFrame(schema={"rank": pl.Int32(), "op": pl.String(), "func": pl.String(), "site": pl.String()})
+        return empty({"rank": pl.Int32(), "op": pl.String(), "func": pl.String(), "site": pl.String()})
     # each stack starts again at #0: number the stacks of a source in order, keep each rank's first
     stacks = frames.sort("source", "line").with_columns((pl.col("count") == 0).cum_sum().over("source").alias("_stack"))
     first = stacks.filter(pl.col("_stack") == pl.col("_stack").min().over("rank"))
@@ -125,12 +127,12 @@ def known_ranks(t: Tables) -> frozenset[int]:
 
 def same_line(events: pl.DataFrame, kinds: list[str]) -> pl.DataFrame:
     """(source, line) keys that carry an event of one of `kinds` (to avoid double counting a line)."""
-    return events.filter(pl.col("kind").is_in(kinds)).select("source", "line").unique()
+    return filtered(events, pl.col("kind").is_in(kinds)).select("source", "line").unique()
 
 
 def exceptions_not_victim(t: Tables, exclude_kinds: list[str]) -> pl.DataFrame:
     """Exception lines (logs and error files) that are neither a victim symptom nor another rule's kind."""
-    exc = t.kinds(K.exception, K.dataloader_reraise).filter(pl.col("rank").is_not_null() & ~pl.col("victim"))
+    exc = filtered(t.kinds(K.exception, K.dataloader_reraise), pl.col("rank").is_not_null() & ~pl.col("victim"))
     if exc.is_empty():  # (no ranked exception: no line to take away)
         return exc
     taken = same_line(t.events, [*VICTIM_KINDS, *exclude_kinds])

@@ -39,7 +39,7 @@ from ncclpm.ingest.text.ranks import build_ranks, world_size, world_size_is_decl
 from ncclpm.ingest.text.rawscan import only_words
 from ncclpm.sources.discover import Job, SourceKind
 from ncclpm.tables import EXTRA_TABLES, Tables
-from ncclpm.tables.schema import EVENTS_SCHEMA
+from ncclpm.tables.schema import EVENTS_SCHEMA, empty
 
 if TYPE_CHECKING:
     from ncclpm.tables.fr import FRLoad
@@ -75,7 +75,7 @@ def split_stack_words(parsed: pl.DataFrame, catalog: Catalog) -> tuple[pl.DataFr
     without them. A line holding any other anchor, or kept for another reason (the line after a bare `Last error:`),
     stays a line."""
     if parsed.is_empty() or not catalog.stack_anchors:
-        return parsed, pl.DataFrame(schema={"source": pl.String(), "line": pl.Int64(), "message": pl.String()})
+        return parsed, empty({"source": pl.String(), "line": pl.Int64(), "message": pl.String()})
     words = only_words(parsed["raw"], tuple(catalog.stack_anchors), tuple(catalog.read_anchors))
     parsed = parsed.with_columns((words & ~after_last_error()).alias("_words"))
     words = parsed.filter(pl.col("_words")).select("source", "line", "message")

@@ -77,6 +77,8 @@ def _chain(attr: str, branches: list[_Branch], present: set[str], base: pl.Expr)
 
 def apply_readings(events: pl.DataFrame, kinds: dict[str, KindDecl]) -> pl.DataFrame:
     plan = _plan(kinds)
+    if events.is_empty() and events.schema.get("victim") == pl.Boolean and _typed(events, plan):
+        return events  # (no row to read, and every column it would set already there with its type: no query)
     present = set(events.get_column("kind").unique().to_list()) if "kind" in events.columns else set()
     exprs = [
         _chain(attr, branches, present, plan.victim if attr == "victim" else pl.col(attr))
@@ -84,12 +86,17 @@ def apply_readings(events: pl.DataFrame, kinds: dict[str, KindDecl]) -> pl.DataF
     ]
     if "victim" not in plan.chains:
         exprs.append(plan.victim.alias("victim"))
-    if events.height > _FEW and all(events.schema.get(a) == EVENT_FIELDS[a] for a in plan.chains):
+    if events.height > _FEW and _typed(events, plan):
         return _on_read_kinds(events, exprs, plan.read, plan.victim)
     # (no expression reads another's output: `victim` is made non-null in the same query)
     return events.with_columns(
         e.fill_null(False).alias("victim") if e.meta.output_name() == "victim" else e for e in exprs
     )
+
+
+def _typed(events: pl.DataFrame, plan: _Plan) -> bool:
+    """Whether every attribute the readings set is a column of `events` with its declared type."""
+    return all(events.schema.get(a) == EVENT_FIELDS[a] for a in plan.chains)
 
 
 _FEW = 10_000  # rows: below this, evaluating every reading on every event costs less than picking the rows

@@ -9,6 +9,7 @@ from __future__ import annotations
 import polars as pl
 
 from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import empty
 
 SETTINGS_SCHEMA = pl.Schema({"var": pl.String(), "value": pl.String(), "file": pl.String(), "line": pl.Int64()})
 
@@ -24,13 +25,13 @@ def settings_table(events: pl.DataFrame, code: pl.DataFrame | None = None) -> pl
     """One row per variable, by name."""
     in_code = code is not None and bool((code["setting"] == "env").any())
     if not in_code and not (events["kind"] == K.setting).any():  # (most jobs: no setting anywhere, no query)
-        return pl.DataFrame(schema=SETTINGS_SCHEMA)
+        return empty(SETTINGS_SCHEMA)
     rows = events.filter((pl.col("kind") == K.setting) & pl.col("var").is_not_null())
     rows = rows.select("var", "value", "source", "line", "event")
     if code is not None:
         rows = pl.concat([rows, env_rows(code)], how="vertical_relaxed")
     if rows.is_empty():
-        return pl.DataFrame(schema=SETTINGS_SCHEMA)
+        return empty(SETTINGS_SCHEMA)
     rows = rows.with_columns((pl.col("event") != "nccl.env_echo").alias("_set_here"))
     last = rows.sort("_set_here", "source", "line").group_by("var", maintain_order=True).last()
     table = last.select("var", "value", pl.col("source").alias("file"), "line")

@@ -22,6 +22,7 @@ from ncclpm.rules._timeout import timeout_origin
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
 from ncclpm.util.durations import human_seconds
+from ncclpm.util.frames import filtered
 
 TIMEOUT_VERDICTS = {Category.SLOW_RANK_WORK, Category.TIMEOUT_TOO_SHORT, Category.DATALOADER_HANG}
 FR_HELPS = {Category.SLOW_RANK_WORK, Category.TIMEOUT_TOO_SHORT, Category.MISMATCHED_COLLECTIVES, Category.UNKNOWN}
@@ -158,11 +159,12 @@ LATE_FACTOR, LATE_MS = 1.5, 60_000  # `ran for` this far past the timeout: the w
 def late_watchdog(facts: Analysis, primary: Finding) -> str | None:
     """`ran for` far above `Timeout(ms)`: the watchdog that checks every few hundred ms noticed minutes late, so it
     was held up itself (a hung CUDA call or driver under it, the process stopped or its VM suspended)."""
-    to = facts.t.kinds(K.collective_timeout).filter(
+    to = filtered(
+        facts.t.kinds(K.collective_timeout),
         pl.col("ran_ms").is_not_null()
         & pl.col("timeout_ms").is_not_null()
         & (pl.col("ran_ms") >= pl.col("timeout_ms") * LATE_FACTOR)
-        & (pl.col("ran_ms") - pl.col("timeout_ms") >= LATE_MS)
+        & (pl.col("ran_ms") - pl.col("timeout_ms") >= LATE_MS),
     )
     if to.is_empty():
         return None

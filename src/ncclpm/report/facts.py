@@ -14,6 +14,8 @@ from ncclpm.model import Evidence, strip_prefix
 from ncclpm.rules.base import Finding, ranks_text
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import empty
+from ncclpm.util.frames import filtered
 
 FR_RANK_COLUMNS = ["fr_last_op", "fr_last_seq", "fr_last_state", "fr_dump"]
 
@@ -106,7 +108,7 @@ def _finer_first_errors(t: Tables, table: pl.DataFrame) -> pl.DataFrame:
 def rank_rows(facts: Analysis, primary: Finding) -> tuple[dict, ...]:
     t = facts.t
     culprits = set(primary.culprit_ranks)
-    to = t.kinds(K.collective_timeout).filter(pl.col("rank").is_not_null())
+    to = filtered(t.kinds(K.collective_timeout), pl.col("rank").is_not_null())
     victims = set(primary.victim_ranks) | set(to["rank"].to_list())
     fr = _fr_rank_facts(facts)
     if fr is None and t.ranks.is_empty():  # no rank anywhere: no row (and no query)
@@ -155,7 +157,7 @@ def rank_rows(facts: Analysis, primary: Finding) -> tuple[dict, ...]:
         table = joined(table, facts.task_hosts.rename({"host": "_task_host"}))
         table = table.with_columns(pl.coalesce("host", "_task_host").alias("host")).drop("_task_host")
     if t.elastic.is_empty():  # (most jobs: no launcher summary, no query)
-        ends = pl.DataFrame(schema={"rank": table.schema["rank"], "exit_ts": t.elastic.schema["ts"]})
+        ends = empty({"rank": table.schema["rank"], "exit_ts": t.elastic.schema["ts"]})
     else:
         ends = t.elastic.filter(pl.col("rank").is_not_null()).group_by("rank").agg(pl.col("ts").min().alias("exit_ts"))
     table = joined(table, ends)

@@ -16,6 +16,7 @@ import polars as pl
 from ncclpm.analysis.settings import SEVERITY, SEVERITY_ORDER, classify
 from ncclpm.ingest.code.settings import READINGS_FILE
 from ncclpm.util.durations import human_seconds
+from ncclpm.util.frames import filtered
 from ncclpm.util.resources import data_dir, read_toml
 
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ def _code_rows(code: pl.DataFrame | None, observed: tuple[int, ...]) -> list[dic
     if code is None:
         return []
     rows = []
-    for r in code.filter(pl.col("setting") != "env").iter_rows(named=True):
+    for r in filtered(code, pl.col("setting") != "env").iter_rows(named=True):
         text, severity = _code_verdict(r, observed)
         if text:
             rows.append(

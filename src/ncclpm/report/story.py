@@ -22,6 +22,7 @@ from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
 from ncclpm.util.clamp import shift, timedelta_ms
 from ncclpm.util.durations import human_duration
+from ncclpm.util.frames import filtered
 
 QUOTE = 140
 MAX_MOMENTS = 10
@@ -127,7 +128,7 @@ def _culprit_moments(t: Tables, primary: Finding, rows: dict[int, dict], waited:
 
 
 def _timeout_groups(t: Tables) -> list[dict[str, Any]]:
-    to = t.kinds(K.collective_timeout).filter(pl.col("rank").is_not_null())
+    to = filtered(t.kinds(K.collective_timeout), pl.col("rank").is_not_null())
     if to.is_empty():
         return []
     first = to.sort("ts", "source", "line", nulls_last=True).group_by("rank", maintain_order=True).first()
@@ -249,7 +250,7 @@ def _exit_text(code: int | None, signal: str | None) -> str:
 def _end_moments(t: Tables, rows: dict[int, dict], culprits: set[int]) -> list[Moment]:
     """How each rank ended, from torchrun's failure summary: one moment per second, one clause per exit kind."""
     ended = pl.col("exit_code").is_not_null() | pl.col("signal").is_not_null()
-    ends = t.elastic.filter(pl.col("rank").is_not_null() & ended)
+    ends = filtered(t.elastic, pl.col("rank").is_not_null() & ended)
     if ends.is_empty():
         return []
     ends = ends.sort("ts", "rank", nulls_last=True).unique("rank", keep="first", maintain_order=True)

@@ -14,6 +14,7 @@ import polars as pl
 
 from ncclpm.rules.base import ranks_text
 from ncclpm.tables import Tables
+from ncclpm.tables.schema import empty
 
 _PEER = re.compile(r"^\s*(?P<addr>[^<\s]+?)(?:<\d+>)?\s*$")
 
@@ -22,7 +23,7 @@ def host_ranks(t: Tables) -> pl.DataFrame:
     """(host, rank) pairs. NCCL's `Init COMPLETE` lines (host:pid → rank in the world communicator) are
     authoritative for the hosts they cover; other hosts fall back to the per-rank table and ranked lines."""
     comms = t.extra.get("nccl_comms")
-    known = pl.DataFrame(schema={"host": pl.String(), "rank": pl.Int32()})
+    known = empty({"host": pl.String(), "rank": pl.Int32()})
     if comms is not None and not comms.is_empty():
         world = comms.filter(pl.col("nranks") == pl.col("nranks").max())
         known = world.select(pl.col("host").cast(pl.String), pl.col("rank").cast(pl.Int32)).drop_nulls()

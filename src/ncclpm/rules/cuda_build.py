@@ -10,6 +10,7 @@ from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
 from ncclpm.tables.schema import Category
+from ncclpm.util.frames import ordered
 
 UNDEFINED_SYMBOL = "native.undefined_symbol"  # the loader refusing a compiled library (parsers/python_runtime.toml)
 
@@ -71,7 +72,7 @@ class CudaBuildDoesNotFit(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        return t.kinds(K.cuda_build_mismatch).sort("ts", "source", "line", nulls_last=True)
+        return ordered(t.kinds(K.cuda_build_mismatch), "ts", "source", "line", nulls_last=True)
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         # `value` names what the build lacks altogether (CUDA, NCCL): read first, it decides alone

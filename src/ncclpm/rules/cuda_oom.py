@@ -10,6 +10,7 @@ from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
 from ncclpm.tables.schema import Category
+from ncclpm.util.frames import ordered
 
 
 class CudaOutOfMemory(Rule):
@@ -43,7 +44,7 @@ class CudaOutOfMemory(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        return t.kinds(K.cuda_oom).sort("ts", "source", "line", nulls_last=True)
+        return ordered(t.kinds(K.cuda_oom), "ts", "source", "line", nulls_last=True)
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         culprits = tuple(sorted(set(ev["rank"].drop_nulls().to_list())))

@@ -11,6 +11,7 @@ from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
 from ncclpm.tables.schema import Category
+from ncclpm.util.frames import filtered
 
 
 class JobFinishedCleanly(Rule):
@@ -44,8 +45,8 @@ class JobFinishedCleanly(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        errors = t.events.filter(pl.col("severity") == "error")
-        failed_exits = t.elastic.filter(pl.col("exit_code").fill_null(0) != 0)
+        errors = filtered(t.events, pl.col("severity") == "error")
+        failed_exits = filtered(t.elastic, pl.col("exit_code").fill_null(0) != 0)
         if not errors.is_empty() or not failed_exits.is_empty():
             return t.events.clear()
         return t.kinds(K.job_done, K.test_passed)

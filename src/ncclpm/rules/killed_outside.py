@@ -10,6 +10,7 @@ from ncclpm.rules.base import Finding, Fix, Rule, quotes
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
 from ncclpm.tables.schema import Category
+from ncclpm.util.frames import ordered
 
 SIGNAL_NAMES = {"15": "SIGTERM (15)", "2": "SIGINT (2)", "9": "SIGKILL (9)", "1": "SIGHUP (1)"}
 # A rank's own failure before the kill would explain it (the agent is then torn down as a consequence).
@@ -66,7 +67,7 @@ class JobKilledFromOutside(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        killed = t.kinds(K.agent_killed, K.rank_signalled).sort("ts", "source", "line", nulls_last=True)
+        killed = ordered(t.kinds(K.agent_killed, K.rank_signalled), "ts", "source", "line", nulls_last=True)
         if killed.is_empty():
             return killed
         first = killed.row(0, named=True)

@@ -11,6 +11,7 @@ from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
 from ncclpm.tables.schema import Category
+from ncclpm.util.frames import ordered
 from ncclpm.util.resources import data_dir, read_toml
 
 XID: dict[str, dict] = read_toml(data_dir("parsers") / "xid_codes.toml")["xid"]
@@ -83,7 +84,7 @@ class NvmlDriverFailure(Rule):
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         ev = t.kinds(*GPU_KINDS)
-        return ev.sort("strength", "ts", "source", "line", descending=[True, False, False, False], nulls_last=True)
+        return ordered(ev, "strength", "ts", "source", "line", descending=[True, False, False, False], nulls_last=True)
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         culprits = tuple(sorted(set(ev["rank"].drop_nulls().to_list()) | self._ranks_on_gpus(t, ev)))

@@ -12,6 +12,7 @@ from ncclpm.rules.base import Finding, Fix, Rule, quotes
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
 from ncclpm.tables.schema import Category
+from ncclpm.util.frames import filtered, ordered
 
 
 class JobCancelledByScheduler(Rule):
@@ -55,10 +56,12 @@ class JobCancelledByScheduler(Rule):
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         # A cancel without a reason is a user or admin killing the job - usually because it hung: a consequence.
-        return (
-            t.kinds(K.scheduler_cancel)
-            .filter(pl.col("error_type").is_not_null())
-            .sort("ts", "source", "line", nulls_last=True)
+        return ordered(
+            filtered(t.kinds(K.scheduler_cancel), pl.col("error_type").is_not_null()),
+            "ts",
+            "source",
+            "line",
+            nulls_last=True,
         )
 
     @staticmethod

@@ -10,6 +10,7 @@ from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
 from ncclpm.tables.schema import Category
+from ncclpm.util.frames import ordered
 
 # `nvidia-smi topo -m` link types that route P2P through a CPU host bridge or across sockets (no NVLink, no
 # PCIe switch): ACS / IOMMU redirection on these paths is a known cause of P2P hangs.
@@ -99,7 +100,9 @@ class ShmOrP2pFailure(Rule):
         found = pl.concat([direct, hidden, sigbus_in_nccl(t)])
         if found.is_empty():
             found = pcie_host_bridge_paths(t)
-        return found.sort("strength", "ts", "source", "line", descending=[True, False, False, False], nulls_last=True)
+        return ordered(
+            found, "strength", "ts", "source", "line", descending=[True, False, False, False], nulls_last=True
+        )
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         culprits = tuple(sorted(set(ev["rank"].drop_nulls().to_list())))

@@ -62,22 +62,7 @@ class RankBusyOutsideCollectives(Rule):
     _work: pl.DataFrame  # the silent ranks' rank-local work, worked out by `evidence` and read by `assess`
 
     def _named(self, t: Tables) -> set[int]:
-        # the root names one rank (`subject_rank`) or, with wait_all_ranks=True, a list (`detail`: "1, 3")
-        listed = pl.col("detail").str.split(", ").cast(pl.List(pl.Int64), strict=False)
-        barrier = (
-            t.kinds(K.monitored_barrier)
-            .with_columns(
-                pl.when(pl.col("subject_rank").is_null())
-                .then(listed)
-                .otherwise(pl.concat_list("subject_rank"))
-                .alias("_named")
-            )
-            .filter(pl.col("_named").list.len() > 0)
-        )
-        # The root's list of who never arrived beats another rank's "no answer from rank 0", which is also what
-        # that rank sees when the root raised after naming someone else.
-        strength = pl.col("strength").fill_null(0.0)
-        named = set(barrier.filter(strength == strength.max())["_named"].explode().drop_nulls().to_list())
+        named = _barrier_named(t.kinds(K.monitored_barrier))
         fa = self.facts.fr
         if fa is not None and fa.culprit_kind == FRCulprit.NEVER_JOINED:
             named |= set(fa.culprit_ranks)
@@ -205,3 +190,18 @@ class RankBusyOutsideCollectives(Rule):
             ),
             facts={"victim_ranks": victims, "waiting_in_barrier": in_barrier, "candidate_ranks": silent},
         )
+
+
+def _barrier_named(barrier: pl.DataFrame) -> set[int]:
+    """The ranks a monitored barrier names as never arrived: the root names one (`subject_rank`) or, with
+    wait_all_ranks=True, a list (`detail`: "1, 3"). The root's list beats another rank's "no answer from rank 0",
+    which is also what that rank sees when the root raised after naming someone else."""
+    if barrier.is_empty():  # (most jobs: no query)
+        return set()
+    listed = pl.col("detail").str.split(", ").cast(pl.List(pl.Int64), strict=False)
+    one = pl.concat_list("subject_rank")
+    barrier = barrier.with_columns(
+        pl.when(pl.col("subject_rank").is_null()).then(listed).otherwise(one).alias("_named")
+    ).filter(pl.col("_named").list.len() > 0)
+    strength = pl.col("strength").fill_null(0.0)
+    return set(barrier.filter(strength == strength.max())["_named"].explode().drop_nulls().to_list())

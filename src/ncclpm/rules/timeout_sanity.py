@@ -13,6 +13,7 @@ from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.tables import Tables
 from ncclpm.tables.schema import Category
 from ncclpm.util.durations import human_seconds
+from ncclpm.util.frames import filtered
 
 # Below torch's own defaults (10 min for NCCL since 2.2, 30 min otherwise) by far: a value someone chose, and one
 # that normal step-to-step variance, a checkpoint or a slow first collective can exceed.
@@ -59,7 +60,7 @@ class TimeoutSetTooShort(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        to = self.facts.timeouts.filter(pl.col("timeout_ms").is_not_null())
+        to = filtered(self.facts.timeouts, pl.col("timeout_ms").is_not_null())
         if to.is_empty():
             return to
         observed, _, not_applied = self._in_force()

@@ -13,6 +13,7 @@ from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
 from ncclpm.tables.schema import Category
 from ncclpm.util.durations import duration_text
+from ncclpm.util.frames import filtered
 
 DEFAULT_NCCL_TIMEOUT_MS = 600_000
 DEFAULT_TIMEOUTS_MS = (DEFAULT_NCCL_TIMEOUT_MS, 1_800_000)  # NCCL's; gloo's, the store's and Trainer's ddp_timeout
@@ -78,7 +79,7 @@ class AllRanksTimedOutTogether(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        to = self.facts.timeouts.filter(pl.col("seq").is_not_null() & pl.col("op").is_not_null())
+        to = filtered(self.facts.timeouts, pl.col("seq").is_not_null() & pl.col("op").is_not_null())
         if to.is_empty():
             return to
         calls = to.select(pl.col("pg").fill_null("?"), "seq", "op", "numel_in").unique()

@@ -10,6 +10,7 @@ from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
 from ncclpm.tables.schema import Category
+from ncclpm.util.frames import ordered
 
 
 class CollectiveTimeoutSymptom(Rule):
@@ -42,7 +43,7 @@ class CollectiveTimeoutSymptom(Rule):
     base_confidence = 0.9
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        return self.facts.victim_lines.sort("ts", "source", "line", nulls_last=True)
+        return ordered(self.facts.victim_lines, "ts", "source", "line", nulls_last=True)
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         ranks = tuple(sorted(set(ev["rank"].to_list())))

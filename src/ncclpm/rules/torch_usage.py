@@ -11,6 +11,7 @@ from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
 from ncclpm.tables.schema import Category
+from ncclpm.util.frames import ordered
 
 # Which fix each reading of the kind calls for (its `event`, parsers/torch_usage.toml).
 _FIX_OF = {
@@ -125,7 +126,7 @@ class TorchUsageError(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        return t.kinds(K.usage_error).sort("ts", "source", "line", nulls_last=True)
+        return ordered(t.kinds(K.usage_error), "ts", "source", "line", nulls_last=True)
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         ranks = tuple(sorted(set(ev["rank"].drop_nulls().to_list())))

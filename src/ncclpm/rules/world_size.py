@@ -10,6 +10,7 @@ from ncclpm.rules.base import Finding, Fix, Rule, quotes
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
 from ncclpm.tables.schema import Category
+from ncclpm.util.frames import ordered
 
 
 class WorldSizeMismatch(Rule):
@@ -41,7 +42,7 @@ class WorldSizeMismatch(Rule):
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
-        return t.kinds(K.world_size_mismatch).sort("ts", "source", "line", nulls_last=True)
+        return ordered(t.kinds(K.world_size_mismatch), "ts", "source", "line", nulls_last=True)
 
     def assess(self, t: Tables, ev: pl.DataFrame) -> Finding | None:
         row = ev.row(0, named=True)

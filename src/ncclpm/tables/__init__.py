@@ -25,6 +25,8 @@ from ncclpm.tables.kinds import K
 if TYPE_CHECKING:
     from ncclpm.tables.fr import FRLoad
 
+_FEW_EVENTS = 4096  # `Tables._rows_of_kind` numbers up to this many events' rows in Python
+
 # Derived tables in `Tables.extra`, and every name a rule may list in `needs` (checked when a rule is defined;
 # `fr_analysis` is the analysis stage's matching of the dumps: `Analysis.has`).
 EXTRA_TABLES = ("nccl_comms", "nccl_warnings", "nccl_addresses", "settings", "stacks", "code_settings", "stack_words")
@@ -87,5 +89,10 @@ class Tables:
     def _rows_of_kind(self) -> dict[str, pl.Series]:
         """The events' row numbers by kind: rules ask for kinds ~60 times, and each filter read every event (~70 ms
         of a 160k-event job's rules)."""
+        if self.events.height <= _FEW_EVENTS:  # (a partition is a query a kind: ~7 a small job)
+            by_kind: dict[str | None, list[int]] = {}
+            for row, kind in enumerate(self.events.get_column("kind").to_list()):
+                by_kind.setdefault(kind, []).append(row)
+            return {k: pl.Series("row", rows, dtype=pl.UInt32) for k, rows in by_kind.items()}  # type: ignore[misc]
         rows = self.events.select("kind", pl.int_range(pl.len(), dtype=pl.UInt32).alias("row"))
         return {key[0]: part["row"] for key, part in rows.partition_by("kind", as_dict=True).items()}

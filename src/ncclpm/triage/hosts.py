@@ -11,6 +11,8 @@ from typing import Any
 
 import polars as pl
 
+from ncclpm.tables.schema import empty
+
 DRAIN_MIN_JOBS = 2
 MAX_JOBS_LISTED = 20
 
@@ -38,7 +40,7 @@ def host_rollup(frame: pl.DataFrame) -> pl.DataFrame:
     """One row per culprit host of `frame` (a triage table), most jobs first."""
     readable = frame.filter(pl.col("error").is_null())
     if readable.is_empty():
-        return pl.DataFrame(schema=HOSTS_SCHEMA)
+        return empty(HOSTS_SCHEMA)
     per_job = (
         readable.select(
             "job",
@@ -54,7 +56,7 @@ def host_rollup(frame: pl.DataFrame) -> pl.DataFrame:
         .unique(["job", "host"], maintain_order=True)
     )
     if per_job.is_empty():
-        return pl.DataFrame(schema=HOSTS_SCHEMA)
+        return empty(HOSTS_SCHEMA)
     grouped = (
         per_job.sort("job")
         .group_by("host")

@@ -18,6 +18,7 @@ from ncclpm.tables.schema import Category
 from ncclpm.triage.recurrence import recurrence
 from ncclpm.triage.signature import signature, strip_prefix
 from ncclpm.triage.times import job_times
+from ncclpm.util.frames import filtered
 
 # For jobs no rule explains, the catalog has by definition not recognised the error: look at the raw text.
 _STRONG = re.compile(r"\b(?:FATAL|Fatal|ERROR|[A-Z]\w*(?:Error|Exception)\b|error:|panic|Segmentation fault|Aborted)")
@@ -102,8 +103,9 @@ def _top_error(tables: Any, d: Any, job: Any) -> str | None:
     relies on."""
     import polars as pl
 
-    tb = tables.tracebacks.filter(
-        (pl.col("detail").fill_null("") != "") & ~pl.col("error_type").fill_null("").str.ends_with("ChildFailedError")
+    tb = filtered(
+        tables.tracebacks,
+        (pl.col("detail").fill_null("") != "") & ~pl.col("error_type").fill_null("").str.ends_with("ChildFailedError"),
     )
     if not tb.is_empty():
         r = tb.sort("ts", "source", "line", nulls_last=True).row(0, named=True)

@@ -30,7 +30,9 @@ from ncclpm.ingest.code.statements import Statement, statements
 from ncclpm.ingest.unwrap import NO_ENVELOPE, unwrap_lines
 from ncclpm.sources.code import MAX_CODE_BYTES, code_language
 from ncclpm.sources.discover import HEAD_BYTES, Source
+from ncclpm.tables.schema import empty
 from ncclpm.util.encoding import decode_text
+from ncclpm.util.frames import filtered
 from ncclpm.util.resources import data_dir, read_toml
 from ncclpm.util.structure import MAX_NESTING, TooDeep, toml_too_deep
 
@@ -333,7 +335,7 @@ def code_settings_table(sources: list[Source], warnings: list[str]) -> pl.DataFr
     facts = [f for src in sources for f in _read_source(src, warnings)]
     facts += _set_device_absent(facts)
     if not facts:
-        return pl.DataFrame(schema=CODE_SETTINGS_SCHEMA)
+        return empty(CODE_SETTINGS_SCHEMA)
     return pl.DataFrame(facts, schema=CODE_SETTINGS_SCHEMA).sort("source", "line", "setting", maintain_order=True)
 
 
@@ -341,8 +343,8 @@ def code_facts(t: Tables, setting: str) -> pl.DataFrame:
     """Rows of the `code_settings` table for one setting (empty when the job holds no such code)."""
     table = t.extra.get("code_settings")
     if table is None:
-        return pl.DataFrame(schema=CODE_SETTINGS_SCHEMA)
-    return table.filter(pl.col("setting") == setting)
+        return empty(CODE_SETTINGS_SCHEMA)
+    return filtered(table, pl.col("setting") == setting)
 
 
 def check_reading_example(r: Reading, example: dict[str, Any], counter: bool = False) -> list[str]:

@@ -46,6 +46,7 @@ from ncclpm.tables.fr import (  # noqa: F401  (re-exported: the loader, bench an
     STATES,
     compact_schema,
 )
+from ncclpm.tables.schema import empty
 
 MAX_DUMP_BYTES = 512 * 1024 * 1024
 _SCALAR_TYPES = {
@@ -378,7 +379,7 @@ def _normalise(raw: pl.DataFrame, schema: pl.Schema) -> pl.DataFrame:
 
 
 def empty_entries(full: bool) -> pl.DataFrame:
-    return pl.DataFrame(schema=COMPACT_ENTRIES_SCHEMA if full else COMPACT_ANALYSIS_SCHEMA)
+    return empty(COMPACT_ENTRIES_SCHEMA if full else COMPACT_ANALYSIS_SCHEMA)
 
 
 @dataclass

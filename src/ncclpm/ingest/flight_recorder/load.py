@@ -52,6 +52,7 @@ from ncclpm.ingest.flight_recorder.decode import (  # noqa: F401  (re-exported: 
     version_tuple,
 )
 from ncclpm.tables.fr import FR_DUMPS_SCHEMA, FR_GROUPS_SCHEMA, FR_STATUS_SCHEMA, FRLoad
+from ncclpm.tables.schema import empty
 
 DumpData = bytes | Callable[[], bytes]
 
@@ -88,7 +89,7 @@ def _firsts(chunks: list[pl.DataFrame], used: list[Dump]) -> pl.DataFrame:
     ]
     if not parts:
         schema = {"_id": pl.Int64, "pg_id": pl.Int64, "group_key": pl.String, "pg_name": pl.String}
-        return pl.DataFrame(schema={**schema, "pg_desc": pl.String, "rank": pl.Int32})
+        return empty({**schema, "pg_desc": pl.String, "rank": pl.Int32})
     return pl.concat(parts, how="vertical_relaxed").filter(pl.col("_id").is_in([d.uid for d in used]))
 
 

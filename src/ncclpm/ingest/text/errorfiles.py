@@ -15,7 +15,7 @@ import polars as pl
 
 from ncclpm.sources.discover import Source
 from ncclpm.tables.kinds import K
-from ncclpm.tables.schema import EVENT_FIELDS, EVENTS_SCHEMA
+from ncclpm.tables.schema import EVENT_FIELDS, EVENTS_SCHEMA, empty
 from ncclpm.util.structure import load_json
 
 _RANK_IN_PATH = re.compile(r"(?:attempt_\d+/(\d+)/[^/]+$|rank[_-]?(\d+)[^/\d]*$)", re.IGNORECASE)
@@ -70,4 +70,4 @@ def read_error_files(sources: list[Source], warnings: list[str]) -> pl.DataFrame
         else:
             rows.append(row)
     assert set(EVENT_FIELDS) <= set(EVENTS_SCHEMA)
-    return pl.DataFrame(rows, schema=EVENTS_SCHEMA) if rows else pl.DataFrame(schema=EVENTS_SCHEMA)
+    return pl.DataFrame(rows, schema=EVENTS_SCHEMA) if rows else empty(EVENTS_SCHEMA)

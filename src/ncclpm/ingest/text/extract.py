@@ -25,7 +25,8 @@ from ncclpm.ingest.readings import apply_readings
 from ncclpm.ingest.text.nccl_messages import read_messages
 from ncclpm.ingest.text.rawscan import FEW_LINES, only_words
 from ncclpm.sources.discover import ANSI_CSI
-from ncclpm.tables.schema import DTYPE_NAMES, EVENT_FIELDS, EVENTS_SCHEMA, LINES_SCHEMA
+from ncclpm.tables.schema import DTYPE_NAMES, EVENT_FIELDS, EVENTS_SCHEMA, LINES_SCHEMA, empty
+from ncclpm.util.frames import engine_for
 
 _TAG = (
     r"\[(?:PG (?:ID )?(?<_tag_pg_id>\d+) (?:PG GUID (?<_tag_guid>[^\s(\]]+)(?:\((?<_tag_desc>[^)]*)\))? "
@@ -343,7 +344,7 @@ def parse_lines(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
     """The `lines` table (plus the pg tag columns `tag_pg`/`tag_pg_desc` used by extraction). `kept` holds
     (source, line, raw), with its `row_columns` (or `source_columns`) already or without."""
     if kept.is_empty():  # a job of dumps only: no regex compiled, no string code paged in (~16 MB of its peak)
-        return pl.DataFrame(schema=PARSED_SCHEMA)
+        return empty(PARSED_SCHEMA)
     if "rank" in kept.columns:  # `source_columns`
         env = kept
     else:
@@ -556,6 +557,11 @@ def _patterns_with_anchor_hits(parsed: pl.DataFrame, patterns: Sequence[Pattern]
     return [p for p, _ in _pattern_rows(parsed, patterns)]
 
 
+# Each events column as a typed null, for the fields no pattern of a job declared (~40 a job): made once, not a
+# `pl.lit` each per job (expressions are immutable).
+_NULL_FIELDS = {c: pl.lit(None, dtype).alias(c) for c, dtype in EVENTS_SCHEMA.items()}
+
+
 def extract_events(parsed: pl.DataFrame, catalog: Catalog, *, messages: bool = True) -> pl.DataFrame:
     """The `events` table: one row per (line, pattern) match, sorted by source and line; then NCCL's messages read
     by their declared entries (`messages`; the catalog's own examples are checked without them).
@@ -565,15 +571,16 @@ def extract_events(parsed: pl.DataFrame, catalog: Catalog, *, messages: bool = T
     plans = [
         _pattern_events(parsed[rows].lazy(), p, anchored=True) for p, rows in _pattern_rows(parsed, catalog.patterns)
     ]
-    frames = pl.collect_all(plans) if plans else []
+    frames = pl.collect_all(plans, engine=engine_for(parsed.height)) if plans else []  # type: ignore[arg-type]
     if not frames:  # (a select of literals on a frame without columns would make one row of nulls)
-        events = apply_readings(pl.DataFrame(schema=EVENTS_SCHEMA), catalog.kinds)
+        events = apply_readings(empty(EVENTS_SCHEMA), catalog.kinds)
         return read_messages(parsed, events, catalog.vocabulary, catalog.kinds) if messages else events
     # Sorted before the fields no pattern declared are added: the sort copies every column it is given.
     got = _drop_superseded(pl.concat(frames, how="diagonal_relaxed"), catalog).sort("source", "line", "event")
-    events = got.select(
-        [pl.col(c) if c in got.columns else pl.lit(None, dtype).alias(c) for c, dtype in EVENTS_SCHEMA.items()]
-    ).cast(EVENTS_SCHEMA)  # type: ignore[arg-type]
+    have = set(got.columns)
+    events = got.select([pl.col(c) if c in have else null for c, null in _NULL_FIELDS.items()]).cast(
+        EVENTS_SCHEMA  # type: ignore[arg-type]
+    )
     events = apply_readings(events, catalog.kinds)
     return read_messages(parsed, events, catalog.vocabulary, catalog.kinds) if messages else events
 

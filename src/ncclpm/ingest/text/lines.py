@@ -28,6 +28,7 @@ import polars as pl
 
 from ncclpm.ingest.text.nccl_messages import LAST_ERROR
 from ncclpm.ingest.text.rawscan import (
+    FEW_LINES,
     Block,
     Bytes,
     all_utf8,
@@ -43,7 +44,9 @@ from ncclpm.ingest.text.rawscan import (
 )
 from ncclpm.ingest.unwrap import MIN_WIDTH, joins, may_join, python_start, rejoin_wrapped, unwrap_lines
 from ncclpm.sources.discover import Source
+from ncclpm.tables.schema import empty
 from ncclpm.util.encoding import SNIFF_BYTES, decode_text, utf16_codec
+from ncclpm.util.frames import IN_MEMORY_ROWS
 
 __all__ = ["anchor_regex", "read_kept_lines"]
 
@@ -54,6 +57,7 @@ JOB_KEPT_LINES = 400_000  # per job: each source keeps its share of it (`allowan
 MIN_KEPT_LINES = 200  # a source's share is never less (its first and last 100 matching lines)
 TQDM_END = r"(\[\d+:\d{2}(?::\d{2})?<[^\]\r]{0,80}\])"
 _TQDM_END = re.compile(TQDM_END)  # (the same in Python: `_may_split`)
+SLOW_IN_MEMORY_BYTES = 256 * 1024  # texts read the slow way, at most this big in all: their group is read in memory
 SPLIT_CHECK_ROWS = 4096  # `_may_split` looks at this many rows or fewer in Python
 GROUP_FILES = 96  # texts scanned together (one pass of the matcher, one query for the kept lines) ...
 GROUP_BYTES = 48 * 1024 * 1024  # ... holding at most about this many bytes
@@ -253,7 +257,9 @@ def _scan(
         texts[i].name: _keep(_frame_from_bytes(texts[i].name, texts[i].original, line_start), anchors, line_start)
         for i in sorted(slow)
     }
-    done = _collect(pending, warnings)
+    # a group of few rows (the texts read the slow way: small ones) is read in memory, not streamed
+    small = frame.height <= IN_MEMORY_ROWS and sum(len(texts[i].original) for i in slow) <= SLOW_IN_MEMORY_BYTES
+    done = _collect(pending, warnings, "in-memory" if small else "auto")
     group = done.pop("")
     if group is None:  # read the fast texts one by one
         pending = {
@@ -263,9 +269,15 @@ def _scan(
         }
         done |= _collect(pending, warnings)
     limits = {t.name: t.keep if t.keep is not None else MAX_KEPT_LINES for t in texts}
-    out = {name: _then(frame, then, limits[name]) for name, frame in done.items()}
+    # The texts read the slow way go through `then` with the group's lines, in one call (its ~13 queries cost the
+    # same for 10 lines or 1,000; it is per source: each source's columns are what they would be alone). A text
+    # without a kept line keeps its empty frame, as the fast texts' do not (it is not in the partition).
+    lined = [frame for frame in done.values() if frame is not None and frame.height]
+    out = {name: _then(frame, then, limits[name]) for name, frame in done.items() if frame is None or not frame.height}
     if group is not None:
-        out |= _by_source(group, then, limits)
+        lined.insert(0, group)
+    if lined:
+        out |= _by_source(pl.concat(lined, how="vertical") if len(lined) > 1 else lined[0], then, limits)
     return out, warnings, dropped
 
 
@@ -321,11 +333,38 @@ def _by_source(group: pl.DataFrame, then: Then, limits: dict[str, int]) -> dict[
 def _may_join(rows: pl.DataFrame, whole: list[int], line_start: str) -> set[int]:
     """The small texts (indices `whole`) where re-joining hard-wrapped lines may change what is kept. With no
     anchor cut by a newline (checked by the caller), that needs a hit line glued to the line before or after it
-    (`unwrap.joins`): `rows` holds both around each hit. Lengths and the line start are checked in one query first
-    (Rust's reading of the start trusted only on ASCII lines, where it never matches more than Python's); the
-    pairs left are checked exactly."""
+    (`unwrap.joins`): `rows` holds both around each hit. The pairs are narrowed first (`_join_pairs`, or in Python
+    for a few rows), then checked exactly."""
     if not whole or not line_start or rows.is_empty():
         return set()
+    pairs = _join_pairs_few(rows, set(whole)) if rows.height <= FEW_LINES else _join_pairs(rows, whole, line_start)
+    if not pairs:  # (compiling the line start in Python costs ~6-10 ms)
+        return set()
+    start = python_start(line_start)
+    return {i for i, a, b in pairs if joins(a, b, start)}
+
+
+def _join_pairs_few(rows: pl.DataFrame, whole: set[int]) -> list[tuple[int, str, str]]:
+    """`_join_pairs` of a few rows, in Python (a query costs ~2 ms in a scan thread, where polars compiles the line
+    start's regex again). The line start is left to `joins`: the query's check of it only drops pairs early."""
+    text, line, raw, hit = (rows[c].to_list() for c in ("text", "line", "raw", "hit"))
+    return [
+        (text[i], raw[i], raw[i + 1])
+        for i in range(rows.height - 1)
+        if text[i] in whole
+        and text[i + 1] == text[i]
+        and line[i + 1] == line[i] + 1
+        and (hit[i] or hit[i + 1])
+        and raw[i]
+        and raw[i + 1]
+        and may_join(raw[i], raw[i + 1])
+    ]
+
+
+def _join_pairs(rows: pl.DataFrame, whole: list[int], line_start: str) -> list[tuple[int, str, str]]:
+    """The pairs (text, line, the line after it) of the small texts `whole` that `may_join`, in one query: lengths
+    and the line start checked there first (Rust's reading of the start trusted only on ASCII lines, where it never
+    matches more than Python's)."""
     head, tail = pl.col("raw"), pl.col("_tail")
     ascii_tail = tail.str.len_bytes() == tail.str.len_chars()
     candidates = (
@@ -348,11 +387,7 @@ def _may_join(rows: pl.DataFrame, whole: list[int], line_start: str) -> set[int]
         .select("text", "raw", "_tail")
         .collect()
     )
-    pairs = [(i, a, b) for i, a, b in candidates.iter_rows() if may_join(a, b)]
-    if not pairs:  # (compiling the line start in Python costs ~6-10 ms)
-        return set()
-    start = python_start(line_start)
-    return {i for i, a, b in pairs if joins(a, b, start)}
+    return [(i, a, b) for i, a, b in candidates.iter_rows() if may_join(a, b)]
 
 
 class _Utf16Reader:
@@ -523,7 +558,7 @@ class _Chunked:
             return None, 0
         warnings.extend(lossy[:1])
         parts = head + list(tail)
-        return (pl.concat(parts) if parts else pl.DataFrame(schema=_KEPT_SCHEMA)), matched
+        return (pl.concat(parts) if parts else empty(_KEPT_SCHEMA)), matched
 
     def finish(self, then: Then) -> tuple[pl.DataFrame | None, list[str], int]:
         """The file's kept lines with `then` applied (a file to be capped: after its cap, by the caller), the
@@ -565,11 +600,13 @@ def _text(src: Source, line_start: str, block: Block | None = None) -> _Text:
     return _Text(src.name, utf8, data, whole)
 
 
-def _collect(pending: dict[str, pl.LazyFrame], warnings: list[str]) -> dict[str, pl.DataFrame | None]:
+def _collect(
+    pending: dict[str, pl.LazyFrame], warnings: list[str], engine: str = "auto"
+) -> dict[str, pl.DataFrame | None]:
     """The pending sources' kept lines, in one `collect_all` (one by one if that fails)."""
     names, lazies = list(pending), list(pending.values())
     try:
-        return dict(zip(names, pl.collect_all(lazies), strict=True))
+        return dict(zip(names, pl.collect_all(lazies, engine=engine), strict=True))  # type: ignore[arg-type]
     except pl.exceptions.PolarsError:
         pass
     out: dict[str, pl.DataFrame | None] = {}
@@ -720,7 +757,7 @@ def read_kept_lines(
     if then is not None:  # the sources capped: after their cap
         kept_lines = [then(f) if f.columns == list(_KEPT_SCHEMA) else f for f in kept_lines]
     if not kept_lines:
-        return pl.DataFrame(schema=_SCHEMA)  # (`then` not applied)
+        return empty(_SCHEMA)  # (`then` not applied)
     lines = pl.concat(kept_lines, how="vertical")
     for src, n in lines.filter(pl.col("cut")).group_by("source", maintain_order=True).len().iter_rows():
         warnings.append(f"{src}: {n} line(s) longer than {MAX_LINE_CHARS} characters; only their start was parsed")

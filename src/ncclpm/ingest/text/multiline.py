@@ -17,7 +17,8 @@ from datetime import datetime
 
 import polars as pl
 
-from ncclpm.tables.schema import ELASTIC_SCHEMA, TRACEBACKS_SCHEMA
+from ncclpm.tables.schema import ELASTIC_SCHEMA, TRACEBACKS_SCHEMA, empty
+from ncclpm.util.frames import filtered, ordered
 
 # Also a thread dump's `File: "..."` and a prose paste that lost the function name (`..., line 14, in`).
 _FRAME = re.compile(r'^\s*File:? "(?P<file>[^"]+)", line (?P<line>\d+),? in(?: (?P<func>\S+))?')
@@ -36,7 +37,9 @@ _FIELD_START = r"^[\s\x1c-\x1f]{1,4}(?:time|host|rank|exitcode|error_file|traceb
 
 def _walk(lines: pl.DataFrame, moves: pl.Expr, *columns: str) -> list[dict]:
     """The rows where `moves` holds (a null message never does), in (source, line) order, as dicts."""
-    return lines.filter(moves.fill_null(False)).select(columns).sort("source", "line", maintain_order=True).to_dicts()
+    return ordered(
+        filtered(lines, moves.fill_null(False)).select(columns), "source", "line", maintain_order=True
+    ).to_dicts()
 
 
 def _short_frame(m: re.Match[str]) -> str:
@@ -143,7 +146,7 @@ def stitch_tracebacks(lines: pl.DataFrame) -> pl.DataFrame:
     for row in rows:
         row.pop("last", None)
     rows.sort(key=lambda r: (r["source"], r["line"]))
-    return pl.DataFrame(rows, schema=TRACEBACKS_SCHEMA) if rows else pl.DataFrame(schema=TRACEBACKS_SCHEMA)
+    return pl.DataFrame(rows, schema=TRACEBACKS_SCHEMA) if rows else empty(TRACEBACKS_SCHEMA)
 
 
 def _parse_time(text: str) -> datetime | None:
@@ -199,7 +202,7 @@ def parse_elastic_summaries(lines: pl.DataFrame) -> pl.DataFrame:
         elif "entry" in st and (exc := _EXC.match(msg)) and st["entry"].get("detail", "").startswith("Traceback"):
             st["entry"]["detail"] = f"{exc['type']}: {exc['msg'] or ''}".strip()
     rows = [r for r in rows if "exit_code" in r or "rank" in r]  # a stray `time :` line is no entry
-    return pl.DataFrame(rows, schema=ELASTIC_SCHEMA) if rows else pl.DataFrame(schema=ELASTIC_SCHEMA)
+    return pl.DataFrame(rows, schema=ELASTIC_SCHEMA) if rows else empty(ELASTIC_SCHEMA)
 
 
 BLOCK_LINES = 200  # an entry's traceback is cut by torchrun long before this
@@ -209,7 +212,7 @@ def rank_summary_blocks(parsed: pl.DataFrame, elastic: pl.DataFrame) -> pl.DataF
     """`parsed` with the lines inside an entry of torchrun's failure summary given the entry's rank: its
     `traceback :` field (frames, the exception) is indented under the entry, and in a console without rank
     prefixes nothing else says whose it is. A block ends at the first kept line that is not indented."""
-    entries = elastic.filter(pl.col("rank").is_not_null()).select(
+    entries = filtered(elastic, pl.col("rank").is_not_null()).select(
         "source", pl.col("line").alias("_start"), pl.col("rank").alias("_block_rank")
     )
     if entries.is_empty():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import polars as pl
 
 from ncclpm.tables.kinds import K
+from ncclpm.tables.schema import empty
 
 COMMS_SCHEMA = pl.Schema(
     {
@@ -40,7 +41,7 @@ def _process_key(frame: pl.DataFrame) -> pl.DataFrame:
 def nccl_comms(events: pl.DataFrame) -> pl.DataFrame:
     init = _process_key(events.filter(pl.col("kind") == K.nccl_comm_init))
     if init.is_empty():
-        return pl.DataFrame(schema=COMMS_SCHEMA)
+        return empty(COMMS_SCHEMA)
     versions = (
         _process_key(events.filter(pl.col("kind") == K.nccl_version))
         .group_by("_host", "_pid")
@@ -76,7 +77,7 @@ def nccl_addresses(lines: pl.DataFrame) -> pl.DataFrame:
     shows stays unknown)."""
     found = lines.filter(pl.col("host").is_not_null() & pl.col("message").str.contains(_IFACE_LINE))
     if found.is_empty():
-        return pl.DataFrame(schema=ADDRESSES_SCHEMA)
+        return empty(ADDRESSES_SCHEMA)
     return (
         found.select("host", pl.col("message").str.extract_all(_IFACE_ADDR).alias("m"))
         .explode("m")
@@ -143,14 +144,14 @@ def launched_ranks(events: pl.DataFrame) -> pl.DataFrame:
     command: [... --local_rank=R ...]`, torchrun's `local_rank: R (pid: P)`). A local rank is the job's rank only
     when the launcher's processes are the whole job: the job states no world size larger than them, and its lines
     name at most one host."""
-    empty = pl.DataFrame(schema={"pid": pl.Int64(), "launched_rank": pl.Int32()})
+    nothing = empty({"pid": pl.Int64(), "launched_rank": pl.Int32()})
     pairs = events.filter(pl.col("local_rank").is_not_null() & pl.col("pid").is_not_null())
     if pairs.is_empty() or events["host"].drop_nulls().n_unique() > 1:
-        return empty
+        return nothing
     declared = events.filter(pl.col("kind") == K.world_size)["nranks"].drop_nulls()
     local = int(pairs["local_rank"].max()) + 1  # type: ignore[arg-type]
     if declared.len() and int(declared.max()) > local:  # type: ignore[arg-type]
-        return empty  # one node of several: a local rank is not the job's rank
+        return nothing  # one node of several: a local rank is not the job's rank
     firsts = pairs.group_by("pid").agg(pl.col("local_rank").unique())
     # a pid given two local ranks (pids reused across restarts) names neither
     firsts = firsts.filter(pl.col("local_rank").list.len() == 1)
@@ -201,13 +202,13 @@ def nccl_warnings(events: pl.DataFrame) -> pl.DataFrame:
     """One row per NCCL WARN with the return-code chain NCCL printed after it on the same thread
     (`proxy.cc:1390 -> 3`, ...) and the ncclResult_t it ends in (nccl.h codes)."""
     if not events["kind"].is_in([K.nccl_warn, K.nccl_retcode]).any():  # (most jobs: no query)
-        return pl.DataFrame(schema=WARNINGS_SCHEMA)
+        return empty(WARNINGS_SCHEMA)
     rows = _process_key(events.filter(pl.col("kind").is_in([K.nccl_warn, K.nccl_retcode])))
     rows = rows.filter(pl.col("_host").is_not_null()).with_columns(
         pl.col("text").str.extract(_TID, 1).cast(pl.Int64, strict=False).alias("_tid")
     )
     if rows.is_empty():
-        return pl.DataFrame(schema=WARNINGS_SCHEMA)
+        return empty(WARNINGS_SCHEMA)
     thread = ["source", "_host", "_pid", "_tid"]
     rows = rows.sort("source", "line").with_columns(
         (pl.col("kind") == K.nccl_warn).cast(pl.Int32).cum_sum().over(thread).alias("_n")

@@ -26,7 +26,7 @@ from typing import Any
 import polars as pl
 
 from ncclpm.tables.kinds import K, KindDecl
-from ncclpm.tables.schema import EVENT_FIELDS, EVENTS_SCHEMA, Category
+from ncclpm.tables.schema import EVENT_FIELDS, EVENTS_SCHEMA, Category, empty
 from ncclpm.util.resources import read_toml
 
 FOLDER = "nccl"  # parsers/nccl/<area>.toml
@@ -342,11 +342,11 @@ def _last_errors(parsed: pl.DataFrame) -> pl.DataFrame:
     """torch's `Last error:` texts (NCCL's last WARN message without its prefix): the rest of the line, or the line
     after a line that ends with it (torch >= 2.0 prints it on its own line); nccl2's and XLA's quotes of it too."""
     if parsed.is_empty():
-        return pl.DataFrame(schema=TEXTS_SCHEMA)
+        return empty(TEXTS_SCHEMA)
     msg = pl.col("message").str.strip_chars()
     has = parsed.filter(pl.col("message").str.contains(_QUOTED_LAST))
     if has.is_empty():
-        return pl.DataFrame(schema=TEXTS_SCHEMA)
+        return empty(TEXTS_SCHEMA)
     quoted = pl.coalesce(
         msg.str.extract(_XLA_LAST + r"(.*)'\.?$", 1),
         msg.str.extract(_TESTS_LAST + r"(.*)'$", 1),

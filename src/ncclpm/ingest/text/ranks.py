@@ -11,7 +11,7 @@ from __future__ import annotations
 import polars as pl
 
 from ncclpm.tables.kinds import K
-from ncclpm.tables.schema import RANKS_SCHEMA
+from ncclpm.tables.schema import RANKS_SCHEMA, empty
 
 ACTIVITY_KINDS = [K.activity, K.progress]
 # torch's summary of an NCCL result (its exception line, its NCCL error reading) wraps the message that says why
@@ -70,7 +70,7 @@ def build_ranks(
     if world is not None:
         base = pl.concat([base, world.select("rank")]).drop_nulls().unique().sort("rank")
     if base.is_empty():  # no rank anywhere (a one-process excerpt): no query more
-        return pl.DataFrame(schema=RANKS_SCHEMA)
+        return empty(RANKS_SCHEMA)
     # Each part is joined on the rank; a part whose rows are absent (most jobs have no timeout, no launcher summary,
     # no watchdog status...) is its columns of nulls, typed as the join would give them, without its queries.
     parts: list[pl.DataFrame] = []
