@@ -482,7 +482,11 @@ def _drop_superseded(events: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
         return events
     table = pl.DataFrame(rules, schema={"event": pl.String(), "kind": pl.String()}, orient="row")
     gone = events.select("source", "line", "event").join(table, on="event").select("source", "line", "kind").unique()
-    return events if gone.is_empty() else events.join(gone, on=["source", "line", "kind"], how="anti")
+    return (
+        events
+        if gone.is_empty()
+        else events.join(gone, on=["source", "line", "kind"], how="anti", maintain_order="left")
+    )
 
 
 _OWNERS: dict[int, tuple[Sequence[Pattern], list[str], dict[str, list[int]]]] = {}  # id(patterns) -> (them, ...)
@@ -576,7 +580,9 @@ def extract_events(parsed: pl.DataFrame, catalog: Catalog, *, messages: bool = T
         events = apply_readings(empty(EVENTS_SCHEMA), catalog.kinds)
         return read_messages(parsed, events, catalog.vocabulary, catalog.kinds) if messages else events
     # Sorted before the fields no pattern declared are added: the sort copies every column it is given.
-    got = _drop_superseded(pl.concat(frames, how="diagonal_relaxed"), catalog).sort("source", "line", "event")
+    got = _drop_superseded(pl.concat(frames, how="diagonal_relaxed"), catalog).sort(
+        "source", "line", "event", maintain_order=True
+    )  # (stable: one pattern's several rows on a line keep their order)
     have = set(got.columns)
     events = got.select([pl.col(c) if c in have else null for c, null in _NULL_FIELDS.items()]).cast(
         EVENTS_SCHEMA  # type: ignore[arg-type]

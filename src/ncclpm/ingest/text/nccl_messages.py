@@ -445,11 +445,13 @@ def _merged(
     kept = {c: full[c] for c in set_here}
     full = apply_readings(full, kinds)  # the kind's readings (victim...), then the entry's own attributes over them
     full = full.with_columns([pl.coalesce(kept[c], pl.col(c)).alias(c) for c in kept])
-    others = events.join(full.select("source", "line"), on=["source", "line"], how="anti")
-    own_warn = events.join(full.select("source", "line"), on=["source", "line"], how="semi").filter(
+    # (in a fixed order: a pattern's several rows on one line - one per device NCCL lists - stay as matched)
+    read_lines = full.select("source", "line")
+    others = events.join(read_lines, on=["source", "line"], how="anti", maintain_order="left")
+    own_warn = events.join(read_lines, on=["source", "line"], how="semi", maintain_order="left").filter(
         pl.col("kind") == K.nccl_warn
     )
-    return pl.concat([others, own_warn, full], how="vertical").sort("source", "line", "event")
+    return pl.concat([others, own_warn, full], how="vertical").sort("source", "line", "event", maintain_order=True)
 
 
 @lru_cache(maxsize=1)
