@@ -50,6 +50,7 @@ MISSING = {
 
 # torchrun's agent's own lines when another node's agent ended the job first (closed the rendezvous, took the store)
 ENDED_ELSEWHERE = [K.rendezvous_closed, K.rendezvous_shutdown]
+DUMP_SIGNAL = "pg.dump_signal"  # torch's notice to every rank that another rank's watchdog timed out
 
 
 class InsufficientEvidence(Rule):
@@ -122,7 +123,7 @@ class InsufficientEvidence(Rule):
             + " and torch's heartbeat monitor ended the process: a CUDA or NCCL call that hung (an abort, an event "
             "destroyed), or another thread holding the GIL inside one - the logs do not show which"
             if watchdog_stuck
-            else "the logs show ranks waiting in a collective but not why"
+            else "the logs show ranks waiting in a collective but not why" + self._first_timed_out(t)
             if not victims.is_empty()
             else "NCCL's watchdog aborted a process (SIGABRT, its backtrace through the watchdog): a collective failed "
             "or timed out first, and the excerpt does not show which or why"
@@ -167,4 +168,18 @@ class InsufficientEvidence(Rule):
             ),
             verify=("The next failure leaves per-rank logs and dumps; run `ncclpm diagnose` on them.",),
             facts={"missing_evidence": missing, "proves": proves, "likely_causes": causes},
+        )
+
+    @staticmethod
+    def _first_timed_out(t: Tables) -> str:
+        """torch 2.5+: the rank whose watchdog timed out first signals the others to dump their flight recorders
+        (`Received a dump signal due to a collective timeout from rank N`): a waiting rank too, but the one whose
+        log and dump show first what the collective waited for."""
+        first = t.kinds(K.watchdog_status).filter(pl.col("event") == DUMP_SIGNAL)["subject_rank"].drop_nulls()
+        ranks = sorted(set(first.to_list()))
+        if not ranks:
+            return ""
+        return (
+            f"; {ranks_text(ranks)}'s watchdog timed out first and asked the others to dump their flight recorders: "
+            f"{'its' if len(ranks) == 1 else 'their'} log and dump show first what the collective waited for"
         )
