@@ -85,9 +85,10 @@ class InsufficientEvidence(Rule):
         # ranks the launcher saw fail (not the ones it then ended itself with SIGTERM), their own errors not shown
         failed = t.elastic.filter(~pl.col("exit_code").fill_null(0).is_in([0, TORN_DOWN]))["rank"].drop_nulls().unique()
         failed = sorted(set(failed.to_list()) - set(t.events.filter(pl.col("severity") == "error")["rank"].to_list()))
+        # every line a victim's, ranked or not (a framework's engine, torchrun's agent: lines without a rank)
+        victim_events = t.events.filter(pl.col("victim"))
         # torchrun's agent found the job already ended by another node's agent: the failure is on that node
-        ended = t.events.filter(pl.col("victim"))
-        ended_elsewhere = not ended.is_empty() and ended["kind"].is_in(ENDED_ELSEWHERE).all()
+        ended_elsewhere = not victim_events.is_empty() and victim_events["kind"].is_in(ENDED_ELSEWHERE).all()
         wanted = [
             *(["other_nodes"] if ended_elsewhere else []),
             *(["errors"] if failed else []),
@@ -102,7 +103,7 @@ class InsufficientEvidence(Rule):
         proves, causes = victims_view(self.facts)
         leads = f" Most likely, in order: {'; '.join(f'({i}) {c}' for i, c in enumerate(causes, 1))}." if causes else ""
         # a framework's waits only (its engine process's lines carry no rank, so they are victims without a rank)
-        waits = victims if not victims.is_empty() else t.events.filter(pl.col("victim"))
+        waits = victims if not victims.is_empty() else victim_events
         framework = not waits.is_empty() and waits["kind"].eq(K.framework_wait).all()
         # only the heartbeat monitor's lines: the watchdog thread itself stopped, no collective is shown waiting
         stuck = victims.filter(pl.col("kind") == K.heartbeat_stuck)
@@ -134,7 +135,7 @@ class InsufficientEvidence(Rule):
             "or its store gone): the failure happened on that node, and its logs are not among these"
             if ended_elsewhere
             else "the logs show a process cut off from another (a peer gone or not answering) but not which or why"
-            if t.events["victim"].any()
+            if not victim_events.is_empty()
             else f"the launcher reports {ranks_text(failed)} aborted together (SIGABRT: what NCCL's watchdog does "
             "to ranks whose collective timed out or failed), but not what they waited for"
             if len(failed) > 1 and t.elastic.filter(pl.col("rank").is_in(failed))["exit_code"].eq(WATCHDOG_ABORT).all()
@@ -157,7 +158,7 @@ class InsufficientEvidence(Rule):
             + ".",
             evidence=quotes(victims, 4)
             or quotes(timed_out, 2)
-            or (quotes(ended, 2) if ended_elsewhere else ())
+            or (quotes(victim_events, 2) if ended_elsewhere else ())
             or (quotes(self.facts.scope.job, 2) if not self.facts.scope.recognised else ()),
             fixes=tuple(f for k in wanted for f in self.fixes(k, ranks=", ".join(map(str, ranks_of[k][:16]))))
             if wanted

@@ -40,6 +40,21 @@ def _gloo_device(ev: pl.DataFrame) -> bool:
     return bool((ev["event"] == "gloo.no_interface").any())
 
 
+def _fix_keys(ev: pl.DataFrame, class_only: bool, one_host: bool | None) -> tuple[str, ...]:
+    if _gloo_device(ev):
+        return ("gloo_ifname",)
+    if not class_only:
+        return NCCL_FIXES
+    # the class alone: NCCL's own line first, then where the call most often fails
+    return (
+        ("shm_size", "debug_warn")  # on one host the likeliest cause's check is also the quickest
+        if one_host
+        else ("debug_warn", *NCCL_FIXES)
+        if one_host is False
+        else ("debug_warn", "shm_size", "check_ports", "interfaces")
+    )
+
+
 class NcclTransportError(Rule):
     """NCCL's network transport failed: InfiniBand completion errors, socket connect/reset errors, no usable
     interface.
@@ -121,7 +136,15 @@ class NcclTransportError(Rule):
         )
         return ev.sort(["strength", "ts", "source", "line"], descending=[True, False, False, False], nulls_last=True)
 
-    def _summary(self, t: Tables, ev: pl.DataFrame, culprit_hosts: list[str], reporters: list[str], pairs: list) -> str:
+    def _summary(
+        self,
+        t: Tables,
+        ev: pl.DataFrame,
+        culprit_hosts: list[str],
+        reporters: list[str],
+        pairs: list,
+        one_host: bool | None,
+    ) -> str:
         detail = self._detail(ev.row(0, named=True), t.line_prefix)
         advertised = ev.filter(pl.col("peer").fill_null("").str.contains(WRONG_ADDRESS))["peer"].unique().to_list()
         if advertised:
@@ -131,7 +154,6 @@ class NcclTransportError(Rule):
                 f"picked (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME unset or wrong). {detail}"
             )
         if set(ev["net_class"].to_list()) <= {CLASS_ONLY}:
-            one_host = self._one_host(t)
             likely = (
                 "most often the network"
                 if one_host is False
@@ -192,7 +214,10 @@ class NcclTransportError(Rule):
         gone = strongest < STRONG and not t.kinds(K.peer_closed).is_empty()
         symptom = bool(crashed) or gone
         detail = self._detail(ev.row(0, named=True), t.line_prefix)
-        summary = self._summary(t, ev, culprit_hosts, reporters, pairs)
+        # the class alone (no NCCL line says which call failed) is read by where the ranks ran: asked once
+        class_only = set(ev["net_class"].to_list()) <= {CLASS_ONLY}
+        one_host = self._one_host(t) if class_only else None
+        summary = self._summary(t, ev, culprit_hosts, reporters, pairs, one_host)
         if crashed:
             summary = (
                 f"NCCL network errors on {where(t, reporters)} ({detail}) are what a dead peer looks like: "
@@ -204,7 +229,7 @@ class NcclTransportError(Rule):
             category=Category.SYMPTOM
             if symptom
             else Category.SHM_P2P_TOPOLOGY  # the class alone, every rank on one host: /dev/shm or CUDA IPC
-            if set(ev["net_class"].to_list()) <= {CLASS_ONLY} and self._one_host(t)
+            if class_only and one_host
             else self.category,
             confidence=0.4 if symptom else strongest,
             culprit_ranks=() if symptom else culprits,
@@ -213,7 +238,7 @@ class NcclTransportError(Rule):
             "process died first, the host common to every failing pair is where the link, port or "
             "interface configuration is bad; every other rank then waits on the collective that crosses it.",
             evidence=quotes(ev),
-            fixes=self.fixes(*self._fix_keys(t, ev), hosts=", ".join(culprit_hosts) or "the named hosts"),
+            fixes=self.fixes(*_fix_keys(ev, class_only, one_host), hosts=", ".join(culprit_hosts) or "the named hosts"),
             dont=(
                 "`NCCL_IB_DISABLE=1` only moves the traffic to TCP sockets - an order of magnitude slower - "
                 "and hides the bad link.",
@@ -227,20 +252,6 @@ class NcclTransportError(Rule):
                 "host_pairs": sorted(sorted(p) for p in pairs),
                 "classes": sorted(set(ev["net_class"].to_list())),
             },
-        )
-
-    def _fix_keys(self, t: Tables, ev: pl.DataFrame) -> tuple[str, ...]:
-        if _gloo_device(ev):
-            return ("gloo_ifname",)
-        if not set(ev["net_class"].to_list()) <= {CLASS_ONLY}:
-            return NCCL_FIXES
-        one_host = self._one_host(t)  # the class alone: NCCL's own line first, then where the call most often fails
-        return (
-            ("shm_size", "debug_warn")  # on one host the likeliest cause's check is also the quickest
-            if one_host
-            else ("debug_warn", *NCCL_FIXES)
-            if one_host is False
-            else ("debug_warn", "shm_size", "check_ports", "interfaces")
         )
 
     def _one_host(self, t: Tables) -> bool | None:
