@@ -46,7 +46,7 @@ from ncclpm.ingest.unwrap import MIN_WIDTH, joins, may_join, python_start, rejoi
 from ncclpm.sources.discover import Source
 from ncclpm.tables.schema import empty
 from ncclpm.util.encoding import SNIFF_BYTES, decode_text, utf16_codec
-from ncclpm.util.frames import IN_MEMORY_ROWS
+from ncclpm.util.frames import engine_for
 
 __all__ = ["anchor_regex", "read_kept_lines"]
 
@@ -258,8 +258,8 @@ def _scan(
         for i in sorted(slow)
     }
     # a group of few rows (the texts read the slow way: small ones) is read in memory, not streamed
-    small = frame.height <= IN_MEMORY_ROWS and sum(len(texts[i].original) for i in slow) <= SLOW_IN_MEMORY_BYTES
-    done = _collect(pending, warnings, "in-memory" if small else "auto")
+    few_bytes = sum(len(texts[i].original) for i in slow) <= SLOW_IN_MEMORY_BYTES
+    done = _collect(pending, warnings, engine_for(frame.height) if few_bytes else "auto")
     group = done.pop("")
     if group is None:  # read the fast texts one by one
         pending = {
