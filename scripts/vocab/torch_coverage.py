@@ -20,7 +20,7 @@ import re
 import sys
 import tomllib
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -147,13 +147,18 @@ class Group:
     part_of: str = ""
     reader: str = ""  # `structured`: the module of src/ncclpm that reads such text (a multi-line block)
     exceptions: tuple[str, ...] = ()  # only Python messages raised as one of these
+    levels: tuple[str, ...] = ()  # only messages logged at one of these levels (a framework's `severity`)
 
     def takes(self, row: dict) -> bool:
         if self.components and not row["component"].startswith(self.components):
             return False
         if self.exceptions and not set(row.get("exception") or ()) & set(self.exceptions):
             return False
+        if self.levels and not set(row.get("severity") or ()) <= set(self.levels):
+            return False
         if row["id"] in self.ids:
+            return True
+        if not self.ids and not self.match:  # a whole component's messages of these exceptions or levels
             return True
         text = row.get("template") or row.get("shape") or row["text"]
         return any(rx.search(text) for rx in self.match)
@@ -198,6 +203,7 @@ def entries() -> list[Entry]:
 
 
 def groups(path: Path = DECLARED) -> list[Group]:
+    """The groups of a declared file (parsers/torch/declared.toml, parsers/frameworks/declared.toml), checked."""
     doc = tomllib.loads(path.read_text(encoding="utf-8"))
     out = []
     for i, g in enumerate(doc.get("group", [])):
@@ -208,8 +214,9 @@ def groups(path: Path = DECLARED) -> list[Group]:
             raise ValueError(f"{where}: a part_of group names the entry that reads the whole line")
         if g["status"] == "structured" and not (ROOT / "src" / "ncclpm" / g.get("reader", "-")).is_file():
             raise ValueError(f"{where}: a structured group names its reader, a module of src/ncclpm/")
-        if not g.get("ids") and not g.get("match"):
-            raise ValueError(f"{where}: a group takes messages by `ids` or `match`")
+        narrowed = g.get("components") and (g.get("exceptions") or g.get("levels"))
+        if not g.get("ids") and not g.get("match") and not narrowed:
+            raise ValueError(f"{where}: a group takes messages by `ids`, `match`, or components with exceptions/levels")
         out.append(
             Group(
                 g["status"],
@@ -220,6 +227,7 @@ def groups(path: Path = DECLARED) -> list[Group]:
                 g.get("part_of", ""),
                 g.get("reader", ""),
                 tuple(g.get("exceptions", [])),
+                tuple(g.get("levels", [])),
             )
         )
     return out
@@ -242,14 +250,21 @@ def readers(texts: list[str], catalog: Iterable[Entry]) -> list[str]:
     return [found.get(i, "") for i in range(len(texts))]
 
 
-def coverage(selected: list[dict], catalog: list[Entry] | None = None, declared: list[Group] | None = None) -> Coverage:
+def coverage(
+    selected: list[dict],
+    catalog: list[Entry] | None = None,
+    declared: list[Group] | None = None,
+    write: Callable[[dict], str] = instance,
+) -> Coverage:
+    """Each message's verdict: read by the first declared entry that reads `write(row)` (the message as a log holds
+    it), else the first group of `declared` that takes it, else undeclared."""
     catalog = entries() if catalog is None else catalog
     declared = groups() if declared is None else declared
     ids = {e.id for e in catalog}
     for g in declared:
         if g.part_of and g.part_of not in ids:
             raise ValueError(f"declared.toml: part_of names {g.part_of!r}, not a declared entry")
-    read = readers([instance(r) for r in selected], catalog)
+    read = readers([write(r) for r in selected], catalog)
     out = Coverage()
     for row, by in zip(selected, read, strict=True):
         if by:
