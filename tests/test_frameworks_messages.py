@@ -133,6 +133,19 @@ EXCERPTS = [
         Category.SHM_P2P_TOPOLOGY,
         True,
     ),
+    (
+        "[2025-01-01 12:00:01 TP0] RuntimeError: Prefill out of memory. Try to lower your batch size.",
+        Category.CUDA_OOM,
+        True,
+    ),
+    ("ConnectionError: Failed to connect to Ray cluster at 10.0.0.2:6379", Category.INIT_RENDEZVOUS, True),
+    (  # SGLang's PD disaggregation: the decode side's transfer from the prefill engine failed
+        "[2025-06-01 10:00:00 TP3] Decode transfer failed for request rank=3 decode_req.req.rid='a1b2c3' "
+        "decode_req.req.bootstrap_room=81723 with exception KVTransferError(bootstrap_room=81723): Request 81723 "
+        "timed out after 30.0s in KVPoll.WaitingForInput",
+        Category.NETWORK_TRANSPORT,
+        False,
+    ),
 ]
 
 
