@@ -29,7 +29,9 @@ class ProcessDiedRankUnknown(Rule):
     a process's GPU work faulted (application Xids 13/31/43). torch.multiprocessing.spawn's `-- Process N
     terminated with the following error:` above the traceback names the process (its local rank). When the job
     logged the end of its work first (`training done`, the final checkpoint), the report says so first: a crash at
-    teardown, with the last step reached.
+    teardown, with the last step reached. When ranks did wait, such a death dated before the first of them gave
+    up is who they waited for (DeepSpeed's launcher on one node reporting `exits with return code = -9`, a rank
+    of another node timing out ten minutes later); a death after it is the teardown that followed.
 
     ## Why it matters
     Most pastes in issue threads are exactly this: the one traceback the reporter saw. Its error is what ended
