@@ -278,7 +278,9 @@ def _reason_moment(t: Tables, primary: Finding, rows: dict[int, dict], taken: se
         if e.ref in taken or e.rank in primary.culprit_ranks:
             return []
         event = _line(t, e.file, e.line)
-        whom = rank_span([e.rank]) if e.rank is not None else e.file
+        # a line with no rank: the host it came from says more than the file's name (`a process on node12`)
+        host = event["host"] if event is not None else None
+        whom = rank_span([e.rank]) if e.rank is not None else f"a process on {host}" if host else e.file
         if event is None and e.line is None and e.rank is not None:
             whom += f"'s {e.file.rsplit('/', 1)[-1]}"
         text = f"{whom} {_verb(event)} `{said(t, e.text)}`"

@@ -80,6 +80,12 @@ class NvmlDriverFailure(Rule):
             "Check the container sees the GPUs (`--gpus all`, `NVIDIA_VISIBLE_DEVICES`, device cgroup)."
         ),
         "check_xid": Fix("Check `dmesg | grep -i xid` for GPU faults on that node."),
+        "check_busy": Fix(
+            "Check what holds the GPU: `nvidia-smi` lists its processes (a leftover run, another job); a compute "
+            "mode of `Exclusive_Process` (`nvidia-smi -q | grep -i 'compute mode'`) lets one process per GPU - two "
+            "ranks on one GPU, or a second job, are refused (`nvidia-smi -c DEFAULT` where that is allowed).",
+            when="CUDA said the device is busy or unavailable",
+        ),
     }
 
     def evidence(self, t: Tables) -> pl.DataFrame:
@@ -96,12 +102,16 @@ class NvmlDriverFailure(Rule):
         kinds = set(ev["kind"].to_list())
         extra = [*(["fabric"] if K.gpu_fabric_error in kinds else []), *(["ecc"] if K.gpu_hw_error in kinds else [])]
         blocked = kinds == {K.worker_dstate}  # only torchrun's word that a worker hangs in the kernel
+        busy = ev["detail"].fill_null("").str.contains("busy or unavailable")  # CUDA 46: taken, or in a bad state
         return self.finding(
             confidence=float(ev["strength"].max()),  # type: ignore[arg-type]
             culprit_ranks=culprits,
             summary=(
                 f"A worker hung in the kernel (D state) on {where}: the GPU driver or a network filesystem"
                 if blocked
+                else f"CUDA refused {where} its GPU, busy or unavailable: another process holds it (or an exclusive "
+                "compute mode allows no second one), or the GPU is in a bad state"
+                if busy.all()
                 else f"The GPU driver / NVML failed on {where}"
             )
             + f": `{said(ev['text'][0], t.line_prefix, 160)}`",
@@ -109,7 +119,9 @@ class NvmlDriverFailure(Rule):
             "init or a collective fail on that node and the other ranks then time out."
             + ("".join(f" {x}." for x in xids)),
             evidence=quotes(ev),
-            fixes=self.fixes(*extra, "check_driver", "check_container", "check_xid"),
+            fixes=self.fixes(
+                *extra, *(["check_busy"] if busy.any() else []), "check_driver", "check_container", "check_xid"
+            ),
             dont=(
                 "NCCL_P2P_DISABLE=1 / NCCL_IB_DISABLE=1 do not repair a driver; they only slow every job.",
                 "NCCL_TIMEOUT is read by nothing (neither NCCL nor PyTorch).",

@@ -10,7 +10,7 @@ from ncclpm.analysis.crashes import EXPLAINED_KINDS, OWN_ERROR, fatal_exit
 from ncclpm.analysis.victims import VICTIM_KINDS, same_line
 from ncclpm.model import said
 from ncclpm.rules._exits import BUS_ERROR, TEARDOWN, done_before_teardown, oom_killer_said
-from ncclpm.rules.base import Finding, Fix, Rule, quotes
+from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
 from ncclpm.tables.schema import Category
@@ -29,7 +29,9 @@ class ProcessDiedRankUnknown(Rule):
     a process's GPU work faulted (application Xids 13/31/43). torch.multiprocessing.spawn's `-- Process N
     terminated with the following error:` above the traceback names the process (its local rank). When the job
     logged the end of its work first (`training done`, the final checkpoint), the report says so first: a crash at
-    teardown, with the last step reached.
+    teardown, with the last step reached. When ranks did wait, such a death dated before the first of them gave
+    up is who they waited for (DeepSpeed's launcher on one node reporting `exits with return code = -9`, a rank
+    of another node timing out ten minutes later); a death after it is the teardown that followed.
 
     ## Why it matters
     Most pastes in issue threads are exactly this: the one traceback the reporter saw. Its error is what ended
@@ -66,7 +68,12 @@ class ProcessDiedRankUnknown(Rule):
 
     def evidence(self, t: Tables) -> pl.DataFrame:
         # The launcher's `closing signal SIGTERM` to the other workers follows a failure: nobody waited there.
-        waited = (t.events["victim"] & (t.events["kind"] != K.agent_signal)).any()  # (Series: no query)
+        waiting = t.events["victim"] & (t.events["kind"] != K.agent_signal)  # (Series: no query)
+        # Ranks waited on someone: a process with no rank that died before the first of them gave up is who they
+        # waited for (DeepSpeed's launcher on one node: `exits with return code = -9`; ranks of another node time
+        # out ten minutes later); a death after it is the teardown that followed, and an undated one cannot tell.
+        waited_until = t.events.filter(waiting)["ts"].min() if waiting.any() else None
+        waited = waiting.any() and waited_until is None
         own_kinds = [  # srun's `task 5: Segmentation fault` / `Exited with exit code 1` is scheduler_task_exit
             *(K.exception, K.dataloader_reraise, K.crash_signal, K.cuda_error, K.nccl_fatal, K.oom_killer),
             *(K.xid_app, K.scheduler_task_exit, K.worker_lost, K.child_failed_report),
@@ -111,6 +118,8 @@ class ProcessDiedRankUnknown(Rule):
         ended = fatal_exit().fill_null(False) | (pl.col("exit_code") == OWN_ERROR)  # exit 1: an uncaught error
         exits = ev.filter((pl.col("kind") == K.worker_exit) & ended)
         found = pl.concat([own, exits], how="diagonal_relaxed").sort("source", "line")
+        if waited_until is not None:
+            return found.filter(pl.col("ts") < waited_until)
         cut = self.facts.cut_tracebacks.filter(~pl.col("launcher") & pl.col("rank").is_null())
         if found.is_empty() and not cut.is_empty():
             # A traceback the paste cuts before its exception line: the process raised, the excerpt hides what.
@@ -210,6 +219,18 @@ class ProcessDiedRankUnknown(Rule):
         rank = "its global rank" if who != "A process" else "which rank it was"
         who = "A worker process" if teardown else who
         rank = "which one or why" if teardown else rank
+        # ranks that waited and gave up after this death (evidence() kept only deaths before them): its victims
+        waiters = t.events.filter(t.events["victim"] & (t.events["kind"] != K.agent_signal))
+        victims = sorted(waiters["rank"].drop_nulls().unique().to_list())
+        then = (
+            f"; {ranks_text(victims)} then timed out waiting"
+            if victims
+            else "; ranks then timed out waiting"
+            if waiters.height
+            else ""
+        )
+        if then and last["host"]:
+            who = f"{who} on {last['host']}"
         # the work was done first (`training done` after the last step): a crash at shutdown, said first
         done = self.facts.finished_work if not teardown and not killed else None
         first = (
@@ -220,11 +241,17 @@ class ProcessDiedRankUnknown(Rule):
         return self.finding(
             confidence=self.base_confidence
             + (0.05 if not own.is_empty() and not teardown else 0.0)
-            + (0.1 if not same_pid.is_empty() else 0.0),  # two lines of two programs agree on the process
+            + (0.1 if not same_pid.is_empty() else 0.0)  # two lines of two programs agree on the process
+            + (0.1 if then else 0.0),  # the others' wait, after it, is what its death leaves behind
             culprit_ranks=(),
-            summary=f"{first}; the excerpt does not say {rank}.",
-            explanation="No line shows a rank waiting on another, so this is where the process ended; in a "
-            "distributed job the other ranks then wait for it until their timeout."
+            summary=f"{first}{then}; the excerpt does not say {rank}.",
+            explanation=(
+                "It died before any rank gave up waiting: the ranks that timed out were waiting for it (or for a "
+                "rank its node lost with it)."
+                if then
+                else "No line shows a rank waiting on another, so this is where the process ended; in a "
+                "distributed job the other ranks then wait for it until their timeout."
+            )
             + (
                 " A SIGKILL nobody sent by hand is most often the kernel's OOM killer (host memory)."
                 if killed and not oom
@@ -233,16 +260,22 @@ class ProcessDiedRankUnknown(Rule):
                 if teardown
                 else ""
             ),
-            evidence=quotes(ev.tail(3)) + quotes(doing),  # the death first: the story tells it from there
+            # the death first: the story tells it from there; then the wait it caused
+            evidence=quotes(ev.tail(3)) + quotes(doing) + (quotes(waiters, 2) if then else ()),
             fixes=self.fixes(
                 *(["teardown"] if done is not None else []),
                 "killed" if killed or teardown else "fix_error",
                 *(["bus_error"] if signal == "SIGBUS" else []),
                 "which_rank",
             ),
-            dont=("Do not raise the collective timeout or change NCCL settings: no collective failed.",),
+            dont=(
+                "Do not raise the collective timeout: the process is gone, waiting longer changes nothing."
+                if then
+                else "Do not raise the collective timeout or change NCCL settings: no collective failed.",
+            ),
             verify=("After the fix the job passes the step where this process died.",),
-            facts={"killed": killed, "after_work": done is not None},
+            facts={"killed": killed, "after_work": done is not None, "victim_ranks": victims}
+            | ({"hosts": [last["host"]]} if then and last["host"] else {}),
         )
 
 

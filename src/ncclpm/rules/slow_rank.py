@@ -60,6 +60,7 @@ class RankBusyOutsideCollectives(Rule):
     }
 
     _work: pl.DataFrame  # the silent ranks' rank-local work, worked out by `evidence` and read by `assess`
+    _mostly_unseen: bool = False  # most ranks are only unseen, not silent (`evidence`): a lead said less surely
 
     def _named(self, t: Tables) -> set[int]:
         named = _barrier_named(t.kinds(K.monitored_barrier))
@@ -93,8 +94,15 @@ class RankBusyOutsideCollectives(Rule):
             return pl.DataFrame()
         if not silent and not (len(seen) == 1 and seen <= victims):
             return pl.DataFrame()  # nobody unaccounted for, unless the logs are one waiting rank's excerpt
-        if len(silent) > len(known) / 2 and not named and not cut_excerpt:
+        # Most ranks silent is no minority keeping the rest waiting - counted among the ranks the logs show when one
+        # of them is seen at rank-local work and the world size is only worked out from the highest rank seen (the
+        # first lines of pods 0, 1 and 2 of a 24-rank job: ranks 0 and 8 timed out, rank 16 saving a checkpoint)
+        at_work = set(self._work["rank"].to_list()) & seen if worked else set()
+        among = seen if at_work and not t.world_size_declared else known
+        if len(silent & among) > len(among) / 2 and not named and not cut_excerpt:
             return pl.DataFrame()
+        # ...and then said less surely: the unseen ranks' logs may tell another story
+        self._mostly_unseen = among is seen and len(silent) > len(known) / 2 and not named and not cut_excerpt
         if not silent:
             return pl.DataFrame({"rank": [None]}, schema={"rank": pl.Int32()}).with_columns(
                 pl.lit(True).alias("unseen"), pl.lit(True).alias("cut_excerpt")
@@ -111,6 +119,7 @@ class RankBusyOutsideCollectives(Rule):
         act = self._work
         timeout_ms = self.facts.timeout.ranked_ms
         conf = self.base_confidence - (0.15 if cut_excerpt else 0.0) - (0.05 if ev["unseen"].all() else 0.0)
+        conf -= 0.1 if self._mostly_unseen else 0.0
         if not act.is_empty():
             conf += 0.15 if act["attributed"].all() else 0.25
             bar = act["bar_ms"].drop_nulls()
