@@ -5,16 +5,20 @@ Each excerpt (a tests/cases fixture or a corpus case: a watchdog timeout across 
 CUDA OOM traceback, a torchrun failure summary, a rendezvous timeout, multi-line tracebacks) is rewritten through
 each wrapper - Kubernetes (`kubectl logs --prefix`, `--timestamps`, CRI files with partial `P` lines), Docker's
 json-file, journald, `srun -l` (ranks started by srun, or one torchrun per node), Open MPI's `--tag-output` and
-`--timestamp-output`, torchrun `--tee`, Ray, vLLM and SGLang prefixes, pdsh, CI timestamps, ANSI colours, CRLF and
-a chat paste (fence, quote, re-wrapped at 80 columns) - and diagnosed. A cell compares with the bare reading:
+`--timestamp-output`, torchrun `--tee` and `--log-dir`, Ray, vLLM and SGLang prefixes, pdsh, CI timestamps, ANSI
+colours, CRLF and a chat paste (fence, quote, re-wrapped at 80 columns) - and diagnosed. A cell compares with the
+bare reading:
 
   C  category or culprit ranks differ          E  event kinds read differ (a line lost or misread)
+  c  culprits differ under a wrapper that names each line's rank where the bare lines had none (judged by hand)
   R  an event's rank differs from the bare one, or a rank the wrapper gives is not taken where the bare had none
   H  the wrapper's host is not on an event that had none (or an event's own host was overwritten)
   T  an event lost its time, or a wrapper's full date is missing          B  tracebacks differ (count or type)
+  n/a  the wrapper does not apply (a paste of several files; a launcher naming ranks over torchrun's own)
 
-A wrapper's rank is each line's bare rank (what the process that printed it was); where the bare reading has none,
-the file's rank or its position. `srun -l` over torchrun carries the NODE's task id: it must not become a rank.
+A wrapper's rank is each line's bare rank (what the process that printed it was: torch's `[Rank N]` on it, the
+bare reading's); where neither says, the last one seen in the file, or its position. `srun -l` over torchrun
+carries the NODE's task id (50 + the node here): it must not become a rank.
 
     python scripts/wrap_matrix.py [--only WRAPPER,...] [--cases NAME,...] [-v]
 """
@@ -75,6 +79,7 @@ class Wrapper:
     full_ts: bool = False  # the prefix carries a full date
     stdin: bool = False  # pasted on stdin
     node_task: bool = False  # the prefix carries a node's task id (50 + node), which must not become a rank
+    log_dir: bool = False  # torchrun --log-dir: each rank's lines in attempt_0/<rank>/stderr.log, the rest a console
 
 
 def ts(c: Ctx) -> datetime:
@@ -180,6 +185,7 @@ WRAPPERS: dict[str, Wrapper] = {
     "mpirun_tag": Wrapper(prefix=lambda c: f"[1,{c.rank}]<stderr>:", rank=True),
     "mpirun_tag_ts": Wrapper(prefix=lambda c: f"{_ctime(c)}[1,{c.rank}]<stderr>:", rank=True),
     "torchrun_tee": Wrapper(prefix=lambda c: f"[default{c.rank}]:" if c.tee else "", rank=True),
+    "torchrun_log_dir": Wrapper(prefix=lambda c: "", log_dir=True),
     "ray_actor": Wrapper(
         prefix=lambda c: f"(RayTrainWorker pid={4100 + c.rank}, ip=10.0.0.{c.node + 1}) ",
         host=lambda c: f"10.0.0.{c.node + 1}",
@@ -242,6 +248,29 @@ def _source_key(tables_sources: dict, rel: str) -> dict:
     return {}
 
 
+def _split_by_rank(lines: list[str], ctxs: list[Ctx], attempt: Path, console: Path) -> None:
+    """torchrun --log-dir (one node): what a rank printed goes to attempt_0/<local rank>/stderr.log, the agent's own
+    lines (and the ones no rank is known to have printed) stay on the console."""
+    files: dict[Path, list[str]] = {}
+    traceback: Path | None = None  # a traceback goes whole to the rank that printed it
+    for line, c in zip(lines, ctxs, strict=True):
+        if traceback is not None and line[:1].isspace():
+            files[traceback].append(line)
+            continue
+        own = attempt / str(c.rank) / "stderr.log"
+        if traceback is not None:  # its exception line
+            files[traceback].append(line)
+            traceback = None
+            continue
+        if line.lstrip().startswith("Traceback (most recent call last)"):
+            traceback = own
+        path = own if traceback is not None or _SAID_RANK.search(line) else console
+        files.setdefault(path, []).append(line)
+    for path, body in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(body) + "\n", encoding="utf-8")
+
+
 def write_wrapped(case: Path, wrapper: Wrapper, dst: Path, bare_lines: dict) -> bytes | None:
     """The case's files rewritten through `wrapper` under `dst` (or, for a paste, the text for stdin)."""
     src = _inputs(case)
@@ -262,6 +291,9 @@ def write_wrapped(case: Path, wrapper: Wrapper, dst: Path, bare_lines: dict) -> 
             )
         if wrapper.stdin:
             pasted.append(body)
+            continue
+        if wrapper.log_dir:
+            _split_by_rank(lines, ctxs, dst / f"{Path(rel).stem}_logs" / "run_x1" / "attempt_0", dst / rel)
             continue
         out = dst / (str(Path(rel).with_name(wrapper.rename(p.name))) if wrapper.rename else rel)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -297,7 +329,7 @@ def compare(bare: dict, got: dict, wrapper: Wrapper, expect_hosts: set[str]) -> 
         marks.append("C")
     elif bare["culprits"] != got["culprits"]:
         # a wrapper naming each line's rank may name culprits the bare lines could not: `c`, judged by hand
-        marks.append("c" if wrapper.rank or wrapper.node_task else "C")
+        marks.append("c" if wrapper.rank or wrapper.node_task or wrapper.log_dir else "C")
     if bare["kinds"] != got["kinds"]:
         marks.append("E")
     if bare["kinds"] == got["kinds"]:
@@ -308,6 +340,9 @@ def compare(bare: dict, got: dict, wrapper: Wrapper, expect_hosts: set[str]) -> 
         got_ranked = Counter((e[0], e[1]) for e in got["events"] if e[1] is not None)
         if wrapper.node_task:
             if any(e[1] is not None and e[1] >= 50 for e in got["events"]) or bare_ranked - got_ranked:
+                marks.append("R")
+        elif wrapper.log_dir:
+            if bare_ranked - got_ranked:
                 marks.append("R")
         elif wrapper.rank:
             if bare_ranked - got_ranked or any(e[1] is None for e in got["events"]):
