@@ -184,6 +184,7 @@ WRAPPERS: dict[str, Wrapper] = {
     ),
     "mpirun_tag": Wrapper(prefix=lambda c: f"[1,{c.rank}]<stderr>:", rank=True),
     "mpirun_tag_ts": Wrapper(prefix=lambda c: f"{_ctime(c)}[1,{c.rank}]<stderr>:", rank=True),
+    "mpirun_ts_only": Wrapper(prefix=lambda c: f"{_ctime(c)}<stderr>:"),
     "torchrun_tee": Wrapper(prefix=lambda c: f"[default{c.rank}]:" if c.tee else "", rank=True),
     "torchrun_log_dir": Wrapper(prefix=lambda c: "", log_dir=True),
     "ray_actor": Wrapper(
@@ -199,6 +200,7 @@ WRAPPERS: dict[str, Wrapper] = {
     ),
     "pdsh_ip": Wrapper(prefix=lambda c: f"10.0.0.{c.node + 1}: ", host=lambda c: f"10.0.0.{c.node + 1}"),
     "gha_ts": Wrapper(prefix=lambda c: ts(c).strftime("%Y-%m-%dT%H:%M:%S.%f") + "0Z ", full_ts=True),
+    "jenkins_ts": Wrapper(prefix=lambda c: "[" + ts(c).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z] ", full_ts=True),
     "ansi": Wrapper(whole=_ansi),
     "crlf": Wrapper(whole=_crlf),
     "chat_paste": Wrapper(whole=_chat, stdin=True),
