@@ -95,3 +95,16 @@ def test_a_rotated_gzipped_docker_log_is_read(tmp_path: Path) -> None:
     )
     events = build([tmp_path]).events
     assert events.select("event", "rank").rows() == [("pg.watchdog_timeout", 1)]
+
+
+def test_whole_lines_read_in_polars_as_the_record_by_record_reading() -> None:
+    """Most files hold whole lines only (read in polars); with a line that is no JSON, or a record with more keys
+    (`attrs` of a logging option), the result is the one the record-by-record reading gives."""
+    from ncclpm.sources.container_logs import _docker_pieces_joined
+
+    data = _docker(("stderr", WATCHDOG + "\n"), ("stdout", 'a "quoted" <tag> \\ é\r\n'))
+    data += b"not a record\n" + json.dumps({"log": "x\n", "stream": "stderr", "attrs": {"tag": "t"}}).encode() + b"\n"
+    for text in (data, data.replace(b"not a record\n", b"")):
+        got = decode_container_log("docker", text).decode().splitlines()
+        assert got == _docker_pieces_joined(text.decode())
+        assert got[1] == '2024-05-01T12:00:01.123456789Z a "quoted" <tag> \\ é'

