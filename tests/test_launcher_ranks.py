@@ -43,7 +43,7 @@ def test_a_rank_torch_names_under_a_task_id_disowns_it_for_the_whole_file() -> N
         "1: Traceback (most recent call last):",
         "1: RuntimeError: NCCL communicator was aborted on rank 6.",
     )
-    assert [r for r, _ in got][:2] == [5, 6]
+    assert [r for r, _ in got][:2] == [5, 6]  # (torch's bare `[Rank 6]`, once srun is no launcher of ranks)
     assert 1 not in [r for r, _ in got]
 
 
@@ -62,3 +62,10 @@ def test_an_mpirun_tag_disagreeing_with_torch_is_no_rank() -> None:
     got = _ranks(f"[1,0]<stderr>:[rank4]:{WATCHDOG.format(r=4)}", "[1,0]<stderr>:RuntimeError: boom")
     assert got[0][0] == 4
     assert got[1][0] != 0
+
+
+def test_an_old_torch_subgroup_rank_does_not_disown_srun() -> None:
+    """torch <= 2.2 tags a subgroup's work with the rank in that group (`[Rank 1]` on global rank 5 of a
+    tensor-parallel pair): srun's tasks stay the ranks."""
+    got = _ranks(f"5: {WATCHDOG.format(r=1)}", "5: RuntimeError: NCCL communicator was aborted", "4: Traceback")
+    assert [r for r, _ in got] == [5, 5, 4]

@@ -297,9 +297,10 @@ def _envelope_rank(catalog: Catalog, stated: pl.Expr) -> tuple[pl.Expr, pl.Expr,
     group), the outer launcher started that launcher, one per node (`srun -l` over torchrun: `3: [default1]:`, the
     node's task id), not the ranks. Also (for `_fill_ranks`, which applies it to the whole file): the slot of the
     envelope the rank came from, and the outermost slot whose number a line shows to be no rank - a local rank
-    inside it, another rank inside it or `stated` by torch's tag in the message (`1: [rank5]:`, `1: [E...] [Rank
-    5] Watchdog`: srun's task 1 started torchrun, whose worker is rank 5), or a torchrun agent's summary of a
-    worker under it (`1:   rank      : 5 (local_rank: 1)`: the agent printed it, not a rank)."""
+    inside it, another rank inside it or `stated` by torch's tag in the message (`1: [rank5]:`, `1: [E...] [PG ID
+    0 PG GUID 0(default_pg) Rank 5] Watchdog`: srun's task 1 started torchrun, whose worker is rank 5), or a
+    torchrun agent's summary of a worker under it (`1:   rank      : 5 (local_rank: 1)`: the agent printed it,
+    not a rank)."""
     ranks, locals_ = _rank_sources(catalog)
     agent = pl.col("message").str.contains(_AGENT_SUMMARY_RANK)
     taken, slot_taken, disowned = [], [], []
@@ -309,9 +310,9 @@ def _envelope_rank(catalog: Catalog, stated: pl.Expr) -> tuple[pl.Expr, pl.Expr,
         taken.append(pl.when(allowed).then(rank))
         slot_taken.append(pl.when(allowed & rank.is_not_null()).then(pl.lit(at)))
         other = [g.is_not_null() & (g != rank) for where, g in ranks if where > at]
-        disowned.append(
-            pl.when(rank.is_not_null() & pl.any_horizontal([*inside, *other, stated != rank, agent])).then(pl.lit(at))
-        )
+        if inside or other:  # (a wrapper of other envelopes: the innermost, c10's `[rank3]:`, is the process's own)
+            said = pl.any_horizontal([*inside, *other, stated != rank, agent])
+            disowned.append(pl.when(rank.is_not_null() & said).then(pl.lit(at)))
     if not ranks:
         return pl.lit(None), pl.lit(None), pl.lit(None)
     return (
@@ -325,9 +326,12 @@ def _resolve_rank(catalog: Catalog) -> list[pl.Expr]:
     """`_direct`: the rank a line names (its envelopes, else a global `[PG 0 Rank N]` tag, else a script's own
     words); `_other_rank`: the same without the envelopes; `_rank_slot`, `_disowned`: see `_envelope_rank`."""
     tag_is_global = pl.col("_tag_pg_id").is_null() | (pl.col("_tag_pg_id") == "0")
-    tagged = pl.when(tag_is_global).then(_int("_tag_rank"))  # c10's own `[Rank N]`: the process's rank
+    tagged = pl.when(tag_is_global).then(_int("_tag_rank"))
     other = pl.coalesce(tagged, _int("_script_rank"))
-    rank, slot, disowned = _envelope_rank(catalog, tagged)
+    # c10's `[PG 0 Rank N]` is the process's global rank; a bare `[Rank N]` (torch <= 2.2) is its rank in the
+    # group of the work, which a subgroup's (Megatron's tensor-parallel group) makes another number
+    default_pg = pl.when(pl.col("_tag_pg_id") == "0").then(_int("_tag_rank"))
+    rank, slot, disowned = _envelope_rank(catalog, default_pg)
     return [
         pl.coalesce(rank, other).alias("_direct"),
         other.alias("_other_rank"),
