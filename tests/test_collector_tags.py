@@ -1,5 +1,5 @@
 """A collector's tag on every line changes no verdict: every text-only case of tests/cases, its log files tagged
-the way pdsh (DeepSpeed's multi-node runner), SkyPilot, docker compose or `kubectl logs --prefix` tag them, gets
+the way pdsh (DeepSpeed's multi-node runner), SkyPilot, docker compose, `kubectl logs --prefix` or journald tag them, gets
 the category and culprits it gets untagged. Each file gets its own node's tag, as each node's output would; code
 and configuration are left as they are (a collector tags a process's output, not a snapshot), and so are stack
 dumps except through pdsh (`pdsh -w nodes py-spy dump --pid ...` tags the dump's lines too)."""
@@ -21,6 +21,7 @@ TAGS: dict[str, Callable[[int], str]] = {
     "skypilot": lambda node: f"(worker{node}, rank={node}, pid={2300 + node}, ip=10.0.0.{node}) ",
     "compose": lambda node: f"trainer-{node}  | ",
     "kubectl": lambda node: f"[pod/train-worker-{node}/pytorch] ",
+    "journald": lambda node: f"May 01 12:00:0{node % 10} gpu-node-{node} python[{4100 + node}]: ",
 }
 
 

@@ -18,6 +18,8 @@ NOT_TEXT = {".pkl", ".json", ".gz", ".tar", ".zip", ".zst", ".tgz", ".bin"}
 def _text_cases() -> list[str]:
     names = []
     for case in sorted(CASES.iterdir()):
+        if case.name.startswith("wrapped_"):  # a collector's own file format: not cut or tagged again
+            continue
         files = [p for p in (case / "input").rglob("*") if p.is_file()]
         if not files or any(p.suffix in NOT_TEXT or "trace" in p.name or "dump" in p.name for p in files):
             continue

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ncclpm.sources import archives, sparse
 from ncclpm.sources.code import MAX_CODE_BYTES, code_language, is_log_after_all
+from ncclpm.sources.container_logs import container_format, decode_container_log, needs_decoding
 from ncclpm.sources.fr_sniff import looks_like_fr_dump
 from ncclpm.sources.names import unique_names
 from ncclpm.sources.own_reports import is_own_report
@@ -311,7 +312,28 @@ def _add_classified(display: str, head: bytes, job: Job, path: Path | None = Non
         return
     if kind == SourceKind.CODE and _a_log_after_all(display, head, path, data):
         kind = SourceKind.TEXT
+    if kind == SourceKind.TEXT and (fmt := container_format(head)) is not None:
+        lines = _container_lines(fmt, display, job, path, data)
+        if lines is not None:  # read from memory, not from the file
+            path, data = None, lines
     job.sources.append(Source(display, kind, path=path, data=data))
+
+
+def _container_lines(fmt: str, display: str, job: Job, path: Path | None, data: bytes | None) -> bytes | None:
+    """A Docker json-file or CRI log as the lines the container wrote (`container_logs.py`); None to read it as it
+    is: its records need nothing joined, or it cannot be read (reading it again is where the warning comes)."""
+    if data is None and path is not None:
+        try:
+            data = _read_at_most(path, MAX_TEXT_BYTES)  # (a rotated `-json.log.1.gz` decompressed)
+        except (OSError, EOFError, zlib.error):
+            return None
+    if data is None or not needs_decoding(fmt, data):
+        return None
+    job.warnings.append(
+        f"{display}: {'Docker json-file' if fmt == 'docker' else 'CRI (Kubernetes)'} container log - read as the "
+        "lines the container wrote, the pieces of each line joined"
+    )
+    return decode_container_log(fmt, data)
 
 
 def _a_log_after_all(display: str, head: bytes, path: Path | None, data: bytes | None) -> bool:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from ncclpm.ingest import envelopes as env_mod
 from ncclpm.ingest.catalog import MESSAGE_RANK, Catalog, Pattern
 from ncclpm.ingest.envelopes import Envelope
 from ncclpm.ingest.readings import apply_readings
@@ -33,6 +34,8 @@ _TAG = (
     r"|\((?<_tag_desc2>[^)]*)\) )?)?Rank (?<_tag_rank>\d+)\]"
 )
 _SCRIPT_RANK = r"^\[?(?i:rank)[\s_:=#-]{0,3}(?<_script_rank>\d{1,6})\b"
+# torchrun's failure summary names each failed worker (`  rank      : 3 (local_rank: 3)`): a line of the agent's
+_AGENT_SUMMARY_RANK = r"^\s*rank\s*: \d+ \(local_rank: \d+\)"
 _FILE_RANK = r"(?:(?:^|/)attempt_\d+/(?<_file_local>\d+)/[^/]+$|(?i:rank)[_-]?(?<_file_rank>\d+)[^/\d]*$)"
 _ISO_FORMATS = ("%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%dT%H:%M:%S")
 
@@ -256,7 +259,7 @@ def row_columns(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
         "message",
         "_role",
         "_local",
-        _resolve_rank(catalog).alias("_direct"),
+        *_resolve_rank(catalog),
         "_file_rank",
         "_file_local",
         # kept only for a word of the stack (a launcher's command line): not one of the file's own lines for ranks
@@ -281,17 +284,73 @@ def row_columns(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
     )
 
 
-def _resolve_rank(catalog: Catalog) -> pl.Expr:
-    tag_is_global = pl.col("_tag_pg_id").is_null() | (pl.col("_tag_pg_id") == "0")
-    return pl.coalesce(
-        _column(catalog, "rank", _int),
-        pl.when(tag_is_global).then(_int("_tag_rank")),
-        _int("_script_rank"),
+def _rank_sources(catalog: Catalog) -> tuple[list[tuple[int, pl.Expr]], list[tuple[int, pl.Expr]]]:
+    """(slot position, group) of the envelopes filling `rank`, innermost first, and of those filling `local_rank`."""
+    order = {slot: i for i, slot in enumerate(env_mod.slots(catalog.envelopes))}
+    ranks = [(order[e.slot], _int(e.columns["rank"])) for e in catalog.column_sources("rank")]
+    return ranks, [(order[e.slot], pl.col(e.columns["local_rank"])) for e in catalog.column_sources("local_rank")]
+
+
+def _envelope_rank(catalog: Catalog, stated: pl.Expr) -> tuple[pl.Expr, pl.Expr, pl.Expr]:
+    """The `rank` column of the envelopes, innermost first - but a launcher's number outside a local rank is not
+    a rank: when an envelope inside it fills `local_rank` (torchrun's `[default1]:`, a worker's `TP1` within its
+    group), the outer launcher started that launcher, one per node (`srun -l` over torchrun: `3: [default1]:`, the
+    node's task id), not the ranks. Also (for `_fill_ranks`, which applies it to the whole file): the slot of the
+    envelope the rank came from, and the outermost slot whose number a line shows to be no rank - a local rank
+    inside it, another rank inside it or `stated` by torch's tag in the message (`1: [rank5]:`, `1: [E...] [PG ID
+    0 PG GUID 0(default_pg) Rank 5] Watchdog`: srun's task 1 started torchrun, whose worker is rank 5), or a
+    torchrun agent's summary of a worker under it (`1:   rank      : 5 (local_rank: 1)`: the agent printed it,
+    not a rank)."""
+    ranks, locals_ = _rank_sources(catalog)
+    agent = pl.col("message").str.contains(_AGENT_SUMMARY_RANK)
+    taken, slot_taken, disowned = [], [], []
+    for at, rank in ranks:
+        inside = [g.is_not_null() for where, g in locals_ if where > at]
+        allowed = ~pl.any_horizontal(inside) if inside else pl.lit(True)
+        taken.append(pl.when(allowed).then(rank))
+        slot_taken.append(pl.when(allowed & rank.is_not_null()).then(pl.lit(at)))
+        other = [g.is_not_null() & (g != rank) for where, g in ranks if where > at]
+        if inside or other:  # (a wrapper of other envelopes: the innermost, c10's `[rank3]:`, is the process's own)
+            said = pl.any_horizontal([*inside, *other, stated != rank, agent])
+            disowned.append(pl.when(rank.is_not_null() & said).then(pl.lit(at)))
+    if not ranks:
+        return pl.lit(None), pl.lit(None), pl.lit(None)
+    return (
+        pl.coalesce(taken),
+        pl.coalesce(slot_taken),
+        pl.max_horizontal(disowned) if disowned else pl.lit(None, pl.Int32),
     )
+
+
+def _resolve_rank(catalog: Catalog) -> list[pl.Expr]:
+    """`_direct`: the rank a line names (its envelopes, else a global `[PG 0 Rank N]` tag, else a script's own
+    words); `_other_rank`: the same without the envelopes; `_rank_slot`, `_disowned`: see `_envelope_rank`."""
+    tag_is_global = pl.col("_tag_pg_id").is_null() | (pl.col("_tag_pg_id") == "0")
+    tagged = pl.when(tag_is_global).then(_int("_tag_rank"))
+    other = pl.coalesce(tagged, _int("_script_rank"))
+    # c10's `[PG 0 Rank N]` is the process's global rank; a bare `[Rank N]` (torch <= 2.2) is its rank in the
+    # group of the work, which a subgroup's (Megatron's tensor-parallel group) makes another number
+    default_pg = pl.when(pl.col("_tag_pg_id") == "0").then(_int("_tag_rank"))
+    rank, slot, disowned = _envelope_rank(catalog, default_pg)
+    return [
+        pl.coalesce(rank, other).alias("_direct"),
+        other.alias("_other_rank"),
+        slot.cast(pl.Int32).alias("_rank_slot"),
+        disowned.cast(pl.Int32).alias("_disowned"),
+    ]
 
 
 def _fill_ranks(env: pl.DataFrame) -> pl.DataFrame:
     stream = ["source", "_role", "_local"]
+    # A launcher whose number is no rank on one line of a file (`_envelope_rank`) started launchers, not ranks: its
+    # number is no rank on the file's other lines either (`1: Traceback ...` beside `1: [rank5]: ...`).
+    disowned = pl.col("_disowned").max().over("source")
+    env = env.with_columns(
+        pl.when(pl.col("_rank_slot") <= disowned)
+        .then(pl.col("_other_rank"))
+        .otherwise(pl.col("_direct"))
+        .alias("_direct")
+    )
     # the process the file's rank printed from: a line of another process (its own pid on it: vLLM's API server
     # beside `(Worker_TP1 pid=2212)`) is not that rank's
     rank_pid = pl.col("pid").filter(pl.col("_direct").is_not_null()).drop_nulls().first().over("source")
@@ -330,7 +389,19 @@ def _fill_ranks(env: pl.DataFrame) -> pl.DataFrame:
 
 
 PARSED_SCHEMA = pl.Schema({**LINES_SCHEMA, "raw": pl.String(), "tag_pg": pl.String(), "tag_pg_desc": pl.String()})
-_RANK_HINTS = ("_role", "_local", "_direct", "_file_rank", "_file_local", "_stream_rank", "_file_single", "_words_only")
+_RANK_HINTS = (
+    "_role",
+    "_local",
+    "_direct",
+    "_other_rank",
+    "_rank_slot",
+    "_disowned",
+    "_file_rank",
+    "_file_local",
+    "_stream_rank",
+    "_file_single",
+    "_words_only",
+)
 
 
 def source_columns(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
@@ -350,19 +421,36 @@ def parse_lines(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
     else:
         env = _fill_ranks(kept if "_direct" in kept.columns else row_columns(kept, catalog))
     year = _reference_year(env, catalog)
-    return env.select(
-        "source",
-        "line",
-        "rank",
-        "rank_local",
-        "host",
-        "pid",
-        _timestamp(catalog, year, env).alias("ts"),
-        "level",
-        "message",
-        "raw",
-        "tag_pg",
-        "tag_pg_desc",
+    return _segments_share_their_line(
+        env.select(
+            "source",
+            "line",
+            "rank",
+            "rank_local",
+            "host",
+            "pid",
+            _timestamp(catalog, year, env).alias("ts"),
+            "level",
+            "message",
+            "raw",
+            "tag_pg",
+            "tag_pg_desc",
+        )
+    )
+
+
+def _segments_share_their_line(lines: pl.DataFrame) -> pl.DataFrame:
+    """The segments of a physical line (the reader splits a progress bar from the text glued after it: `...[29:55<
+    4:48:08, 155.57 examples/s][E ProcessGroupNCCL.cpp:475] [Rank 2] Watchdog...`) were one line to whatever
+    wrapped it: a segment with no host or time of its own takes its line's first one's (kubectl's pod, journald's
+    host, a CRI record's time). The rank is not taken: two processes' output can share a terminal's line."""
+    key = ["source", "line"]
+    split = (pl.col("line") == pl.col("line").shift(1)) & (pl.col("source") == pl.col("source").shift(1))
+    if lines.height < 2 or not lines.select(split.any()).item():
+        return lines
+    return lines.with_columns(
+        pl.col("host").fill_null(pl.col("host").first().over(key)),
+        pl.col("ts").fill_null(pl.col("ts").first().over(key)),
     )
 
 

@@ -43,7 +43,7 @@ from ncclpm.ingest.text.rawscan import (
     utf8_text,
 )
 from ncclpm.ingest.unwrap import MIN_WIDTH, joins, may_join, python_start, rejoin_wrapped, unwrap_lines
-from ncclpm.sources.discover import Source
+from ncclpm.sources.discover import ANSI_CSI, Source
 from ncclpm.tables.schema import empty
 from ncclpm.util.encoding import SNIFF_BYTES, decode_text, utf16_codec
 from ncclpm.util.frames import engine_for
@@ -67,6 +67,10 @@ BLOCK_BYTES = GROUP_BYTES + CHUNK_BYTES  # a group's memory (`rawscan.new_block`
 TAIL_GROUP_BYTES = 4 * 1024 * 1024  # the last groups shrink down to this: see `_group_bytes`
 SCAN_THREADS = 3  # groups scanned at once: the C matcher and polars run without the GIL, and a third thread
 # keeps both cores of a small machine busy while another waits for the GIL (its Python between the queries)
+# A terminal's colours inside a small text (a copy of a coloured terminal: Python 3.13's tracebacks colour `File
+# "x.py"`'s parts, which breaks the anchor `File "`) are taken out before the anchors are searched; a process's big
+# log is read as it is (`extract._without_ansi` cleans the kept lines).
+_COLOURED = re.compile(ANSI_CSI.encode())
 _SCHEMA = {"source": pl.String(), "line": pl.Int64(), "raw": pl.String()}
 _KEPT_SCHEMA = {**_SCHEMA, "cut": pl.Boolean()}
 Then = Callable[[pl.DataFrame], pl.DataFrame] | None  # more row-wise columns, computed where the lines are cut out
@@ -588,13 +592,17 @@ def _text(src: Source, line_start: str, block: Block | None = None) -> _Text:
         at = block.used
         if (size := block.read_file(os.fspath(src.path))) >= 0:
             view = memoryview(block)[at : at + size]
-            if view[:2] != b"\x1f\x8b":  # (gzipped since `_is_big` looked: read below)
-                return _Text(src.name, view, view, bool(line_start) and size <= SMALL_TEXT and _small(src))
+            whole = bool(line_start) and size <= SMALL_TEXT and _small(src)
+            # (gzipped since `_is_big` looked, or a small copy in colours: read below)
+            if view[:2] != b"\x1f\x8b" and not (whole and _COLOURED.search(view)):
+                return _Text(src.name, view, view, whole)
             view.release()
             block.pop()
     data = src.read_bytes()
     whole = bool(line_start) and len(data) <= SMALL_TEXT and (python_decode or _small(src))
     utf8 = decode_text(data).encode("utf-8") if utf16_codec(data) else data
+    if whole and _COLOURED.search(utf8):
+        data = utf8 = _COLOURED.sub(b"", utf8)
     if block is not None and (at := block.used, block.append(utf8))[1] >= 0:
         utf8 = memoryview(block)[at : at + len(utf8)]
     return _Text(src.name, utf8, data, whole)
