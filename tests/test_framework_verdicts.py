@@ -76,6 +76,19 @@ def test_weight_sync_group_confidence_follows_the_quoted_error(tmp_path: Path, e
     assert rz.confidence == pytest.approx(confidence), rz.summary
 
 
+def test_a_weight_sync_group_timeout_names_no_rank_from_the_engine_s_own(tmp_path: Path) -> None:
+    # the engine's TP0 is the group's rank 1 (its rank offset): the ranks that stayed away cannot be listed
+    d = _diagnose(
+        tmp_path,
+        [
+            f"{ENGINE}Failed to initialize custom process group: Timed out after 601 seconds waiting for clients. "
+            "1/9 clients joined.."
+        ],
+    )
+    assert d.primary.rule == "RZ01" and d.culprit_ranks == (), d.summary
+    assert "1 of 9" in d.summary and "MASTER_ADDR" not in d.primary.fixes[0], d.primary.fixes
+
+
 def test_a_bare_weight_sync_failure_is_a_lead(tmp_path: Path) -> None:
     d = _diagnose(tmp_path, ["[2025-06-01 10:10:00] NCCL4Py unique-id generation failed"])
     assert d.primary.rule == "RZ01" and d.confidence == pytest.approx(0.6)

@@ -32,6 +32,8 @@ _BIND_ERRNO = {
 # A Ray driver that could not reach its cluster's head (parsers/kinds.toml store_connect's `transport`): Ray's GCS,
 # not torch's store - its own checks, not MASTER_ADDR's
 RAY_GCS = "Ray GCS"
+# below this, a group's failure quotes an error that is neither a timeout joining it nor an address (kinds.toml)
+GROUP_MET = 0.7
 CONNECTION_WORDS = r"Connection reset by peer|Connection refused|Connection timed out|Broken pipe|Socket Timeout"
 CONNECTION_ERRORS = (
     "DistNetworkError",
@@ -112,6 +114,19 @@ class ProcessGroupNeverFormed(Rule):
             "Open the GCS port and Ray's other ports between the driver's host and the head (`nc -zv <head> 6379`; "
             "firewall, security groups, the interface Ray bound to).",
             when="a Ray driver could not reach its cluster",
+        ),
+        "named_group": Fix(
+            "Create the group with the same master address, port, world size and group name on every member - an RL "
+            "trainer's ranks and each rollout engine's tensor-parallel ranks for its weight-sync group - and check "
+            "that each member reaches that address and port (`nc -zv <addr> <port>`: a firewall, the interface the "
+            "address resolves to); if a member died before joining, its own error is the cause.",
+            when="a group the program creates with its own master address did not form (an RL weight-sync group)",
+        ),
+        "quoted_error": Fix(
+            "Fix the error the line quotes first (an NCCL or CUDA failure: its own reading in this report; "
+            "`NCCL_DEBUG=WARN` for NCCL's line): the group could not be created because of it, not because a member "
+            "stayed away.",
+            when="the group's failure quotes an error that is neither a timeout joining it nor an address or port",
         ),
         "place_all": Fix(
             "Get every process scheduled first: the cluster's scheduler had not placed them all (its message is "
@@ -263,6 +278,25 @@ class ProcessGroupNeverFormed(Rule):
                 verify=("`ray status` run on the driver's host lists the cluster's nodes; `ray.init` returns.",),
                 facts={"ray_cluster": True},
             )
+        if _named_group(ev):
+            # (its members' ranks in the group are not the ranks the lines carry - an engine's tensor-parallel rank
+            # is offset by the trainer's ranks: the ranks that stayed away cannot be named from them)
+            return self.finding(
+                confidence=conf,
+                culprit_ranks=(),
+                summary=f"The process group never formed: {how}{why}.",
+                explanation="The program created this group with its own master address and port (an RL trainer's "
+                "weight-sync group with its rollout engines), apart from the job's own process group, and it did not "
+                "form: the error its line quotes says why - a member that never joined, an address or port not "
+                "reached, or another failure while creating it.",
+                evidence=quotes(ev) + quotes(unplaced, 1),
+                fixes=self.fixes("named_group", *(["quoted_error"] if conf < GROUP_MET else [])),
+                dont=(
+                    "The job's MASTER_ADDR / MASTER_PORT do not set this group's address: the code that creates it "
+                    "passes its own (the trainer's master address and port).",
+                ),
+                verify=("Every member of the group gets past its creation and the first weight sync completes.",),
+            )
         return self.finding(
             confidence=conf,
             culprit_ranks=culprits,
@@ -280,6 +314,12 @@ class ProcessGroupNeverFormed(Rule):
                 "returns on every rank.",
             ),
         )
+
+
+def _named_group(ev: pl.DataFrame) -> bool:
+    """A group the program creates with its own master address (an RL weight-sync group) failed: its line is read
+    with how surely it is the rendezvous, by the error it quotes (parsers/kinds.toml rendezvous_timeout)."""
+    return bool(((ev["kind"] == K.rendezvous_timeout) & ev["strength"].is_not_null()).any())
 
 
 def _ray_cluster(ev: pl.DataFrame) -> bool:
