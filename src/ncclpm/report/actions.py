@@ -70,6 +70,12 @@ def _killed(f: Finding) -> tuple[Action, str] | None:
 BY_RULE: dict[str, Callable[[Finding], tuple[Action, str] | None]] = {
     "NV01": lambda f: (Action.EXCLUDE_NODE, "a GPU or driver fault on a node: drain it, resubmit without it"),
     "NW01": _network,
+    # a Ray driver that never reached its cluster's head: Ray's address and ports, not the ranks' rendezvous
+    "RZ01": lambda f: (
+        (Action.FIX_CONFIG, "the Ray driver never reached its cluster: the head's address and ports")
+        if f.facts.get("ray_cluster")
+        else None
+    ),
     "SH01": lambda f: (Action.FIX_CONFIG, "/dev/shm or peer-to-peer set-up: container or launch settings"),
     "CF01": lambda f: (Action.FIX_CONFIG, "ranks set up wrong (GPU binding, launcher vs script)"),
     "TS01": lambda f: (Action.RAISE_TIMEOUT, "the timeout in force is too short for the job's work"),

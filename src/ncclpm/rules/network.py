@@ -33,6 +33,20 @@ WRONG_ADDRESS = r"^(?:127\.0\.1\.1\b|169\.254\.|172\.17\.|fe80:)"
 CLASS_ONLY = "system"  # ncclSystemError with no NCCL message read (kinds.toml): the class's lead alone
 STRONG = 0.85  # IB completion errors and missing interfaces blame the network even next to a dead process
 NCCL_FIXES = ("check_ports", "nccl_tests", "interfaces")
+# A disaggregated-serving KV-cache connector's handshake or transfer (parsers/kinds.toml): vLLM's NIXL / MoRI-IO /
+# Mooncake connectors, SGLang's PD disaggregation - their own transport library and ports, not NCCL's
+KV_TRANSFER = "kv_transfer"
+KV_FIXES = ("kv_reach", "kv_transport", "kv_versions")
+
+
+def _kv_only(ev: pl.DataFrame) -> bool:
+    return set(ev["net_class"].to_list()) == {KV_TRANSFER}
+
+
+def _transports(ev: pl.DataFrame) -> list[str]:
+    """The connectors the KV-cache transfer lines name (`NIXL`, `Mooncake`...), in order of appearance."""
+    kv = ev.filter(pl.col("net_class") == KV_TRANSFER)
+    return kv["transport"].drop_nulls().unique(maintain_order=True).to_list()
 
 
 def _gloo_device(ev: pl.DataFrame) -> bool:
@@ -43,8 +57,11 @@ def _gloo_device(ev: pl.DataFrame) -> bool:
 def _fix_keys(ev: pl.DataFrame, class_only: bool, one_host: bool | None) -> tuple[str, ...]:
     if _gloo_device(ev):
         return ("gloo_ifname",)
+    if _kv_only(ev):
+        return KV_FIXES
     if not class_only:
-        return NCCL_FIXES
+        # NCCL's own lines first; a KV-cache connector failing beside them has its own network to check
+        return NCCL_FIXES + (("kv_transport",) if KV_TRANSFER in set(ev["net_class"].to_list()) else ())
     # the class alone: NCCL's own line first, then where the call most often fails
     return (
         ("shm_size", "debug_warn")  # on one host the likeliest cause's check is also the quickest
@@ -53,6 +70,29 @@ def _fix_keys(ev: pl.DataFrame, class_only: bool, one_host: bool | None) -> tupl
         if one_host is False
         else ("debug_warn", "shm_size", "check_ports", "interfaces")
     )
+
+
+KV_EXPLANATION = (
+    "In disaggregated serving the decode engine fetches each request's KV cache from the prefill engine through a "
+    "KV-cache connector (vLLM's NIXL, MoRI-IO or Mooncake connector, SGLang's PD disaggregation), over its own "
+    "transport library (UCX, RDMA or TCP) and its own handshake ports - NCCL is not involved. A handshake or "
+    "transfer that fails is the network between the two engines (devices, routes, firewall, the addresses they "
+    "advertise) or the peer engine gone; the engines then drop or recompute the request, and failures that repeat "
+    "are what stop serving."
+)
+KV_DONT = (
+    "NCCL's settings (`NCCL_SOCKET_IFNAME`, `NCCL_IB_*`) and nccl-tests do not reach the KV-cache connector: it "
+    "moves the cache over its own transport.",
+    "Raising a timeout does not make an unreachable peer engine answer.",
+)
+
+
+def _kv_summary(t: Tables, ev: pl.DataFrame, hosts: list[str], detail: str) -> str:
+    """A KV-cache connector's failure in words: which connector, between which hosts where the lines say."""
+    names = _transports(ev)
+    via = f" ({'/'.join(names)} connector)" if names else ""
+    between = f" between {' and '.join(hosts)}" if len(hosts) == 2 else f" on {where(t, hosts)}" if hosts else ""
+    return f"The KV-cache transfer between the prefill and decode engines failed{via}{between}: {detail}"
 
 
 class NcclTransportError(Rule):
@@ -66,7 +106,10 @@ class NcclTransportError(Rule):
     retries`, `Net : No interface found in the same subnet as remote address ...`, `Connection closed by remote
     peer`, and torch's `NCCL error: remote process exited or there was a network error`. The host that
     printed the line and the peer it names (resolved to a host through NCCL's `OOB`/`Bootstrap`/`NET/Socket`
-    interface lines) are both named; the host common to all failing pairs is the culprit.
+    interface lines) are both named; the host common to all failing pairs is the culprit. A disaggregated-serving
+    KV-cache connector's handshake or transfer failing (vLLM's NIXL, MoRI-IO or Mooncake connector, SGLang's PD
+    disaggregation: `NIXL transfer failed for request ...`, `Failed to connect to bootstrap server ...`) is said as
+    that transfer between the prefill and decode engines, with the connector's own network to check - not NCCL's.
 
     ## Why it matters
     A bad link, a flapping port or a wrong interface stalls every collective that crosses it, and every rank
@@ -113,6 +156,27 @@ class NcclTransportError(Rule):
             "Memory` mounted on /dev/shm).",
             when="the ranks may share a host",
         ),
+        "kv_reach": Fix(
+            "Check that the prefill and decode engines reach each other{peers| (the hosts named)} on the addresses and "
+            "ports their KV-cache connector advertises - vLLM's NIXL side channel (`VLLM_NIXL_SIDE_CHANNEL_HOST` / "
+            "`VLLM_NIXL_SIDE_CHANNEL_PORT`), the Mooncake or SGLang bootstrap server's port (`--disaggregation-"
+            "bootstrap-port`, 8998 by default): `nc -zv <host> <port>` from each side, no firewall between them - "
+            "and that the peer engine is still running (its own log: a peer that died fails every transfer).",
+            when="a KV-cache connector's handshake or transfer failed",
+        ),
+        "kv_transport": Fix(
+            "Check the KV-cache transport's own network, which NCCL's settings do not reach: the RDMA devices it "
+            "uses are up on both hosts (`ibv_devinfo`), UCX's for NIXL (`ucx_info -d`; `UCX_NET_DEVICES`, "
+            "`UCX_TLS`), the device the connector is given (SGLang's `--disaggregation-ib-device`, Mooncake's "
+            "`device_name`), and the two hosts route to each other over it (`ucx_perftest`, `ib_write_bw` between "
+            "them).",
+            when="a KV-cache connector's handshake or transfer failed",
+        ),
+        "kv_versions": Fix(
+            "Run both engines with the same vLLM / SGLang release, model and KV-cache layout (block size, dtype, "
+            "tensor-parallel sizes): a handshake that reaches the peer can still be refused by an incompatible one.",
+            when="a KV-cache connector's handshake or transfer failed",
+        ),
         "gloo_ifname": Fix(
             "Set `GLOO_SOCKET_IFNAME` to an interface every host has and that routes between them (`ip -br addr`), "
             "or unset it; with no setting gloo uses the address the host name resolves to (`hostname -i`).",
@@ -153,6 +217,8 @@ class NcclTransportError(Rule):
                 "link-local or docker-bridge address no other host can reach: the wrong network interface was "
                 f"picked (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME unset or wrong). {detail}"
             )
+        if _kv_only(ev):
+            return _kv_summary(t, ev, culprit_hosts or reporters, detail)
         if set(ev["net_class"].to_list()) <= {CLASS_ONLY}:
             likely = (
                 "most often the network"
@@ -218,13 +284,16 @@ class NcclTransportError(Rule):
         class_only = set(ev["net_class"].to_list()) <= {CLASS_ONLY}
         one_host = self._one_host(t) if class_only else None
         summary = self._summary(t, ev, culprit_hosts, reporters, pairs, one_host)
+        kv = _kv_only(ev)
+        failed = "KV-cache transfer failures" if kv else "NCCL network errors"
         if crashed:
             summary = (
-                f"NCCL network errors on {where(t, reporters)} ({detail}) are what a dead peer looks like: "
+                f"{failed} on {where(t, reporters)} ({detail}) are what a dead peer looks like: "
                 f"{ranks_text(sorted(crashed))} died first (crashed, or lost with their node)."
             )
         elif gone:
-            summary = f"NCCL's closed connections ({detail}) are what a dead peer looks like: a process went away."
+            what = "The KV-cache transfer failures" if kv else "NCCL's closed connections"
+            summary = f"{what} ({detail}) are what a dead peer looks like: a process went away."
         return self.finding(
             category=Category.SYMPTOM
             if symptom
@@ -234,24 +303,38 @@ class NcclTransportError(Rule):
             confidence=0.4 if symptom else strongest,
             culprit_ranks=() if symptom else culprits,
             summary=summary,
-            explanation="NCCL prints these WARN lines when a connection to another process fails. Unless a peer "
+            explanation=KV_EXPLANATION
+            if kv
+            else "NCCL prints these WARN lines when a connection to another process fails. Unless a peer "
             "process died first, the host common to every failing pair is where the link, port or "
             "interface configuration is bad; every other rank then waits on the collective that crosses it.",
             evidence=quotes(ev),
-            fixes=self.fixes(*_fix_keys(ev, class_only, one_host), hosts=", ".join(culprit_hosts) or "the named hosts"),
-            dont=(
+            fixes=self.fixes(
+                *_fix_keys(ev, class_only, one_host),
+                hosts=", ".join(culprit_hosts) or "the named hosts",
+                peers=f" ({' and '.join(culprit_hosts or reporters)})" if culprit_hosts or reporters else "",
+            ),
+            dont=KV_DONT
+            if kv
+            else (
                 "`NCCL_IB_DISABLE=1` only moves the traffic to TCP sockets - an order of magnitude slower - "
                 "and hides the bad link.",
                 "Raising the process-group timeout or setting `NCCL_TIMEOUT` (read by nothing) does not make a "
                 "broken link deliver.",
             ),
-            verify=("nccl-tests across the named hosts reach the expected bus bandwidth with no NCCL WARN.",),
+            verify=(
+                "Requests served by the prefill and decode engines together log no failed handshake or transfer on "
+                "either engine.",
+            )
+            if kv
+            else ("nccl-tests across the named hosts reach the expected bus bandwidth with no NCCL WARN.",),
             facts={
                 "hosts": culprit_hosts,
                 "reporting_hosts": reporters,
                 "host_pairs": sorted(sorted(p) for p in pairs),
                 "classes": sorted(set(ev["net_class"].to_list())),
-            },
+            }
+            | ({"transports": _transports(ev)} if KV_TRANSFER in set(ev["net_class"].to_list()) else {}),
         )
 
     def _one_host(self, t: Tables) -> bool | None:

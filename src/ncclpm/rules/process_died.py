@@ -31,7 +31,9 @@ class ProcessDiedRankUnknown(Rule):
     logged the end of its work first (`training done`, the final checkpoint), the report says so first: a crash at
     teardown, with the last step reached. When ranks did wait, such a death dated before the first of them gave
     up is who they waited for (DeepSpeed's launcher on one node reporting `exits with return code = -9`, a rank
-    of another node timing out ten minutes later); a death after it is the teardown that followed.
+    of another node timing out ten minutes later); a death after it is the teardown that followed. A death no date
+    places (Ray's raylet reporting a worker's SYSTEM_ERROR exit) is placed by its file's order when it names another
+    process than the waiting ranks' (its pid or its node): above the first waiting line, it is who they waited for.
 
     ## Why it matters
     Most pastes in issue threads are exactly this: the one traceback the reporter saw. Its error is what ended
@@ -71,16 +73,16 @@ class ProcessDiedRankUnknown(Rule):
         waiting = t.events["victim"] & (t.events["kind"] != K.agent_signal)  # (Series: no query)
         # Ranks waited on someone: a process with no rank that died before the first of them gave up is who they
         # waited for (DeepSpeed's launcher on one node: `exits with return code = -9`; ranks of another node time
-        # out ten minutes later); a death after it is the teardown that followed, and an undated one cannot tell.
+        # out ten minutes later); a death after it is the teardown that followed. One the dates cannot place is
+        # placed by its file's order only when it is another process's (`_above_the_wait`).
         waited_until = t.events.filter(waiting)["ts"].min() if waiting.any() else None
-        waited = waiting.any() and waited_until is None
         own_kinds = [  # srun's `task 5: Segmentation fault` / `Exited with exit code 1` is scheduler_task_exit
             *(K.exception, K.dataloader_reraise, K.crash_signal, K.cuda_error, K.nccl_fatal, K.oom_killer),
             *(K.xid_app, K.scheduler_task_exit, K.worker_lost, K.child_failed_report),
         ]
         ranked = t.kinds(*own_kinds, K.worker_exit)["rank"]
-        if ranked.null_count() < ranked.len() or waited:
-            return pl.DataFrame()  # a named rank's error (CR01 reads it) or someone waited: not one process's end
+        if ranked.null_count() < ranked.len():
+            return pl.DataFrame()  # a named rank's error (CR01 reads it): not one process's end
         ev = t.events.filter(pl.col("rank").is_null())
         # Lines another rule reads (an OOM, a store timeout, the agent's own SignalException) are not this one's.
         # A launcher's exception that reports the exit (accelerate's CalledProcessError) is read as that exit.
@@ -118,8 +120,11 @@ class ProcessDiedRankUnknown(Rule):
         ended = fatal_exit().fill_null(False) | (pl.col("exit_code") == OWN_ERROR)  # exit 1: an uncaught error
         exits = ev.filter((pl.col("kind") == K.worker_exit) & ended)
         found = pl.concat([own, exits], how="diagonal_relaxed").sort("source", "line")
-        if waited_until is not None:
-            return found.filter(pl.col("ts") < waited_until)
+        if waiting.any():
+            dated = found.filter(pl.col("ts") < waited_until) if waited_until is not None else found.clear()
+            undated = found.filter(pl.col("ts").is_null()) if waited_until is not None else found
+            placed = _above_the_wait(t, undated, t.events.filter(waiting))
+            return pl.concat([dated, placed], how="diagonal_relaxed").sort("source", "line")
         cut = self.facts.cut_tracebacks.filter(~pl.col("launcher") & pl.col("rank").is_null())
         if found.is_empty() and not cut.is_empty():
             # A traceback the paste cuts before its exception line: the process raised, the excerpt hides what.
@@ -277,6 +282,33 @@ class ProcessDiedRankUnknown(Rule):
             facts={"killed": killed, "after_work": done is not None, "victim_ranks": victims}
             | ({"hosts": [last["host"]]} if then and last["host"] else {}),
         )
+
+
+def _above_the_wait(t: Tables, deaths: pl.DataFrame, waiters: pl.DataFrame) -> pl.DataFrame:
+    """The deaths the dates cannot place that their file's order puts before the wait: printed above the first
+    waiting line of a file where a rank waits, by a process none of the waiting lines is from - its pid or its host
+    differs from every waiting line's (Ray's raylet naming the dead worker's pid, under its node's address). A
+    waiting rank's own end always follows its wait, whatever order a collector delivers the lines in (Ray's driver
+    may print the raylet's report of a worker's death before that worker's last lines), and a death that names no
+    process (the shell's `Killed`) could be that rank's own: neither is placed."""
+    if deaths.is_empty():
+        return deaths
+    first = waiters.group_by("source").agg(pl.col("line").min().alias("_first"))
+    above = deaths.join(first, on="source").filter(pl.col("line") < pl.col("_first")).drop("_first")
+    if above.is_empty():
+        return above
+    # the waiting lines' processes: the pid a line's envelope gives (Ray's `(Worker pid=P, ip=A)`) or its own
+    pids = waiters.select("source", "line", "pid", "host").join(
+        t.lines.select("source", "line", pl.col("pid").alias("_lpid")), on=["source", "line"], how="left"
+    )
+    waiter_pids = pl.coalesce("pid", "_lpid")
+    known_pids = pids.select(waiter_pids.is_not_null().all()).item()
+    their_pids = pids.select(waiter_pids).to_series().drop_nulls().unique().implode()
+    known_hosts = bool(pids["host"].is_not_null().all())
+    their_hosts = pids["host"].drop_nulls().unique().implode()
+    other_pid = pl.lit(known_pids) & pl.col("pid").is_not_null() & ~pl.col("pid").is_in(their_pids)
+    other_host = pl.lit(known_hosts) & pl.col("host").is_not_null() & ~pl.col("host").is_in(their_hosts)
+    return above.filter(other_pid | other_host)
 
 
 def _exit_said(row: dict, signal: str | None) -> str:

@@ -29,6 +29,11 @@ _BIND_ERRNO = {
     13: "permission denied: a port below 1024 needs privileges, or the address may not be bound",
     99: "MASTER_ADDR is not an address of this host",
 }
+# A Ray driver that could not reach its cluster's head (parsers/kinds.toml store_connect's `transport`): Ray's GCS,
+# not torch's store - its own checks, not MASTER_ADDR's
+RAY_GCS = "Ray GCS"
+# below this, a group's failure quotes an error that is neither a timeout joining it nor an address (kinds.toml)
+GROUP_MET = 0.7
 CONNECTION_WORDS = r"Connection reset by peer|Connection refused|Connection timed out|Broken pipe|Socket Timeout"
 CONNECTION_ERRORS = (
     "DistNetworkError",
@@ -54,7 +59,9 @@ class ProcessGroupNeverFormed(Rule):
     failed : Connection refused` with bootstrap.cc in its return-code trace). Store waits after the group formed
     (a rank waiting for another's NCCL id or DataLoader seed, torchrun's exit barrier) are WT01's: a busy rank,
     not a rendezvous; store and rendezvous errors after the job made progress are not the group never forming
-    either.
+    either. A Ray driver that could not reach its cluster's head (`Failed to connect to Ray cluster at <addr>`) is
+    said as Ray's GCS, with Ray's checks; an RL weight-sync group that did not form (`Failed to initialize custom
+    process group: <error>`) is as sure as the error it quotes says (a timeout joining it, an address or port, other).
 
     ## Why it matters
     Nothing ran yet: no NCCL or model problem is involved. The cause is in the launch - a rank that never
@@ -92,6 +99,34 @@ class ProcessGroupNeverFormed(Rule):
             "of an earlier run, else give this job a port of its own (`--master-port`, `--rdzv-endpoint=host:port`) "
             "or let torchrun choose one (`--rdzv-endpoint=host:0`).",
             when="the store's own port was taken",
+        ),
+        "ray_head": Fix(
+            "On the head node check that the cluster is up (`ray status`; `ray start --head` if it is not) and "
+            "which address its GCS listens on (6379 by default, `--port`; `--node-ip-address`).",
+            when="a Ray driver could not reach its cluster",
+        ),
+        "ray_address": Fix(
+            'Pass the driver that address: `ray.init(address="<head>:<port>")` or `RAY_ADDRESS` (`auto` only on a '
+            "node that joined the cluster); a stale RAY_ADDRESS of an earlier cluster points at nothing.",
+            when="a Ray driver could not reach its cluster",
+        ),
+        "ray_ports": Fix(
+            "Open the GCS port and Ray's other ports between the driver's host and the head (`nc -zv <head> 6379`; "
+            "firewall, security groups, the interface Ray bound to).",
+            when="a Ray driver could not reach its cluster",
+        ),
+        "named_group": Fix(
+            "Create the group with the same master address, port, world size and group name on every member - an RL "
+            "trainer's ranks and each rollout engine's tensor-parallel ranks for its weight-sync group - and check "
+            "that each member reaches that address and port (`nc -zv <addr> <port>`: a firewall, the interface the "
+            "address resolves to); if a member died before joining, its own error is the cause.",
+            when="a group the program creates with its own master address did not form (an RL weight-sync group)",
+        ),
+        "quoted_error": Fix(
+            "Fix the error the line quotes first (an NCCL or CUDA failure: its own reading in this report; "
+            "`NCCL_DEBUG=WARN` for NCCL's line): the group could not be created because of it, not because a member "
+            "stayed away.",
+            when="the group's failure quotes an error that is neither a timeout joining it nor an address or port",
         ),
         "place_all": Fix(
             "Get every process scheduled first: the cluster's scheduler had not placed them all (its message is "
@@ -145,6 +180,13 @@ class ProcessGroupNeverFormed(Rule):
             ranks = tuple(sorted(rebind["rank"].drop_nulls().unique().to_list()))
             return ranks, f"the store's own port{on} was taken (another job, or a stale process of an earlier run)"
         connecting = ev.filter(pl.col("kind").is_in([K.store_connect, K.store_retry]))
+        if _ray_cluster(ev):
+            at = connecting["value"].drop_nulls()
+            where = f" at {at[0]}" if at.len() else ""
+            return (), (
+                f"the Ray driver could not reach its cluster's head node{where} (Ray's GCS, the address passed to "
+                "ray.init / RAY_ADDRESS): the job's actors were never created"
+            )
         if not connecting.is_empty():
             addr = pl.coalesce("peer", "detail", "value").drop_nulls()
             at = connecting.select(addr)
@@ -195,6 +237,12 @@ class ProcessGroupNeverFormed(Rule):
         elif ev["kind"].is_in([K.store_retry, K.store_bind_retry]).all():
             who = "torchelastic" if (ev["kind"] == K.store_bind_retry).any() else "the client"
             conf, how = RETRY_ONLY, f"{how} - {who} was still retrying when the log ends"
+        elif (ev["kind"] == K.rendezvous_timeout).all() and ev["strength"].is_not_null().all():
+            # every line read with how surely it is the rendezvous (parsers/kinds.toml: an RL weight-sync group's
+            # failure, by the error it quotes - a timeout joining, an address or port, a bare failure)
+            conf = float(ev["strength"].max())  # type: ignore[arg-type]
+            said_it = said(ev["text"][-1], t.line_prefix, 160)
+            how = f"`{said_it}`"
         elif (ev["kind"] == K.comm_init_timeout).all():
             conf, how = COMM_INIT_ONLY, "an NCCL communicator did not finish initialising in time"
         elif _bare_store_timeout(t, ev):
@@ -213,6 +261,42 @@ class ProcessGroupNeverFormed(Rule):
             if not unplaced.is_empty()
             else ""
         )
+        if _ray_cluster(ev):
+            return self.finding(
+                confidence=conf,
+                culprit_ranks=culprits,
+                summary=f"{how[:1].upper()}{how[1:]}{why}.",
+                explanation="The driver's `ray.init` could not connect to the head node's GCS, so no actor (no "
+                "trainer, rollout or worker process) was started: a launch or network-setup problem of the Ray "
+                "cluster, before torch's process groups or NCCL were involved.",
+                evidence=quotes(ev) + quotes(unplaced, 1),
+                fixes=self.fixes("ray_head", "ray_address", "ray_ports"),
+                dont=(
+                    "MASTER_ADDR / MASTER_PORT and NCCL's variables do not affect the connection to Ray's GCS that "
+                    "failed here.",
+                ),
+                verify=("`ray status` run on the driver's host lists the cluster's nodes; `ray.init` returns.",),
+                facts={"ray_cluster": True},
+            )
+        if _named_group(ev):
+            # (its members' ranks in the group are not the ranks the lines carry - an engine's tensor-parallel rank
+            # is offset by the trainer's ranks: the ranks that stayed away cannot be named from them)
+            return self.finding(
+                confidence=conf,
+                culprit_ranks=(),
+                summary=f"The process group never formed: {how}{why}.",
+                explanation="The program created this group with its own master address and port (an RL trainer's "
+                "weight-sync group with its rollout engines), apart from the job's own process group, and it did not "
+                "form: the error its line quotes says why - a member that never joined, an address or port not "
+                "reached, or another failure while creating it.",
+                evidence=quotes(ev) + quotes(unplaced, 1),
+                fixes=self.fixes("named_group", *(["quoted_error"] if conf < GROUP_MET else [])),
+                dont=(
+                    "The job's MASTER_ADDR / MASTER_PORT do not set this group's address: the code that creates it "
+                    "passes its own (the trainer's master address and port).",
+                ),
+                verify=("Every member of the group gets past its creation and the first weight sync completes.",),
+            )
         return self.finding(
             confidence=conf,
             culprit_ranks=culprits,
@@ -230,6 +314,17 @@ class ProcessGroupNeverFormed(Rule):
                 "returns on every rank.",
             ),
         )
+
+
+def _named_group(ev: pl.DataFrame) -> bool:
+    """A group the program creates with its own master address (an RL weight-sync group) failed: its line is read
+    with how surely it is the rendezvous, by the error it quotes (parsers/kinds.toml rendezvous_timeout)."""
+    return bool(((ev["kind"] == K.rendezvous_timeout) & ev["strength"].is_not_null()).any())
+
+
+def _ray_cluster(ev: pl.DataFrame) -> bool:
+    """Every line is a Ray driver failing to reach its cluster's GCS (no torch store or rendezvous line beside)."""
+    return bool((ev["transport"] == RAY_GCS).fill_null(False).all()) and not ev.is_empty()
 
 
 def _stuck_retrying(t: Tables) -> pl.DataFrame:

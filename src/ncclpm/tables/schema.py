@@ -57,9 +57,14 @@ EVENT_FIELDS: dict[str, pl.DataType] = {
     "peer_dtype": pl.String(),
     # Attributes set by the kind declarations (parsers/kinds.toml), not by regex groups:
     "victim": pl.Boolean(),  # printed because ANOTHER rank failed (never makes its rank a culprit)
-    "net_class": pl.String(),  # network errors: ib / interface / connect / closed / remote_exited; a lost peer: store
+    # network errors: ib / interface / connect / closed / remote_exited / kv_transfer (a KV-cache connector's); a lost
+    # peer: store
+    "net_class": pl.String(),
     "strength": pl.Float64(),  # how much the line alone proves its cause (network errors, GPU/driver faults; 0-1)
     "exhausted": pl.String(),  # DataLoader failures: the resource that ran out (shm / fds)
+    # the transport or service a failed connection used, where a reading names it: a KV-cache connector's (NIXL,
+    # Mooncake, MoRI-IO; read only on a `kv_transfer` line), Ray's GCS for a driver that could not reach its cluster
+    "transport": pl.String(),
     "killer": pl.String(),  # an OOM kill: who ended the process (kernel / cgroup / slurm / kubernetes / ray)
     # NCCL's result class an NCCL error names, whatever program wraps it (`ncclInternalError`...: ncclResult_t's names)
     "nccl_result": pl.String(),
