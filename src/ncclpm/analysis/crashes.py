@@ -109,7 +109,14 @@ def crashes(t: Tables, victim_lines: pl.DataFrame, errors: pl.DataFrame, exits: 
     # which the launcher dates: order it by that, not after every dated line.
     if t.elastic["rank"].null_count() < t.elastic.height:
         ended = t.elastic.filter(pl.col("rank").is_not_null()).group_by("rank").agg(pl.col("ts").min().alias("_end"))
-        ev = ev.join(ended, on="rank", how="left").with_columns(pl.coalesce("ts", "_end").alias("ts")).drop("_end")
+        ev = ev.join(ended, on="rank", how="left")
+    else:
+        ev = ev.with_columns(pl.lit(None, ev.schema["ts"]).alias("_end"))
+    # ... and no later than the next dated line of its file, written after it: the summary dates the last attempt's
+    # exits, so a traceback of an earlier attempt (torchrun --max-restarts) is dated by the agent's own line that
+    # followed it (`failed (exitcode: 1) local_rank: 1`), not by an exit of the restarted group.
+    bounded = pl.coalesce("ts", pl.min_horizontal("_end", "_next")).alias("ts")
+    ev = _no_later_than_next_dated(t, ev).with_columns(bounded).drop("_end", "_next")
     ev = ev.filter(~pl.col("rank").is_in(list(explained)))
     if victim_lines.is_empty():  # (no rank waited on anyone: no victim time to compare with)
         ev = ev.with_columns(pl.lit(None, victim_lines.schema["ts"]).alias("victim_ts"))
@@ -119,3 +126,34 @@ def crashes(t: Tables, victim_lines: pl.DataFrame, errors: pl.DataFrame, exits: 
         # A rank that was already waiting on someone else when it failed is a victim, not the cause.
         ev = ev.filter(pl.col("victim_ts").is_null() | (pl.col("ts") < pl.col("victim_ts")))
     return ev.sort("ts", "rank", "line", nulls_last=True)
+
+
+def _no_later_than_next_dated(t: Tables, ev: pl.DataFrame) -> pl.DataFrame:
+    """`ev` with `_next`: for an undated row, the time of the first dated unranked event after it in its file (null if
+    none, or if the row is dated). A file's lines are written in order, and an unranked line (the launcher's own, in a
+    console where the ranks' lines carry their prefix) is written when it is dated. A rank's dated line is not a bound:
+    torchrun's --tee relays each rank's output in chunks, so a line dated earlier can follow (real-gloo's segfaults)."""
+    undated = ev.filter(pl.col("ts").is_null())
+    if undated.is_empty():
+        return ev.with_columns(pl.lit(None, ev.schema["ts"]).alias("_next"))
+    sources = undated["source"].unique()
+    dated = (
+        filtered(t.events, pl.col("ts").is_not_null() & pl.col("rank").is_null())
+        .filter(pl.col("source").is_in(sources.to_list()))
+        .group_by("source", "line")
+        .agg(pl.col("ts").min().alias("_next"))
+        .sort("line")
+    )
+    if dated.is_empty():
+        return ev.with_columns(pl.lit(None, ev.schema["ts"]).alias("_next"))
+    keyed = ev.with_row_index("_row").with_columns((pl.col("line") + 1).alias("_after"))
+    nxt = keyed.sort("_after").join_asof(
+        dated.rename({"line": "_dated_line"}),
+        left_on="_after",
+        right_on="_dated_line",
+        by="source",
+        strategy="forward",
+        check_sortedness=False,
+    )
+    nxt = nxt.with_columns(pl.when(pl.col("ts").is_null()).then(pl.col("_next")).alias("_next"))
+    return nxt.sort("_row").drop("_row", "_after", "_dated_line")

@@ -1,0 +1,84 @@
+"""Failures one rank prints on another's behalf, and errors the launcher's last summary does not date.
+
+- torch.distributed.checkpoint raises the same `CheckpointException ranks:dict_keys([N])` on every rank, with rank
+  N's traceback under `Traceback (most recent call last): (RANK N)`: that error is rank N's, whoever printed it;
+- an undated traceback is no later than the launcher's next own dated line in its file (an earlier attempt's
+  failure, under torchrun --max-restarts, is not dated by the last attempt's exits).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ncclpm.api import diagnose
+
+SAVE_FRAMES = [
+    "[rank{r}]: Traceback (most recent call last):",
+    '[rank{r}]:   File "/workspace/train.py", line 17, in <module>',
+    "[rank{r}]:     dcp.save(state, checkpoint_id=ckpt)",
+]
+
+
+def _relay(printer: int, failed: int, with_traceback: bool) -> list[str]:
+    lines = [s.format(r=printer) for s in SAVE_FRAMES]
+    lines.append(
+        f"[rank{printer}]: torch.distributed.checkpoint.api.CheckpointException: "
+        f"CheckpointException ranks:dict_keys([{failed}])"
+    )
+    if with_traceback:
+        lines += [
+            f"[rank{printer}]: Traceback (most recent call last): (RANK {failed})",
+            f'[rank{printer}]:   File "/opt/venv/lib/python3.11/site-packages/torch/serialization.py", line 1253, in _save',
+            f"[rank{printer}]:     pickler.dump(obj)",
+            f"[rank{printer}]: OSError: [Errno 28] No space left on device",
+        ]
+    return lines
+
+
+def test_a_relayed_checkpoint_error_is_the_failed_rank_s(tmp_path: Path) -> None:
+    log = tmp_path / "rank0.log"
+    log.write_text("\n".join(_relay(0, 2, with_traceback=True)) + "\n")
+    d = diagnose([log])
+    assert list(d.culprit_ranks) == [2], d.summary
+    assert "No space left on device" in d.summary, d.summary
+
+
+def test_a_checkpoint_exception_alone_names_the_ranks_it_lists(tmp_path: Path) -> None:
+    log = tmp_path / "rank0.log"
+    log.write_text("\n".join(_relay(0, 3, with_traceback=False)) + "\n")
+    d = diagnose([log])
+    assert list(d.culprit_ranks) == [3], d.summary
+
+
+def test_a_rank_that_lists_itself_keeps_its_own_error(tmp_path: Path) -> None:
+    log = tmp_path / "rank1.log"
+    log.write_text("\n".join(_relay(1, 1, with_traceback=True)) + "\n")
+    d = diagnose([log])
+    assert list(d.culprit_ranks) == [1], d.summary
+
+
+def test_an_earlier_attempt_s_undated_error_comes_before_the_restart_s_dated_ones(tmp_path: Path) -> None:
+    agent = "torch/distributed/elastic/multiprocessing/api.py"
+    lines = [
+        "[default1]:[rank1]: Traceback (most recent call last):",
+        "[default1]:[rank1]: KeyError: 'labels'",
+        f"E1128 18:31:56.898000 4920 {agent}:1002] failed (exitcode: 1) local_rank: 1 (pid: 4926) of binary: /usr/bin/python",
+        "[default0]:[E1128 18:32:02.436173129 ProcessGroupGloo.cpp:67] Gloo connectFullMesh failed with [pair.cc:152] "
+        "timed out connecting: SO_ERROR: Connection refused, remote=[127.0.0.1]:31645$0",
+        "[default0]:Traceback (most recent call last):",
+        "[default0]:RuntimeError: Gloo connectFullMesh failed with [pair.cc:152] timed out connecting: SO_ERROR: "
+        "Connection refused, remote=[127.0.0.1]:31645$0",
+        f"E1128 18:32:03.978000 4920 {agent}:1002] failed (exitcode: 1) local_rank: 0 (pid: 4983) of binary: /usr/bin/python",
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  time      : 2026-11-28_18:32:03",
+        "  host      : localhost",
+        "  rank      : 0 (local_rank: 0)",
+        "  exitcode  : 1 (pid: 4983)",
+        "  error_file: <N/A>",
+        "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html",
+    ]
+    log = tmp_path / "console.log"
+    log.write_text("\n".join(lines) + "\n")
+    d = diagnose([log])
+    assert str(d.category) == "rank_crash" and list(d.culprit_ranks) == [1], d.summary
