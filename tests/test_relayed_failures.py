@@ -82,3 +82,53 @@ def test_an_earlier_attempt_s_undated_error_comes_before_the_restart_s_dated_one
     log.write_text("\n".join(lines) + "\n")
     d = diagnose([log])
     assert str(d.category) == "rank_crash" and list(d.culprit_ranks) == [1], d.summary
+
+
+def _summary(rows: list[tuple[int, int]]) -> list[str]:
+    """torchrun's ChildFailedError summary for (rank, exitcode) rows, the first as the root cause."""
+
+    def block(i: int, rank: int, code: int) -> list[str]:
+        sig = "  (SIGTERM)" if code == -15 else ""
+        return [
+            f"[{i}]:",
+            "  time      : 2026-11-28_19:00:10",
+            "  host      : localhost",
+            f"  rank      : {rank} (local_rank: {rank})",
+            f"  exitcode  : {code} (pid: {100 + rank}){sig}",
+            "  error_file: <N/A>",
+            "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html",
+        ]
+
+    (r0, c0), *rest = rows
+    lines = ["train.py FAILED", "-" * 60, "Failures:"]
+    for i, (rank, code) in enumerate(rest, 1):
+        lines += block(i, rank, code)
+    return [*lines, "-" * 60, "Root Cause (first observed failure):", *block(0, r0, c0), "=" * 60]
+
+
+def _job(tmp_path: Path, rank1_says: str, summary: list[tuple[int, int]]) -> Path:
+    base = tmp_path / "torchrun_logs" / "run_abc" / "attempt_0"
+    for rank, out, err in (
+        (0, "[rank0] step 2 loss 0.5000\n", "[rank0]: RuntimeError: Connection closed by peer [127.0.0.1]:3039\n"),
+        (1, f"[rank1] step 2 loss 0.5000\n{rank1_says}\n", ""),
+    ):
+        (base / str(rank)).mkdir(parents=True)
+        (base / str(rank) / "stdout.log").write_text(out)
+        (base / str(rank) / "stderr.log").write_text(err)
+    (tmp_path / "console.log").write_text("\n".join(_summary(summary)) + "\n")
+    return tmp_path
+
+
+def test_a_rank_that_quit_with_exit_1_and_said_why_is_named(tmp_path: Path) -> None:
+    # the survivor failed waiting (its own exit 1, a lost peer) rather than being torn down: rank 1 still stopped first
+    d = diagnose([_job(tmp_path, "[rank1] step 3: loss is NaN, stopping", [(1, 1), (0, 1)])])
+    assert str(d.category) == "rank_crash" and list(d.culprit_ranks) == [1], d.summary
+    assert "loss is NaN, stopping" in d.summary, d.summary
+
+
+def test_an_exit_1_whose_rank_said_nothing_is_not_read_as_quitting(tmp_path: Path) -> None:
+    # no line of rank 1's own: its exit 1 reads the same for a crash as for a wait, nothing says it stopped itself
+    job = _job(tmp_path, "", [(1, 1), (0, 1)])
+    (job / "torchrun_logs" / "run_abc" / "attempt_0" / "1" / "stdout.log").write_text("")
+    d = diagnose([job])
+    assert "stopping" not in d.summary and "with no error" not in d.summary, d.summary

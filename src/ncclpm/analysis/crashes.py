@@ -81,25 +81,27 @@ def unchosen_exits(t: Tables, victims: frozenset[int]) -> pl.DataFrame:
 
 
 def quit_with_error(t: Tables, victims: frozenset[int], last_lines: pl.DataFrame) -> pl.DataFrame:
-    """The launcher's rows of ranks that ended themselves with exit code 1 and no error: the launcher tore every other
-    rank it lists down (SIGTERM: it saw this one end first), and the rank's own output is in the job, with no error
-    and no wait in it (a `sys.exit(1)` after printing why: a missing file, a failed check). Without that output an
-    exit 1 reads the same for a crash as for a timeout; with it, the rank chose to stop."""
+    """The launcher's rows of ranks that ended themselves with exit code 1 and no error: every other rank it lists was
+    torn down (SIGTERM: it saw this one end first) or failed waiting, and the rank's own output is in the job, with
+    no error and no wait in it (a `sys.exit(1)` after printing why: a missing file, a failed check). Without that
+    output an exit 1 reads the same for a crash as for a timeout; with it, the rank chose to stop."""
     if t.elastic.is_empty() or last_lines.is_empty():
         return t.elastic.clear().with_columns(pl.lit(None, pl.String).alias("text"))
     el = t.elastic.filter(pl.col("rank").is_not_null())
-    quit_ = el.filter(pl.col("exit_code") == OWN_ERROR)
-    others = el.filter(pl.col("exit_code") != OWN_ERROR)
-    if quit_.is_empty() or others.is_empty() or not (others["exit_code"] == TORN_DOWN).all():
-        return t.elastic.clear().with_columns(pl.lit(None, pl.String).alias("text"))
     said_nothing = t.ranks.filter(pl.col("first_error").is_null())["rank"]
     spoke = last_lines.filter(pl.col("last_line").is_not_null())["rank"]
-    rows = quit_.filter(
-        pl.col("rank").is_in(said_nothing.to_list())
+    quit_ = el.filter(
+        (pl.col("exit_code") == OWN_ERROR)
+        & pl.col("rank").is_in(said_nothing.to_list())
         & pl.col("rank").is_in(spoke.to_list())
         & ~pl.col("rank").is_in(list(victims))
     )
-    return rows.with_columns(pl.coalesce("exit_line", "line").alias("line"), pl.col("exit_text").alias("text"))
+    others = el.filter(~pl.col("rank").is_in(quit_["rank"].to_list()))
+    # every other rank was torn down by the launcher, or failed waiting (a victim's line says so)
+    ended_after = (pl.col("exit_code") == TORN_DOWN) | pl.col("rank").is_in(list(victims))
+    if quit_.is_empty() or others.is_empty() or not others.select(ended_after.all()).item():
+        return t.elastic.clear().with_columns(pl.lit(None, pl.String).alias("text"))
+    return quit_.with_columns(pl.coalesce("exit_line", "line").alias("line"), pl.col("exit_text").alias("text"))
 
 
 def own_errors(t: Tables) -> pl.DataFrame:
