@@ -7,7 +7,8 @@ from typing import ClassVar
 import polars as pl
 
 from ncclpm.analysis.crashes import OWN_ERROR
-from ncclpm.model import MAX_QUOTE, Evidence, said
+from ncclpm.model import said
+from ncclpm.rules._busy import last_line_evidence
 from ncclpm.rules._exits import BUS_ERROR, TEARDOWN, done_before_teardown, oom_killer_said
 from ncclpm.rules._why import QUIET_VERDICTS, first_timeout
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
@@ -130,7 +131,7 @@ class RankDiedFirst(Rule):
             "'Root Cause' only names the first rank that reported.",
             evidence=(
                 *quotes(shown),
-                *(_last_line_quote(last_words, first_rank) if last_words else ()),
+                *(last_line_evidence(last_words) if last_words else ()),
                 *quotes(oom, 2),
                 *quotes(self.facts.victim_lines.filter(pl.col("rank").is_in(list(others))), 2),
             ),
@@ -165,9 +166,3 @@ class RankDiedFirst(Rule):
 
 def _killed(shown: pl.DataFrame) -> bool:
     return bool(((shown["signal"] == "SIGKILL") | (shown["detail"] == "Killed")).any())
-
-
-def _last_line_quote(last: dict, rank: int) -> tuple[Evidence, ...]:
-    """The rank's last line as evidence (`last_line_ref` is `source:line`)."""
-    source, _, line = (last["last_line_ref"] or "").rpartition(":")
-    return (Evidence(source, int(line), last["last_line"][:MAX_QUOTE], rank),) if line.isdigit() and source else ()

@@ -1,9 +1,14 @@
-"""Failures one rank prints on another's behalf, and errors the launcher's last summary does not date.
+"""Readings from real torch 2.13 runs: failures one rank prints on another's behalf, errors the launcher's last
+summary does not date, a rank that stopped itself, a store wait for a rank that was late.
 
 - torch.distributed.checkpoint raises the same `CheckpointException ranks:dict_keys([N])` on every rank, with rank
   N's traceback under `Traceback (most recent call last): (RANK N)`: that error is rank N's, whoever printed it;
 - an undated traceback is no later than the launcher's next own dated line in its file (an earlier attempt's
-  failure, under torchrun --max-restarts, is not dated by the last attempt's exits).
+  failure, under torchrun --max-restarts, is not dated by the last attempt's exits);
+- a rank that ended with exit code 1 and said why (no error, no wait) is the culprit when the others were torn down
+  or failed waiting;
+- gloo's address wait in init_process_group (`keys: /default_pg/0//cpu//0/1`) names the rank it waited for: late
+  when that rank was running (its events, or torn down by the launcher), else a group that never formed.
 """
 
 from __future__ import annotations
@@ -132,3 +137,25 @@ def test_an_exit_1_whose_rank_said_nothing_is_not_read_as_quitting(tmp_path: Pat
     (job / "torchrun_logs" / "run_abc" / "attempt_0" / "1" / "stdout.log").write_text("")
     d = diagnose([job])
     assert "stopping" not in d.summary and "with no error" not in d.summary, d.summary
+
+
+def _late_init(tmp_path: Path, rank1_torn_down: bool) -> Path:
+    lines = [
+        "[default0]:Traceback (most recent call last):",
+        '[default0]:  File "/workspace/train.py", line 10, in <module>',
+        '[default0]:    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=15))',
+        "[default0]:torch.distributed.DistStoreError: wait timeout after 15000ms, keys: /default_pg/0//cpu//0/1",
+    ]
+    rows = [(0, 1), (1, -15)] if rank1_torn_down else [(0, 1)]
+    (tmp_path / "console.log").write_text("\n".join(lines + _summary(rows)) + "\n")
+    return tmp_path
+
+
+def test_a_gloo_address_wait_for_a_running_rank_is_that_rank_late(tmp_path: Path) -> None:
+    d = diagnose([_late_init(tmp_path, rank1_torn_down=True)])
+    assert str(d.category) == "slow_rank_work" and list(d.culprit_ranks) == [1], d.summary
+
+
+def test_a_gloo_address_wait_for_a_rank_never_seen_is_a_group_that_never_formed(tmp_path: Path) -> None:
+    d = diagnose([_late_init(tmp_path, rank1_torn_down=False)])
+    assert str(d.category) == "init_rendezvous", d.summary
