@@ -159,3 +159,12 @@ def test_a_gloo_address_wait_for_a_running_rank_is_that_rank_late(tmp_path: Path
 def test_a_gloo_address_wait_for_a_rank_never_seen_is_a_group_that_never_formed(tmp_path: Path) -> None:
     d = diagnose([_late_init(tmp_path, rank1_torn_down=False)])
     assert str(d.category) == "init_rendezvous", d.summary
+
+
+def test_the_failed_rank_s_own_copy_of_its_error_is_quoted_first(tmp_path: Path) -> None:
+    # every rank prints the same relay; the copy in the failed rank's own log is quoted before another rank's
+    (tmp_path / "rank0.log").write_text("\n".join(_relay(0, 1, with_traceback=True)) + "\n")
+    (tmp_path / "rank1.log").write_text("\n".join(_relay(1, 1, with_traceback=True)) + "\n")
+    d = diagnose([tmp_path])
+    assert list(d.culprit_ranks) == [1], d.summary
+    assert d.primary.evidence[0].file == "rank1.log", d.primary.evidence

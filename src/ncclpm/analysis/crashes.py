@@ -149,7 +149,7 @@ def crashes(t: Tables, victim_lines: pl.DataFrame, errors: pl.DataFrame, exits: 
         ev = ev.join(victims_at, on="rank", how="left")
         # A rank that was already waiting on someone else when it failed is a victim, not the cause.
         ev = ev.filter(pl.col("victim_ts").is_null() | (pl.col("ts") < pl.col("victim_ts")))
-    return ev.sort("ts", "rank", "line", nulls_last=True)
+    return ev.sort("ts", "rank", "line", nulls_last=True, maintain_order=True)
 
 
 def _no_later_than_next_dated(t: Tables, ev: pl.DataFrame) -> pl.DataFrame:

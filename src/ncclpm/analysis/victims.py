@@ -175,7 +175,7 @@ def _relayed_to_their_ranks(t: Tables, exc: pl.DataFrame) -> pl.DataFrame:
     )
     same_printer = pl.col("_by").is_null() | pl.col("rank").is_null() | (pl.col("_by") == pl.col("rank"))
     near = pl.col("_hdr").is_not_null() & (pl.col("line") - pl.col("_hdr") <= REWRAPPED_WITHIN) & same_printer
-    out = exc.with_row_index("_row")
+    out = exc.with_row_index("_row").with_columns(pl.col("rank").alias("_printer"))
     if not headers.is_empty():
         under = out.sort("line").join_asof(
             headers.sort("_hdr"),
@@ -209,7 +209,10 @@ def _relayed_to_their_ranks(t: Tables, exc: pl.DataFrame) -> pl.DataFrame:
         .then(pl.concat_list(pl.col("rank")))
         .otherwise(listed)
     )
-    return wrapped.with_columns(stands_for.alias("rank")).explode("rank").sort("_row").drop("_row", "_listed")
+    # a rank's own copy of its error before the copies other ranks relayed (quoted first where both are kept)
+    relayed = (pl.col("rank") != pl.col("_printer")).fill_null(False)
+    out = wrapped.with_columns(stands_for.alias("rank")).explode("rank").with_columns(relayed.alias("_relay"))
+    return out.sort("_relay", "_row").drop("_row", "_listed", "_printer", "_relay")
 
 
 def in_context(t: Tables, ev: pl.DataFrame, kinds: list[str], before: int = 80) -> pl.DataFrame:
