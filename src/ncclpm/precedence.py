@@ -77,6 +77,7 @@ EXPLAINS: tuple[tuple[str, str, str], ...] = (
     ("CR01", "ST01", "a rank that died explains why the others waited: one silent rank proves nothing then"),
     ("CR03", "ST01", "a peer seen going away explains why the others waited: one silent rank proves nothing then"),
     ("CR01", "CR03", "a rank's own error says why its peer went away: the survivors' view adds nothing"),
+    ("CR01", "CR02", "the rank named as dying first is that process: reading it as one of no known rank adds nothing"),
     ("CV03", "CR01", "a crash inside NCCL's own code says why that rank died: the generic reading adds nothing"),
     ("CV03", "CR02", "a crash inside NCCL's own code says why that process died: the generic reading adds nothing"),
     ("ST03", "CR02", "another process's work outlasting the timeout is why this one's wait failed: its error is that"),

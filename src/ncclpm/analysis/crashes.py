@@ -80,6 +80,30 @@ def unchosen_exits(t: Tables, victims: frozenset[int]) -> pl.DataFrame:
     return rows.with_columns(pl.coalesce("exit_line", "line").alias("line"), pl.col("exit_text").alias("text"))
 
 
+def quit_with_error(t: Tables, victims: frozenset[int], last_lines: pl.DataFrame) -> pl.DataFrame:
+    """The launcher's rows of ranks that ended themselves with exit code 1 and no error: every other rank it lists was
+    torn down (SIGTERM: it saw this one end first) or failed waiting, and the rank's own output is in the job, with
+    no error and no wait in it (a `sys.exit(1)` after printing why: a missing file, a failed check). Without that
+    output an exit 1 reads the same for a crash as for a timeout; with it, the rank chose to stop."""
+    if t.elastic.is_empty() or last_lines.is_empty():
+        return t.elastic.clear().with_columns(pl.lit(None, pl.String).alias("text"))
+    el = t.elastic.filter(pl.col("rank").is_not_null())
+    said_nothing = t.ranks.filter(pl.col("first_error").is_null())["rank"]
+    spoke = last_lines.filter(pl.col("last_line").is_not_null())["rank"]
+    quit_ = el.filter(
+        (pl.col("exit_code") == OWN_ERROR)
+        & pl.col("rank").is_in(said_nothing.to_list())
+        & pl.col("rank").is_in(spoke.to_list())
+        & ~pl.col("rank").is_in(list(victims))
+    )
+    others = el.filter(~pl.col("rank").is_in(quit_["rank"].to_list()))
+    # every other rank was torn down by the launcher, or failed waiting (a victim's line says so)
+    ended_after = (pl.col("exit_code") == TORN_DOWN) | pl.col("rank").is_in(list(victims))
+    if quit_.is_empty() or others.is_empty() or not others.select(ended_after.all()).item():
+        return t.elastic.clear().with_columns(pl.lit(None, pl.String).alias("text"))
+    return quit_.with_columns(pl.coalesce("exit_line", "line").alias("line"), pl.col("exit_text").alias("text"))
+
+
 def own_errors(t: Tables) -> pl.DataFrame:
     """Exception lines that are neither a victim's nor of a kind another rule explains better."""
     return exceptions_not_victim(t, EXPLAINED_KINDS)
@@ -109,7 +133,14 @@ def crashes(t: Tables, victim_lines: pl.DataFrame, errors: pl.DataFrame, exits: 
     # which the launcher dates: order it by that, not after every dated line.
     if t.elastic["rank"].null_count() < t.elastic.height:
         ended = t.elastic.filter(pl.col("rank").is_not_null()).group_by("rank").agg(pl.col("ts").min().alias("_end"))
-        ev = ev.join(ended, on="rank", how="left").with_columns(pl.coalesce("ts", "_end").alias("ts")).drop("_end")
+        ev = ev.join(ended, on="rank", how="left")
+    else:
+        ev = ev.with_columns(pl.lit(None, ev.schema["ts"]).alias("_end"))
+    # ... and no later than the next dated line of its file, written after it: the summary dates the last attempt's
+    # exits, so a traceback of an earlier attempt (torchrun --max-restarts) is dated by the agent's own line that
+    # followed it (`failed (exitcode: 1) local_rank: 1`), not by an exit of the restarted group.
+    bounded = pl.coalesce("ts", pl.min_horizontal("_end", "_next")).alias("ts")
+    ev = _no_later_than_next_dated(t, ev).with_columns(bounded).drop("_end", "_next")
     ev = ev.filter(~pl.col("rank").is_in(list(explained)))
     if victim_lines.is_empty():  # (no rank waited on anyone: no victim time to compare with)
         ev = ev.with_columns(pl.lit(None, victim_lines.schema["ts"]).alias("victim_ts"))
@@ -118,4 +149,35 @@ def crashes(t: Tables, victim_lines: pl.DataFrame, errors: pl.DataFrame, exits: 
         ev = ev.join(victims_at, on="rank", how="left")
         # A rank that was already waiting on someone else when it failed is a victim, not the cause.
         ev = ev.filter(pl.col("victim_ts").is_null() | (pl.col("ts") < pl.col("victim_ts")))
-    return ev.sort("ts", "rank", "line", nulls_last=True)
+    return ev.sort("ts", "rank", "line", nulls_last=True, maintain_order=True)
+
+
+def _no_later_than_next_dated(t: Tables, ev: pl.DataFrame) -> pl.DataFrame:
+    """`ev` with `_next`: for an undated row, the time of the first dated unranked event after it in its file (null if
+    none, or if the row is dated). A file's lines are written in order, and an unranked line (the launcher's own, in a
+    console where the ranks' lines carry their prefix) is written when it is dated. A rank's dated line is not a bound:
+    torchrun's --tee relays each rank's output in chunks, so a line dated earlier can follow (real-gloo's segfaults)."""
+    undated = ev.filter(pl.col("ts").is_null())
+    if undated.is_empty():
+        return ev.with_columns(pl.lit(None, ev.schema["ts"]).alias("_next"))
+    sources = undated["source"].unique()
+    dated = (
+        filtered(t.events, pl.col("ts").is_not_null() & pl.col("rank").is_null())
+        .filter(pl.col("source").is_in(sources.to_list()))
+        .group_by("source", "line")
+        .agg(pl.col("ts").min().alias("_next"))
+        .sort("line")
+    )
+    if dated.is_empty():
+        return ev.with_columns(pl.lit(None, ev.schema["ts"]).alias("_next"))
+    keyed = ev.with_row_index("_row").with_columns((pl.col("line") + 1).alias("_after"))
+    nxt = keyed.sort("_after").join_asof(
+        dated.rename({"line": "_dated_line"}),
+        left_on="_after",
+        right_on="_dated_line",
+        by="source",
+        strategy="forward",
+        check_sortedness=False,
+    )
+    nxt = nxt.with_columns(pl.when(pl.col("ts").is_null()).then(pl.col("_next")).alias("_next"))
+    return nxt.sort("_row").drop("_row", "_after", "_dated_line")

@@ -100,8 +100,11 @@ class Analysis:
     # who failed on their own (crashes.py)
     @cached_property
     def exits(self) -> pl.DataFrame:
-        """The launcher's rows of ranks that ended by an exit they did not choose."""
-        return own_failures.unchosen_exits(self.t, self.victim_ranks)
+        """The launcher's rows of ranks that ended by an exit they did not choose, or quit with exit code 1 and no
+        error in their own output while the others were torn down."""
+        unchosen = own_failures.unchosen_exits(self.t, self.victim_ranks)
+        quit_ = own_failures.quit_with_error(self.t, self.victim_ranks, self.last_lines)
+        return unchosen if quit_.is_empty() else pl.concat([unchosen, quit_], how="diagonal_relaxed")
 
     @cached_property
     def own_errors(self) -> pl.DataFrame:

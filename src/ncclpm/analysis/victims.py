@@ -136,7 +136,7 @@ def exceptions_not_victim(t: Tables, exclude_kinds: list[str]) -> pl.DataFrame:
     if exc.is_empty():  # (no ranked exception: no line to take away)
         return exc
     taken = same_line(t.events, [*VICTIM_KINDS, *exclude_kinds])
-    return _without_reraise(exc.join(taken, on=["source", "line"], how="anti"))
+    return _relayed_to_their_ranks(t, _without_reraise(exc.join(taken, on=["source", "line"], how="anti")))
 
 
 REWRAPPED_WITHIN = 80  # lines from a re-raise to the original error its `Original Traceback` ends in
@@ -158,6 +158,61 @@ def _without_reraise(exc: pl.DataFrame) -> pl.DataFrame:
         .unique()
     )
     return exc.join(shadowed, on=["source", "line"], how="anti")
+
+
+def _relayed_to_their_ranks(t: Tables, exc: pl.DataFrame) -> pl.DataFrame:
+    """A distributed checkpoint that failed on some ranks raises on every rank `CheckpointException ranks:[1]`,
+    then each failed rank's traceback under `Traceback (most recent call last): (RANK 1)`: the error ending such a
+    traceback is that rank's, whoever printed it; the wrapper is dropped when a relayed traceback follows it, else
+    it stands for the ranks it lists (a printing rank that is not listed only relays their failure)."""
+    if exc.is_empty() or not t.has_kinds(K.relayed_failure):  # (most jobs: no relay, no query)
+        return exc
+    headers = t.kinds(K.relayed_traceback).select(
+        "source",
+        pl.col("line").alias("_hdr"),
+        pl.col("rank").alias("_by"),
+        pl.col("subject_rank").cast(pl.Int32).alias("_subject"),
+    )
+    same_printer = pl.col("_by").is_null() | pl.col("rank").is_null() | (pl.col("_by") == pl.col("rank"))
+    near = pl.col("_hdr").is_not_null() & (pl.col("line") - pl.col("_hdr") <= REWRAPPED_WITHIN) & same_printer
+    out = exc.with_row_index("_row").with_columns(pl.col("rank").alias("_printer"))
+    if not headers.is_empty():
+        under = out.sort("line").join_asof(
+            headers.sort("_hdr"),
+            left_on="line",
+            right_on="_hdr",
+            by="source",
+            strategy="backward",
+            check_sortedness=False,
+        )
+        # only the first error line after a header ends its traceback
+        first = near & (pl.col("line") == pl.col("line").min().over("source", "_hdr"))
+        under = under.with_columns(first.fill_null(False).alias("_relayed"))
+        under = under.with_columns(
+            pl.when(pl.col("_relayed")).then(pl.col("_subject")).otherwise(pl.col("rank")).alias("rank")
+        )
+        out = under.sort("_row").drop("_hdr", "_by", "_subject", "_relayed")
+    wrappers = t.kinds(K.relayed_failure).select("source", "line", pl.col("detail").alias("_listed"))
+    wrapped = out.join(wrappers, on=["source", "line"], how="left")
+    followed = wrapped.filter(pl.col("_listed").is_not_null()).join(
+        headers.rename({"_by": "_hdr_by"}), on="source", how="inner"
+    )
+    followed = followed.filter(
+        (pl.col("_hdr") > pl.col("line"))
+        & (pl.col("_hdr") - pl.col("line") <= REWRAPPED_WITHIN)
+        & (pl.col("_hdr_by").is_null() | pl.col("rank").is_null() | (pl.col("_hdr_by") == pl.col("rank")))
+    )
+    wrapped = wrapped.join(followed.select("_row").unique(), on="_row", how="anti")
+    listed = pl.col("_listed").str.extract_all(r"\d+").list.eval(pl.element().cast(pl.Int32, strict=False))
+    stands_for = (
+        pl.when(pl.col("_listed").is_null() | listed.list.contains(pl.col("rank")))
+        .then(pl.concat_list(pl.col("rank")))
+        .otherwise(listed)
+    )
+    # a rank's own copy of its error before the copies other ranks relayed (quoted first where both are kept)
+    relayed = (pl.col("rank") != pl.col("_printer")).fill_null(False)
+    out = wrapped.with_columns(stands_for.alias("rank")).explode("rank").with_columns(relayed.alias("_relay"))
+    return out.sort("_relay", "_row").drop("_row", "_listed", "_printer", "_relay")
 
 
 def in_context(t: Tables, ev: pl.DataFrame, kinds: list[str], before: int = 80) -> pl.DataFrame:

@@ -6,7 +6,9 @@ from typing import ClassVar
 
 import polars as pl
 
+from ncclpm.analysis.crashes import OWN_ERROR
 from ncclpm.model import said
+from ncclpm.rules._busy import last_line_evidence
 from ncclpm.rules._exits import BUS_ERROR, TEARDOWN, done_before_teardown, oom_killer_said
 from ncclpm.rules._why import QUIET_VERDICTS, first_timeout
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
@@ -21,13 +23,15 @@ NCCL_WRAPPER = r"NCCL error|nccl[A-Z]\w*Error|DistBackendError"
 ONLY_NCCL_CLASS = 0.55
 
 
-def _how(row: dict, envelopes: str) -> str:
+def _how(row: dict, envelopes: str, last_line: str | None = None) -> str:
     """How the first rank died, in prose: its own line quoted, or the launcher's report of its exit in words (that
-    report's lines are the evidence)."""
+    report's lines are the evidence) - with its own last line when it quit with exit code 1 and no error."""
     if row["how"] != "exit":
         return f"`{said(row['text'], envelopes)}`"
     code, signal = row.get("exit_code"), row.get("signal")
     how = f"exit code {code} = {signal}" if signal and code is not None else signal or f"exit code {code}"
+    if code == OWN_ERROR and last_line:
+        return f"{how}, says the launcher, with no error; its last line: `{said(last_line, envelopes)}`"
     return f"{how}, says the launcher"
 
 
@@ -37,7 +41,9 @@ class RankDiedFirst(Rule):
     ## What it detects
     A rank whose first error is its own - an uncaught exception that is not a timeout, a fatal signal
     (`exitcode: -9 (SIGKILL)`, `Segmentation fault`, `Fatal Python error`), a non-zero exit - earlier than
-    the collective timeouts / `Connection closed by peer` errors of the other ranks.
+    the collective timeouts / `Connection closed by peer` errors of the other ranks. A rank the launcher reports
+    ending with exit code 1 while it tore every other one down, whose own output is in the job with no error and no
+    wait in it, stopped itself (`sys.exit(1)` after printing why): its last line is quoted.
 
     ## Why it matters
     torchrun's "Root Cause (first observed failure)" names the first rank that *reported*, which in a hang is
@@ -91,6 +97,10 @@ class RankDiedFirst(Rule):
         others = self.facts.victim_ranks - set(culprits)
         conf = self.base_confidence + (0.1 if others else 0.0) + (0.05 if (ev["how"] != "exit").any() else -0.05)
         shown = ev.filter(pl.col("rank").is_in(list(culprits)))
+        # a rank that quit with exit code 1 and no error: its own last line says why it stopped
+        last = self.facts.last_lines.filter((pl.col("rank") == first_rank) & pl.col("last_line").is_not_null())
+        quit_ = shown["how"].eq("exit").all() and (shown["exit_code"] == OWN_ERROR).any() and not last.is_empty()
+        last_words = last.row(0, named=True) if quit_ else None
         oom = t.kinds(K.oom_killer)
         culprit_pids = set(t.ranks.filter(pl.col("rank").is_in(list(culprits)))["pid"].drop_nulls().to_list())
         killed_by = oom.filter(pl.col("pid").is_in(list(culprit_pids)))["killer"]
@@ -113,7 +123,7 @@ class RankDiedFirst(Rule):
         return self.finding(
             confidence=conf,
             culprit_ranks=culprits,
-            summary=f"{first} ({_how(shown.row(0, named=True), t.line_prefix)})"
+            summary=f"{first} ({_how(shown.row(0, named=True), t.line_prefix, last_words and last_words['last_line'])})"
             + (f" - killed by {oom_killer_said(killed_by[0])} (host memory, not GPU memory)" if oom_hit else "")
             + (f"; {ranks_text(sorted(others))} then failed waiting for it." if others else "."),
             explanation="The first rank to fail on its own is the cause; timeouts and 'connection closed by "
@@ -121,6 +131,7 @@ class RankDiedFirst(Rule):
             "'Root Cause' only names the first rank that reported.",
             evidence=(
                 *quotes(shown),
+                *(last_line_evidence(last_words) if last_words else ()),
                 *quotes(oom, 2),
                 *quotes(self.facts.victim_lines.filter(pl.col("rank").is_in(list(others))), 2),
             ),

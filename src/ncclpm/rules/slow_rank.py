@@ -6,6 +6,7 @@ from typing import ClassVar
 
 import polars as pl
 
+from ncclpm.model import said
 from ncclpm.rules._busy import busy_text
 from ncclpm.rules._timeout import timeout_origin
 from ncclpm.rules._victim_view import call_site_text
@@ -26,6 +27,9 @@ class RankBusyOutsideCollectives(Rule):
     the traceback) while a minority of ranks report no timeout at all - they never enqueued that collective.
     Their last lines say what they were doing (saving a checkpoint, evaluating, generating samples,
     uploading); a monitored barrier (`TORCH_DISTRIBUTED_DEBUG=DETAIL`) or the flight recorder may name them.
+    When that rank's own last words are the end of its work (`training done`) and the ranks that waited logged no
+    such line, it had left the loop while they were still in it: the ranks ran different numbers of steps (uneven
+    shards, a rank-dependent `break`) - read as mismatched collectives, a program bug.
 
     ## Why it matters
     Rank-0-only work longer than the process-group timeout (default 10 min for NCCL) kills the job although
@@ -51,6 +55,12 @@ class RankBusyOutsideCollectives(Rule):
             "If the work must stay, give the process group a timeout longer than it: "
             "`dist.init_process_group(backend, timeout=datetime.timedelta(hours=1))` (or a dedicated "
             "`dist.new_group(timeout=...)` for the barrier around it)."
+        ),
+        "same_steps": Fix(
+            "Give every rank the same number of steps: equal shards (`DistributedSampler(..., drop_last=True)`, "
+            "`drop_last=True` on the DataLoader), the `torch.distributed.algorithms.Join` context manager for uneven "
+            "inputs, or all-reduce a 'this rank is done' flag each step and leave the loop together.",
+            when="the rank the others waited for had already logged the end of its work",
         ),
         "record_dumps": Fix(
             "Set `TORCH_NCCL_TRACE_BUFFER_SIZE=2000` and `TORCH_NCCL_DUMP_ON_TIMEOUT=1` so the next "
@@ -140,6 +150,9 @@ class RankBusyOutsideCollectives(Rule):
         victims = sorted(self.facts.victim_ranks - set(culprits))
         if not victims:  # the only rank that waited is the one named busy: no story of one rank keeping others
             return None
+        done = self._done_first(t, silent, victims) if act.is_empty() else None
+        if done is not None:
+            return self._left_early(t, done, victims, conf, timeout_ms)
         site = call_site_text(self.facts, victims)  # torch 2.5+ printed where the collective was issued
         wait = f"in {site}" if site else "at a barrier" if in_barrier else "in a collective"
         origin = timeout_origin(self.facts.timeout, int(timeout_ms) if timeout_ms else None)
@@ -186,7 +199,7 @@ class RankBusyOutsideCollectives(Rule):
             f"{ranks_text(victims)} waited {wait} and timed out{limit}.",
             explanation=explanation,
             evidence=quotes(act) + quotes(idle, 2) + quotes(self.facts.victim_lines, 3),
-            fixes=self.fixes(),
+            fixes=self.fixes("move_work", "longer_timeout", "record_dumps"),
             dont=(
                 "`NCCL_TIMEOUT` is read by nothing; the timeout is the `timeout=` of `init_process_group`.",
                 "`NCCL_P2P_DISABLE=1` / `NCCL_IB_DISABLE=1` do not help: the network is idle, not broken.",
@@ -198,6 +211,46 @@ class RankBusyOutsideCollectives(Rule):
                 "fix the other ranks no longer report a timeout at that step.",
             ),
             facts={"victim_ranks": victims, "waiting_in_barrier": in_barrier, "candidate_ranks": silent},
+        )
+
+    def _done_first(self, t: Tables, silent: list[int], victims: list[int]) -> pl.DataFrame | None:
+        """The silent ranks' own `training done` lines when the ranks that waited logged no end of work: they had
+        left the loop while the others were still in it (None otherwise)."""
+        done = t.kinds(K.job_done)
+        if done.is_empty() or not done.filter(pl.col("rank").is_in(victims)).is_empty():
+            return None
+        mine = done.filter(pl.col("rank").is_in(silent))
+        return mine.sort("rank", "line").group_by("rank", maintain_order=True).first() if not mine.is_empty() else None
+
+    def _left_early(
+        self, t: Tables, done: pl.DataFrame, victims: list[int], conf: float, timeout_ms: float | None
+    ) -> Finding:
+        """The rank the others waited for had finished its work: it ran fewer steps (uneven data), a collective the
+        others issued had no partner - a program bug, not slow work."""
+        culprits = tuple(sorted(done["rank"].to_list()))
+        origin = timeout_origin(self.facts.timeout, int(timeout_ms) if timeout_ms else None)
+        limit = f" (timeout {duration_text(timeout_ms)}{f', {origin}' if origin else ''})" if timeout_ms else ""
+        site = call_site_text(self.facts, victims)
+        wait = f"in {site}" if site else "in a collective"
+        first = done.row(0, named=True)
+        its = "its" if len(culprits) == 1 else "their"
+        words = said(first["text"], t.line_prefix)
+        return self.finding(
+            category=Category.MISMATCHED_COLLECTIVES,
+            confidence=conf + 0.15,  # its own line says it had finished: not a guess at what it was doing
+            culprit_ranks=culprits,
+            summary=f"{ranks_text(culprits).capitalize()} had already finished {its} work (`{words}`) while "
+            f"{ranks_text(victims)} still waited {wait} and timed out{limit}: the ranks ran different numbers of "
+            "steps.",
+            explanation=f"{ranks_text(culprits).capitalize()} logged the end of {its} work and never entered the "
+            "collective the others were waiting in; they had not finished. A rank that leaves the loop first - fewer "
+            "batches in its shard, a rank-dependent `break`, a step count computed per rank - leaves the others' "
+            "next collective without a partner: every rank must issue the same collectives.",
+            evidence=quotes(done) + quotes(self.facts.victim_lines, 3),
+            fixes=self.fixes("same_steps", "record_dumps"),
+            dont=("Raising the timeout only makes the others wait longer for a rank that has stopped training.",),
+            verify=("Every rank logs the same number of steps; the job passes the step where the others waited.",),
+            facts={"victim_ranks": victims, "finished_ranks": list(culprits)},
         )
 
 

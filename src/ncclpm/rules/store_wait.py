@@ -6,7 +6,8 @@ from typing import ClassVar
 
 import polars as pl
 
-from ncclpm.rules._busy import busy_text
+from ncclpm.model import said
+from ncclpm.rules._busy import busy_text, last_line_evidence
 from ncclpm.rules.base import Finding, Fix, Rule, quotes, ranks_text
 from ncclpm.tables import Tables
 from ncclpm.tables.kinds import K
@@ -21,8 +22,10 @@ class RankAwaitedThroughStore(Rule):
     `[7] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key
     '0', but store->get('0') got error: Socket Timeout` (torch ≤ 2.0 spells it `retreiving`), a `Socket
     Timeout` / `wait timeout` raised inside a DataLoader (its shared-seed exchange waits for rank 0), store
-    timeouts after the job had already made progress, and torchrun's agent giving up at its exit barrier (`Error
-    waiting on exit barrier`: its workers had finished, another node's were still running).
+    timeouts after the job had already made progress, torchrun's agent giving up at its exit barrier (`Error
+    waiting on exit barrier`: its workers had finished, another node's were still running), and gloo's address
+    exchange in `init_process_group` (`wait timeout after 15000ms, keys: /default_pg/0//cpu//0/1`: the key's last
+    number is the rank that never wrote its address) when that rank's own lines show it had started.
 
     ## Why it matters
     The store answered - the process group had formed - so this is not a rendezvous failure. NCCL creates a
@@ -74,11 +77,18 @@ class RankAwaitedThroughStore(Rule):
         what = (
             f"the NCCL unique id that {who} publishes when it reaches its first collective"
             if "nccl_id" in hows
+            else f"the address that {who} publishes when it reaches `init_process_group` (gloo's connection set-up)"
+            if "peer_address" in hows
             else f"the DataLoader shared seed that {who} publishes when it starts iterating"
             if "dataloader_seed" in hows
             else f"a key that {who} had not written yet"
         )
         doing = busy_text(busy)
+        # no work recognised: the awaited rank's own last line says where it was (it had started: it logged)
+        last = self.facts.last_lines.filter(pl.col("rank").is_in(awaited) & pl.col("last_line").is_not_null())
+        shown_last = busy.is_empty() and len(awaited) == 1 and not last.is_empty()
+        if shown_last:
+            doing = f" (its last line: `{said(last['last_line'][0], t.line_prefix)}`)"
         waiters = f"{ranks_text(waiting).capitalize()} waited" if waiting else "Ranks waited"
         return self.finding(
             confidence=conf,
@@ -88,7 +98,9 @@ class RankAwaitedThroughStore(Rule):
             explanation="The store itself answered, so the process group had formed: this is the waiting side of a "
             f"rank that had not reached the same point yet. {who.capitalize()} was doing rank-local work (typically "
             "dataset tokenisation or loading on the main process) or had died; its own log decides which.",
-            evidence=quotes(busy, 2) + quotes(ev, 4),
+            evidence=quotes(busy, 2)
+            + (last_line_evidence(last.row(0, named=True)) if shown_last else ())
+            + quotes(ev, 4),
             fixes=self.fixes("move_work", "raise_timeout"),
             dont=(
                 "Do not debug the network or the store address: the store answered.",
