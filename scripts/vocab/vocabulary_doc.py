@@ -40,6 +40,21 @@ class Area:
     def total(self) -> int:
         return self.cause + self.no_cause + self.benign + self.out_of_scope + self.missing
 
+    def count(self, status: str, category: str | None, no_cause: bool) -> None:
+        """One message's verdict: read by an entry of `category` (None: not read; `no_cause`: the entry names no
+        cause alone), else declared benign or out of scope, else missing."""
+        if category == "benign" or (category is None and status == "benign"):
+            self.benign += 1
+        elif category is not None and (category == "unknown" or no_cause):
+            self.no_cause += 1
+        elif category is not None:
+            self.cause += 1
+            self.categories[category] += 1
+        elif status == "out_of_scope":
+            self.out_of_scope += 1
+        else:
+            self.missing += 1
+
 
 @dataclass
 class Section:
@@ -121,22 +136,11 @@ def _torch_areas(rows: list[dict]) -> list[Area]:
     for v in tc.coverage(rows).verdicts:
         comp = v.row["component"]
         a = areas.setdefault(comp, Area(comp, comp.split(".")[0]))
+        category = None
         if v.status in ("read", "part_of", "structured"):
             d = declared.get(v.by)  # the entry that reads it (`structured`: a reader module, no category)
             category = d.category if d is not None else "unknown"
-            if category == "benign":
-                a.benign += 1
-            elif category == "unknown" or v.by in no_cause:
-                a.no_cause += 1
-            else:
-                a.cause += 1
-                a.categories[category] += 1
-        elif v.status == "benign":
-            a.benign += 1
-        elif v.status == "out_of_scope":
-            a.out_of_scope += 1
-        else:
-            a.missing += 1
+        a.count(v.status, category, v.by in no_cause)
     return sorted(areas.values(), key=lambda a: (-a.total, a.name))
 
 
@@ -224,23 +228,12 @@ def framework_counts(rows: list[dict]) -> tuple[list[Area], Counter, Counter]:
     for v in fc.coverage(rows).verdicts:
         name = _framework_area(v.row, sizes)
         a = areas.setdefault(name, Area(name, v.row["package"]))
-        if v.status in ("read", "part_of"):
+        read = v.status in ("read", "part_of")
+        if read:
             readers[v.by] += 1
-            category = declared[v.by].category
-            if category == "benign":
-                a.benign += 1
-            elif category == "unknown" or v.by in no_cause:
-                a.no_cause += 1
-            else:
-                a.cause += 1
-                a.categories[category] += 1
-        elif v.status == "benign":
-            a.benign += 1
-        elif v.status == "out_of_scope":
-            a.out_of_scope += 1
-        else:
-            a.missing += 1
+        elif v.status not in ("benign", "out_of_scope"):
             missing[v.row["component"]] += 1
+        a.count(v.status, declared[v.by].category if read else None, v.by in no_cause)
     return sorted(areas.values(), key=lambda a: (-a.total, a.name)), readers, missing
 
 
