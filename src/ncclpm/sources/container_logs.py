@@ -104,17 +104,16 @@ def _record_chunks(fh: BinaryIO, size: int) -> Iterator[bytes]:
     than a chunk is carried whole into the next: its records are needed whole (one record is at most the runtime's
     16 KiB buffer; a longer line that is no record is as long as the file makes it). A chunk never ends inside a
     record, a JSON escape or a UTF-8 character (no byte of one is a newline)."""
-    rest = b""
+    held: list[bytes] = []  # read since the last line end (a long line's parts: joined once)
     while data := fh.read(size):
-        data = rest + data if rest else data
         cut = data.rfind(b"\n") + 1
         if cut == 0:
-            rest = data
+            held.append(data)
             continue
-        rest = data[cut:]
-        yield data[:cut] if rest else data
-    if rest:
-        yield rest
+        yield b"".join([*held, data[:cut]]) if held else data[:cut] if cut < len(data) else data
+        held = [data[cut:]] if cut < len(data) else []
+    if held:
+        yield b"".join(held)
 
 
 class _Decoder:
