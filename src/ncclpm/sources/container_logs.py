@@ -13,8 +13,10 @@ as an ISO prefix (`parsers/envelopes.toml`'s wrapper.iso_timestamp reads it). Li
 read, as the user sees them through `docker logs`. A CRI file without a `P` record is read as it is (the envelope
 reads each record). Lines that are not records of the format are kept as they are.
 
-A file on disk is decoded as it is read (`ContainerLogReader`: a few MB of records at a time, the pieces of a line
-carried over from one chunk to the next): memory does not grow with the file.
+A file on disk (a rotated `.gz` too) is decoded as it is read (`ContainerLogReader`: a few MB of records at a time,
+the pieces of a line carried over from one chunk to the next, per stream): memory holds a chunk and its lines, not
+the file. A file already in memory (an archive's member, stdin) is decoded whole (`decode_container_log`): the same
+lines.
 """
 
 from __future__ import annotations
