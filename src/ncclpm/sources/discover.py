@@ -16,13 +16,21 @@ import re
 import stat
 import zlib
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from ncclpm.sources import archives, sparse
 from ncclpm.sources.code import MAX_CODE_BYTES, code_language, is_log_after_all
-from ncclpm.sources.container_logs import container_format, decode_container_log, needs_decoding
+from ncclpm.sources.container_logs import (
+    ContainerLogReader,
+    container_format,
+    decode_container_log,
+    has_pieces,
+    needs_decoding,
+)
 from ncclpm.sources.fr_sniff import looks_like_fr_dump
 from ncclpm.sources.names import unique_names
 from ncclpm.sources.own_reports import is_own_report
@@ -46,18 +54,31 @@ class SourceKind(StrEnum):
 
 @dataclass(frozen=True)
 class Source:
-    """One input file: on disk (`path`) or in memory (`data`, from an archive or stdin)."""
+    """One input file: on disk (`path`) or in memory (`data`, from an archive or stdin). `container`: a container
+    log file on disk ("docker" or "cri", `container_logs.py`), read as the lines the container wrote - decoded as
+    it is read (`open_lines`), never whole."""
 
     name: str
     kind: SourceKind
     path: Path | None = None
     data: bytes | None = None
+    container: str | None = None
+
+    @contextmanager
+    def open_lines(self) -> Iterator[Any]:
+        """A file on disk as a binary stream of its text (decompressed for a .gz; a container log decoded)."""
+        assert self.path is not None
+        with _open_stored(self.path) as fh:
+            yield ContainerLogReader(fh, self.container) if self.container else fh
 
     def read_head(self, limit: int) -> bytes:
         """At most the first `limit` bytes (decompressed for a .gz on disk), without reading the rest."""
         if self.data is not None:
             return self.data[:limit]
         assert self.path is not None
+        if self.container:
+            with self.open_lines() as fh:
+                return fh.read(limit)
         return _read_at_most(self.path, limit)
 
     def size(self) -> int:
@@ -73,6 +94,9 @@ class Source:
         if self.data is not None:
             return self.data
         assert self.path is not None
+        if self.container:
+            with self.open_lines() as fh:
+                return fh.read(MAX_TEXT_BYTES)
         raw = self.path.read_bytes()
         return archives.read_gzip_bounded(raw, MAX_TEXT_BYTES) if raw[:2] == b"\x1f\x8b" else raw
 
@@ -312,28 +336,32 @@ def _add_classified(display: str, head: bytes, job: Job, path: Path | None = Non
         return
     if kind == SourceKind.CODE and _a_log_after_all(display, head, path, data):
         kind = SourceKind.TEXT
-    if kind == SourceKind.TEXT and (fmt := container_format(head)) is not None:
-        lines = _container_lines(fmt, display, job, path, data)
-        if lines is not None:  # read from memory, not from the file
-            path, data = None, lines
-    job.sources.append(Source(display, kind, path=path, data=data))
+    container = None
+    if kind == SourceKind.TEXT and (fmt := container_format(head)) is not None and _decoded(fmt, path, data):
+        job.warnings.append(
+            f"{display}: {'Docker json-file' if fmt == 'docker' else 'CRI (Kubernetes)'} container log - read as the "
+            "lines the container wrote, the pieces of each line joined"
+        )
+        if data is not None:  # (already in memory: decoded whole)
+            data = decode_container_log(fmt, data)
+        else:
+            container = fmt  # decoded as it is read
+    job.sources.append(Source(display, kind, path=path, data=data, container=container))
 
 
-def _container_lines(fmt: str, display: str, job: Job, path: Path | None, data: bytes | None) -> bytes | None:
-    """A Docker json-file or CRI log as the lines the container wrote (`container_logs.py`); None to read it as it
-    is: its records need nothing joined, or it cannot be read (reading it again is where the warning comes)."""
-    if data is None and path is not None:
-        try:
-            data = _read_at_most(path, MAX_TEXT_BYTES)  # (a rotated `-json.log.1.gz` decompressed)
-        except (OSError, EOFError, zlib.error):
-            return None
-    if data is None or not needs_decoding(fmt, data):
-        return None
-    job.warnings.append(
-        f"{display}: {'Docker json-file' if fmt == 'docker' else 'CRI (Kubernetes)'} container log - read as the "
-        "lines the container wrote, the pieces of each line joined"
-    )
-    return decode_container_log(fmt, data)
+def _decoded(fmt: str, path: Path | None, data: bytes | None) -> bool:
+    """Whether a Docker json-file or CRI log is read as the lines the container wrote (`container_logs.py`), not
+    as it is: unless its records need nothing joined, or it cannot be read (reading it again is where the warning
+    comes). A file is looked through a chunk at a time (a rotated `-json.log.1.gz` decompressed as it is read)."""
+    if data is not None:
+        return needs_decoding(fmt, data)
+    if path is None:
+        return False
+    try:
+        with _open_stored(path) as fh:
+            return has_pieces(fmt, fh)
+    except (OSError, EOFError, zlib.error):
+        return False
 
 
 def _a_log_after_all(display: str, head: bytes, path: Path | None, data: bytes | None) -> bool:
@@ -352,6 +380,19 @@ def _a_log_after_all(display: str, head: bytes, path: Path | None, data: bytes |
     lang = code_language(display, head, truncated=len(head) >= HEAD_BYTES) or "python"
     text = decode_text(data)
     return is_log_after_all(lang, text)
+
+
+@contextmanager
+def _open_stored(path: Path) -> Iterator[Any]:
+    """A file's bytes as a binary stream, decompressed when gzipped."""
+    with path.open("rb") as fh:
+        if fh.read(2) != b"\x1f\x8b":
+            fh.seek(0)
+            yield fh
+            return
+        fh.seek(0)
+        with gzip.GzipFile(fileobj=fh, mode="rb") as gz:
+            yield gz
 
 
 def _read_at_most(path: Path, limit: int) -> bytes:

@@ -162,7 +162,7 @@ def _python_name(src: Source) -> bool:
 
 
 def _needs_python_decode(src: Source) -> bool:
-    if _python_name(src):
+    if _python_name(src) or src.container:  # (a container log: its decoded lines, `Source.read_bytes`)
         return True
     try:
         with src.path.open("rb") as fh:
@@ -451,14 +451,14 @@ def _blocks(src: Source, spare: queue.SimpleQueue[bytearray] | None = None) -> I
     assert src.path is not None
     line0, rest, skipping = 1, b"", False
     buf: bytearray | None = None
-    with src.path.open("rb") as raw:
-        fh: Any = raw
-        if (head := raw.read(SNIFF_BYTES))[:2] == b"\x1f\x8b":
+    with src.open_lines() if src.container else src.path.open("rb") as raw:
+        fh: Any = raw  # (a container log: decoded as it is read, `container_logs.ContainerLogReader`)
+        if not src.container and (head := raw.read(SNIFF_BYTES))[:2] == b"\x1f\x8b":
             raw.seek(0)
             fh = gzip.GzipFile(fileobj=raw, mode="rb")
             head = fh.peek(SNIFF_BYTES)[:SNIFF_BYTES]
-        raw.seek(0) if fh is raw else None
-        if codec := utf16_codec(head):
+        raw.seek(0) if fh is raw and not src.container else None
+        if not src.container and (codec := utf16_codec(head)):
             fh = _Utf16Reader(fh, codec)
         while True:
             if buf is None or len(buf) < len(rest) + CHUNK_BYTES:  # (else: the last one, not yielded)
@@ -576,6 +576,13 @@ class _Chunked:
 def _is_big(src: Source) -> bool:
     try:
         assert src.path is not None
+        if src.container:  # its lines in blocks, unless `_text` would re-join them whole (SMALL_TEXT at most)
+            if src.path.stat().st_size < SMALL_TEXT and src.path.suffix != ".gz":
+                return False  # (a small file: read whole all the same, `_text` tells whether re-joined)
+            try:
+                return len(src.read_head(SMALL_TEXT + 1)) > SMALL_TEXT
+            except (EOFError, zlib.error):
+                return True  # (`_blocks` says it cannot be read)
         with src.path.open("rb") as fh:
             gz = fh.read(2) == b"\x1f\x8b"
         return gz or src.path.stat().st_size > CHUNK_BYTES
