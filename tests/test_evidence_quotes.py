@@ -15,6 +15,7 @@ import pytest
 
 from ncclpm.api import diagnose
 from ncclpm.model import MAX_QUOTE, Evidence
+from ncclpm.sources.container_logs import container_format, decode_container_log, needs_decoding
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = sorted(p.parent for p in (ROOT / "tests" / "cases").glob("*/input"))
@@ -26,6 +27,11 @@ def _lines(path: Path) -> list[str]:
     data = path.read_bytes()
     if data[:2] == b"\x1f\x8b":
         data = gzip.decompress(data)
+    # a container runtime's log file is quoted as the lines the container wrote, numbered as `docker logs` /
+    # `kubectl logs` print them (the report says the file was read so): its records decoded, pieces joined
+    fmt = container_format(data[:65536])
+    if fmt is not None and needs_decoding(fmt, data):
+        data = decode_container_log(fmt, data)
     text = data.decode("utf-8", errors="replace")
     return [line.rstrip("\r") for line in text.split("\n")]
 

@@ -340,7 +340,8 @@ def _add_classified(display: str, head: bytes, job: Job, path: Path | None = Non
     if kind == SourceKind.TEXT and (fmt := container_format(head)) is not None and _decoded(fmt, path, data):
         job.warnings.append(
             f"{display}: {'Docker json-file' if fmt == 'docker' else 'CRI (Kubernetes)'} container log - read as the "
-            "lines the container wrote, the pieces of each line joined"
+            "lines the container wrote, the pieces of each line joined; line numbers are those `docker logs` / "
+            "`kubectl logs` print"
         )
         if data is not None:  # (already in memory: decoded whole)
             data = decode_container_log(fmt, data)
