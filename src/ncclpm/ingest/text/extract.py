@@ -254,12 +254,14 @@ def row_columns(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
     row by row, so the reader computes it a group of files at a time (`read_kept_lines(then=...)`), and only these
     columns are kept (each of the envelope's ~40 groups costs 16 bytes a line, even when empty)."""
     env = _with_envelope(kept, catalog)
+    inputs, ranks = _resolve_rank(catalog, env)
+    env = env.with_columns(inputs) if inputs else env
     return env.select(
         *kept.columns,
         "message",
         "_role",
         "_local",
-        *_resolve_rank(catalog),
+        *ranks,
         "_file_rank",
         "_file_local",
         # kept only for a word of the stack (a launcher's command line): not one of the file's own lines for ranks
@@ -284,37 +286,43 @@ def row_columns(kept: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
     )
 
 
-def _rank_sources(catalog: Catalog) -> tuple[list[tuple[int, pl.Expr]], list[tuple[int, pl.Expr]]]:
+def _rank_sources(catalog: Catalog) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
     """(slot position, group) of the envelopes filling `rank`, innermost first, and of those filling `local_rank`."""
     order = {slot: i for i, slot in enumerate(env_mod.slots(catalog.envelopes))}
-    ranks = [(order[e.slot], _int(e.columns["rank"])) for e in catalog.column_sources("rank")]
-    return ranks, [(order[e.slot], pl.col(e.columns["local_rank"])) for e in catalog.column_sources("local_rank")]
+    ranks = [(order[e.slot], e.columns["rank"]) for e in catalog.column_sources("rank")]
+    return ranks, [(order[e.slot], e.columns["local_rank"]) for e in catalog.column_sources("local_rank")]
 
 
-def _envelope_rank(catalog: Catalog, stated: pl.Expr) -> tuple[pl.Expr, pl.Expr, pl.Expr]:
+def _envelope_rank(
+    ranks: list[tuple[int, str]], locals_: list[tuple[int, str]], wrappers: frozenset[int]
+) -> tuple[pl.Expr, pl.Expr, pl.Expr]:
     """The `rank` column of the envelopes, innermost first - but a launcher's number outside a local rank is not
     a rank: when an envelope inside it fills `local_rank` (torchrun's `[default1]:`, a worker's `TP1` within its
     group), the outer launcher started that launcher, one per node (`srun -l` over torchrun: `3: [default1]:`, the
     node's task id), not the ranks. Also (for `_fill_ranks`, which applies it to the whole file): the slot of the
     envelope the rank came from, and the outermost slot whose number a line shows to be no rank - a local rank
-    inside it, another rank inside it or `stated` by torch's tag in the message (`1: [rank5]:`, `1: [E...] [PG ID
-    0 PG GUID 0(default_pg) Rank 5] Watchdog`: srun's task 1 started torchrun, whose worker is rank 5), or a
+    inside it, another rank inside it or stated by torch's tag in the message (`_stated`: `1: [rank5]:`, `1: [E...]
+    [PG ID 0 PG GUID 0(default_pg) Rank 5] Watchdog`: srun's task 1 started torchrun, whose worker is rank 5), or a
     torchrun agent's summary of a worker under it (`1:   rank      : 5 (local_rank: 1)`: the agent printed it,
-    not a rank)."""
-    ranks, locals_ = _rank_sources(catalog)
+    not a rank). Each envelope's number is read once, into `_rk_<group>` (`_resolve_rank`'s inputs): these
+    expressions compare them pairwise, and each reference to a cast would cast again, on every line. `ranks` and
+    `locals_` are the envelopes some line matched; `wrappers`, the slots of the catalog's rank envelopes that wrap
+    another rank or local-rank envelope (only those can be disowned, whether or not the inner one matched)."""
+    if not ranks:
+        return pl.lit(None), pl.lit(None), pl.lit(None)
     agent = pl.col("message").str.contains(_AGENT_SUMMARY_RANK)
+    stated = pl.col("_stated")
     taken, slot_taken, disowned = [], [], []
-    for at, rank in ranks:
-        inside = [g.is_not_null() for where, g in locals_ if where > at]
+    for at, group in ranks:
+        rank = pl.col(f"_rk_{group}")
+        inside = [pl.col(g).is_not_null() for where, g in locals_ if where > at]
         allowed = ~pl.any_horizontal(inside) if inside else pl.lit(True)
         taken.append(pl.when(allowed).then(rank))
         slot_taken.append(pl.when(allowed & rank.is_not_null()).then(pl.lit(at)))
-        other = [g.is_not_null() & (g != rank) for where, g in ranks if where > at]
-        if inside or other:  # (a wrapper of other envelopes: the innermost, c10's `[rank3]:`, is the process's own)
+        other = [pl.col(f"_rk_{g}").is_not_null() & (pl.col(f"_rk_{g}") != rank) for where, g in ranks if where > at]
+        if at in wrappers:  # (a wrapper of other envelopes: the innermost, c10's `[rank3]:`, is the process's own)
             said = pl.any_horizontal([*inside, *other, stated != rank, agent])
             disowned.append(pl.when(rank.is_not_null() & said).then(pl.lit(at)))
-    if not ranks:
-        return pl.lit(None), pl.lit(None), pl.lit(None)
     return (
         pl.coalesce(taken),
         pl.coalesce(slot_taken),
@@ -322,35 +330,57 @@ def _envelope_rank(catalog: Catalog, stated: pl.Expr) -> tuple[pl.Expr, pl.Expr,
     )
 
 
-def _resolve_rank(catalog: Catalog) -> list[pl.Expr]:
-    """`_direct`: the rank a line names (its envelopes, else a global `[PG 0 Rank N]` tag, else a script's own
-    words); `_other_rank`: the same without the envelopes; `_rank_slot`, `_disowned`: see `_envelope_rank`."""
+_RANK_EXPRS: dict[tuple, tuple[Catalog, list[pl.Expr], list[pl.Expr]]] = {}  # (id(catalog), groups seen) -> ...
+
+
+def _resolve_rank(catalog: Catalog, env: pl.DataFrame) -> tuple[list[pl.Expr], list[pl.Expr]]:
+    """What `row_columns` adds first (each envelope's number, read once) and then selects: `_direct`: the rank a
+    line names (its envelopes, else a global `[PG 0 Rank N]` tag, else a script's own words); `_other_rank`: the
+    same without the envelopes; `_rank_slot`, `_disowned`: see `_envelope_rank`. Only over the rank and local-rank
+    envelopes some line of `env` matched (`_seen`: most groups of lines have one or none, and the pairwise
+    comparisons of eleven envelopes' numbers cost ~5 ms a small job when built over all of them); built once per
+    catalog and set of envelopes seen (a triage worker reads a thousand jobs with one catalog)."""
+    every_rank, every_local = _rank_sources(catalog)
+    inner = [at for at, _ in every_rank + every_local]
+    wrappers = frozenset(at for at, _ in every_rank if any(where > at for where in inner))
+    ranks = [(at, g) for at, g in every_rank if _seen(env, [g])]
+    locals_ = [(at, g) for at, g in every_local if _seen(env, [g])]
+    key = (id(catalog), tuple(ranks), tuple(locals_))
+    held = _RANK_EXPRS.get(key)
+    if held is not None and held[0] is catalog:
+        return held[1], held[2]
     tag_is_global = pl.col("_tag_pg_id").is_null() | (pl.col("_tag_pg_id") == "0")
     tagged = pl.when(tag_is_global).then(_int("_tag_rank"))
     other = pl.coalesce(tagged, _int("_script_rank"))
     # c10's `[PG 0 Rank N]` is the process's global rank; a bare `[Rank N]` (torch <= 2.2) is its rank in the
     # group of the work, which a subgroup's (Megatron's tensor-parallel group) makes another number
     default_pg = pl.when(pl.col("_tag_pg_id") == "0").then(_int("_tag_rank"))
-    rank, slot, disowned = _envelope_rank(catalog, default_pg)
-    return [
+    inputs = [*(_int(g).alias(f"_rk_{g}") for _, g in ranks), default_pg.alias("_stated")] if ranks else []
+    rank, slot, disowned = _envelope_rank(ranks, locals_, wrappers)
+    columns = [
         pl.coalesce(rank, other).alias("_direct"),
         other.alias("_other_rank"),
         slot.cast(pl.Int32).alias("_rank_slot"),
         disowned.cast(pl.Int32).alias("_disowned"),
     ]
+    if len(_RANK_EXPRS) >= 256:  # (tests build many catalogs)
+        _RANK_EXPRS.clear()
+    _RANK_EXPRS[key] = (catalog, inputs, columns)
+    return inputs, columns
 
 
 def _fill_ranks(env: pl.DataFrame) -> pl.DataFrame:
     stream = ["source", "_role", "_local"]
     # A launcher whose number is no rank on one line of a file (`_envelope_rank`) started launchers, not ranks: its
     # number is no rank on the file's other lines either (`1: Traceback ...` beside `1: [rank5]: ...`).
-    disowned = pl.col("_disowned").max().over("source")
-    env = env.with_columns(
-        pl.when(pl.col("_rank_slot") <= disowned)
-        .then(pl.col("_other_rank"))
-        .otherwise(pl.col("_direct"))
-        .alias("_direct")
-    )
+    if env["_disowned"].null_count() < env.height:  # (Series: most jobs have no launcher's number to disown)
+        disowned = pl.col("_disowned").max().over("source")
+        env = env.with_columns(
+            pl.when(pl.col("_rank_slot") <= disowned)
+            .then(pl.col("_other_rank"))
+            .otherwise(pl.col("_direct"))
+            .alias("_direct")
+        )
     # the process the file's rank printed from: a line of another process (its own pid on it: vLLM's API server
     # beside `(Worker_TP1 pid=2212)`) is not that rank's
     rank_pid = pl.col("pid").filter(pl.col("_direct").is_not_null()).drop_nulls().first().over("source")
@@ -445,8 +475,10 @@ def _segments_share_their_line(lines: pl.DataFrame) -> pl.DataFrame:
     wrapped it: a segment with no host or time of its own takes its line's first one's (kubectl's pod, journald's
     host, a CRI record's time). The rank is not taken: two processes' output can share a terminal's line."""
     key = ["source", "line"]
-    split = (pl.col("line") == pl.col("line").shift(1)) & (pl.col("source") == pl.col("source").shift(1))
-    if lines.height < 2 or not lines.select(split.any()).item():
+    if lines.height < 2:
+        return lines
+    line, source = lines["line"], lines["source"]  # (Series: no query a group, most groups have no split line)
+    if not ((line == line.shift(1)) & (source == source.shift(1))).any():
         return lines
     return lines.with_columns(
         pl.col("host").fill_null(pl.col("host").first().over(key)),
