@@ -160,6 +160,11 @@ def _without_reraise(exc: pl.DataFrame) -> pl.DataFrame:
     return exc.join(shadowed, on=["source", "line"], how="anti")
 
 
+def _same_printer(header_rank: str) -> pl.Expr:
+    """The row and a relayed traceback's header were printed by one process (either one's rank unknown: maybe)."""
+    return pl.col(header_rank).is_null() | pl.col("rank").is_null() | (pl.col(header_rank) == pl.col("rank"))
+
+
 def _relayed_to_their_ranks(t: Tables, exc: pl.DataFrame) -> pl.DataFrame:
     """A distributed checkpoint that failed on some ranks raises on every rank `CheckpointException ranks:[1]`,
     then each failed rank's traceback under `Traceback (most recent call last): (RANK 1)`: the error ending such a
@@ -173,8 +178,7 @@ def _relayed_to_their_ranks(t: Tables, exc: pl.DataFrame) -> pl.DataFrame:
         pl.col("rank").alias("_by"),
         pl.col("subject_rank").cast(pl.Int32).alias("_subject"),
     )
-    same_printer = pl.col("_by").is_null() | pl.col("rank").is_null() | (pl.col("_by") == pl.col("rank"))
-    near = pl.col("_hdr").is_not_null() & (pl.col("line") - pl.col("_hdr") <= REWRAPPED_WITHIN) & same_printer
+    near = pl.col("_hdr").is_not_null() & (pl.col("line") - pl.col("_hdr") <= REWRAPPED_WITHIN) & _same_printer("_by")
     out = exc.with_row_index("_row").with_columns(pl.col("rank").alias("_printer"))
     if not headers.is_empty():
         under = out.sort("line").join_asof(
@@ -200,7 +204,7 @@ def _relayed_to_their_ranks(t: Tables, exc: pl.DataFrame) -> pl.DataFrame:
     followed = followed.filter(
         (pl.col("_hdr") > pl.col("line"))
         & (pl.col("_hdr") - pl.col("line") <= REWRAPPED_WITHIN)
-        & (pl.col("_hdr_by").is_null() | pl.col("rank").is_null() | (pl.col("_hdr_by") == pl.col("rank")))
+        & _same_printer("_hdr_by")
     )
     wrapped = wrapped.join(followed.select("_row").unique(), on="_row", how="anti")
     listed = pl.col("_listed").str.extract_all(r"\d+").list.eval(pl.element().cast(pl.Int32, strict=False))
